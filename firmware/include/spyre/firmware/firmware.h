@@ -1,0 +1,48 @@
+// Device firmware: owns the command rings. Fetches descriptors by DMA, validates every field,
+// runs copies and launches, writes completions and fences, raises MSI-X.
+// Freestanding C++: no exceptions, no heap, no library beyond <cstdint>.
+#pragma once
+
+#include <cstdint>
+
+#include "spyre/firmware/hal.h"
+#include "spyre/hw/commands.h"
+#include "spyre/hw/isa.h"
+
+namespace spyre::fw {
+
+/// What validation needs to know about the device.
+struct Limits {
+  uint64_t dev_mem_size;
+  uint32_t num_cores;
+};
+
+/// Checks every field of `d` that can be checked without touching memory.
+/// Returns kOk or the first error with the field to blame.
+Verdict validate_descriptor(const hw::Descriptor& d, const Limits& limits);
+
+/// Checks a program header against its launch descriptor.
+Verdict validate_program(const hw::ProgramHeader& header, const hw::LaunchArgs& launch);
+
+class Firmware {
+ public:
+  explicit Firmware(Hal& hal) : hal_(hal) {}
+
+  /// Services every enabled queue once, at most one descriptor each, round robin.
+  /// Returns true when any descriptor was consumed.
+  bool poll_once();
+
+  /// The control processor's main loop: poll, and sleep when there is nothing to do. Never returns.
+  [[noreturn]] void run();
+
+ private:
+  bool service_queue(uint32_t q);
+  Verdict execute(const hw::Descriptor& d);
+  Verdict run_launch(const hw::LaunchArgs& l);
+  void fail_queue(uint32_t q, hw::ErrorCode e);
+
+  Hal& hal_;
+  uint32_t next_queue_ = 0;
+};
+
+}  // namespace spyre::fw

@@ -1,0 +1,54 @@
+// The firmware's view of the hardware around the control processor. The simulator implements it
+// (sim/src/control_processor.cpp); unit tests implement it with a fake. Every call may consume
+// device time; none may throw.
+#pragma once
+
+#include <cstdint>
+
+#include "spyre/hw/commands.h"
+#include "spyre/hw/errors.h"
+
+namespace spyre::fw {
+
+/// Outcome of a command or a check: kOk, or an error code and the descriptor field to blame.
+struct Verdict {
+  hw::ErrorCode error = hw::ErrorCode::kOk;
+  hw::Field field = hw::Field::kNone;
+  uint32_t detail = 0;
+
+  constexpr bool ok() const { return error == hw::ErrorCode::kOk; }
+};
+
+class Hal {
+ public:
+  virtual ~Hal() = default;
+
+  /// Reads a BAR0 register as the device sees it (host-written values and device-owned state).
+  virtual uint32_t reg_read(uint32_t offset) = 0;
+  /// Writes a device-owned register (queue head and status); host-only registers ignore it.
+  virtual void reg_write(uint32_t offset, uint32_t value) = 0;
+
+  /// Reads `n` bytes at IOVA `iova` of host memory by DMA. False when the IOMMU refuses it.
+  virtual bool host_read(uint64_t iova, void* dst, uint32_t n) = 0;
+  /// Writes `n` bytes to host memory by DMA. False when the IOMMU refuses it.
+  virtual bool host_write(uint64_t iova, const void* src, uint32_t n) = 0;
+  /// Reads device memory; the caller has checked the range.
+  virtual void dev_read(uint64_t addr, void* dst, uint32_t n) = 0;
+
+  virtual uint64_t dev_mem_size() = 0;
+  virtual uint32_t num_cores() = 0;
+
+  /// Runs a validated copy on the DMA engine and returns when it has finished.
+  virtual Verdict copy(const hw::CopyArgs& args, uint8_t flags) = 0;
+  /// Starts the program on every core in `core_mask` and returns when all have stopped.
+  virtual Verdict launch(uint64_t program, uint64_t args, uint64_t core_mask) = 0;
+
+  virtual void raise_msix(uint32_t vector) = 0;
+  virtual uint64_t now_cycles() = 0;
+  /// Sleeps until the host writes a doorbell or a control register.
+  virtual void wait_for_work() = 0;
+  /// Tells the model a command ran on queue `queue` (for traces and stats); no effect on results.
+  virtual void command_done(uint32_t queue, const hw::Descriptor& d, const hw::Completion& c) = 0;
+};
+
+}  // namespace spyre::fw

@@ -1,0 +1,204 @@
+#include "spyre/firmware/firmware.h"
+
+#include "spyre/hw/regs.h"
+
+namespace spyre::fw {
+namespace {
+
+using hw::ErrorCode;
+using hw::Field;
+
+constexpr Verdict fail(ErrorCode e, Field f, uint32_t detail = 0) { return Verdict{e, f, detail}; }
+
+// True when [addr, addr + size) lies inside device memory (size > 0 checked by the caller).
+constexpr bool in_device(uint64_t addr, uint64_t size, uint64_t mem) {
+  return addr < mem && size <= mem - addr;
+}
+
+Verdict validate_copy(const hw::Descriptor& d, const Limits& lim) {
+  const hw::CopyArgs& c = d.copy;
+  if ((d.flags & ~hw::kCopyFlagMask) != 0) return fail(ErrorCode::kBadFlags, Field::kFlags);
+  if ((d.flags & hw::kCopySrcHost) && (d.flags & hw::kCopyDstHost)) {
+    return fail(ErrorCode::kBadFlags, Field::kFlags);  // host-to-host is not a device copy
+  }
+  for (uint64_t r : c.reserved) {
+    if (r != 0) return fail(ErrorCode::kReservedNonZero, Field::kReserved);
+  }
+  if (c.size == 0 || c.size > hw::kMaxCopyBytes) return fail(ErrorCode::kBadSize, Field::kCopySize);
+  if (!(d.flags & hw::kCopySrcHost) && !in_device(c.src, c.size, lim.dev_mem_size)) {
+    return fail(ErrorCode::kOutOfRange, Field::kCopySrc);
+  }
+  if (!(d.flags & hw::kCopyDstHost) && !in_device(c.dst, c.size, lim.dev_mem_size)) {
+    return fail(ErrorCode::kOutOfRange, Field::kCopyDst);
+  }
+  return {};
+}
+
+Verdict validate_launch(const hw::Descriptor& d, const Limits& lim) {
+  const hw::LaunchArgs& l = d.launch;
+  if (d.flags != 0) return fail(ErrorCode::kBadFlags, Field::kFlags);
+  if (l.reserved != 0) return fail(ErrorCode::kReservedNonZero, Field::kReserved);
+  if (l.program % hw::kProgramAlign != 0) return fail(ErrorCode::kBadAlignment, Field::kLaunchProgram);
+  if (l.program_size < sizeof(hw::ProgramHeader) || l.program_size % sizeof(hw::Instr) != 0) {
+    return fail(ErrorCode::kBadSize, Field::kLaunchProgramSize);
+  }
+  if (!in_device(l.program, l.program_size, lim.dev_mem_size)) {
+    return fail(ErrorCode::kOutOfRange, Field::kLaunchProgram);
+  }
+  if (l.args % 8 != 0) return fail(ErrorCode::kBadAlignment, Field::kLaunchArgs);
+  if (l.args_size % 8 != 0 || l.args_size > hw::kMaxLaunchArgs * 8) {
+    return fail(ErrorCode::kBadSize, Field::kLaunchArgsSize);
+  }
+  if (l.args_size != 0 && !in_device(l.args, l.args_size, lim.dev_mem_size)) {
+    return fail(ErrorCode::kOutOfRange, Field::kLaunchArgs);
+  }
+  const uint64_t present = lim.num_cores >= 64 ? ~0ull : ((1ull << lim.num_cores) - 1);
+  if (l.core_mask == 0 || (l.core_mask & ~present) != 0) {
+    return fail(ErrorCode::kOutOfRange, Field::kLaunchCoreMask);
+  }
+  return {};
+}
+
+Verdict validate_timestamp(const hw::Descriptor& d) {
+  if (d.flags != 0) return fail(ErrorCode::kBadFlags, Field::kFlags);
+  for (uint64_t r : d.timestamp.reserved) {
+    if (r != 0) return fail(ErrorCode::kReservedNonZero, Field::kReserved);
+  }
+  if (d.timestamp.dst % 8 != 0) return fail(ErrorCode::kBadAlignment, Field::kTimestampDst);
+  return {};
+}
+
+constexpr uint32_t qreg(uint32_t q, uint32_t r) { return hw::queue_reg(q, r); }
+
+}  // namespace
+
+Verdict validate_descriptor(const hw::Descriptor& d, const Limits& limits) {
+  if (d.reserved0 != 0 || d.reserved1 != 0) return fail(ErrorCode::kReservedNonZero, Field::kReserved);
+  switch (d.opcode) {
+    case hw::Opcode::kNop:
+      if (d.flags != 0) return fail(ErrorCode::kBadFlags, Field::kFlags);
+      return {};
+    case hw::Opcode::kCopy: return validate_copy(d, limits);
+    case hw::Opcode::kLaunch: return validate_launch(d, limits);
+    case hw::Opcode::kTimestamp: return validate_timestamp(d);
+    default: return fail(ErrorCode::kBadOpcode, Field::kOpcode);
+  }
+}
+
+Verdict validate_program(const hw::ProgramHeader& h, const hw::LaunchArgs& l) {
+  if (h.magic != hw::kProgramMagic || h.version != hw::kIsaVersion) {
+    return fail(ErrorCode::kBadProgram, Field::kLaunchProgram);
+  }
+  if (static_cast<uint32_t>(__builtin_popcountll(l.core_mask)) != h.num_entries) {
+    return fail(ErrorCode::kBadProgram, Field::kLaunchCoreMask);
+  }
+  const uint64_t table_end = sizeof(hw::ProgramHeader) + 4ull * h.num_entries;
+  const uint64_t code_end = static_cast<uint64_t>(h.instr_offset) + sizeof(hw::Instr) * uint64_t{h.num_instrs};
+  if (h.instr_offset % sizeof(hw::Instr) != 0 || h.instr_offset < table_end || code_end > l.program_size) {
+    return fail(ErrorCode::kBadProgram, Field::kLaunchProgramSize);
+  }
+  return {};
+}
+
+bool Firmware::poll_once() {
+  const uint32_t nq = hal_.reg_read(hw::kRegNumQueues);
+  bool progressed = false;
+  for (uint32_t i = 0; i < nq; ++i) {
+    const uint32_t q = (next_queue_ + i) % nq;
+    progressed |= service_queue(q);
+  }
+  next_queue_ = nq ? (next_queue_ + 1) % nq : 0;
+  return progressed;
+}
+
+void Firmware::run() {
+  for (;;) {
+    if (!poll_once()) hal_.wait_for_work();
+  }
+}
+
+void Firmware::fail_queue(uint32_t q, hw::ErrorCode e) {
+  const uint32_t status = hal_.reg_read(qreg(q, hw::kQStatus)) & 0xffffu;
+  hal_.reg_write(qreg(q, hw::kQStatus), status | hw::kQStatusError | (static_cast<uint32_t>(e) << 16));
+}
+
+bool Firmware::service_queue(uint32_t q) {
+  const uint32_t status = hal_.reg_read(qreg(q, hw::kQStatus));
+  if (!(status & hw::kQStatusEnabled)) return false;
+  const uint32_t head = hal_.reg_read(qreg(q, hw::kQHead));
+  const uint32_t tail = hal_.reg_read(qreg(q, hw::kQTail));
+  if (head == tail) return false;
+
+  const uint32_t entries = hal_.reg_read(qreg(q, hw::kQRingEntries));
+  if (entries < hw::kMinRingEntries || entries > hw::kMaxRingEntries || (entries & (entries - 1)) != 0) {
+    // A queue without a usable ring cannot report per descriptor: drop what it holds and flag it.
+    fail_queue(q, ErrorCode::kBadSize);
+    hal_.reg_write(qreg(q, hw::kQHead), tail);
+    return true;
+  }
+  const uint64_t ring = hal_.reg_read(qreg(q, hw::kQRingBaseLo)) |
+                        (uint64_t{hal_.reg_read(qreg(q, hw::kQRingBaseHi))} << 32);
+  const uint64_t cpl = hal_.reg_read(qreg(q, hw::kQCplBaseLo)) |
+                       (uint64_t{hal_.reg_read(qreg(q, hw::kQCplBaseHi))} << 32);
+  const uint64_t fence = hal_.reg_read(qreg(q, hw::kQFenceLo)) |
+                         (uint64_t{hal_.reg_read(qreg(q, hw::kQFenceHi))} << 32);
+  const uint32_t index = head & (entries - 1);
+
+  hw::Descriptor d{};
+  if (!hal_.host_read(ring + uint64_t{index} * sizeof(hw::Descriptor), &d, sizeof d)) {
+    fail_queue(q, ErrorCode::kDmaFault);
+    hal_.reg_write(qreg(q, hw::kQHead), tail);
+    return true;
+  }
+
+  hw::Completion c{};
+  c.seq = d.seq;
+  c.start_cycle = hal_.now_cycles();
+  Verdict v;
+  if (status & hw::kQStatusError) {
+    v = fail(ErrorCode::kQueueInError, Field::kNone);
+  } else {
+    v = validate_descriptor(d, Limits{hal_.dev_mem_size(), hal_.num_cores()});
+    if (v.ok()) v = execute(d);
+    if (!v.ok()) fail_queue(q, v.error);
+  }
+  c.error = v.error;
+  c.field = v.field;
+  c.detail = v.detail;
+  c.end_cycle = hal_.now_cycles();
+
+  // Completion first, then the fence: a host that sees the fence can trust the record.
+  const bool wrote = hal_.host_write(cpl + uint64_t{index} * sizeof(hw::Completion), &c, sizeof c) &&
+                     hal_.host_write(fence, &d.seq, sizeof d.seq);
+  if (!wrote) fail_queue(q, ErrorCode::kDmaFault);
+  hal_.reg_write(qreg(q, hw::kQHead), head + 1);
+  hal_.command_done(q, d, c);
+  hal_.raise_msix(hal_.reg_read(qreg(q, hw::kQMsixVector)));
+  return true;
+}
+
+Verdict Firmware::execute(const hw::Descriptor& d) {
+  switch (d.opcode) {
+    case hw::Opcode::kNop: return {};
+    case hw::Opcode::kCopy: return hal_.copy(d.copy, d.flags);
+    case hw::Opcode::kLaunch: return run_launch(d.launch);
+    case hw::Opcode::kTimestamp: {
+      const uint64_t now = hal_.now_cycles();
+      if (!hal_.host_write(d.timestamp.dst, &now, sizeof now)) {
+        return fail(ErrorCode::kDmaFault, Field::kTimestampDst);
+      }
+      return {};
+    }
+    default: return fail(ErrorCode::kBadOpcode, Field::kOpcode);
+  }
+}
+
+Verdict Firmware::run_launch(const hw::LaunchArgs& l) {
+  hw::ProgramHeader h{};
+  hal_.dev_read(l.program, &h, sizeof h);
+  const Verdict v = validate_program(h, l);
+  if (!v.ok()) return v;
+  return hal_.launch(l.program, l.args, l.core_mask);
+}
+
+}  // namespace spyre::fw

@@ -1,0 +1,76 @@
+// Command descriptors (host -> device) and completion records (device -> host).
+// Both live in rings in DMA-mapped host memory; see regs.h for the queue registers.
+#pragma once
+
+#include <cstdint>
+
+#include "spyre/hw/errors.h"
+
+namespace spyre::hw {
+
+enum class Opcode : uint8_t {
+  kNop = 0,
+  kCopy = 1,       // DMA copy between host and device memory or within device memory
+  kLaunch = 2,     // run a tile-ISA program on a set of cores
+  kTimestamp = 3,  // write the device cycle counter (u64) to host memory
+  kCount
+};
+
+// Copy flags: which side of the copy is host memory (an IOVA); the other is device memory.
+inline constexpr uint8_t kCopySrcHost = 1u << 0;
+inline constexpr uint8_t kCopyDstHost = 1u << 1;
+inline constexpr uint8_t kCopyFlagMask = kCopySrcHost | kCopyDstHost;
+
+inline constexpr uint64_t kMaxCopyBytes = 1ull << 32;  // 4 GiB per descriptor
+inline constexpr uint32_t kMaxLaunchArgs = 16;          // u64 argument slots per launch
+
+struct CopyArgs {
+  uint64_t src;   // device address, or IOVA when kCopySrcHost
+  uint64_t dst;   // device address, or IOVA when kCopyDstHost
+  uint64_t size;  // bytes, 1 .. kMaxCopyBytes
+  uint64_t reserved[3];
+};
+
+struct LaunchArgs {
+  uint64_t program;       // device address of the program (64-byte aligned)
+  uint64_t program_size;  // bytes
+  uint64_t args;          // device address of the u64 argument block (8-byte aligned)
+  uint64_t args_size;     // bytes, a multiple of 8, at most kMaxLaunchArgs * 8
+  uint64_t core_mask;     // bit i runs the program on core i
+  uint64_t reserved;
+};
+
+struct TimestampArgs {
+  uint64_t dst;  // IOVA of an 8-byte slot in host memory
+  uint64_t reserved[5];
+};
+
+/// One 64-byte descriptor. `seq` is the queue's sequence number for this descriptor: the firmware
+/// writes it to the queue's fence word once the descriptor completed (successfully or not).
+struct Descriptor {
+  Opcode opcode;
+  uint8_t flags;
+  uint16_t reserved0;
+  uint32_t reserved1;
+  uint64_t seq;
+  union {
+    CopyArgs copy;
+    LaunchArgs launch;
+    TimestampArgs timestamp;
+    uint64_t raw[6];
+  };
+};
+static_assert(sizeof(Descriptor) == 64, "descriptor is 64 bytes");
+
+/// One 32-byte completion record, written at the same ring index as its descriptor.
+struct Completion {
+  uint64_t seq;          // copied from the descriptor
+  ErrorCode error;       // kOk on success
+  Field field;           // the descriptor field that caused the error, kNone otherwise
+  uint32_t detail;       // error detail: the faulting core and program counter for kCoreFault
+  uint64_t start_cycle;  // device cycle when the command started
+  uint64_t end_cycle;    // device cycle when it finished
+};
+static_assert(sizeof(Completion) == 32, "completion is 32 bytes");
+
+}  // namespace spyre::hw

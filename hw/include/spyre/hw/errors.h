@@ -1,0 +1,78 @@
+// Error codes that the device reports in completion records, and the descriptor fields they name.
+#pragma once
+
+#include <cstdint>
+
+namespace spyre::hw {
+
+enum class ErrorCode : uint16_t {
+  kOk = 0,
+  kBadOpcode = 1,        // the opcode is not one the firmware knows
+  kReservedNonZero = 2,  // a reserved field or bit is set
+  kBadFlags = 3,         // flags not valid for this opcode
+  kBadSize = 4,          // a size is zero or above the limit
+  kBadAlignment = 5,     // an address or size breaks its alignment rule
+  kOutOfRange = 6,       // a device address range leaves device memory
+  kDmaFault = 7,         // a host address is not mapped for the device (IOMMU fault)
+  kBadProgram = 8,       // the program header is malformed
+  kCoreFault = 9,        // a core hit an illegal instruction or scratchpad access
+  kQueueInError = 10,    // not executed: the queue was already in the error state
+  kCount
+};
+
+enum class Field : uint16_t {
+  kNone = 0,
+  kOpcode,
+  kFlags,
+  kReserved,
+  kCopySrc,
+  kCopyDst,
+  kCopySize,
+  kLaunchProgram,
+  kLaunchProgramSize,
+  kLaunchArgs,
+  kLaunchArgsSize,
+  kLaunchCoreMask,
+  kTimestampDst,
+  kCount
+};
+
+/// Stable lower-case name of an error code, for messages; "unknown" for values out of range.
+constexpr const char* error_name(ErrorCode e) {
+  switch (e) {
+    case ErrorCode::kOk: return "ok";
+    case ErrorCode::kBadOpcode: return "bad opcode";
+    case ErrorCode::kReservedNonZero: return "reserved field not zero";
+    case ErrorCode::kBadFlags: return "bad flags";
+    case ErrorCode::kBadSize: return "bad size";
+    case ErrorCode::kBadAlignment: return "bad alignment";
+    case ErrorCode::kOutOfRange: return "address out of device memory";
+    case ErrorCode::kDmaFault: return "host address not mapped (DMA fault)";
+    case ErrorCode::kBadProgram: return "malformed program";
+    case ErrorCode::kCoreFault: return "core fault";
+    case ErrorCode::kQueueInError: return "not executed, queue in error state";
+    default: return "unknown";
+  }
+}
+
+/// Name of a descriptor field as written in docs/hardware-interface.md.
+constexpr const char* field_name(Field f) {
+  switch (f) {
+    case Field::kNone: return "none";
+    case Field::kOpcode: return "opcode";
+    case Field::kFlags: return "flags";
+    case Field::kReserved: return "reserved";
+    case Field::kCopySrc: return "copy.src";
+    case Field::kCopyDst: return "copy.dst";
+    case Field::kCopySize: return "copy.size";
+    case Field::kLaunchProgram: return "launch.program";
+    case Field::kLaunchProgramSize: return "launch.program_size";
+    case Field::kLaunchArgs: return "launch.args";
+    case Field::kLaunchArgsSize: return "launch.args_size";
+    case Field::kLaunchCoreMask: return "launch.core_mask";
+    case Field::kTimestampDst: return "timestamp.dst";
+    default: return "unknown";
+  }
+}
+
+}  // namespace spyre::hw

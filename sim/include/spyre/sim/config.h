@@ -1,0 +1,83 @@
+// The hardware and simulation parameters of a run: one typed tree, defaults equal to the public
+// Spyre figures (see docs/architect-guide.md), loaded from one JSON file.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+namespace spyre::sim {
+
+struct ChipConfig {
+  uint32_t cores = 32;
+  uint32_t corelets_per_core = 2;
+  uint32_t clock_mhz = 1500;            // inferred from the 98.3 TFLOPS fp16 peak
+  uint64_t lx_bytes = 2u << 20;         // scratchpad per core
+  uint32_t pt_rows = 8;                 // PT systolic array per corelet
+  uint32_t pt_cols = 8;
+  uint32_t pt_simd = 8;                 // fp16 FMA lanes per PE
+  double fp32_rate = 0.25;              // fp32 matmul throughput relative to fp16
+  uint32_t pt_fill_cycles = 24;         // pipeline fill and drain per matmul instruction
+  uint32_t sfp_lanes = 64;              // SFP elements per cycle per core
+  uint32_t sfp_fill_cycles = 8;
+  uint32_t issue_cycles = 2;            // fixed cost of decoding one instruction
+};
+
+struct RingConfig {
+  uint32_t bytes_per_cycle = 128;  // per direction
+  uint32_t latency_cycles = 16;    // average hops from a core to a memory controller
+};
+
+struct MemoryConfig {
+  uint64_t size_bytes = 128ull << 30;
+  uint64_t usable_bytes = 112ull << 30;  // the rest holds ECC
+  uint32_t channels = 16;
+  double bandwidth_gbps = 204.8;         // aggregate over all channels
+  uint32_t latency_ns = 120;
+};
+
+struct PcieConfig {
+  double bandwidth_gbps = 64.0;  // per direction, Gen5 x16
+  uint32_t latency_ns = 600;     // one DMA round trip to host memory
+};
+
+struct FirmwareConfig {
+  uint32_t queues = 16;
+  uint32_t command_cycles = 300;  // control-processor work per descriptor
+};
+
+struct SimConfig {
+  uint32_t devices = 1;             // cards in this process
+  uint64_t host_quantum_ns = 10000; // simulated time between looks at host requests
+};
+
+struct OutputConfig {
+  std::string trace_path;        // Chrome/Perfetto JSON trace; empty = none
+  std::string stats_path;        // JSON stats; empty = none
+  bool trace_instructions = true;  // false: commands only
+  uint64_t max_trace_events = 2000000;
+};
+
+struct Config {
+  SimConfig sim;
+  ChipConfig chip;
+  RingConfig ring;
+  MemoryConfig memory;
+  PcieConfig pcie;
+  FirmwareConfig firmware;
+  OutputConfig output;
+
+  /// The config as canonical JSON text (sorted keys), as written into stats and traces.
+  std::string to_json() const;
+  /// FNV-1a 64 of to_json(), printed as 16 hex digits.
+  std::string hash() const;
+};
+
+/// Parses a JSON document that overrides any subset of the defaults.
+/// Throws std::invalid_argument naming the key on an unknown key, a wrong type or a bad value.
+Config parse_config(const std::string& json_text);
+
+/// Loads the run's config: defaults, then the file named by $SPYRE_CONFIG (if set), then
+/// $SPYRE_TRACE / $SPYRE_STATS for the output paths. Throws std::invalid_argument on errors.
+Config load_config_from_env();
+
+}  // namespace spyre::sim

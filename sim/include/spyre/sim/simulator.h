@@ -1,0 +1,65 @@
+// The model's side of the wire. A Simulator runs the SystemC model of one or more Spyre cards in
+// a thread of its own; the only ways in are PCI config space, BAR0 MMIO, and the HostLink through
+// which a card reaches host memory (DMA, checked by the caller's IOMMU) and raises MSI-X.
+// Used only by driver transports; nothing above the transport sees this header.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "spyre/sim/config.h"
+
+namespace spyre::sim {
+
+/// Host memory and interrupts as one card sees them. Implemented by the transport; called from the
+/// simulator thread.
+class HostLink {
+ public:
+  virtual ~HostLink() = default;
+  /// Copies `n` bytes at IOVA `iova` into `dst`. False when the range is not mapped for reading.
+  virtual bool dma_read(uint64_t iova, void* dst, uint64_t n) = 0;
+  /// Copies `n` bytes from `src` to IOVA `iova`. False when the range is not mapped for writing.
+  virtual bool dma_write(uint64_t iova, const void* src, uint64_t n) = 0;
+  /// Delivers MSI-X vector `vector`.
+  virtual void raise_irq(uint32_t vector) = 0;
+};
+
+/// Paths of the report files written by flush_reports(); empty when not configured.
+struct Reports {
+  std::string trace_path;
+  std::string stats_path;
+};
+
+class Simulator {
+ public:
+  /// The process's simulator, elaborated on first use from load_config_from_env().
+  /// SystemC allows one elaboration per process, so every card of the process lives here.
+  /// Throws std::invalid_argument when the config is invalid.
+  static Simulator& instance();
+
+  virtual ~Simulator() = default;
+  virtual const Config& config() const = 0;
+  virtual uint32_t num_cards() const = 0;
+
+  /// Connects card `card` to host memory and interrupts (nullptr detaches). Thread-safe.
+  virtual void attach(uint32_t card, HostLink* link) = 0;
+
+  /// PCI config space access (1, 2 or 4 bytes). Thread-safe; blocks until the model answered.
+  virtual uint32_t cfg_read(uint32_t card, uint32_t offset, uint32_t size) = 0;
+  virtual void cfg_write(uint32_t card, uint32_t offset, uint32_t size, uint32_t value) = 0;
+
+  /// BAR0 access, 32 bits. Writes are posted (return at once, applied in order);
+  /// reads block until the model answered. Thread-safe.
+  virtual uint32_t mmio_read(uint32_t card, uint32_t offset) = 0;
+  virtual void mmio_write(uint32_t card, uint32_t offset, uint32_t value) = 0;
+
+  /// Simulator service, not part of the wire: writes the trace and stats files configured in
+  /// the config's "output" section and returns their paths. Thread-safe.
+  virtual Reports flush_reports() = 0;
+
+  /// Stops the simulator thread and writes the reports; called once at process exit.
+  virtual void shutdown() = 0;
+};
+
+}  // namespace spyre::sim

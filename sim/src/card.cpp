@@ -1,0 +1,48 @@
+#include "card.h"
+
+#include <fmt/format.h>
+
+namespace spyre::sim {
+
+namespace {
+Ring make_ring(const Config& c) {
+  const double bytes_per_ns = c.ring.bytes_per_cycle * (c.chip.clock_mhz / 1000.0);
+  const sc_core::sc_time latency = Clock(c.chip.clock_mhz).cycles(c.ring.latency_cycles);
+  return Ring{BandwidthServer(bytes_per_ns, sc_core::SC_ZERO_TIME), BandwidthServer(bytes_per_ns, sc_core::SC_ZERO_TIME),
+              latency};
+}
+}  // namespace
+
+Card::Card(const sc_core::sc_module_name& name, uint32_t index, const Config& config, Trace& trace)
+    : sc_core::sc_module(name), host_bar0("host_bar0"), ring_(make_ring(config)) {
+  stats_.cores.resize(config.chip.cores);
+  memory_ = std::make_unique<DeviceMemory>("memory", config);
+  endpoint_ = std::make_unique<Endpoint>("pcie", config, memory_->size(), stats_);
+  host_bar0.bind(endpoint_->bar0);
+  dma_ = std::make_unique<DmaEngine>("dma", config, index, *endpoint_, trace, stats_);
+  dma_->mem.bind(memory_->socket);
+  std::vector<Core*> cores;
+  for (uint32_t i = 0; i < config.chip.cores; ++i) {
+    cores_.push_back(
+        std::make_unique<Core>(fmt::format("core{}", i).c_str(), index, i, config, ring_, trace, stats_.cores[i]));
+    cores_.back()->mem.bind(memory_->socket);
+    cores.push_back(cores_.back().get());
+  }
+  cp_ = std::make_unique<ControlProcessor>("cp", config, index, *endpoint_, *memory_, *dma_, std::move(cores), trace,
+                                           stats_);
+}
+
+bool Card::mmio(bool write, uint32_t offset, uint32_t& value) {
+  tlm::tlm_generic_payload gp;
+  gp.set_command(write ? tlm::TLM_WRITE_COMMAND : tlm::TLM_READ_COMMAND);
+  gp.set_address(offset);
+  gp.set_data_ptr(reinterpret_cast<unsigned char*>(&value));
+  gp.set_data_length(4);
+  gp.set_streaming_width(4);
+  gp.set_response_status(tlm::TLM_INCOMPLETE_RESPONSE);
+  sc_core::sc_time delay = sc_core::SC_ZERO_TIME;
+  host_bar0->b_transport(gp, delay);
+  return gp.is_response_ok();
+}
+
+}  // namespace spyre::sim

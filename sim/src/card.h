@@ -1,0 +1,40 @@
+// One Spyre card: instantiates the blocks and binds them. Behaviour lives in the blocks.
+#pragma once
+
+#include <memory>
+
+#include <tlm_utils/simple_initiator_socket.h>
+#include <vector>
+
+#include "control_processor.h"
+#include "core.h"
+#include "device_memory.h"
+#include "dma_engine.h"
+#include "endpoint.h"
+
+namespace spyre::sim {
+
+class Card : public sc_core::sc_module {
+ public:
+  /// The host's side of BAR0 (the wire), bound to the endpoint.
+  tlm_utils::simple_initiator_socket<Card> host_bar0;
+
+  Card(const sc_core::sc_module_name& name, uint32_t index, const Config& config, Trace& trace);
+
+  Endpoint& endpoint() { return *endpoint_; }
+  /// BAR0 access from the host side, through the endpoint's target socket. False on a bus error.
+  bool mmio(bool write, uint32_t offset, uint32_t& value);
+  DeviceMemory& memory() { return *memory_; }
+  const CardStats& stats() const { return stats_; }
+
+ private:
+  CardStats stats_;
+  Ring ring_;
+  std::unique_ptr<DeviceMemory> memory_;
+  std::unique_ptr<Endpoint> endpoint_;
+  std::unique_ptr<DmaEngine> dma_;
+  std::vector<std::unique_ptr<Core>> cores_;
+  std::unique_ptr<ControlProcessor> cp_;
+};
+
+}  // namespace spyre::sim

@@ -1,0 +1,173 @@
+#include "spyre/sim/config.h"
+
+#include <cstdlib>
+#include <fstream>
+#include <sstream>
+#include <stdexcept>
+
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+
+namespace spyre::sim {
+namespace {
+
+using nlohmann::json;
+
+json to_tree(const Config& c) {
+  json j;
+  j["sim"] = {{"devices", c.sim.devices}, {"host_quantum_ns", c.sim.host_quantum_ns}};
+  j["chip"] = {{"cores", c.chip.cores},
+               {"corelets_per_core", c.chip.corelets_per_core},
+               {"clock_mhz", c.chip.clock_mhz},
+               {"lx_bytes", c.chip.lx_bytes},
+               {"pt_rows", c.chip.pt_rows},
+               {"pt_cols", c.chip.pt_cols},
+               {"pt_simd", c.chip.pt_simd},
+               {"fp32_rate", c.chip.fp32_rate},
+               {"pt_fill_cycles", c.chip.pt_fill_cycles},
+               {"sfp_lanes", c.chip.sfp_lanes},
+               {"sfp_fill_cycles", c.chip.sfp_fill_cycles},
+               {"issue_cycles", c.chip.issue_cycles}};
+  j["ring"] = {{"bytes_per_cycle", c.ring.bytes_per_cycle}, {"latency_cycles", c.ring.latency_cycles}};
+  j["memory"] = {{"size_bytes", c.memory.size_bytes},
+                 {"usable_bytes", c.memory.usable_bytes},
+                 {"channels", c.memory.channels},
+                 {"bandwidth_gbps", c.memory.bandwidth_gbps},
+                 {"latency_ns", c.memory.latency_ns}};
+  j["pcie"] = {{"bandwidth_gbps", c.pcie.bandwidth_gbps}, {"latency_ns", c.pcie.latency_ns}};
+  j["firmware"] = {{"queues", c.firmware.queues}, {"command_cycles", c.firmware.command_cycles}};
+  j["output"] = {{"trace_path", c.output.trace_path},
+                 {"stats_path", c.output.stats_path},
+                 {"trace_instructions", c.output.trace_instructions},
+                 {"max_trace_events", c.output.max_trace_events}};
+  return j;
+}
+
+// Every key of `over` must exist in `base` with a value of the same kind.
+void check_keys(const json& over, const json& base, const std::string& path) {
+  if (!over.is_object()) throw std::invalid_argument(fmt::format("config: '{}' must be an object", path));
+  for (const auto& [key, value] : over.items()) {
+    const std::string name = path.empty() ? key : path + "." + key;
+    if (!base.contains(key)) throw std::invalid_argument(fmt::format("config: unknown key '{}'", name));
+    const json& want = base.at(key);
+    if (want.is_object()) {
+      check_keys(value, want, name);
+    } else if (want.is_number() != value.is_number() || want.is_string() != value.is_string() ||
+               want.is_boolean() != value.is_boolean()) {
+      throw std::invalid_argument(
+          fmt::format("config: '{}' must be a {} (got {})", name, want.type_name(), value.dump()));
+    } else if (want.is_number_unsigned() && value.is_number() && value.get<double>() < 0) {
+      throw std::invalid_argument(fmt::format("config: '{}' must not be negative (got {})", name, value.dump()));
+    }
+  }
+}
+
+template <typename T>
+void get(const json& j, const char* section, const char* key, T& out) {
+  out = j.at(section).at(key).get<T>();
+}
+
+Config from_tree(const json& j) {
+  Config c;
+  get(j, "sim", "devices", c.sim.devices);
+  get(j, "sim", "host_quantum_ns", c.sim.host_quantum_ns);
+  get(j, "chip", "cores", c.chip.cores);
+  get(j, "chip", "corelets_per_core", c.chip.corelets_per_core);
+  get(j, "chip", "clock_mhz", c.chip.clock_mhz);
+  get(j, "chip", "lx_bytes", c.chip.lx_bytes);
+  get(j, "chip", "pt_rows", c.chip.pt_rows);
+  get(j, "chip", "pt_cols", c.chip.pt_cols);
+  get(j, "chip", "pt_simd", c.chip.pt_simd);
+  get(j, "chip", "fp32_rate", c.chip.fp32_rate);
+  get(j, "chip", "pt_fill_cycles", c.chip.pt_fill_cycles);
+  get(j, "chip", "sfp_lanes", c.chip.sfp_lanes);
+  get(j, "chip", "sfp_fill_cycles", c.chip.sfp_fill_cycles);
+  get(j, "chip", "issue_cycles", c.chip.issue_cycles);
+  get(j, "ring", "bytes_per_cycle", c.ring.bytes_per_cycle);
+  get(j, "ring", "latency_cycles", c.ring.latency_cycles);
+  get(j, "memory", "size_bytes", c.memory.size_bytes);
+  get(j, "memory", "usable_bytes", c.memory.usable_bytes);
+  get(j, "memory", "channels", c.memory.channels);
+  get(j, "memory", "bandwidth_gbps", c.memory.bandwidth_gbps);
+  get(j, "memory", "latency_ns", c.memory.latency_ns);
+  get(j, "pcie", "bandwidth_gbps", c.pcie.bandwidth_gbps);
+  get(j, "pcie", "latency_ns", c.pcie.latency_ns);
+  get(j, "firmware", "queues", c.firmware.queues);
+  get(j, "firmware", "command_cycles", c.firmware.command_cycles);
+  get(j, "output", "trace_path", c.output.trace_path);
+  get(j, "output", "stats_path", c.output.stats_path);
+  get(j, "output", "trace_instructions", c.output.trace_instructions);
+  get(j, "output", "max_trace_events", c.output.max_trace_events);
+  return c;
+}
+
+void require(bool ok, const char* key, const std::string& why) {
+  if (!ok) throw std::invalid_argument(fmt::format("config: '{}' {}", key, why));
+}
+
+void validate(const Config& c) {
+  require(c.sim.devices >= 1 && c.sim.devices <= 16, "sim.devices", "must be 1..16");
+  require(c.sim.host_quantum_ns >= 1, "sim.host_quantum_ns", "must be at least 1");
+  require(c.chip.cores >= 1 && c.chip.cores <= 64, "chip.cores", "must be 1..64");
+  require(c.chip.corelets_per_core >= 1, "chip.corelets_per_core", "must be at least 1");
+  require(c.chip.clock_mhz >= 1, "chip.clock_mhz", "must be at least 1");
+  require(c.chip.lx_bytes >= 64 * 1024 && c.chip.lx_bytes <= (1ull << 31), "chip.lx_bytes", "must be 64 KiB..2 GiB");
+  require(c.chip.pt_rows >= 1 && c.chip.pt_cols >= 1 && c.chip.pt_simd >= 1, "chip.pt_*", "must be at least 1");
+  require(c.chip.fp32_rate > 0, "chip.fp32_rate", "must be positive");
+  require(c.chip.sfp_lanes >= 1, "chip.sfp_lanes", "must be at least 1");
+  require(c.ring.bytes_per_cycle >= 1, "ring.bytes_per_cycle", "must be at least 1");
+  require(c.memory.usable_bytes >= (1ull << 20) && c.memory.usable_bytes <= c.memory.size_bytes,
+          "memory.usable_bytes", "must be at least 1 MiB and at most memory.size_bytes");
+  require(c.memory.channels >= 1, "memory.channels", "must be at least 1");
+  require(c.memory.bandwidth_gbps > 0, "memory.bandwidth_gbps", "must be positive");
+  require(c.pcie.bandwidth_gbps > 0, "pcie.bandwidth_gbps", "must be positive");
+  require(c.firmware.queues >= 1 && c.firmware.queues <= 16, "firmware.queues", "must be 1..16");
+}
+
+}  // namespace
+
+std::string Config::to_json() const { return to_tree(*this).dump(); }
+
+std::string Config::hash() const {
+  uint64_t h = 1469598103934665603ull;
+  for (const unsigned char ch : to_json()) {
+    h ^= ch;
+    h *= 1099511628211ull;
+  }
+  return fmt::format("{:016x}", h);
+}
+
+Config parse_config(const std::string& json_text) {
+  json over;
+  try {
+    over = json::parse(json_text);
+  } catch (const json::parse_error& e) {
+    throw std::invalid_argument(fmt::format("config: not valid JSON ({})", e.what()));
+  }
+  json tree = to_tree(Config{});
+  check_keys(over, tree, "");
+  tree.merge_patch(over);
+  Config c = from_tree(tree);
+  validate(c);
+  return c;
+}
+
+Config load_config_from_env() {
+  Config c;
+  if (const char* path = std::getenv("SPYRE_CONFIG"); path && *path) {
+    std::ifstream in(path);
+    if (!in) throw std::invalid_argument(fmt::format("config: cannot read SPYRE_CONFIG file '{}'", path));
+    std::stringstream text;
+    text << in.rdbuf();
+    try {
+      c = parse_config(text.str());
+    } catch (const std::invalid_argument& e) {
+      throw std::invalid_argument(fmt::format("{} (in {})", e.what(), path));
+    }
+  }
+  if (const char* p = std::getenv("SPYRE_TRACE"); p && *p) c.output.trace_path = p;
+  if (const char* p = std::getenv("SPYRE_STATS"); p && *p) c.output.stats_path = p;
+  return c;
+}
+
+}  // namespace spyre::sim

@@ -1,0 +1,82 @@
+#include "control_processor.h"
+
+#include <fmt/format.h>
+
+namespace spyre::sim {
+
+namespace {
+const char* opcode_name(hw::Opcode op) {
+  switch (op) {
+    case hw::Opcode::kNop: return "nop";
+    case hw::Opcode::kCopy: return "copy";
+    case hw::Opcode::kLaunch: return "launch";
+    case hw::Opcode::kTimestamp: return "timestamp";
+    default: return "invalid";
+  }
+}
+}  // namespace
+
+ControlProcessor::ControlProcessor(const sc_core::sc_module_name& name, const Config& config, uint32_t card,
+                                   Endpoint& endpoint, DeviceMemory& memory, DmaEngine& dma, std::vector<Core*> cores,
+                                   Trace& trace, CardStats& stats)
+    : sc_core::sc_module(name),
+      config_(config),
+      clock_(config.chip.clock_mhz),
+      endpoint_(endpoint),
+      memory_(memory),
+      dma_(dma),
+      cores_(std::move(cores)),
+      trace_(trace),
+      stats_(stats),
+      card_(card),
+      firmware_(*this) {
+  sc_core::sc_spawn_options opts;
+  opts.set_stack_size(256 * 1024);
+  sc_core::sc_spawn([this] { firmware_.run(); }, "firmware", &opts);
+}
+
+bool ControlProcessor::host_read(uint64_t iova, void* dst, uint32_t n) {
+  sc_core::sc_time delay = sc_core::SC_ZERO_TIME;
+  const bool ok = endpoint_.host_read(iova, dst, n, delay);
+  wait(delay);
+  return ok;
+}
+
+bool ControlProcessor::host_write(uint64_t iova, const void* src, uint32_t n) {
+  sc_core::sc_time delay = sc_core::SC_ZERO_TIME;
+  const bool ok = endpoint_.host_write(iova, src, n, delay);
+  wait(delay);
+  return ok;
+}
+
+fw::Verdict ControlProcessor::launch(uint64_t program, uint64_t args, uint64_t core_mask) {
+  uint32_t rank = 0;
+  for (uint32_t i = 0; i < cores_.size(); ++i) {
+    if (core_mask >> i & 1) cores_[i]->start(program, args, rank++);
+  }
+  for (uint32_t i = 0; i < cores_.size(); ++i) {
+    if (core_mask >> i & 1) {
+      while (cores_[i]->busy()) wait(cores_[i]->done_event());
+    }
+  }
+  for (uint32_t i = 0; i < cores_.size(); ++i) {
+    if ((core_mask >> i & 1) && !cores_[i]->result().ok()) {
+      fw::Verdict v = cores_[i]->result();
+      v.field = hw::Field::kLaunchProgram;
+      return v;
+    }
+  }
+  return {};
+}
+
+void ControlProcessor::command_done(uint32_t queue, const hw::Descriptor& d, const hw::Completion& c) {
+  wait(clock_.cycles(config_.firmware.command_cycles));
+  const char* name = opcode_name(d.opcode);
+  ++stats_.commands[name];
+  if (c.error != hw::ErrorCode::kOk) ++stats_.command_errors;
+  const uint32_t track = trace_.track(card_, fmt::format("queue {:02}", queue));
+  trace_.slice(track, c.error == hw::ErrorCode::kOk ? name : "error", c.start_cycle, clock_.now_cycles(),
+               {{"seq", d.seq}, {"error", static_cast<uint64_t>(c.error)}, {"field", static_cast<uint64_t>(c.field)}});
+}
+
+}  // namespace spyre::sim

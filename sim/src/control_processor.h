@@ -1,0 +1,50 @@
+// The card's control processor: runs the firmware (firmware/) on a SystemC thread and gives it
+// the hardware through fw::Hal. Every Hal call costs device time.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "core.h"
+#include "device_memory.h"
+#include "dma_engine.h"
+#include "endpoint.h"
+#include "spyre/firmware/firmware.h"
+
+namespace spyre::sim {
+
+class ControlProcessor : public sc_core::sc_module, private fw::Hal {
+ public:
+  ControlProcessor(const sc_core::sc_module_name& name, const Config& config, uint32_t card, Endpoint& endpoint,
+                   DeviceMemory& memory, DmaEngine& dma, std::vector<Core*> cores, Trace& trace, CardStats& stats);
+
+ private:
+  // fw::Hal
+  uint32_t reg_read(uint32_t offset) override { return endpoint_.reg_read(offset); }
+  void reg_write(uint32_t offset, uint32_t value) override { endpoint_.reg_write_device(offset, value); }
+  bool host_read(uint64_t iova, void* dst, uint32_t n) override;
+  bool host_write(uint64_t iova, const void* src, uint32_t n) override;
+  void dev_read(uint64_t addr, void* dst, uint32_t n) override { memory_.read(addr, dst, n); }
+  uint64_t dev_mem_size() override { return memory_.size(); }
+  uint32_t num_cores() override { return static_cast<uint32_t>(cores_.size()); }
+  fw::Verdict copy(const hw::CopyArgs& args, uint8_t flags) override { return dma_.copy(args, flags); }
+  fw::Verdict launch(uint64_t program, uint64_t args, uint64_t core_mask) override;
+  void raise_msix(uint32_t vector) override { endpoint_.raise_msix(vector); }
+  uint64_t now_cycles() override { return clock_.now_cycles(); }
+  void wait_for_work() override { wait(endpoint_.work_event()); }
+  void command_done(uint32_t queue, const hw::Descriptor& d, const hw::Completion& c) override;
+
+  const Config& config_;
+  Clock clock_;
+  Endpoint& endpoint_;
+  DeviceMemory& memory_;
+  DmaEngine& dma_;
+  std::vector<Core*> cores_;
+  Trace& trace_;
+  CardStats& stats_;
+  uint32_t card_;
+  fw::Firmware firmware_;
+};
+
+}  // namespace spyre::sim

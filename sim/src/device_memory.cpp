@@ -1,0 +1,66 @@
+#include "device_memory.h"
+
+#include <algorithm>
+#include <cstring>
+
+namespace spyre::sim {
+
+DeviceMemory::DeviceMemory(const sc_core::sc_module_name& name, const Config& config)
+    : sc_core::sc_module(name),
+      socket("socket"),
+      size_(config.memory.usable_bytes),
+      server_(config.memory.bandwidth_gbps, sc_core::sc_time(config.memory.latency_ns, sc_core::SC_NS)) {
+  socket.register_b_transport(this, &DeviceMemory::b_transport);
+}
+
+void DeviceMemory::read(uint64_t addr, void* dst, uint64_t n) const {
+  auto* out = static_cast<uint8_t*>(dst);
+  while (n > 0) {
+    const uint64_t page = addr / kPageBytes;
+    const uint64_t off = addr % kPageBytes;
+    const uint64_t len = std::min(n, kPageBytes - off);
+    const auto it = pages_.find(page);
+    if (it == pages_.end()) {
+      std::memset(out, 0, len);  // never-written memory reads as zero
+    } else {
+      std::memcpy(out, it->second.get() + off, len);
+    }
+    out += len;
+    addr += len;
+    n -= len;
+  }
+}
+
+void DeviceMemory::write(uint64_t addr, const void* src, uint64_t n) {
+  const auto* in = static_cast<const uint8_t*>(src);
+  while (n > 0) {
+    const uint64_t page = addr / kPageBytes;
+    const uint64_t off = addr % kPageBytes;
+    const uint64_t len = std::min(n, kPageBytes - off);
+    auto& slot = pages_[page];
+    if (!slot) slot = std::make_unique<uint8_t[]>(kPageBytes);  // value-initialised: zero
+    std::memcpy(slot.get() + off, in, len);
+    in += len;
+    addr += len;
+    n -= len;
+  }
+}
+
+void DeviceMemory::b_transport(int /*id*/, tlm::tlm_generic_payload& gp, sc_core::sc_time& delay) {
+  const uint64_t addr = gp.get_address();
+  const uint64_t n = gp.get_data_length();
+  if (n == 0 || addr >= size_ || n > size_ - addr || gp.get_byte_enable_ptr() != nullptr) {
+    gp.set_response_status(tlm::TLM_ADDRESS_ERROR_RESPONSE);
+    return;
+  }
+  if (gp.is_read()) {
+    read(addr, gp.get_data_ptr(), n);
+  } else if (gp.is_write()) {
+    write(addr, gp.get_data_ptr(), n);
+  }
+  const sc_core::sc_time start = sc_core::sc_time_stamp() + delay;
+  delay = server_.reserve(start, n) - sc_core::sc_time_stamp();
+  gp.set_response_status(tlm::TLM_OK_RESPONSE);
+}
+
+}  // namespace spyre::sim

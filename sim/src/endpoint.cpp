@@ -1,0 +1,153 @@
+#include "endpoint.h"
+
+#include <cstring>
+
+#include "spyre/hw/pci.h"
+#include "spyre/hw/regs.h"
+
+namespace spyre::sim {
+
+namespace hw = spyre::hw;
+
+Endpoint::Endpoint(const sc_core::sc_module_name& name, const Config& config, uint64_t mem_size, CardStats& stats)
+    : sc_core::sc_module(name),
+      bar0("bar0"),
+      config_(config),
+      mem_size_(mem_size),
+      stats_(stats),
+      clock_(config.chip.clock_mhz),
+      cfg_(hw::kCfgSize, 0),
+      regs_(hw::kBar0Size / 4, 0),
+      to_host_(config.pcie.bandwidth_gbps, sc_core::sc_time(config.pcie.latency_ns / 2.0, sc_core::SC_NS)),
+      from_host_(config.pcie.bandwidth_gbps, sc_core::sc_time(config.pcie.latency_ns, sc_core::SC_NS)) {
+  bar0.register_b_transport(this, &Endpoint::b_transport);
+  auto put16 = [&](uint32_t off, uint16_t v) { std::memcpy(&cfg_[off], &v, 2); };
+  put16(hw::kCfgVendorId, hw::kPciVendorId);
+  put16(hw::kCfgDeviceId, hw::kPciDeviceId);
+  cfg_[hw::kCfgClassCode] = hw::kPciClassCode;
+  cfg_[hw::kCfgBar0] = 0x4;  // 64-bit memory BAR
+}
+
+uint32_t Endpoint::cfg_read(uint32_t offset, uint32_t size) const {
+  if (offset >= cfg_.size() || size > cfg_.size() - offset || (size != 1 && size != 2 && size != 4)) {
+    return 0xffffffffu;
+  }
+  uint32_t v = 0;
+  std::memcpy(&v, &cfg_[offset], size);
+  return v;
+}
+
+void Endpoint::cfg_write(uint32_t offset, uint32_t size, uint32_t value) {
+  // Only the command register is writable; the rest of the header is read-only in this model.
+  if (offset == hw::kCfgCommand && size == 2) {
+    const uint16_t v = static_cast<uint16_t>(value) & (hw::kCmdMemorySpace | hw::kCmdBusMaster);
+    std::memcpy(&cfg_[offset], &v, 2);
+  }
+}
+
+bool Endpoint::bus_master() const { return (cfg_read(hw::kCfgCommand, 2) & hw::kCmdBusMaster) != 0; }
+
+uint32_t Endpoint::reg_read(uint32_t offset) {
+  switch (offset) {
+    case hw::kRegMagic: return hw::kRegMagicValue;
+    case hw::kRegVersion: return hw::kInterfaceVersion;
+    case hw::kRegNumQueues: return config_.firmware.queues;
+    case hw::kRegNumCores: return config_.chip.cores;
+    case hw::kRegMemSizeLo: return static_cast<uint32_t>(mem_size_);
+    case hw::kRegMemSizeHi: return static_cast<uint32_t>(mem_size_ >> 32);
+    case hw::kRegStatus: return hw::kStatusFirmwareReady;
+    case hw::kRegCycleLo: {
+      const uint64_t now = clock_.now_cycles();
+      cycle_hi_latch_ = static_cast<uint32_t>(now >> 32);
+      return static_cast<uint32_t>(now);
+    }
+    case hw::kRegCycleHi: return cycle_hi_latch_;
+    case hw::kRegClockMhz: return config_.chip.clock_mhz;
+    case hw::kRegLxBytes: return static_cast<uint32_t>(config_.chip.lx_bytes);
+    default: return offset < hw::kBar0Size ? regs_[offset / 4] : 0;
+  }
+}
+
+void Endpoint::reg_write_device(uint32_t offset, uint32_t value) {
+  if (offset >= hw::kQueueBase && offset < hw::kQueueBase + hw::kMaxQueues * hw::kQueueStride) {
+    const uint32_t reg = (offset - hw::kQueueBase) % hw::kQueueStride;
+    if (reg == hw::kQHead || reg == hw::kQStatus) regs_[offset / 4] = value;
+  }
+}
+
+void Endpoint::host_reg_write(uint32_t offset, uint32_t value) {
+  if (offset == hw::kRegControl) {
+    if (value & hw::kControlReset) {
+      for (uint32_t q = 0; q < hw::kMaxQueues; ++q) {
+        for (uint32_t r = 0; r < hw::kQueueStride; r += 4) regs_[hw::queue_reg(q, r) / 4] = 0;
+      }
+      work_.notify(sc_core::SC_ZERO_TIME);
+    }
+    return;
+  }
+  if (offset < hw::kQueueBase || offset >= hw::kQueueBase + config_.firmware.queues * hw::kQueueStride) return;
+  const uint32_t q = (offset - hw::kQueueBase) / hw::kQueueStride;
+  const uint32_t reg = (offset - hw::kQueueBase) % hw::kQueueStride;
+  uint32_t& status = regs_[hw::queue_reg(q, hw::kQStatus) / 4];
+  switch (reg) {
+    case hw::kQHead:
+    case hw::kQStatus: return;  // device-owned
+    case hw::kQControl:
+      if (value & hw::kQControlReset) {
+        status &= hw::kQStatusEnabled;
+        regs_[hw::queue_reg(q, hw::kQHead) / 4] = 0;
+        regs_[hw::queue_reg(q, hw::kQTail) / 4] = 0;
+      }
+      if (value & hw::kQControlEnable) status |= hw::kQStatusEnabled;
+      work_.notify(sc_core::SC_ZERO_TIME);
+      return;
+    case hw::kQTail:
+      regs_[offset / 4] = value;
+      work_.notify(sc_core::SC_ZERO_TIME);
+      return;
+    default: regs_[offset / 4] = value; return;
+  }
+}
+
+void Endpoint::b_transport(tlm::tlm_generic_payload& gp, sc_core::sc_time& /*delay*/) {
+  const uint64_t offset = gp.get_address();
+  if (gp.get_data_length() != 4 || offset % 4 != 0) {
+    gp.set_response_status(tlm::TLM_BURST_ERROR_RESPONSE);
+    return;
+  }
+  if (offset >= hw::kBar0Size) {
+    gp.set_response_status(tlm::TLM_ADDRESS_ERROR_RESPONSE);
+    return;
+  }
+  const bool decoding = (cfg_read(hw::kCfgCommand, 2) & hw::kCmdMemorySpace) != 0;
+  uint32_t value = 0;
+  if (gp.is_read()) {
+    value = decoding ? reg_read(static_cast<uint32_t>(offset)) : 0xffffffffu;
+    std::memcpy(gp.get_data_ptr(), &value, 4);
+  } else if (gp.is_write() && decoding) {
+    std::memcpy(&value, gp.get_data_ptr(), 4);
+    host_reg_write(static_cast<uint32_t>(offset), value);
+  }
+  gp.set_response_status(tlm::TLM_OK_RESPONSE);
+}
+
+bool Endpoint::host_read(uint64_t iova, void* dst, uint64_t n, sc_core::sc_time& delay) {
+  if (!host_ || !bus_master() || !host_->dma_read(iova, dst, n)) return false;
+  const sc_core::sc_time start = sc_core::sc_time_stamp() + delay;
+  delay = from_host_.reserve(start, n) - sc_core::sc_time_stamp();
+  return true;
+}
+
+bool Endpoint::host_write(uint64_t iova, const void* src, uint64_t n, sc_core::sc_time& delay) {
+  if (!host_ || !bus_master() || !host_->dma_write(iova, src, n)) return false;
+  const sc_core::sc_time start = sc_core::sc_time_stamp() + delay;
+  delay = to_host_.reserve(start, n) - sc_core::sc_time_stamp();
+  return true;
+}
+
+void Endpoint::raise_msix(uint32_t vector) {
+  ++stats_.msix;
+  if (host_ && bus_master()) host_->raise_irq(vector);
+}
+
+}  // namespace spyre::sim

@@ -1,0 +1,58 @@
+// PCIe endpoint of one card: config space, the BAR0 register file, host DMA across the link
+// (with PCIe bandwidth and latency), and MSI-X. Register semantics live here; the register map
+// itself is spyre/hw/regs.h.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <vector>
+
+#include <tlm_utils/simple_target_socket.h>
+
+#include "spyre/sim/config.h"
+#include "spyre/sim/simulator.h"
+#include "timing.h"
+#include "trace.h"
+
+namespace spyre::sim {
+
+class Endpoint : public sc_core::sc_module {
+ public:
+  /// BAR0 as the host reaches it: 4-byte reads and writes at offsets below hw::kBar0Size.
+  tlm_utils::simple_target_socket<Endpoint> bar0;
+
+  Endpoint(const sc_core::sc_module_name& name, const Config& config, uint64_t mem_size, CardStats& stats);
+
+  void attach(HostLink* link) { host_ = link; }
+  uint32_t cfg_read(uint32_t offset, uint32_t size) const;
+  void cfg_write(uint32_t offset, uint32_t size, uint32_t value);
+
+  // Device side (firmware, DMA engine).
+  uint32_t reg_read(uint32_t offset);
+  void reg_write_device(uint32_t offset, uint32_t value);
+  /// DMA across the link. `delay` (relative to now) is advanced by the PCIe transfer time.
+  bool host_read(uint64_t iova, void* dst, uint64_t n, sc_core::sc_time& delay);
+  bool host_write(uint64_t iova, const void* src, uint64_t n, sc_core::sc_time& delay);
+  void raise_msix(uint32_t vector);
+  /// Notified on every doorbell and control write.
+  const sc_core::sc_event& work_event() const { return work_; }
+
+ private:
+  void b_transport(tlm::tlm_generic_payload& gp, sc_core::sc_time& delay);
+  void host_reg_write(uint32_t offset, uint32_t value);
+  bool bus_master() const;
+
+  const Config& config_;
+  uint64_t mem_size_;
+  CardStats& stats_;
+  Clock clock_;
+  HostLink* host_ = nullptr;
+  std::vector<uint8_t> cfg_;
+  std::vector<uint32_t> regs_;  // the queue block storage, indexed by offset / 4
+  uint32_t cycle_hi_latch_ = 0;
+  BandwidthServer to_host_;
+  BandwidthServer from_host_;
+  sc_core::sc_event work_;
+};
+
+}  // namespace spyre::sim

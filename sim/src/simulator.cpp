@@ -1,0 +1,232 @@
+#include "spyre/sim/simulator.h"
+
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <cstdlib>
+#include <deque>
+#include <functional>
+#include <mutex>
+#include <stdexcept>
+#include <thread>
+
+#include <fmt/format.h>
+
+#include "card.h"
+
+namespace spyre::sim {
+namespace {
+
+// How long each side spins before parking: a round trip costs ~1.4 us spinning, ~90 us parked.
+constexpr auto kSpin = std::chrono::microseconds(50);
+
+class SimulatorImpl final : public Simulator {
+ public:
+  explicit SimulatorImpl(Config config) : config_(std::move(config)) {
+    thread_ = std::thread([this] { main(); });
+    std::unique_lock lock(mu_);
+    reply_cv_.wait(lock, [&] { return ready_; });
+    if (!init_error_.empty()) {
+      lock.unlock();
+      thread_.join();
+      throw std::runtime_error(init_error_);
+    }
+  }
+
+  const Config& config() const override { return config_; }
+  uint32_t num_cards() const override { return config_.sim.devices; }
+
+  void attach(uint32_t card, HostLink* link) override {
+    check(card);
+    call([&] { cards_[card]->endpoint().attach(link); });
+  }
+
+  uint32_t cfg_read(uint32_t card, uint32_t offset, uint32_t size) override {
+    check(card);
+    uint32_t v = 0;
+    call([&] { v = cards_[card]->endpoint().cfg_read(offset, size); });
+    return v;
+  }
+
+  void cfg_write(uint32_t card, uint32_t offset, uint32_t size, uint32_t value) override {
+    check(card);
+    call([=] { cards_[card]->endpoint().cfg_write(offset, size, value); });
+  }
+
+  uint32_t mmio_read(uint32_t card, uint32_t offset) override {
+    check(card);
+    uint32_t v = 0xffffffffu;
+    call([&] {
+      if (!cards_[card]->mmio(false, offset, v)) v = 0xffffffffu;
+    });
+    return v;
+  }
+
+  void mmio_write(uint32_t card, uint32_t offset, uint32_t value) override {
+    check(card);
+    post([=, this] {
+      uint32_t v = value;
+      cards_[card]->mmio(true, offset, v);
+    });
+  }
+
+  Reports flush_reports() override {
+    Reports r;
+    std::string error;
+    call([&] {
+      try {
+        r = write_reports();
+      } catch (const std::exception& e) {
+        error = e.what();
+      }
+    });
+    if (!error.empty()) throw std::runtime_error(error);
+    return r;
+  }
+
+  void shutdown() override {
+    if (!thread_.joinable()) return;
+    post([this] { quit_ = true; });
+    thread_.join();
+  }
+
+ private:
+  void check(uint32_t card) const {
+    if (card >= config_.sim.devices) {
+      throw std::out_of_range(fmt::format("simulator: no card {} ({} configured)", card, config_.sim.devices));
+    }
+  }
+
+  // Queues `fn` for the simulator thread and returns at once; tasks run in order.
+  void post(std::function<void()> fn) {
+    {
+      std::lock_guard lock(mu_);
+      tasks_.push_back(std::move(fn));
+      has_tasks_.store(true, std::memory_order_release);
+    }
+    cv_.notify_one();
+  }
+
+  // Runs `fn` on the simulator thread and waits for it: spin briefly, then park.
+  void call(const std::function<void()>& fn) {
+    std::atomic<bool> done{false};
+    post([&] {
+      fn();
+      {
+        std::lock_guard lock(mu_);
+        done.store(true, std::memory_order_release);
+      }
+      reply_cv_.notify_all();
+    });
+    const auto until = std::chrono::steady_clock::now() + kSpin;
+    while (!done.load(std::memory_order_acquire) && std::chrono::steady_clock::now() < until) {
+    }
+    std::unique_lock lock(mu_);
+    reply_cv_.wait(lock, [&] { return done.load(std::memory_order_acquire); });
+  }
+
+  void run_tasks() {
+    std::deque<std::function<void()>> batch;
+    {
+      std::lock_guard lock(mu_);
+      batch.swap(tasks_);
+      has_tasks_.store(false, std::memory_order_relaxed);
+    }
+    for (auto& t : batch) t();
+  }
+
+  Reports write_reports() {
+    Reports r;
+    if (!config_.output.trace_path.empty()) {
+      trace_->write(config_.output.trace_path);
+      r.trace_path = config_.output.trace_path;
+    }
+    if (!config_.output.stats_path.empty()) {
+      std::vector<const CardStats*> stats;
+      std::vector<uint64_t> cycles;
+      const Clock clock(config_.chip.clock_mhz);
+      for (const auto& c : cards_) {
+        stats.push_back(&c->stats());
+        cycles.push_back(clock.now_cycles());
+      }
+      write_stats(config_.output.stats_path, config_, stats, cycles, trace_->dropped());
+      r.stats_path = config_.output.stats_path;
+    }
+    return r;
+  }
+
+  void main() {
+    try {
+      trace_ = std::make_unique<Trace>(config_);
+      for (uint32_t i = 0; i < config_.sim.devices; ++i) {
+        cards_.push_back(std::make_unique<Card>(fmt::format("card{}", i).c_str(), i, config_, *trace_));
+      }
+      sc_core::sc_start(sc_core::SC_ZERO_TIME);  // elaborate and start the firmware
+    } catch (const std::exception& e) {
+      init_error_ = fmt::format("simulator: elaboration failed: {}", e.what());
+    }
+    {
+      std::lock_guard lock(mu_);
+      ready_ = true;
+    }
+    reply_cv_.notify_all();
+    if (!init_error_.empty()) return;
+
+    const sc_core::sc_time quantum(static_cast<double>(config_.sim.host_quantum_ns), sc_core::SC_NS);
+    while (!quit_) {
+      run_tasks();
+      if (quit_) break;
+      if (sc_core::sc_pending_activity()) {
+        // Host requests are looked at between quanta; an idle device stops at its last event,
+        // so simulated time never advances while waiting for the host.
+        sc_core::sc_start(quantum, sc_core::SC_EXIT_ON_STARVATION);
+        continue;
+      }
+      const auto until = std::chrono::steady_clock::now() + kSpin;
+      while (!has_tasks_.load(std::memory_order_acquire) && std::chrono::steady_clock::now() < until) {
+      }
+      std::unique_lock lock(mu_);
+      cv_.wait(lock, [&] { return !tasks_.empty(); });
+    }
+    try {
+      write_reports();
+    } catch (const std::exception& e) {
+      fmt::print(stderr, "spyre simulator: {}\n", e.what());
+    }
+  }
+
+  Config config_;
+  std::thread thread_;
+  std::mutex mu_;
+  std::condition_variable cv_;        // wakes the simulator thread
+  std::condition_variable reply_cv_;  // wakes host threads waiting in call()
+  std::deque<std::function<void()>> tasks_;
+  std::atomic<bool> has_tasks_{false};
+  bool ready_ = false;
+  bool quit_ = false;
+  std::string init_error_;
+  // Owned by the simulator thread.
+  std::unique_ptr<Trace> trace_;
+  std::vector<std::unique_ptr<Card>> cards_;
+};
+
+SimulatorImpl* g_sim = nullptr;
+
+}  // namespace
+
+Simulator& Simulator::instance() {
+  static std::once_flag once;
+  static std::string error;
+  std::call_once(once, [] {
+    try {
+      g_sim = new SimulatorImpl(load_config_from_env());  // lives until process exit
+      std::atexit([] { g_sim->shutdown(); });
+    } catch (const std::exception& e) {
+      error = e.what();
+    }
+  });
+  if (!g_sim) throw std::invalid_argument(error);
+  return *g_sim;
+}
+
+}  // namespace spyre::sim

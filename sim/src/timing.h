@@ -1,0 +1,59 @@
+// Time bases and the bandwidth/latency server that every shared resource (memory, ring, PCIe)
+// uses: a request waits for the resource to be free, occupies it for bytes / bandwidth, and
+// its last byte arrives `latency` later. No per-cycle ticking.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#define SC_INCLUDE_DYNAMIC_PROCESSES
+#include <systemc>
+
+namespace spyre::sim {
+
+/// Converts between device cycles and SystemC time for one clock.
+class Clock {
+ public:
+  explicit Clock(uint32_t mhz) : mhz_(mhz) {}
+  sc_core::sc_time cycles(uint64_t n) const {
+    return sc_core::sc_time(static_cast<double>(n) * 1e6 / mhz_, sc_core::SC_PS);
+  }
+  uint64_t to_cycles(const sc_core::sc_time& t) const {
+    return static_cast<uint64_t>(t.to_seconds() * 1e6 * mhz_ + 1e-6);
+  }
+  uint64_t now_cycles() const { return to_cycles(sc_core::sc_time_stamp()); }
+  uint32_t mhz() const { return mhz_; }
+
+ private:
+  uint32_t mhz_;
+};
+
+class BandwidthServer {
+ public:
+  /// `bytes_per_ns` is the sustained bandwidth; `latency` the fixed time to the first byte.
+  BandwidthServer(double bytes_per_ns, sc_core::sc_time latency)
+      : bytes_per_ns_(bytes_per_ns), latency_(latency) {}
+
+  /// Reserves the resource for `bytes`, starting no earlier than `at`.
+  /// Returns the time at which the last byte has arrived.
+  sc_core::sc_time reserve(const sc_core::sc_time& at, uint64_t bytes) {
+    const sc_core::sc_time start = at > next_free_ ? at : next_free_;
+    const sc_core::sc_time occupy(static_cast<double>(bytes) / bytes_per_ns_, sc_core::SC_NS);
+    next_free_ = start + occupy;
+    busy_ += occupy;
+    bytes_ += bytes;
+    return next_free_ + latency_;
+  }
+
+  uint64_t bytes() const { return bytes_; }
+  const sc_core::sc_time& busy() const { return busy_; }
+
+ private:
+  double bytes_per_ns_;
+  sc_core::sc_time latency_;
+  sc_core::sc_time next_free_ = sc_core::SC_ZERO_TIME;
+  sc_core::sc_time busy_ = sc_core::SC_ZERO_TIME;
+  uint64_t bytes_ = 0;
+};
+
+}  // namespace spyre::sim

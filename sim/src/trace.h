@@ -1,0 +1,83 @@
+// Trace and stats of a simulation run. The trace is Chrome JSON (opens in ui.perfetto.dev and
+// chrome://tracing): one process per card, one track per queue, the DMA engine and each core.
+// Both files carry the config and its hash.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "spyre/sim/config.h"
+
+namespace spyre::sim {
+
+class Trace {
+ public:
+  explicit Trace(const Config& config) : config_(config) {}
+
+  /// Returns the id of the track `name` on card `card`, creating it on first use.
+  uint32_t track(uint32_t card, const std::string& name);
+
+  /// Records a complete slice [start, end) in cycles. `args` are small numeric annotations.
+  void slice(uint32_t track, const char* name, uint64_t start, uint64_t end,
+             std::initializer_list<std::pair<const char*, uint64_t>> args = {});
+
+  bool instructions() const { return config_.output.trace_instructions; }
+  uint64_t dropped() const { return dropped_; }
+
+  /// Writes the trace to `path`. Throws std::runtime_error when the file cannot be written.
+  void write(const std::string& path) const;
+
+ private:
+  struct Event {
+    uint32_t track;
+    uint32_t name;
+    uint64_t start;
+    uint64_t dur;
+    uint32_t nargs;
+    std::pair<uint32_t, uint64_t> args[3];
+  };
+  struct Track {
+    uint32_t card;
+    std::string name;
+  };
+  uint32_t intern(const char* s);
+
+  const Config& config_;
+  std::vector<Track> tracks_;
+  std::map<std::pair<uint32_t, std::string>, uint32_t> track_ids_;
+  std::vector<std::string> strings_;
+  std::unordered_map<std::string, uint32_t> string_ids_;
+  std::vector<Event> events_;
+  uint64_t dropped_ = 0;
+};
+
+/// Counters of one card.
+struct CoreStats {
+  uint64_t programs = 0;
+  uint64_t instructions = 0;
+  uint64_t busy_cycles = 0;     // from program start to end
+  uint64_t compute_cycles = 0;  // PT and SFP instructions
+  uint64_t memory_cycles = 0;   // waiting for loads and stores
+  uint64_t flops = 0;
+  uint64_t bytes_loaded = 0;
+  uint64_t bytes_stored = 0;
+};
+
+struct CardStats {
+  std::map<std::string, uint64_t> commands;  // by opcode name
+  uint64_t command_errors = 0;
+  uint64_t h2d_bytes = 0;
+  uint64_t d2h_bytes = 0;
+  uint64_t d2d_bytes = 0;
+  uint64_t msix = 0;
+  std::vector<CoreStats> cores;
+};
+
+/// Writes the stats of all cards as JSON to `path`. Throws std::runtime_error on I/O errors.
+void write_stats(const std::string& path, const Config& config, const std::vector<const CardStats*>& cards,
+                 const std::vector<uint64_t>& card_cycles, uint64_t trace_dropped);
+
+}  // namespace spyre::sim
