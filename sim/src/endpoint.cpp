@@ -94,11 +94,11 @@ void Endpoint::host_reg_write(uint32_t offset, uint32_t value) {
     case hw::kQStatus: return;  // device-owned
     case hw::kQControl:
       if (value & hw::kQControlReset) {
-        status &= hw::kQStatusEnabled;
+        status = 0;
         regs_[hw::queue_reg(q, hw::kQHead) / 4] = 0;
         regs_[hw::queue_reg(q, hw::kQTail) / 4] = 0;
       }
-      if (value & hw::kQControlEnable) status |= hw::kQStatusEnabled;
+      status = (status & ~hw::kQStatusEnabled) | ((value & hw::kQControlEnable) ? hw::kQStatusEnabled : 0);
       work_.notify(sc_core::SC_ZERO_TIME);
       return;
     case hw::kQTail:

@@ -2,7 +2,7 @@
 // tests) have their own main and never call SystemC's; this definition satisfies the linker.
 #include <cstdio>
 
-int sc_main(int /*argc*/, char* /*argv*/[]) {
+extern "C" int sc_main(int /*argc*/, char* /*argv*/[]) {
   std::fputs("spyre: sc_main is not an entry point of this program\n", stderr);
   return 1;
 }

@@ -179,7 +179,9 @@ class SimulatorImpl final : public Simulator {
       if (sc_core::sc_pending_activity()) {
         // Host requests are looked at between quanta; an idle device stops at its last event,
         // so simulated time never advances while waiting for the host.
-        sc_core::sc_start(quantum, sc_core::SC_EXIT_ON_STARVATION);
+        // Run at least to the next event, which may lie beyond one quantum.
+        const sc_core::sc_time next = sc_core::sc_time_to_pending_activity();
+        sc_core::sc_start(next > quantum ? next : quantum, sc_core::SC_EXIT_ON_STARVATION);
         continue;
       }
       const auto until = std::chrono::steady_clock::now() + kSpin;

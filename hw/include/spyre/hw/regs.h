@@ -45,8 +45,10 @@ inline constexpr uint32_t kQStatus = 0x28;       // ro: kQStatus* bits, last err
 inline constexpr uint32_t kQHead = 0x2c;         // ro: descriptors consumed (free-running)
 inline constexpr uint32_t kQTail = 0x30;         // rw: doorbell, descriptors produced (free-running)
 
+// A write to kQControl sets the enabled state to its Enable bit; with Reset it also clears the
+// error state and sets head = tail = 0.
 inline constexpr uint32_t kQControlEnable = 1u << 0;
-inline constexpr uint32_t kQControlReset = 1u << 1;  // clears the error state, head = tail = 0
+inline constexpr uint32_t kQControlReset = 1u << 1;
 
 inline constexpr uint32_t kQStatusEnabled = 1u << 0;
 inline constexpr uint32_t kQStatusError = 1u << 1;

@@ -1,0 +1,45 @@
+// Kernel compiler: turns one operation into a tile-ISA program for a set of cores. Knows the
+// hardware interface and the device's limits, not torch. Programs are position independent:
+// every device address comes from the launch's argument block.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "spyre/hw/isa.h"
+
+namespace spyre::compiler {
+
+/// What the compiler needs to know about the device.
+struct Target {
+  uint32_t cores = 32;
+  uint64_t lx_bytes = 2u << 20;
+};
+
+/// A compiled program: the bytes to load into device memory and how to launch them.
+struct Program {
+  std::string name;            // for traces and logs, e.g. "mm f32 1024x1024x1024"
+  std::vector<uint8_t> image;  // header, entry table, instructions (see spyre/hw/isa.h)
+  uint64_t core_mask = 0;
+  uint32_t num_args = 0;       // argument slots the launch must fill
+};
+
+/// Assembles per-core instruction streams into a program image. Each stream gets a kEnd appended.
+Program assemble(std::string name, const std::vector<std::vector<hw::Instr>>& per_core, uint32_t num_args);
+
+/// C = A @ B with A: M x K, B: K x N, C: M x N, all row-major with row strides in elements
+/// (lda >= K, ldb >= N, ldc >= N). Arguments: slot 0 = A, 1 = B, 2 = C (device addresses).
+/// Accumulates in fp32; `out` may be narrower than fp32 (rounded once at the end).
+struct MatmulSpec {
+  uint32_t m = 0, k = 0, n = 0;
+  hw::DType in = hw::DType::kF32;
+  hw::DType out = hw::DType::kF32;
+  uint64_t lda = 0, ldb = 0, ldc = 0;
+};
+
+/// Tiles the matmul for the scratchpad and divides output tiles over the cores.
+/// Throws std::invalid_argument naming the field when the spec is malformed.
+Program compile_matmul(const MatmulSpec& spec, const Target& target);
+
+}  // namespace spyre::compiler

@@ -1,0 +1,183 @@
+// The userspace driver API: devices, device memory, DMA-mapped host buffers, hardware queues
+// with rings, doorbells, completions and fences. No torch, no SystemC.
+#pragma once
+
+#include <condition_variable>
+#include <cstdint>
+#include <deque>
+#include <functional>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "spyre/driver/status.h"
+#include "spyre/driver/transport.h"
+#include "spyre/hw/commands.h"
+
+namespace spyre::driver {
+
+struct DeviceInfo {
+  uint32_t index = 0;
+  uint16_t vendor_id = 0;
+  uint16_t device_id = 0;
+  uint32_t num_queues = 0;
+  uint32_t num_cores = 0;
+  uint32_t clock_mhz = 0;
+  uint64_t memory_bytes = 0;  // usable device memory
+  uint64_t lx_bytes = 0;      // scratchpad per core
+};
+
+struct MemoryStats {
+  uint64_t total = 0;
+  uint64_t allocated = 0;
+  uint64_t peak = 0;
+  uint64_t largest_free = 0;
+  uint64_t allocations = 0;  // live blocks
+};
+
+/// Host memory that the card can reach by DMA. Unmapped and freed on destruction.
+class HostBuffer {
+ public:
+  ~HostBuffer();
+  HostBuffer(const HostBuffer&) = delete;
+  HostBuffer& operator=(const HostBuffer&) = delete;
+
+  void* data() const { return data_; }
+  uint64_t iova() const { return iova_; }
+  uint64_t size() const { return size_; }
+
+ private:
+  friend class Device;
+  HostBuffer(Transport& t, uint32_t dev, void* data, uint64_t size, uint64_t iova)
+      : transport_(t), dev_(dev), data_(data), size_(size), iova_(iova) {}
+  Transport& transport_;
+  uint32_t dev_;
+  void* data_;
+  uint64_t size_;
+  uint64_t iova_;
+};
+
+class Device;
+
+/// One hardware queue: a descriptor ring and a completion ring in mapped host memory, a doorbell,
+/// and a fence word that the card advances to each completed descriptor's sequence number.
+/// Thread-safe.
+class Queue {
+ public:
+  ~Queue();
+  uint32_t id() const { return id_; }
+
+  /// Submits a DMA copy; `flags` are hw::kCopySrcHost / hw::kCopyDstHost. Returns its sequence number.
+  Status copy(uint64_t src, uint64_t dst, uint64_t size, uint8_t flags, uint64_t* seq);
+  /// Submits a program launch on `core_mask`.
+  Status launch(uint64_t program, uint64_t program_size, uint64_t args, uint64_t args_size, uint64_t core_mask,
+                uint64_t* seq);
+  /// Submits a descriptor exactly as given (only `seq` is assigned). The card validates it; a
+  /// malformed one completes with an error and puts this queue, and only this queue, in error.
+  Status submit_raw(const hw::Descriptor& d, uint64_t* seq);
+
+  /// Blocks until descriptor `seq` has completed: spins briefly, then sleeps until an interrupt.
+  /// Returns the queue's error if any descriptor up to `seq` failed (see error()).
+  Status wait(uint64_t seq);
+  /// Waits for everything submitted so far.
+  Status synchronize();
+  /// True when `seq` has completed. Never blocks.
+  bool is_complete(uint64_t seq);
+  /// The last sequence number handed out.
+  uint64_t last_seq();
+  /// Runs `fn` once descriptor `seq` has completed (at once if it has); used to release staging
+  /// buffers and temporaries. `fn` runs on a host thread inside a queue call and must not call the queue.
+  void on_complete(uint64_t seq, std::function<void()> fn);
+  /// The completion record of `seq`, once complete and not yet overwritten; for tests and tools.
+  Status completion(uint64_t seq, hw::Completion* out);
+
+  /// The first error since creation or the last reset(); ok when none.
+  Status error();
+  /// Waits for outstanding work, then clears the error state in the card and the driver.
+  Status reset();
+
+ private:
+  friend class Device;
+  struct Pending {
+    uint64_t seq;
+    uint32_t slot;
+    hw::Opcode opcode;
+  };
+  Queue(Device& dev, uint32_t id, uint32_t entries, std::unique_ptr<HostBuffer> ring, std::unique_ptr<HostBuffer> cpl,
+        std::unique_ptr<HostBuffer> fence);
+  Status submit_locked(std::unique_lock<std::mutex>& lock, hw::Descriptor d, uint64_t* seq);
+  void poll_locked();
+  uint64_t fence_value() const;
+  void wait_for_fence(std::unique_lock<std::mutex>& lock, uint64_t seq);
+  uint32_t reg(uint32_t r) const;
+
+  Device& dev_;
+  uint32_t id_;
+  uint32_t entries_;
+  std::unique_ptr<HostBuffer> ring_;
+  std::unique_ptr<HostBuffer> cpl_;
+  std::unique_ptr<HostBuffer> fence_;
+  std::mutex mu_;
+  uint64_t next_seq_ = 1;
+  uint64_t completed_ = 0;  // highest sequence number processed by poll_locked()
+  uint32_t tail_ = 0;       // descriptors written since the last reset
+  std::deque<Pending> pending_;
+  std::multimap<uint64_t, std::function<void()>> callbacks_;
+  std::map<uint64_t, hw::Completion> recent_;  // last completions, for completion()
+  Status error_;
+};
+
+class Device {
+ public:
+  /// Opens card `index` of `transport`: checks its identity, enables DMA and reads its limits.
+  static Status open(Transport& transport, uint32_t index, std::unique_ptr<Device>* out);
+  ~Device();
+
+  const DeviceInfo& info() const { return info_; }
+  Transport& transport() { return transport_; }
+  /// "spyre:N", for messages.
+  const std::string& name() const { return name_; }
+
+  /// Allocates `bytes` of device memory (256-byte aligned). kOutOfMemory names the sizes.
+  Status alloc(uint64_t bytes, uint64_t* addr);
+  /// Frees a block returned by alloc(). Freeing an unknown address is a kInvalidArgument.
+  Status free(uint64_t addr);
+  MemoryStats memory_stats();
+
+  /// Allocates and maps host memory for DMA.
+  Status map_host(uint64_t bytes, std::unique_ptr<HostBuffer>* out);
+
+  /// Creates a queue on a free hardware queue with `entries` descriptors (a power of two).
+  Status create_queue(uint32_t entries, std::unique_ptr<Queue>* out);
+
+  /// The card's cycle counter.
+  uint64_t cycles();
+
+ private:
+  friend class Queue;
+  Device(Transport& t, uint32_t index, DeviceInfo info);
+  void on_irq(uint32_t vector);
+  void release_queue(uint32_t id);
+
+  Transport& transport_;
+  uint32_t index_;
+  DeviceInfo info_;
+  std::string name_;
+
+  std::mutex mem_mu_;
+  std::map<uint64_t, uint64_t> free_;  // address -> size
+  std::map<uint64_t, uint64_t> used_;  // address -> size
+  MemoryStats mem_stats_;
+
+  std::mutex queue_mu_;
+  std::vector<bool> queue_used_;
+
+  // Interrupts wake every waiter; each re-checks its own fence.
+  std::mutex irq_mu_;
+  std::condition_variable irq_cv_;
+  uint64_t irq_count_ = 0;
+};
+
+}  // namespace spyre::driver

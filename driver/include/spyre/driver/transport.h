@@ -1,0 +1,47 @@
+// The wire between the driver and a card: PCI config space, BAR0 MMIO, DMA mappings of host
+// memory (the IOMMU) and MSI-X. Nothing else crosses it. One implementation per kind of card:
+// "inproc" (the SystemC model in a thread of this process), later "socket" (a simulator daemon)
+// and "vfio" (silicon).
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+
+#include "spyre/driver/status.h"
+
+namespace spyre::driver {
+
+class Transport {
+ public:
+  virtual ~Transport() = default;
+
+  virtual const char* name() const = 0;
+  /// Cards reachable through this transport.
+  virtual uint32_t device_count() const = 0;
+
+  virtual uint32_t cfg_read(uint32_t dev, uint32_t offset, uint32_t size) = 0;
+  virtual void cfg_write(uint32_t dev, uint32_t offset, uint32_t size, uint32_t value) = 0;
+  /// 32-bit BAR0 read; blocks until the card answers.
+  virtual uint32_t mmio_read(uint32_t dev, uint32_t offset) = 0;
+  /// 32-bit BAR0 write; posted: returns at once, writes arrive in order.
+  virtual void mmio_write(uint32_t dev, uint32_t offset, uint32_t value) = 0;
+
+  /// Makes `len` bytes at `host` reachable by the card's DMA; returns the device-visible address.
+  virtual Status dma_map(uint32_t dev, void* host, uint64_t len, uint64_t* iova) = 0;
+  virtual Status dma_unmap(uint32_t dev, uint64_t iova) = 0;
+
+  /// Installs the MSI-X handler of `dev`. It runs on a transport thread and must not block.
+  virtual void set_irq_handler(uint32_t dev, std::function<void(uint32_t vector)> handler) = 0;
+
+  /// Simulator service, not part of the wire: writes the configured trace and stats files and
+  /// returns their paths (empty when not configured). kNotAvailable on silicon.
+  virtual Status write_sim_reports(std::string* trace_path, std::string* stats_path) = 0;
+};
+
+/// Opens a transport by kind: "inproc" (default), "socket" or "vfio".
+/// kNotAvailable with a reason when the kind cannot be used on this host.
+Status open_transport(const std::string& kind, std::unique_ptr<Transport>* out);
+
+}  // namespace spyre::driver

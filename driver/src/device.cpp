@@ -1,0 +1,200 @@
+#include "spyre/driver/device.h"
+
+#include <sys/mman.h>
+
+#include <algorithm>
+
+#include <fmt/format.h>
+
+#include "spyre/hw/pci.h"
+#include "spyre/hw/regs.h"
+
+namespace spyre::driver {
+
+namespace {
+constexpr uint64_t kAlign = 256;
+constexpr uint64_t kReservedLow = 64 * 1024;  // device address 0 is never handed out
+
+uint64_t round_up(uint64_t v, uint64_t m) { return (v + m - 1) / m * m; }
+
+std::string gib(uint64_t bytes) { return fmt::format("{:.2f} GiB", static_cast<double>(bytes) / (1ull << 30)); }
+}  // namespace
+
+HostBuffer::~HostBuffer() {
+  (void)transport_.dma_unmap(dev_, iova_);
+  munmap(data_, size_);
+}
+
+Device::Device(Transport& t, uint32_t index, DeviceInfo info)
+    : transport_(t), index_(index), info_(info), name_(fmt::format("spyre:{}", index)), queue_used_(info.num_queues) {
+  free_[kReservedLow] = info_.memory_bytes - kReservedLow;
+  mem_stats_.total = info_.memory_bytes - kReservedLow;
+  transport_.set_irq_handler(index_, [this](uint32_t vector) { on_irq(vector); });
+}
+
+Device::~Device() { transport_.set_irq_handler(index_, nullptr); }
+
+Status Device::open(Transport& t, uint32_t index, std::unique_ptr<Device>* out) {
+  if (index >= t.device_count()) {
+    return {StatusCode::kInvalidArgument,
+            fmt::format("driver: device index {} is out of range ({} device(s) present)", index, t.device_count())};
+  }
+  DeviceInfo info;
+  info.index = index;
+  info.vendor_id = static_cast<uint16_t>(t.cfg_read(index, hw::kCfgVendorId, 2));
+  info.device_id = static_cast<uint16_t>(t.cfg_read(index, hw::kCfgDeviceId, 2));
+  if (info.vendor_id != hw::kPciVendorId || info.device_id != hw::kPciDeviceId) {
+    return {StatusCode::kNotAvailable, fmt::format("driver: device {} is {:04x}:{:04x}, not a Spyre card", index,
+                                                   info.vendor_id, info.device_id)};
+  }
+  t.cfg_write(index, hw::kCfgCommand, 2, hw::kCmdMemorySpace | hw::kCmdBusMaster);
+  const uint32_t magic = t.mmio_read(index, hw::kRegMagic);
+  const uint32_t version = t.mmio_read(index, hw::kRegVersion);
+  if (magic != hw::kRegMagicValue || version != hw::kInterfaceVersion) {
+    return {StatusCode::kNotAvailable, fmt::format("driver: device {} answers magic {:#x} version {} (expected {:#x} v{})",
+                                                   index, magic, version, hw::kRegMagicValue, hw::kInterfaceVersion)};
+  }
+  if (!(t.mmio_read(index, hw::kRegStatus) & hw::kStatusFirmwareReady)) {
+    return {StatusCode::kNotAvailable, fmt::format("driver: device {} firmware is not ready", index)};
+  }
+  info.num_queues = std::min(t.mmio_read(index, hw::kRegNumQueues), hw::kMaxQueues);
+  info.num_cores = t.mmio_read(index, hw::kRegNumCores);
+  info.clock_mhz = t.mmio_read(index, hw::kRegClockMhz);
+  info.memory_bytes = t.mmio_read(index, hw::kRegMemSizeLo) | uint64_t{t.mmio_read(index, hw::kRegMemSizeHi)} << 32;
+  info.lx_bytes = t.mmio_read(index, hw::kRegLxBytes);
+  out->reset(new Device(t, index, info));
+  return {};
+}
+
+Status Device::alloc(uint64_t bytes, uint64_t* addr) {
+  const uint64_t size = round_up(std::max<uint64_t>(bytes, 1), kAlign);
+  std::lock_guard lock(mem_mu_);
+  for (auto it = free_.begin(); it != free_.end(); ++it) {  // first fit
+    if (it->second < size) continue;
+    const uint64_t a = it->first;
+    const uint64_t rest = it->second - size;
+    free_.erase(it);
+    if (rest) free_[a + size] = rest;
+    used_[a] = size;
+    mem_stats_.allocated += size;
+    mem_stats_.peak = std::max(mem_stats_.peak, mem_stats_.allocated);
+    ++mem_stats_.allocations;
+    *addr = a;
+    return {};
+  }
+  uint64_t largest = 0;
+  for (const auto& [a, s] : free_) largest = std::max(largest, s);
+  return {StatusCode::kOutOfMemory,
+          fmt::format("{}: out of device memory: tried to allocate {} ({} bytes); {} total, {} allocated, "
+                      "largest free block {}",
+                      name_, gib(bytes), bytes, gib(mem_stats_.total), gib(mem_stats_.allocated), gib(largest))};
+}
+
+Status Device::free(uint64_t addr) {
+  std::lock_guard lock(mem_mu_);
+  const auto it = used_.find(addr);
+  if (it == used_.end()) {
+    return {StatusCode::kInvalidArgument, fmt::format("{}: free of unknown device address {:#x}", name_, addr)};
+  }
+  uint64_t a = addr;
+  uint64_t size = it->second;
+  used_.erase(it);
+  mem_stats_.allocated -= size;
+  --mem_stats_.allocations;
+  // Coalesce with the neighbours.
+  auto next = free_.lower_bound(a);
+  if (next != free_.end() && a + size == next->first) {
+    size += next->second;
+    next = free_.erase(next);
+  }
+  if (next != free_.begin()) {
+    auto prev = std::prev(next);
+    if (prev->first + prev->second == a) {
+      a = prev->first;
+      size += prev->second;
+      free_.erase(prev);
+    }
+  }
+  free_[a] = size;
+  return {};
+}
+
+MemoryStats Device::memory_stats() {
+  std::lock_guard lock(mem_mu_);
+  MemoryStats s = mem_stats_;
+  for (const auto& [a, size] : free_) s.largest_free = std::max(s.largest_free, size);
+  return s;
+}
+
+Status Device::map_host(uint64_t bytes, std::unique_ptr<HostBuffer>* out) {
+  const uint64_t size = round_up(std::max<uint64_t>(bytes, 1), 4096);
+  void* p = mmap(nullptr, size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  if (p == MAP_FAILED) {
+    return {StatusCode::kOutOfMemory, fmt::format("{}: cannot allocate {} bytes of host DMA memory", name_, size)};
+  }
+  uint64_t iova = 0;
+  if (Status s = transport_.dma_map(index_, p, size, &iova); !s.ok()) {
+    munmap(p, size);
+    return s;
+  }
+  out->reset(new HostBuffer(transport_, index_, p, size, iova));
+  return {};
+}
+
+uint64_t Device::cycles() {
+  const uint64_t lo = transport_.mmio_read(index_, hw::kRegCycleLo);  // latches HI
+  return lo | uint64_t{transport_.mmio_read(index_, hw::kRegCycleHi)} << 32;
+}
+
+void Device::on_irq(uint32_t /*vector*/) {
+  {
+    std::lock_guard lock(irq_mu_);
+    ++irq_count_;
+  }
+  irq_cv_.notify_all();
+}
+
+void Device::release_queue(uint32_t id) {
+  std::lock_guard lock(queue_mu_);
+  queue_used_[id] = false;
+}
+
+Status Device::create_queue(uint32_t entries, std::unique_ptr<Queue>* out) {
+  if (entries < hw::kMinRingEntries || entries > hw::kMaxRingEntries || (entries & (entries - 1)) != 0) {
+    return {StatusCode::kInvalidArgument,
+            fmt::format("{}: queue size {} must be a power of two in [{}, {}]", name_, entries, hw::kMinRingEntries,
+                        hw::kMaxRingEntries)};
+  }
+  uint32_t id = 0;
+  {
+    std::lock_guard lock(queue_mu_);
+    while (id < queue_used_.size() && queue_used_[id]) ++id;
+    if (id == queue_used_.size()) {
+      return {StatusCode::kOutOfMemory, fmt::format("{}: all {} hardware queues are in use", name_, queue_used_.size())};
+    }
+    queue_used_[id] = true;
+  }
+  std::unique_ptr<HostBuffer> ring, cpl, fence;
+  Status s = map_host(uint64_t{entries} * sizeof(hw::Descriptor), &ring);
+  if (s.ok()) s = map_host(uint64_t{entries} * sizeof(hw::Completion), &cpl);
+  if (s.ok()) s = map_host(sizeof(uint64_t), &fence);
+  if (!s.ok()) {
+    release_queue(id);
+    return s;
+  }
+  auto w = [&](uint32_t r, uint32_t v) { transport_.mmio_write(index_, hw::queue_reg(id, r), v); };
+  w(hw::kQControl, hw::kQControlReset);
+  w(hw::kQRingBaseLo, static_cast<uint32_t>(ring->iova()));
+  w(hw::kQRingBaseHi, static_cast<uint32_t>(ring->iova() >> 32));
+  w(hw::kQRingEntries, entries);
+  w(hw::kQCplBaseLo, static_cast<uint32_t>(cpl->iova()));
+  w(hw::kQCplBaseHi, static_cast<uint32_t>(cpl->iova() >> 32));
+  w(hw::kQFenceLo, static_cast<uint32_t>(fence->iova()));
+  w(hw::kQFenceHi, static_cast<uint32_t>(fence->iova() >> 32));
+  w(hw::kQMsixVector, id);
+  w(hw::kQControl, hw::kQControlEnable);
+  out->reset(new Queue(*this, id, entries, std::move(ring), std::move(cpl), std::move(fence)));
+  return {};
+}
+
+}  // namespace spyre::driver

@@ -1,0 +1,207 @@
+#include <chrono>
+#include <cstring>
+
+#include <fmt/format.h>
+
+#include "spyre/driver/device.h"
+#include "spyre/hw/regs.h"
+
+namespace spyre::driver {
+
+namespace {
+// Spin this long on the fence before sleeping on the interrupt (a parked wake-up costs ~90 us).
+constexpr auto kSpin = std::chrono::microseconds(100);
+constexpr size_t kRecentCompletions = 256;
+
+const char* opcode_name(hw::Opcode op) {
+  switch (op) {
+    case hw::Opcode::kNop: return "nop";
+    case hw::Opcode::kCopy: return "copy";
+    case hw::Opcode::kLaunch: return "launch";
+    case hw::Opcode::kTimestamp: return "timestamp";
+    default: return "invalid opcode";
+  }
+}
+}  // namespace
+
+Queue::Queue(Device& dev, uint32_t id, uint32_t entries, std::unique_ptr<HostBuffer> ring,
+             std::unique_ptr<HostBuffer> cpl, std::unique_ptr<HostBuffer> fence)
+    : dev_(dev), id_(id), entries_(entries), ring_(std::move(ring)), cpl_(std::move(cpl)), fence_(std::move(fence)) {}
+
+Queue::~Queue() {
+  (void)synchronize();
+  dev_.transport().mmio_write(dev_.info().index, hw::queue_reg(id_, hw::kQControl), hw::kQControlReset);
+  // The card must stop using the rings before they are unmapped: a read orders after the posted write.
+  (void)dev_.transport().mmio_read(dev_.info().index, hw::queue_reg(id_, hw::kQStatus));
+  dev_.release_queue(id_);
+}
+
+uint64_t Queue::fence_value() const {
+  return __atomic_load_n(static_cast<const uint64_t*>(fence_->data()), __ATOMIC_ACQUIRE);
+}
+
+void Queue::poll_locked() {
+  const uint64_t fence = fence_value();
+  while (!pending_.empty() && pending_.front().seq <= fence) {
+    const Pending p = pending_.front();
+    pending_.pop_front();
+    hw::Completion c;
+    std::memcpy(&c, static_cast<const uint8_t*>(cpl_->data()) + uint64_t{p.slot} * sizeof c, sizeof c);
+    if (c.seq != p.seq) {
+      c.seq = p.seq;
+      c.error = hw::ErrorCode::kDmaFault;  // the card could not write the record
+    }
+    if (c.error != hw::ErrorCode::kOk && error_.ok()) {
+      std::string what = fmt::format("{} queue {}: command {} ({}) failed: {}", dev_.name(), id_, p.seq,
+                                     opcode_name(p.opcode), hw::error_name(c.error));
+      if (c.field != hw::Field::kNone) what += fmt::format(" in field {}", hw::field_name(c.field));
+      if (c.error == hw::ErrorCode::kCoreFault) {
+        what += fmt::format(" (core {} at instruction {})", c.detail >> 24, c.detail & 0xffffff);
+      }
+      error_ = Status(StatusCode::kDeviceError, what);
+    }
+    recent_[p.seq] = c;
+    if (recent_.size() > kRecentCompletions) recent_.erase(recent_.begin());
+    completed_ = p.seq;
+  }
+  while (!callbacks_.empty() && callbacks_.begin()->first <= completed_) {
+    auto fn = std::move(callbacks_.begin()->second);
+    callbacks_.erase(callbacks_.begin());
+    fn();
+  }
+}
+
+void Queue::wait_for_fence(std::unique_lock<std::mutex>& lock, uint64_t seq) {
+  // Called with mu_ held; drops it while waiting so other threads can submit.
+  lock.unlock();
+  const auto until = std::chrono::steady_clock::now() + kSpin;
+  while (fence_value() < seq && std::chrono::steady_clock::now() < until) {
+  }
+  if (fence_value() < seq) {
+    std::unique_lock irq(dev_.irq_mu_);
+    dev_.irq_cv_.wait(irq, [&] { return fence_value() >= seq; });
+  }
+  lock.lock();
+}
+
+Status Queue::submit_locked(std::unique_lock<std::mutex>& lock, hw::Descriptor d, uint64_t* seq) {
+  poll_locked();
+  while (pending_.size() >= entries_) {  // ring full: wait for the oldest descriptor
+    wait_for_fence(lock, pending_.front().seq);
+    poll_locked();
+  }
+  d.seq = next_seq_++;
+  const uint32_t slot = tail_ & (entries_ - 1);
+  std::memcpy(static_cast<uint8_t*>(ring_->data()) + uint64_t{slot} * sizeof d, &d, sizeof d);
+  pending_.push_back({d.seq, slot, d.opcode});
+  ++tail_;
+  // The doorbell is a posted MMIO write: it orders after the descriptor stores above.
+  __atomic_thread_fence(__ATOMIC_RELEASE);
+  dev_.transport().mmio_write(dev_.info().index, hw::queue_reg(id_, hw::kQTail), tail_);
+  *seq = d.seq;
+  return {};
+}
+
+Status Queue::copy(uint64_t src, uint64_t dst, uint64_t size, uint8_t flags, uint64_t* seq) {
+  hw::Descriptor d{};
+  d.opcode = hw::Opcode::kCopy;
+  d.flags = flags;
+  d.copy.src = src;
+  d.copy.dst = dst;
+  d.copy.size = size;
+  std::unique_lock lock(mu_);
+  return submit_locked(lock, d, seq);
+}
+
+Status Queue::launch(uint64_t program, uint64_t program_size, uint64_t args, uint64_t args_size, uint64_t core_mask,
+                     uint64_t* seq) {
+  hw::Descriptor d{};
+  d.opcode = hw::Opcode::kLaunch;
+  d.launch.program = program;
+  d.launch.program_size = program_size;
+  d.launch.args = args;
+  d.launch.args_size = args_size;
+  d.launch.core_mask = core_mask;
+  std::unique_lock lock(mu_);
+  return submit_locked(lock, d, seq);
+}
+
+Status Queue::submit_raw(const hw::Descriptor& d, uint64_t* seq) {
+  std::unique_lock lock(mu_);
+  return submit_locked(lock, d, seq);
+}
+
+Status Queue::wait(uint64_t seq) {
+  std::unique_lock lock(mu_);
+  if (seq >= next_seq_) {
+    return {StatusCode::kInvalidArgument,
+            fmt::format("{} queue {}: wait for command {} that was never submitted (last is {})", dev_.name(), id_,
+                        seq, next_seq_ - 1)};
+  }
+  poll_locked();
+  while (completed_ < seq) {
+    wait_for_fence(lock, seq);
+    poll_locked();
+  }
+  return error_;
+}
+
+Status Queue::synchronize() {
+  uint64_t last;
+  {
+    std::lock_guard lock(mu_);
+    last = next_seq_ - 1;
+  }
+  return last == 0 ? error() : wait(last);
+}
+
+bool Queue::is_complete(uint64_t seq) {
+  std::lock_guard lock(mu_);
+  poll_locked();
+  return completed_ >= seq;
+}
+
+uint64_t Queue::last_seq() {
+  std::lock_guard lock(mu_);
+  return next_seq_ - 1;
+}
+
+void Queue::on_complete(uint64_t seq, std::function<void()> fn) {
+  std::lock_guard lock(mu_);
+  callbacks_.emplace(seq, std::move(fn));
+  poll_locked();
+}
+
+Status Queue::completion(uint64_t seq, hw::Completion* out) {
+  std::lock_guard lock(mu_);
+  poll_locked();
+  const auto it = recent_.find(seq);
+  if (it == recent_.end()) {
+    return {StatusCode::kInvalidArgument,
+            fmt::format("{} queue {}: no completion record for command {}", dev_.name(), id_, seq)};
+  }
+  *out = it->second;
+  return {};
+}
+
+Status Queue::error() {
+  std::lock_guard lock(mu_);
+  poll_locked();
+  return error_;
+}
+
+Status Queue::reset() {
+  std::unique_lock lock(mu_);
+  // Everything submitted completes, if only as "not executed", so this wait ends.
+  while (!pending_.empty()) {
+    wait_for_fence(lock, pending_.back().seq);
+    poll_locked();
+  }
+  const uint32_t dev = dev_.info().index;
+  dev_.transport().mmio_write(dev, hw::queue_reg(id_, hw::kQControl), hw::kQControlReset | hw::kQControlEnable);
+  tail_ = 0;
+  error_ = Status();
+  return {};
+}
+
+}  // namespace spyre::driver

@@ -1,0 +1,21 @@
+#include "spyre/driver/transport.h"
+
+#include <fmt/format.h>
+
+namespace spyre::driver {
+
+Status open_inproc_transport(std::unique_ptr<Transport>* out);  // transport_inproc.cpp
+
+Status open_transport(const std::string& kind, std::unique_ptr<Transport>* out) {
+  if (kind.empty() || kind == "inproc") return open_inproc_transport(out);
+  if (kind == "socket") {
+    return {StatusCode::kNotAvailable, "transport: 'socket' (simulator daemon) is not implemented yet; use 'inproc'"};
+  }
+  if (kind == "vfio") {
+    return {StatusCode::kNotAvailable, "transport: 'vfio' needs a Spyre card bound to vfio-pci; none on this host"};
+  }
+  return {StatusCode::kInvalidArgument,
+          fmt::format("transport: unknown kind '{}' (expected inproc, socket or vfio)", kind)};
+}
+
+}  // namespace spyre::driver

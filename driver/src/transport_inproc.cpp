@@ -1,0 +1,155 @@
+// The "inproc" transport: the SystemC model runs in a thread of this process. This file is the
+// only place in the driver that knows about the simulator, and it reaches it only through the
+// wire-level API of spyre/sim/simulator.h. It also plays the IOMMU: the card's DMA reaches only
+// host ranges mapped here.
+#include <atomic>
+#include <cstring>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <vector>
+
+#include <fmt/format.h>
+
+#include "spyre/driver/transport.h"
+#include "spyre/sim/simulator.h"
+
+namespace spyre::driver {
+namespace {
+
+constexpr uint64_t kIovaBase = 0x1000'0000'0000ull;
+constexpr uint64_t kIovaAlign = 4096;
+
+// One card's IOMMU and interrupt line.
+class Link final : public sim::HostLink {
+ public:
+  Status map(void* host, uint64_t len, uint64_t* iova) {
+    if (host == nullptr || len == 0) return {StatusCode::kInvalidArgument, "iommu: cannot map an empty range"};
+    std::lock_guard lock(mu_);
+    const uint64_t base = next_;
+    next_ += (len + kIovaAlign - 1) / kIovaAlign * kIovaAlign + kIovaAlign;  // a guard page between mappings
+    regions_[base] = Region{static_cast<uint8_t*>(host), len};
+    *iova = base;
+    return {};
+  }
+
+  Status unmap(uint64_t iova) {
+    std::lock_guard lock(mu_);
+    if (regions_.erase(iova) == 0) {
+      return {StatusCode::kInvalidArgument, fmt::format("iommu: no mapping at IOVA {:#x}", iova)};
+    }
+    return {};
+  }
+
+  void set_handler(std::function<void(uint32_t)> h) {
+    std::lock_guard lock(mu_);
+    handler_ = std::make_shared<std::function<void(uint32_t)>>(std::move(h));
+  }
+
+  bool dma_read(uint64_t iova, void* dst, uint64_t n) override {
+    std::lock_guard lock(mu_);
+    const uint8_t* p = lookup(iova, n);
+    if (!p) return false;
+    std::memcpy(dst, p, n);
+    return true;
+  }
+
+  bool dma_write(uint64_t iova, const void* src, uint64_t n) override {
+    std::lock_guard lock(mu_);
+    uint8_t* p = lookup(iova, n);
+    if (!p) return false;
+    if (n == 8 && reinterpret_cast<uintptr_t>(p) % 8 == 0) {
+      // Fence words are polled by host threads: publish them as one atomic store.
+      uint64_t v;
+      std::memcpy(&v, src, 8);
+      __atomic_store_n(reinterpret_cast<uint64_t*>(p), v, __ATOMIC_RELEASE);
+    } else {
+      std::memcpy(p, src, n);
+    }
+    return true;
+  }
+
+  void raise_irq(uint32_t vector) override {
+    std::shared_ptr<std::function<void(uint32_t)>> h;
+    {
+      std::lock_guard lock(mu_);
+      h = handler_;
+    }
+    if (h && *h) (*h)(vector);
+  }
+
+ private:
+  struct Region {
+    uint8_t* host;
+    uint64_t len;
+  };
+  uint8_t* lookup(uint64_t iova, uint64_t n) {
+    auto it = regions_.upper_bound(iova);
+    if (it == regions_.begin()) return nullptr;
+    --it;
+    const uint64_t off = iova - it->first;
+    if (off >= it->second.len || n > it->second.len - off) return nullptr;
+    return it->second.host + off;
+  }
+
+  std::mutex mu_;
+  std::map<uint64_t, Region> regions_;
+  uint64_t next_ = kIovaBase;
+  std::shared_ptr<std::function<void(uint32_t)>> handler_;
+};
+
+class InprocTransport final : public Transport {
+ public:
+  explicit InprocTransport(sim::Simulator& sim) : sim_(sim) {
+    for (uint32_t i = 0; i < sim.num_cards(); ++i) {
+      links_.push_back(std::make_unique<Link>());
+      sim_.attach(i, links_.back().get());
+    }
+  }
+  ~InprocTransport() override {
+    for (uint32_t i = 0; i < links_.size(); ++i) sim_.attach(i, nullptr);
+  }
+
+  const char* name() const override { return "inproc"; }
+  uint32_t device_count() const override { return static_cast<uint32_t>(links_.size()); }
+  uint32_t cfg_read(uint32_t dev, uint32_t offset, uint32_t size) override { return sim_.cfg_read(dev, offset, size); }
+  void cfg_write(uint32_t dev, uint32_t offset, uint32_t size, uint32_t value) override {
+    sim_.cfg_write(dev, offset, size, value);
+  }
+  uint32_t mmio_read(uint32_t dev, uint32_t offset) override { return sim_.mmio_read(dev, offset); }
+  void mmio_write(uint32_t dev, uint32_t offset, uint32_t value) override { sim_.mmio_write(dev, offset, value); }
+  Status dma_map(uint32_t dev, void* host, uint64_t len, uint64_t* iova) override {
+    return links_.at(dev)->map(host, len, iova);
+  }
+  Status dma_unmap(uint32_t dev, uint64_t iova) override { return links_.at(dev)->unmap(iova); }
+  void set_irq_handler(uint32_t dev, std::function<void(uint32_t)> handler) override {
+    links_.at(dev)->set_handler(std::move(handler));
+  }
+  Status write_sim_reports(std::string* trace_path, std::string* stats_path) override {
+    try {
+      const sim::Reports r = sim_.flush_reports();
+      *trace_path = r.trace_path;
+      *stats_path = r.stats_path;
+      return {};
+    } catch (const std::exception& e) {
+      return {StatusCode::kInvalidArgument, e.what()};
+    }
+  }
+
+ private:
+  sim::Simulator& sim_;
+  std::vector<std::unique_ptr<Link>> links_;
+};
+
+}  // namespace
+
+Status open_inproc_transport(std::unique_ptr<Transport>* out) {
+  try {
+    *out = std::make_unique<InprocTransport>(sim::Simulator::instance());
+    return {};
+  } catch (const std::exception& e) {
+    return {StatusCode::kNotAvailable, fmt::format("transport inproc: {}", e.what())};
+  }
+}
+
+}  // namespace spyre::driver

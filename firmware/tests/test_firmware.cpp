@@ -1,0 +1,232 @@
+// Firmware unit tests: descriptor validation and the ring protocol against a fake HAL (no SystemC).
+#define DOCTEST_CONFIG_IMPLEMENT_WITH_MAIN
+#include <doctest/doctest.h>
+
+#include <cstring>
+#include <map>
+#include <vector>
+
+#include "spyre/firmware/firmware.h"
+#include "spyre/hw/regs.h"
+
+using namespace spyre;
+using hw::ErrorCode;
+using hw::Field;
+
+namespace {
+
+constexpr fw::Limits kLimits{1ull << 30, 32};
+
+hw::Descriptor copy(uint64_t src, uint64_t dst, uint64_t size, uint8_t flags = 0) {
+  hw::Descriptor d{};
+  d.opcode = hw::Opcode::kCopy;
+  d.flags = flags;
+  d.copy = {src, dst, size, {}};
+  return d;
+}
+
+hw::Descriptor launch(uint64_t program, uint64_t size, uint64_t mask) {
+  hw::Descriptor d{};
+  d.opcode = hw::Opcode::kLaunch;
+  d.launch.program = program;
+  d.launch.program_size = size;
+  d.launch.core_mask = mask;
+  return d;
+}
+
+// Host memory as a flat byte array at IOVA 0x10000, registers as a map; copies and launches are recorded.
+class FakeHal final : public fw::Hal {
+ public:
+  static constexpr uint64_t kBase = 0x10000;
+  std::vector<uint8_t> host = std::vector<uint8_t>(1 << 16);
+  std::map<uint32_t, uint32_t> regs;
+  std::vector<hw::CopyArgs> copies;
+  int launches = 0;
+  int irqs = 0;
+  uint64_t cycle = 100;
+
+  uint32_t reg_read(uint32_t off) override {
+    if (off == hw::kRegNumQueues) return 2;
+    return regs[off];
+  }
+  void reg_write(uint32_t off, uint32_t v) override { regs[off] = v; }
+  bool host_read(uint64_t iova, void* dst, uint32_t n) override {
+    if (iova < kBase || iova + n > kBase + host.size()) return false;
+    std::memcpy(dst, &host[iova - kBase], n);
+    return true;
+  }
+  bool host_write(uint64_t iova, const void* src, uint32_t n) override {
+    if (iova < kBase || iova + n > kBase + host.size()) return false;
+    std::memcpy(&host[iova - kBase], src, n);
+    return true;
+  }
+  void dev_read(uint64_t, void* dst, uint32_t n) override { std::memset(dst, 0, n); }
+  uint64_t dev_mem_size() override { return kLimits.dev_mem_size; }
+  uint32_t num_cores() override { return kLimits.num_cores; }
+  fw::Verdict copy(const hw::CopyArgs& a, uint8_t) override {
+    copies.push_back(a);
+    return {};
+  }
+  fw::Verdict launch(uint64_t, uint64_t, uint64_t) override {
+    ++launches;
+    return {};
+  }
+  void raise_msix(uint32_t) override { ++irqs; }
+  uint64_t now_cycles() override { return cycle += 10; }
+  void wait_for_work() override {}
+  void command_done(uint32_t, const hw::Descriptor&, const hw::Completion&) override {}
+
+  // Queue q: ring at 0x10000 + q * 0x4000, completions 0x2000 above it, fence 0x3000 above it.
+  uint64_t ring(uint32_t q) const { return kBase + q * 0x4000; }
+  uint64_t cpl(uint32_t q) const { return ring(q) + 0x2000; }
+  uint64_t fence(uint32_t q) const { return ring(q) + 0x3000; }
+  void setup_queue(uint32_t q, uint32_t entries) {
+    regs[hw::queue_reg(q, hw::kQRingBaseLo)] = static_cast<uint32_t>(ring(q));
+    regs[hw::queue_reg(q, hw::kQCplBaseLo)] = static_cast<uint32_t>(cpl(q));
+    regs[hw::queue_reg(q, hw::kQFenceLo)] = static_cast<uint32_t>(fence(q));
+    regs[hw::queue_reg(q, hw::kQRingEntries)] = entries;
+    regs[hw::queue_reg(q, hw::kQStatus)] = hw::kQStatusEnabled;
+  }
+  void push(uint32_t q, hw::Descriptor d, uint64_t seq) {
+    uint32_t& tail = regs[hw::queue_reg(q, hw::kQTail)];
+    d.seq = seq;
+    const uint32_t entries = regs[hw::queue_reg(q, hw::kQRingEntries)];
+    host_write(ring(q) + (tail % entries) * sizeof d, &d, sizeof d);
+    ++tail;
+  }
+  hw::Completion completion(uint32_t q, uint32_t slot) {
+    hw::Completion c;
+    host_read(cpl(q) + slot * sizeof c, &c, sizeof c);
+    return c;
+  }
+  uint64_t fence_value(uint32_t q) {
+    uint64_t v;
+    host_read(fence(q), &v, 8);
+    return v;
+  }
+};
+
+}  // namespace
+
+TEST_CASE("valid descriptors pass validation") {
+  CHECK(fw::validate_descriptor(copy(0, 4096, 4096), kLimits).ok());
+  CHECK(fw::validate_descriptor(copy(0x1234, 0, 100, hw::kCopySrcHost), kLimits).ok());
+  CHECK(fw::validate_descriptor(copy(0, 0x99999999999, 100, hw::kCopyDstHost), kLimits).ok());
+  CHECK(fw::validate_descriptor(launch(64, 4096, 0xffffffff), kLimits).ok());
+  hw::Descriptor nop{};
+  CHECK(fw::validate_descriptor(nop, kLimits).ok());
+}
+
+TEST_CASE("each malformed field is named") {
+  struct Case {
+    hw::Descriptor d;
+    ErrorCode e;
+    Field f;
+  };
+  const uint64_t mem = kLimits.dev_mem_size;
+  std::vector<Case> cases = {
+      {copy(mem - 4, 0, 8), ErrorCode::kOutOfRange, Field::kCopySrc},
+      {copy(0, mem - 4, 8), ErrorCode::kOutOfRange, Field::kCopyDst},
+      {copy(0, ~0ull - 2, 8), ErrorCode::kOutOfRange, Field::kCopyDst},  // wraps around
+      {copy(0, 64, 0), ErrorCode::kBadSize, Field::kCopySize},
+      {copy(0, 64, hw::kMaxCopyBytes + 1), ErrorCode::kBadSize, Field::kCopySize},
+      {copy(0, 64, 8, 0x80), ErrorCode::kBadFlags, Field::kFlags},
+      {copy(0, 64, 8, hw::kCopySrcHost | hw::kCopyDstHost), ErrorCode::kBadFlags, Field::kFlags},
+      {launch(65, 4096, 1), ErrorCode::kBadAlignment, Field::kLaunchProgram},
+      {launch(64, 16, 1), ErrorCode::kBadSize, Field::kLaunchProgramSize},
+      {launch(64, 4097, 1), ErrorCode::kBadSize, Field::kLaunchProgramSize},
+      {launch(mem - 64, 4096, 1), ErrorCode::kOutOfRange, Field::kLaunchProgram},
+      {launch(64, 4096, 0), ErrorCode::kOutOfRange, Field::kLaunchCoreMask},
+      {launch(64, 4096, 1ull << 32), ErrorCode::kOutOfRange, Field::kLaunchCoreMask},
+  };
+  hw::Descriptor d = copy(0, 64, 8);
+  d.reserved1 = 1;
+  cases.push_back({d, ErrorCode::kReservedNonZero, Field::kReserved});
+  d = launch(64, 4096, 1);
+  d.launch.args = 4;
+  cases.push_back({d, ErrorCode::kBadAlignment, Field::kLaunchArgs});
+  d = launch(64, 4096, 1);
+  d.launch.args_size = 8 * 17;
+  cases.push_back({d, ErrorCode::kBadSize, Field::kLaunchArgsSize});
+  d = hw::Descriptor{};
+  d.opcode = static_cast<hw::Opcode>(200);
+  cases.push_back({d, ErrorCode::kBadOpcode, Field::kOpcode});
+  d = hw::Descriptor{};
+  d.opcode = hw::Opcode::kTimestamp;
+  d.timestamp.dst = 3;
+  cases.push_back({d, ErrorCode::kBadAlignment, Field::kTimestampDst});
+
+  for (size_t i = 0; i < cases.size(); ++i) {
+    CAPTURE(i);
+    const fw::Verdict v = fw::validate_descriptor(cases[i].d, kLimits);
+    CHECK(v.error == cases[i].e);
+    CHECK(v.field == cases[i].f);
+  }
+}
+
+TEST_CASE("program headers are checked against the launch") {
+  hw::ProgramHeader h{hw::kProgramMagic, hw::kIsaVersion, 2, 10, 64, {}};
+  const hw::LaunchArgs l{64, 64 + 10 * 32, 0, 0, 0b11, 0};
+  CHECK(fw::validate_program(h, l).ok());
+  hw::ProgramHeader bad = h;
+  bad.magic = 0;
+  CHECK(fw::validate_program(bad, l).field == Field::kLaunchProgram);
+  bad = h;
+  bad.num_entries = 3;
+  CHECK(fw::validate_program(bad, l).field == Field::kLaunchCoreMask);
+  bad = h;
+  bad.num_instrs = 11;  // runs past program_size
+  CHECK(fw::validate_program(bad, l).field == Field::kLaunchProgramSize);
+}
+
+TEST_CASE("the firmware runs a ring: completions, fence, head, interrupts") {
+  FakeHal hal;
+  hal.setup_queue(0, 4);
+  fw::Firmware firmware(hal);
+  for (uint64_t seq = 1; seq <= 6; ++seq) {  // wraps the 4-entry ring
+    hal.push(0, copy(0, 64 * seq, 8), seq);
+    CHECK(firmware.poll_once());
+    const hw::Completion c = hal.completion(0, static_cast<uint32_t>((seq - 1) % 4));
+    CHECK(c.seq == seq);
+    CHECK(c.error == ErrorCode::kOk);
+    CHECK(c.end_cycle > c.start_cycle);
+    CHECK(hal.fence_value(0) == seq);
+  }
+  CHECK_FALSE(firmware.poll_once());
+  CHECK(hal.copies.size() == 6);
+  CHECK(hal.copies[5].dst == 64 * 6);
+  CHECK(hal.regs[hw::queue_reg(0, hw::kQHead)] == 6);
+  CHECK(hal.irqs == 6);
+}
+
+TEST_CASE("an error stops only its queue, and later descriptors complete as not executed") {
+  FakeHal hal;
+  hal.setup_queue(0, 8);
+  hal.setup_queue(1, 8);
+  fw::Firmware firmware(hal);
+  hal.push(0, copy(0, kLimits.dev_mem_size, 8), 1);  // bad destination
+  hal.push(0, copy(0, 64, 8), 2);                    // fine, but after the error
+  hal.push(1, copy(0, 64, 8), 1);
+  while (firmware.poll_once()) {
+  }
+  hw::Completion c = hal.completion(0, 0);
+  CHECK(c.error == ErrorCode::kOutOfRange);
+  CHECK(c.field == Field::kCopyDst);
+  c = hal.completion(0, 1);
+  CHECK(c.error == ErrorCode::kQueueInError);
+  CHECK(hal.fence_value(0) == 2);  // waiters are released either way
+  const uint32_t status = hal.regs[hw::queue_reg(0, hw::kQStatus)];
+  CHECK((status & hw::kQStatusError) != 0);
+  CHECK((status >> 16) == static_cast<uint32_t>(ErrorCode::kOutOfRange));
+  CHECK(hal.completion(1, 0).error == ErrorCode::kOk);
+  CHECK(hal.copies.size() == 1);  // only queue 1's copy ran
+}
+
+TEST_CASE("disabled queues are left alone") {
+  FakeHal hal;
+  hal.setup_queue(0, 4);
+  hal.regs[hw::queue_reg(0, hw::kQStatus)] = 0;
+  hal.push(0, copy(0, 64, 8), 1);
+  fw::Firmware firmware(hal);
+  CHECK_FALSE(firmware.poll_once());
+}
