@@ -121,13 +121,16 @@ fw::Verdict Core::execute(const hw::Instr& in, uint32_t pc) {
       const uint64_t total = rows * row_bytes;
       if (in.arg >= hw::kMaxLaunchArgs || row_bytes == 0 || !lx_range(in.a, total)) return fault(pc);
       const uint64_t base = args_[in.arg] + in.b;
+      // Rows are issued back to back: memory bandwidth spaces them, its latency is paid once.
       sc_core::sc_time mem_delay = issue;
       for (uint64_t r = 0; r < rows; ++r) {
         uint8_t* lx = lx_.data() + in.a + r * row_bytes;
+        sc_core::sc_time row_delay = issue;
         if (!transfer(load ? tlm::TLM_READ_COMMAND : tlm::TLM_WRITE_COMMAND, base + r * in.c, lx, row_bytes,
-                      mem_delay)) {
+                      row_delay)) {
           return fault(pc);
         }
+        mem_delay = std::max(mem_delay, row_delay);
       }
       BandwidthServer& link = load ? ring_.to_cores : ring_.from_cores;
       const sc_core::sc_time now = sc_core::sc_time_stamp();

@@ -1,0 +1,199 @@
+// ATen registrations of the Spyre device that are not compute: tensor creation, views, resizing,
+// copies between host and device (with dtype and stride conversion), .item(), and the CPU
+// fallback for every operator without a Spyre kernel. Compute kernels live in their own files
+// (matmul.cpp).
+#include <ATen/ATen.h>
+#include <ATen/EmptyTensor.h>
+#include <ATen/native/CPUFallback.h>
+#include <ATen/ops/_reshape_alias_native.h>
+#include <ATen/ops/as_strided_native.h>
+#include <ATen/ops/set_cpu_dispatch.h>
+#include <ATen/ops/set_native.h>
+#include <ATen/ops/view_native.h>
+#include <c10/core/DeviceGuard.h>
+#include <torch/library.h>
+
+#include <mutex>
+#include <set>
+#include <string>
+
+#include "aten_util.h"
+#include "runtime.h"
+
+namespace spyre::backend {
+namespace {
+
+c10::Device target_device(const std::optional<c10::Device>& device) {
+  c10::Device d = device.value_or(c10::Device(c10::DeviceType::PrivateUse1, -1));
+  if (d.index() < 0) d = c10::Device(c10::DeviceType::PrivateUse1, static_cast<c10::DeviceIndex>(current_device()));
+  TORCH_CHECK(d.is_privateuseone(), "spyre: expected a spyre device, got ", d);
+  DeviceRuntime::get(d.index());  // a clear error for an index that does not exist
+  return d;
+}
+
+void check_options(std::optional<c10::Layout> layout, std::optional<bool> pin_memory) {
+  TORCH_CHECK(layout.value_or(c10::kStrided) == c10::kStrided, "spyre: only strided tensors are supported, not ",
+              *layout);
+  TORCH_CHECK(!pin_memory.value_or(false), "spyre: pin_memory applies to CPU tensors only");
+}
+
+at::Tensor empty_memory_format(c10::IntArrayRef size, std::optional<c10::ScalarType> dtype,
+                               std::optional<c10::Layout> layout, std::optional<c10::Device> device,
+                               std::optional<bool> pin_memory, std::optional<c10::MemoryFormat> memory_format) {
+  check_options(layout, pin_memory);
+  const c10::Device d = target_device(device);
+  const c10::DeviceGuard guard(d);
+  return at::detail::empty_generic(size, c10::GetAllocator(c10::DeviceType::PrivateUse1),
+                                   c10::DispatchKeySet(c10::DispatchKey::PrivateUse1),
+                                   c10::dtype_or_default(dtype), memory_format);
+}
+
+at::Tensor empty_strided(c10::IntArrayRef size, c10::IntArrayRef stride, std::optional<c10::ScalarType> dtype,
+                         std::optional<c10::Layout> layout, std::optional<c10::Device> device,
+                         std::optional<bool> pin_memory) {
+  check_options(layout, pin_memory);
+  const c10::Device d = target_device(device);
+  const c10::DeviceGuard guard(d);
+  return at::detail::empty_strided_generic(size, stride, c10::GetAllocator(c10::DeviceType::PrivateUse1),
+                                           c10::DispatchKeySet(c10::DispatchKey::PrivateUse1),
+                                           c10::dtype_or_default(dtype));
+}
+
+const at::Tensor& resize_(const at::Tensor& self, c10::IntArrayRef size,
+                          std::optional<c10::MemoryFormat> memory_format) {
+  auto* impl = self.unsafeGetTensorImpl();
+  impl->set_sizes_contiguous(size);
+  const size_t needed = static_cast<size_t>(impl->storage_offset() + impl->numel()) * self.itemsize();
+  if (needed > self.storage().nbytes()) resize_storage_bytes(self.storage(), needed);
+  if (memory_format) impl->empty_tensor_restride(*memory_format);
+  return self;
+}
+
+at::Tensor copy_from(const at::Tensor& src, const at::Tensor& dst, bool /*non_blocking*/) {
+  if (dst.numel() == 0) return dst;
+  if (src.is_cpu() && dst.is_privateuseone()) {
+    write_device(dst, src);
+  } else if (src.is_privateuseone() && dst.is_cpu()) {
+    if (src.sizes() == dst.sizes() && src.dtype() == dst.dtype() && src.is_contiguous() && dst.is_contiguous()) {
+      DeviceRuntime::get(src.device().index()).d2h(dst.data_ptr(), device_addr(src), dst.nbytes());
+    } else {
+      dst.copy_(read_device(src));
+    }
+  } else {
+    TORCH_CHECK(src.is_privateuseone() && dst.is_privateuseone(), "spyre: _copy_from between ", src.device(), " and ",
+                dst.device(), " is not supported");
+    if (src.device() == dst.device() && src.sizes() == dst.sizes() && src.dtype() == dst.dtype() &&
+        src.is_contiguous() && dst.is_contiguous()) {
+      DeviceRuntime::get(dst.device().index()).d2d(device_addr(dst), device_addr(src), dst.nbytes());
+    } else {
+      // Conversions and strided or cross-device copies go through the host (see docs/user-guide.md).
+      write_device(dst, read_device(src));
+    }
+  }
+  return dst;
+}
+
+at::Tensor copy_from_and_resize(const at::Tensor& src, const at::Tensor& dst) {
+  resize_(dst, src.sizes(), std::nullopt);
+  return copy_from(src, dst, false);
+}
+
+at::Scalar local_scalar_dense(const at::Tensor& self) {
+  TORCH_CHECK(self.numel() == 1, "spyre: a Tensor with ", self.numel(), " elements cannot be converted to Scalar");
+  return at::_local_scalar_dense(read_device(self));
+}
+
+at::Tensor as_strided(const at::Tensor& self, c10::IntArrayRef size, c10::IntArrayRef stride,
+                      std::optional<int64_t> storage_offset) {
+  return at::native::as_strided_tensorimpl(self, size, stride, storage_offset);
+}
+
+at::Tensor& set_source_storage_offset(at::Tensor& self, c10::Storage source, int64_t offset, c10::IntArrayRef size,
+                                      c10::IntArrayRef stride) {
+  return at::cpu::set_(self, std::move(source), offset, size, stride);
+}
+
+void cpu_fallback(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
+  const c10::OperatorName& name = op.schema().operator_name();
+  switch (fallback_mode()) {
+    case FallbackMode::kError:
+      TORCH_CHECK_NOT_IMPLEMENTED(false, "spyre: operator '", name,
+                                  "' has no Spyre kernel, and the CPU fallback is disabled "
+                                  "(TORCH_SPYRE_CPU_FALLBACK=error). Use torch_spyre.set_cpu_fallback('warn') "
+                                  "to run it on the CPU.");
+    case FallbackMode::kWarn: {
+      static std::mutex mu;
+      static std::set<std::string> warned;
+      std::lock_guard lock(mu);
+      if (warned.insert(c10::toString(name)).second) {
+        TORCH_WARN("spyre: operator '", name,
+                   "' has no Spyre kernel; it runs on the CPU, with copies to and from the device. "
+                   "torch_spyre.set_cpu_fallback('allow') silences this; 'error' forbids it.");
+      }
+      break;
+    }
+    case FallbackMode::kAllow: break;
+  }
+  at::native::cpu_fallback(op, stack);
+}
+
+}  // namespace
+
+uint64_t device_addr(const at::Tensor& t) { return reinterpret_cast<uint64_t>(t.data_ptr()); }
+
+at::Tensor read_device(const at::Tensor& src) {
+  const c10::DeviceGuard guard(src.device());
+  const auto [first, count] = element_span(src);
+  at::Tensor buf = at::empty({count}, src.options().device(c10::kCPU));
+  const uint64_t base = reinterpret_cast<uint64_t>(src.storage().data()) + first * src.itemsize();
+  DeviceRuntime::get(src.device().index()).d2h(buf.data_ptr(), base, count * src.itemsize());
+  return buf.as_strided(src.sizes(), src.strides(), 0);
+}
+
+void write_device(const at::Tensor& dst, const at::Tensor& src_cpu) {
+  if (dst.numel() == 0) return;
+  const c10::DeviceGuard guard(dst.device());
+  DeviceRuntime& rt = DeviceRuntime::get(dst.device().index());
+  if (dst.is_contiguous()) {
+    const at::Tensor c = src_cpu.to(dst.scalar_type()).expand(dst.sizes()).contiguous();
+    rt.h2d(device_addr(dst), c.data_ptr(), dst.nbytes());
+    return;
+  }
+  // Strided destination: read the span it covers, update it on the host, write the span back.
+  at::Tensor host = read_device(dst);
+  host.copy_(src_cpu);
+  const auto [first, count] = element_span(dst);
+  rt.h2d(reinterpret_cast<uint64_t>(dst.storage().data()) + first * dst.itemsize(), host.storage().data(),
+         count * dst.itemsize());
+}
+
+std::pair<int64_t, int64_t> element_span(const at::Tensor& t) {
+  int64_t extent = 1;
+  for (int64_t d = 0; d < t.dim(); ++d) {
+    if (t.size(d) == 0) return {t.storage_offset(), 0};
+    TORCH_CHECK(t.stride(d) >= 0, "spyre: negative strides are not supported");
+    extent += (t.size(d) - 1) * t.stride(d);
+  }
+  return {t.storage_offset(), extent};
+}
+
+void run_on_cpu(const c10::OperatorHandle& op, torch::jit::Stack* stack) { cpu_fallback(op, stack); }
+
+TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
+  m.impl("empty.memory_format", TORCH_FN(empty_memory_format));
+  m.impl("empty_strided", TORCH_FN(empty_strided));
+  m.impl("as_strided", TORCH_FN(as_strided));
+  m.impl("view", TORCH_FN(at::native::view));
+  m.impl("_reshape_alias", TORCH_FN(at::native::_reshape_alias));
+  m.impl("resize_", TORCH_FN(resize_));
+  m.impl("_copy_from", TORCH_FN(copy_from));
+  m.impl("_copy_from_and_resize", TORCH_FN(copy_from_and_resize));
+  m.impl("_local_scalar_dense", TORCH_FN(local_scalar_dense));
+  m.impl("set_.source_Tensor", TORCH_FN(at::native::set_tensor_));
+  m.impl("set_.source_Storage", TORCH_FN(at::native::set_));
+  m.impl("set_.source_Storage_storage_offset", TORCH_FN(set_source_storage_offset));
+}
+
+TORCH_LIBRARY_IMPL(_, PrivateUse1, m) { m.fallback(torch::CppFunction::makeFromBoxedFunction<&cpu_fallback>()); }
+
+}  // namespace spyre::backend

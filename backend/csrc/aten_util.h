@@ -1,0 +1,24 @@
+// Helpers shared by the ATen kernels of the Spyre device. Include only from ATen translation units.
+#pragma once
+
+#include <ATen/core/Tensor.h>
+#include <ATen/core/dispatch/Dispatcher.h>
+#include <ATen/core/stack.h>
+
+#include <cstdint>
+#include <utility>
+
+namespace spyre::backend {
+
+/// Device address of the tensor's first element.
+uint64_t device_addr(const at::Tensor& t);
+/// (first element, element count) of the storage range that a strided tensor covers.
+std::pair<int64_t, int64_t> element_span(const at::Tensor& t);
+/// Copies a device tensor to a CPU tensor with the same sizes and strides. Blocks.
+at::Tensor read_device(const at::Tensor& src);
+/// Writes a CPU tensor (any dtype, any strides, broadcastable) into a device tensor.
+void write_device(const at::Tensor& dst, const at::Tensor& src_cpu);
+/// Runs a boxed op through the CPU fallback, honouring TORCH_SPYRE_CPU_FALLBACK.
+void run_on_cpu(const c10::OperatorHandle& op, torch::jit::Stack* stack);
+
+}  // namespace spyre::backend

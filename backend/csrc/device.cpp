@@ -1,0 +1,199 @@
+// Registers the Spyre device with c10: device guard (the backend of torch.accelerator), hooks,
+// and the device memory allocator. Only c10 headers here, no ATen operators.
+#include <ATen/detail/PrivateUse1HooksInterface.h>
+#include <c10/core/CachingDeviceAllocator.h>
+#include <c10/core/impl/DeviceGuardImplInterface.h>
+
+#include <mutex>
+#include <unordered_map>
+
+#include "runtime.h"
+
+namespace spyre::backend {
+namespace {
+
+using c10::CachingAllocator::StatType;
+constexpr auto kAggregate = static_cast<size_t>(StatType::AGGREGATE);
+
+struct GuardImpl final : public c10::impl::DeviceGuardImplInterface {
+  c10::DeviceType type() const override { return c10::DeviceType::PrivateUse1; }
+  c10::Device exchangeDevice(c10::Device d) const override {
+    const c10::Device old = getDevice();
+    if (d.index() != old.index()) setDevice(d);
+    return old;
+  }
+  c10::Device getDevice() const override {
+    return c10::Device(c10::DeviceType::PrivateUse1, static_cast<c10::DeviceIndex>(current_device()));
+  }
+  void setDevice(c10::Device d) const override {
+    TORCH_CHECK(d.is_privateuseone(), "spyre: expected a spyre device, got ", d);
+    const int n = DeviceRuntime::count();
+    TORCH_CHECK_INDEX(d.index() >= 0 && d.index() < n, "spyre: device index ", static_cast<int>(d.index()),
+                      " is out of range (", n, " spyre device(s) present)");
+    set_current_device(d.index());
+  }
+  void uncheckedSetDevice(c10::Device d) const noexcept override { set_current_device(d.index()); }
+  c10::Stream getStream(c10::Device d) const override { return c10::Stream(c10::Stream::DEFAULT, d); }
+  c10::Stream exchangeStream(c10::Stream s) const override { return c10::Stream(c10::Stream::DEFAULT, s.device()); }
+  c10::DeviceIndex deviceCount() const noexcept override {
+    return static_cast<c10::DeviceIndex>(DeviceRuntime::count());
+  }
+  bool queryStream(const c10::Stream& s) const override {
+    synchronizeStream(s);
+    return true;
+  }
+  void synchronizeStream(const c10::Stream& s) const override { DeviceRuntime::get(s.device_index()).synchronize(); }
+  void synchronizeDevice(const c10::DeviceIndex index) const override { DeviceRuntime::get(index).synchronize(); }
+};
+C10_REGISTER_GUARD_IMPL(PrivateUse1, GuardImpl);
+
+// Device pointers are device addresses; the context remembers the device for the deleter.
+struct Block {
+  int device;
+  uint64_t addr;
+  uint64_t bytes;
+};
+
+class Allocator final : public c10::DeviceAllocator {
+ public:
+  c10::DataPtr allocate(size_t nbytes) override {
+    const int dev = current_device();
+    DeviceRuntime& rt = DeviceRuntime::get(dev);
+    const c10::Device device(c10::DeviceType::PrivateUse1, static_cast<c10::DeviceIndex>(dev));
+    if (nbytes == 0) return c10::DataPtr(nullptr, nullptr, &deleter, device);
+    const uint64_t addr = rt.alloc(nbytes);  // throws torch.OutOfMemoryError
+    auto* block = new Block{dev, addr, nbytes};
+    {
+      std::lock_guard lock(mu_);
+      blocks_[addr] = dev;
+      stats(dev).allocated_bytes[kAggregate].increase(nbytes);
+      stats(dev).allocation[kAggregate].increase(1);
+      stats(dev).num_device_alloc++;
+    }
+    return c10::DataPtr(reinterpret_cast<void*>(addr), block, &deleter, device);
+  }
+
+  c10::DeleterFnPtr raw_deleter() const override { return nullptr; }
+
+  void copy_data(void* dest, const void* src, std::size_t count) const override {
+    DeviceRuntime::get(current_device())
+        .d2d(reinterpret_cast<uint64_t>(dest), reinterpret_cast<uint64_t>(src), count);
+  }
+
+  bool initialized() override { return true; }
+  void emptyCache(c10::MempoolId_t) override {}  // no cache yet: freed blocks return to the driver at once
+  void recordStream(const c10::DataPtr&, c10::Stream) override {}  // one in-order queue per device
+  c10::CachingDeviceAllocator::DeviceStats getDeviceStats(c10::DeviceIndex device) override {
+    std::lock_guard lock(mu_);
+    return stats(device);
+  }
+  void resetAccumulatedStats(c10::DeviceIndex device) override {
+    std::lock_guard lock(mu_);
+    for (auto& s : stats(device).allocated_bytes) s.reset_accumulated();
+    for (auto& s : stats(device).allocation) s.reset_accumulated();
+  }
+  void resetPeakStats(c10::DeviceIndex device) override {
+    std::lock_guard lock(mu_);
+    for (auto& s : stats(device).allocated_bytes) s.reset_peak();
+    for (auto& s : stats(device).allocation) s.reset_peak();
+  }
+  std::pair<size_t, size_t> getMemoryInfo(c10::DeviceIndex device) override {
+    const driver::MemoryStats m = DeviceRuntime::get(device).device().memory_stats();
+    return {m.total - m.allocated, m.total};
+  }
+
+  /// Device of a pointer returned by allocate(); -1 when unknown.
+  int device_of(const void* p) {
+    std::lock_guard lock(mu_);
+    const auto it = blocks_.find(reinterpret_cast<uint64_t>(p));
+    return it == blocks_.end() ? -1 : it->second;
+  }
+
+ private:
+  static void deleter(void* ctx) {
+    auto* block = static_cast<Block*>(ctx);
+    if (!block) return;
+    instance().release(*block);
+    delete block;
+  }
+  void release(const Block& b) {
+    {
+      std::lock_guard lock(mu_);
+      blocks_.erase(b.addr);
+      stats(b.device).allocated_bytes[kAggregate].decrease(b.bytes);
+      stats(b.device).allocation[kAggregate].decrease(1);
+      stats(b.device).num_device_free++;
+    }
+    DeviceRuntime::get(b.device).free(b.addr);
+  }
+  c10::CachingDeviceAllocator::DeviceStats& stats(int device) { return stats_[device]; }
+
+ public:
+  static Allocator& instance();
+
+ private:
+  std::mutex mu_;
+  std::unordered_map<uint64_t, int> blocks_;
+  std::unordered_map<int, c10::CachingDeviceAllocator::DeviceStats> stats_;
+};
+
+Allocator g_allocator;
+Allocator& Allocator::instance() { return g_allocator; }
+REGISTER_ALLOCATOR(c10::DeviceType::PrivateUse1, &g_allocator);
+
+struct Hooks final : public at::PrivateUse1HooksInterface {
+  bool isBuilt() const override { return true; }
+  bool isAvailable() const override { return DeviceRuntime::count() > 0; }
+  bool hasPrimaryContext(c10::DeviceIndex index) const override { return DeviceRuntime::opened(index); }
+  void init() const override {}
+  c10::DeviceIndex deviceCount() const override { return static_cast<c10::DeviceIndex>(DeviceRuntime::count()); }
+  void setCurrentDevice(c10::DeviceIndex index) const override {
+    GuardImpl().setDevice(c10::Device(c10::DeviceType::PrivateUse1, index));
+  }
+  c10::DeviceIndex getCurrentDevice() const override { return static_cast<c10::DeviceIndex>(current_device()); }
+  c10::DeviceIndex exchangeDevice(c10::DeviceIndex index) const override {
+    const int old = current_device();
+    setCurrentDevice(index);
+    return static_cast<c10::DeviceIndex>(old);
+  }
+  c10::DeviceIndex maybeExchangeDevice(c10::DeviceIndex index) const override { return exchangeDevice(index); }
+  at::Device getDeviceFromPtr(void* data) const override {
+    const int dev = g_allocator.device_of(data);
+    TORCH_CHECK(dev >= 0, "spyre: pointer ", data, " was not allocated by the spyre allocator");
+    return at::Device(c10::DeviceType::PrivateUse1, static_cast<c10::DeviceIndex>(dev));
+  }
+  bool isPinnedPtr(const void*) const override { return false; }
+  c10::Allocator* getPinnedMemoryAllocator() const override {
+    TORCH_CHECK_NOT_IMPLEMENTED(false, "spyre: pinned host memory is not supported yet");
+  }
+  void resizePrivateUse1Bytes(const c10::Storage& storage, size_t bytes) const override {
+    resize_storage_bytes(storage, bytes);
+  }
+};
+
+const bool g_hooks_registered = [] {
+  at::RegisterPrivateUse1HooksInterface(new Hooks());
+  return true;
+}();
+
+}  // namespace
+
+void resize_storage_bytes(const c10::Storage& storage, size_t bytes) {
+  TORCH_CHECK(storage.resizable(), "spyre: trying to resize storage that is not resizable");
+  const size_t old = storage.nbytes();
+  if (bytes == old) return;
+  const int dev = storage.device().index();
+  const int saved = current_device();
+  set_current_device(dev);
+  c10::DataPtr fresh = g_allocator.allocate(bytes);
+  set_current_device(saved);
+  if (old > 0 && bytes > 0) {
+    DeviceRuntime::get(dev).d2d(reinterpret_cast<uint64_t>(fresh.get()), reinterpret_cast<uint64_t>(storage.data()),
+                                std::min(old, bytes));
+  }
+  // The old block is freed when its DataPtr dies; the queue is in order, so the copy reads it first.
+  storage.unsafeGetStorageImpl()->set_data_ptr_noswap(std::move(fresh));
+  storage.unsafeGetStorageImpl()->set_nbytes(bytes);
+}
+
+}  // namespace spyre::backend

@@ -1,0 +1,128 @@
+// The Python extension torch_spyre._C: the only binding translation unit. Loading it registers
+// the device (guard, hooks, allocator, kernels) through static initialisers in the other files.
+#include <torch/csrc/Exceptions.h>
+#include <torch/csrc/utils/pybind.h>
+
+#include <cstring>
+
+#include "runtime.h"
+#include "spyre/driver/driver.h"
+#include "spyre/hw/commands.h"
+
+namespace py = pybind11;
+using spyre::backend::DeviceRuntime;
+
+namespace {
+
+const char* mode_name(spyre::backend::FallbackMode m) {
+  switch (m) {
+    case spyre::backend::FallbackMode::kAllow: return "allow";
+    case spyre::backend::FallbackMode::kWarn: return "warn";
+    case spyre::backend::FallbackMode::kError: return "error";
+  }
+  return "warn";
+}
+
+py::dict device_info(int index) {
+  const spyre::driver::DeviceInfo& i = DeviceRuntime::get(index).device().info();
+  py::dict d;
+  d["name"] = "IBM Spyre (simulated)";
+  d["transport"] = spyre::driver::Driver::instance().transport()->name();
+  d["vendor_id"] = i.vendor_id;
+  d["device_id"] = i.device_id;
+  d["cores"] = i.num_cores;
+  d["queues"] = i.num_queues;
+  d["clock_mhz"] = i.clock_mhz;
+  d["memory_bytes"] = i.memory_bytes;
+  d["lx_bytes"] = i.lx_bytes;
+  return d;
+}
+
+py::dict memory_stats(int index) {
+  const spyre::driver::MemoryStats s = DeviceRuntime::get(index).device().memory_stats();
+  py::dict d;
+  d["total"] = s.total;
+  d["allocated"] = s.allocated;
+  d["peak"] = s.peak;
+  d["largest_free"] = s.largest_free;
+  d["blocks"] = s.allocations;
+  return d;
+}
+
+// Submits 64 raw descriptor bytes on a fresh queue of `index` and returns its completion record.
+// For debugging and for tests of the firmware's validation through the whole stack.
+py::dict submit_raw_descriptor(int index, const py::bytes& raw) {
+  const std::string bytes = raw;
+  TORCH_CHECK_VALUE(bytes.size() == sizeof(spyre::hw::Descriptor), "spyre: a descriptor is ",
+                    sizeof(spyre::hw::Descriptor), " bytes, got ", bytes.size());
+  spyre::hw::Descriptor d;
+  std::memcpy(&d, bytes.data(), sizeof d);
+  std::unique_ptr<spyre::driver::Queue> q;
+  SPYRE_CHECK(DeviceRuntime::get(index).device().create_queue(4, &q));
+  uint64_t seq = 0;
+  SPYRE_CHECK(q->submit_raw(d, &seq));
+  const spyre::driver::Status waited = q->wait(seq);
+  spyre::hw::Completion c{};
+  SPYRE_CHECK(q->completion(seq, &c));
+  py::dict out;
+  out["ok"] = waited.ok();
+  out["message"] = waited.message();
+  out["error"] = spyre::hw::error_name(c.error);
+  out["field"] = spyre::hw::field_name(c.field);
+  out["cycles"] = c.end_cycle - c.start_cycle;
+  return out;
+}
+
+}  // namespace
+
+PYBIND11_MODULE(_C, m) {
+  m.doc() = "torch_spyre native module: the Spyre PrivateUse1 device";
+  m.def("_device_count", [] { return DeviceRuntime::count(); });
+  m.def("_current_device", [] { return spyre::backend::current_device(); });
+  m.def("_set_device", [](int index) {
+    HANDLE_TH_ERRORS
+    DeviceRuntime::get(index);
+    spyre::backend::set_current_device(index);
+    END_HANDLE_TH_ERRORS_PYBIND
+  });
+  m.def("_synchronize", [](int index) {
+    HANDLE_TH_ERRORS
+    py::gil_scoped_release no_gil;
+    DeviceRuntime::get(index).synchronize();
+    END_HANDLE_TH_ERRORS_PYBIND
+  });
+  m.def("_device_cycles", [](int index) {
+    HANDLE_TH_ERRORS
+    return DeviceRuntime::get(index).device().cycles();
+    END_HANDLE_TH_ERRORS_PYBIND
+  });
+  m.def("_device_info", [](int index) {
+    HANDLE_TH_ERRORS
+    return device_info(index);
+    END_HANDLE_TH_ERRORS_PYBIND
+  });
+  m.def("_memory_stats", [](int index) {
+    HANDLE_TH_ERRORS
+    return memory_stats(index);
+    END_HANDLE_TH_ERRORS_PYBIND
+  });
+  m.def("_write_reports", [] {
+    HANDLE_TH_ERRORS
+    std::string trace, stats;
+    SPYRE_CHECK(spyre::driver::Driver::instance().transport_status());
+    SPYRE_CHECK(spyre::driver::Driver::instance().transport()->write_sim_reports(&trace, &stats));
+    return py::make_tuple(trace, stats);
+    END_HANDLE_TH_ERRORS_PYBIND
+  });
+  m.def("_set_cpu_fallback", [](const std::string& mode) {
+    HANDLE_TH_ERRORS
+    spyre::backend::set_fallback_mode(spyre::backend::parse_fallback_mode(mode));
+    END_HANDLE_TH_ERRORS_PYBIND
+  });
+  m.def("_get_cpu_fallback", [] { return mode_name(spyre::backend::fallback_mode()); });
+  m.def("_submit_raw_descriptor", [](int index, const py::bytes& raw) {
+    HANDLE_TH_ERRORS
+    return submit_raw_descriptor(index, raw);
+    END_HANDLE_TH_ERRORS_PYBIND
+  });
+}

@@ -1,0 +1,189 @@
+#include "runtime.h"
+
+#include <atomic>
+#include <cstdlib>
+#include <cstring>
+
+#include <c10/util/Exception.h>
+#include <cstdio>
+
+#include "spyre/driver/driver.h"
+#include "spyre/hw/commands.h"
+
+namespace spyre::backend {
+
+namespace {
+constexpr uint64_t kStagingCacheBytes = 256ull << 20;  // host staging kept for reuse
+constexpr uint32_t kQueueEntries = 1024;
+
+std::mutex g_mu;
+std::vector<DeviceRuntime*> g_runtimes;
+thread_local int t_current = 0;
+
+FallbackMode initial_mode() {
+  const char* env = std::getenv("TORCH_SPYRE_CPU_FALLBACK");
+  if (!env || !*env) return FallbackMode::kWarn;
+  try {
+    return parse_fallback_mode(env);
+  } catch (const std::exception&) {
+    std::fprintf(stderr, "torch_spyre: ignoring TORCH_SPYRE_CPU_FALLBACK='%s' (expected allow, warn or error)\n", env);
+    return FallbackMode::kWarn;
+  }
+}
+std::atomic<FallbackMode> g_mode{initial_mode()};
+}  // namespace
+
+void check_status(const driver::Status& s, const char* where) {
+  switch (s.code()) {
+    case driver::StatusCode::kOk: return;
+    case driver::StatusCode::kOutOfMemory: TORCH_CHECK_WITH(OutOfMemoryError, false, s.message());
+    case driver::StatusCode::kInvalidArgument: TORCH_CHECK_INDEX(false, s.message());
+    case driver::StatusCode::kNotAvailable: TORCH_CHECK(false, "spyre: device not available: ", s.message());
+    case driver::StatusCode::kDeviceError: TORCH_CHECK(false, s.message());
+  }
+  TORCH_CHECK(false, "spyre: unexpected driver status in ", where, ": ", s.message());
+}
+
+int DeviceRuntime::count() noexcept {
+  try {
+    return static_cast<int>(driver::Driver::instance().device_count());
+  } catch (...) {
+    return 0;
+  }
+}
+
+bool DeviceRuntime::opened(int index) noexcept {
+  std::lock_guard lock(g_mu);
+  return index >= 0 && index < static_cast<int>(g_runtimes.size()) && g_runtimes[index] != nullptr;
+}
+
+DeviceRuntime& DeviceRuntime::get(int index) {
+  driver::Driver& drv = driver::Driver::instance();
+  SPYRE_CHECK(drv.transport_status());
+  const int n = static_cast<int>(drv.device_count());
+  TORCH_CHECK_INDEX(index >= 0 && index < n, "spyre: device index ", index, " is out of range (", n,
+                    " spyre device(s) present; set sim.devices in $SPYRE_CONFIG for more)");
+  std::lock_guard lock(g_mu);
+  if (g_runtimes.size() < static_cast<size_t>(n)) g_runtimes.resize(n, nullptr);
+  if (!g_runtimes[index]) {
+    driver::Device* dev = nullptr;
+    SPYRE_CHECK(drv.device(static_cast<uint32_t>(index), &dev));
+    g_runtimes[index] = new DeviceRuntime(index, dev);  // lives until process exit
+  }
+  return *g_runtimes[index];
+}
+
+DeviceRuntime::DeviceRuntime(int index, driver::Device* device) : index_(index), device_(device) {
+  SPYRE_CHECK(device_->create_queue(kQueueEntries, &queue_));
+}
+
+uint64_t DeviceRuntime::alloc(uint64_t bytes) {
+  uint64_t addr = 0;
+  SPYRE_CHECK(device_->alloc(bytes, &addr));
+  return addr;
+}
+
+void DeviceRuntime::free(uint64_t addr) { SPYRE_CHECK(device_->free(addr)); }
+
+std::unique_ptr<driver::HostBuffer> DeviceRuntime::take_staging(uint64_t n) {
+  {
+    std::lock_guard lock(mu_);
+    auto it = staging_.lower_bound(n);
+    if (it != staging_.end() && it->first <= 2 * n + (64 << 10)) {  // reuse unless far too big
+      auto b = std::move(it->second);
+      staging_bytes_ -= it->first;
+      staging_.erase(it);
+      return b;
+    }
+  }
+  std::unique_ptr<driver::HostBuffer> b;
+  SPYRE_CHECK(device_->map_host(n, &b));
+  return b;
+}
+
+void DeviceRuntime::give_back(std::unique_ptr<driver::HostBuffer> b) {
+  std::lock_guard lock(mu_);
+  if (staging_bytes_ + b->size() > kStagingCacheBytes) return;  // freed here
+  staging_bytes_ += b->size();
+  staging_.emplace(b->size(), std::move(b));
+}
+
+void DeviceRuntime::wait(uint64_t seq) {
+  const driver::Status s = queue_->wait(seq);
+  if (!s.ok()) {
+    (void)queue_->reset();  // the error is reported once; the device stays usable
+    check_status(s, "wait");
+  }
+}
+
+void DeviceRuntime::h2d(uint64_t dst, const void* src, uint64_t n) {
+  if (n == 0) return;
+  auto staging = take_staging(n);
+  std::memcpy(staging->data(), src, n);
+  uint64_t seq = 0;
+  SPYRE_CHECK(queue_->copy(staging->iova(), dst, n, hw::kCopySrcHost, &seq));
+  // The staging buffer goes back to the pool once the card has read it.
+  auto* raw = staging.release();
+  queue_->on_complete(seq, [this, raw] { give_back(std::unique_ptr<driver::HostBuffer>(raw)); });
+}
+
+void DeviceRuntime::d2h(void* dst, uint64_t src, uint64_t n) {
+  if (n == 0) return;
+  auto staging = take_staging(n);
+  uint64_t seq = 0;
+  SPYRE_CHECK(queue_->copy(src, staging->iova(), n, hw::kCopyDstHost, &seq));
+  wait(seq);
+  std::memcpy(dst, staging->data(), n);
+  give_back(std::move(staging));
+}
+
+void DeviceRuntime::d2d(uint64_t dst, uint64_t src, uint64_t n) {
+  if (n == 0 || dst == src) return;
+  uint64_t seq = 0;
+  SPYRE_CHECK(queue_->copy(src, dst, n, 0, &seq));
+}
+
+void DeviceRuntime::launch(const std::string& key, const std::function<compiler::Program()>& build,
+                           const std::vector<uint64_t>& args) {
+  Loaded prog{};
+  bool found = false;
+  {
+    std::lock_guard lock(mu_);
+    if (auto it = programs_.find(key); it != programs_.end()) {
+      prog = it->second;
+      found = true;
+    }
+  }
+  if (!found) {
+    const compiler::Program p = build();
+    TORCH_INTERNAL_ASSERT(p.num_args <= args.size(), "spyre: program ", p.name, " needs ", p.num_args, " arguments");
+    prog = Loaded{alloc(p.image.size()), p.image.size(), p.core_mask};
+    h2d(prog.addr, p.image.data(), p.image.size());
+    std::lock_guard lock(mu_);
+    programs_.emplace(key, prog);
+  }
+  TORCH_CHECK(args.size() <= hw::kMaxLaunchArgs, "spyre: too many launch arguments (", args.size(), ")");
+  const uint64_t args_bytes = args.size() * sizeof(uint64_t);
+  const uint64_t args_addr = alloc(hw::kMaxLaunchArgs * sizeof(uint64_t));
+  h2d(args_addr, args.data(), args_bytes);
+  uint64_t seq = 0;
+  SPYRE_CHECK(queue_->launch(prog.addr, prog.size, args_addr, args_bytes, prog.core_mask, &seq));
+  queue_->on_complete(seq, [this, args_addr] { (void)device_->free(args_addr); });
+}
+
+void DeviceRuntime::synchronize() { wait(queue_->last_seq()); }
+
+int current_device() { return t_current; }
+void set_current_device(int index) { t_current = index; }
+
+FallbackMode fallback_mode() { return g_mode.load(); }
+void set_fallback_mode(FallbackMode m) { g_mode.store(m); }
+
+FallbackMode parse_fallback_mode(const std::string& s) {
+  if (s == "allow") return FallbackMode::kAllow;
+  if (s == "warn") return FallbackMode::kWarn;
+  if (s == "error") return FallbackMode::kError;
+  TORCH_CHECK_VALUE(false, "torch_spyre: CPU fallback mode must be 'allow', 'warn' or 'error', not '", s, "'");
+}
+
+}  // namespace spyre::backend

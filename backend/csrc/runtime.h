@@ -1,0 +1,92 @@
+// The PyTorch device's view of one Spyre card: its driver Device, the default queue, staging
+// buffers for host copies, and loaded programs. Light header: no ATen.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include <c10/core/Storage.h>
+
+#include "spyre/compiler/program.h"
+#include "spyre/driver/device.h"
+
+namespace spyre::backend {
+
+/// Throws the c10 error matching a failed driver status; the one place statuses become exceptions.
+void check_status(const driver::Status& s, const char* where);
+#define SPYRE_CHECK(expr) ::spyre::backend::check_status((expr), __func__)
+
+class DeviceRuntime {
+ public:
+  /// The runtime of device `index`, opened on first use. Throws (IndexError-like) for a bad index.
+  static DeviceRuntime& get(int index);
+  /// Devices present; 0 when the transport is unavailable. Never throws.
+  static int count() noexcept;
+  /// True once get(index) has opened the device.
+  static bool opened(int index) noexcept;
+
+  driver::Device& device() { return *device_; }
+  int index() const { return index_; }
+
+  /// Device memory; alloc throws torch.OutOfMemoryError when it is exhausted.
+  uint64_t alloc(uint64_t bytes);
+  void free(uint64_t addr);
+
+  /// Host -> device copy. Asynchronous: `src` is copied to a staging buffer before returning.
+  void h2d(uint64_t dst, const void* src, uint64_t n);
+  /// Device -> host copy. Blocks until the data is in `dst`.
+  void d2h(void* dst, uint64_t src, uint64_t n);
+  /// Device -> device copy on this card. Asynchronous.
+  void d2d(uint64_t dst, uint64_t src, uint64_t n);
+
+  /// Launches the program cached under `key` (compiled by `build` on first use) with `args`.
+  /// Asynchronous.
+  void launch(const std::string& key, const std::function<compiler::Program()>& build,
+              const std::vector<uint64_t>& args);
+
+  /// Waits for all work. A device error is raised here (and the queue is reset so the device
+  /// stays usable).
+  void synchronize();
+
+  compiler::Target target() const { return {device_->info().num_cores, device_->info().lx_bytes}; }
+
+ private:
+  struct Loaded {
+    uint64_t addr;
+    uint64_t size;
+    uint64_t core_mask;
+  };
+  DeviceRuntime(int index, driver::Device* device);
+  std::unique_ptr<driver::HostBuffer> take_staging(uint64_t n);
+  void give_back(std::unique_ptr<driver::HostBuffer> b);
+  void wait(uint64_t seq);
+
+  int index_;
+  driver::Device* device_;
+  std::unique_ptr<driver::Queue> queue_;
+  std::mutex mu_;
+  std::multimap<uint64_t, std::unique_ptr<driver::HostBuffer>> staging_;  // by size
+  uint64_t staging_bytes_ = 0;
+  std::map<std::string, Loaded> programs_;
+};
+
+/// Reallocates a spyre storage to `bytes`, keeping its contents up to the smaller size.
+void resize_storage_bytes(const c10::Storage& storage, size_t bytes);
+
+/// The calling thread's current device index (default 0).
+int current_device();
+void set_current_device(int index);
+
+/// How ops without a Spyre kernel are handled.
+enum class FallbackMode { kAllow, kWarn, kError };
+FallbackMode fallback_mode();
+void set_fallback_mode(FallbackMode m);
+/// Parses "allow" | "warn" | "error"; throws ValueError otherwise.
+FallbackMode parse_fallback_mode(const std::string& s);
+
+}  // namespace spyre::backend

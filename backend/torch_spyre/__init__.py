@@ -1,0 +1,51 @@
+"""The IBM Spyre accelerator as a PyTorch device, backed by a simulated card.
+
+Importing this package (or just ``import torch``, through the ``torch.backends`` entry point)
+registers the ``spyre`` device::
+
+    x = torch.randn(4, 4).to("spyre")
+    y = x @ x                      # runs on the simulated card's cores
+
+See docs/user-guide.md for the environment variables and the simulator reports.
+"""
+
+from __future__ import annotations
+
+import logging
+
+import torch
+
+from . import _C
+from . import device_module as _device_module
+from ._fallback import get_cpu_fallback, set_cpu_fallback
+from .sim import device_cycles, device_info, write_reports
+
+__all__ = [
+    "device_cycles",
+    "device_info",
+    "get_cpu_fallback",
+    "set_cpu_fallback",
+    "write_reports",
+]
+
+logger = logging.getLogger("torch_spyre")
+BACKEND_NAME = "spyre"
+
+
+def _register() -> None:
+    # Every step is idempotent so that autoload followed by an explicit import is harmless.
+    if torch._C._get_privateuse1_backend_name() != BACKEND_NAME:
+        torch.utils.rename_privateuse1_backend(BACKEND_NAME)
+    if not hasattr(torch, BACKEND_NAME):
+        torch._register_device_module(BACKEND_NAME, _device_module)
+    if not hasattr(torch.Tensor, "is_" + BACKEND_NAME):
+        torch.utils.generate_methods_for_privateuse1_backend(for_storage=True)
+    logger.debug("registered device %r (%d device(s))", BACKEND_NAME, _C._device_count())
+
+
+def _autoload() -> None:
+    """Entry point of the ``torch.backends`` group: importing the package has done the work."""
+
+
+_register()
+del _C  # reach the extension through the modules that wrap it

@@ -1,0 +1,104 @@
+"""``torch.spyre``: device management for the Spyre backend, in the shape of ``torch.cuda``."""
+
+from __future__ import annotations
+
+import contextlib
+from typing import Iterator
+
+import torch
+
+from . import _C
+
+__all__ = [
+    "current_device",
+    "device",
+    "device_count",
+    "get_amp_supported_dtype",
+    "is_available",
+    "is_initialized",
+    "memory_allocated",
+    "max_memory_allocated",
+    "memory_stats",
+    "set_device",
+    "synchronize",
+]
+
+
+def _index(device: torch.device | str | int | None) -> int:
+    if device is None:
+        return current_device()
+    if isinstance(device, int):
+        return device
+    device = torch.device(device)
+    if device.type != "spyre":
+        raise ValueError(f"torch.spyre: expected a spyre device, got {device}")
+    return current_device() if device.index is None else device.index
+
+
+def is_available() -> bool:
+    """True when at least one Spyre device (simulated or real) can be used."""
+    return _C._device_count() > 0
+
+
+def device_count() -> int:
+    """Number of Spyre devices; 0 when none can be opened."""
+    return _C._device_count()
+
+
+def current_device() -> int:
+    """Index of the calling thread's current Spyre device."""
+    return _C._current_device()
+
+
+def set_device(device: torch.device | str | int) -> None:
+    """Makes ``device`` the calling thread's current device. Raises IndexError if it does not exist."""
+    _C._set_device(_index(device))
+
+
+@contextlib.contextmanager
+def device(dev: torch.device | str | int) -> Iterator[None]:
+    """Context manager that makes ``dev`` current and restores the previous device on exit."""
+    previous = current_device()
+    set_device(dev)
+    try:
+        yield
+    finally:
+        _C._set_device(previous)
+
+
+def synchronize(device: torch.device | str | int | None = None) -> None:
+    """Waits until all work queued on ``device`` has finished; raises the first device error."""
+    _C._synchronize(_index(device))
+
+
+def is_initialized() -> bool:
+    return True
+
+
+def _is_in_bad_fork() -> bool:
+    return False
+
+
+def _lazy_init() -> None:
+    pass
+
+
+def init() -> None:
+    pass
+
+
+def get_amp_supported_dtype() -> list[torch.dtype]:
+    return [torch.float16]
+
+
+def memory_stats(device: torch.device | str | int | None = None) -> dict[str, int]:
+    """Device memory figures in bytes: total, allocated, peak, largest_free, and live blocks."""
+    return _C._memory_stats(_index(device))
+
+
+def memory_allocated(device: torch.device | str | int | None = None) -> int:
+    return memory_stats(device)["allocated"]
+
+
+def max_memory_allocated(device: torch.device | str | int | None = None) -> int:
+    return memory_stats(device)["peak"]
