@@ -40,7 +40,8 @@ def _register() -> None:
         torch._register_device_module(BACKEND_NAME, _device_module)
     if not hasattr(torch.Tensor, "is_" + BACKEND_NAME):
         torch.utils.generate_methods_for_privateuse1_backend(for_storage=True)
-    logger.debug("registered device %r (%d device(s))", BACKEND_NAME, _C._device_count())
+    # Nothing here may touch the driver: the simulator starts on first use, not on `import torch`.
+    logger.debug("registered device %r", BACKEND_NAME)
 
 
 def _autoload() -> None:

@@ -279,7 +279,7 @@ TEST_CASE("malformed descriptors fail their queue with the field named, and only
   launch.launch.program = a;
   launch.launch.program_size = 4096;
   launch.launch.core_mask = 1ull << 40;  // no such core
-  cases.push_back({"core mask", launch, hw::ErrorCode::kOutOfRange, hw::Field::kLaunchCoreMask});
+  cases.push_back({"core mask", launch, hw::ErrorCode::kNoSuchCore, hw::Field::kLaunchCoreMask});
   launch.launch.core_mask = 1;  // `a` holds random bytes, not a program
   cases.push_back({"not a program", launch, hw::ErrorCode::kBadProgram, hw::Field::kLaunchProgram});
 

@@ -54,7 +54,7 @@ Verdict validate_launch(const hw::Descriptor& d, const Limits& lim) {
   }
   const uint64_t present = lim.num_cores >= 64 ? ~0ull : ((1ull << lim.num_cores) - 1);
   if (l.core_mask == 0 || (l.core_mask & ~present) != 0) {
-    return fail(ErrorCode::kOutOfRange, Field::kLaunchCoreMask);
+    return fail(ErrorCode::kNoSuchCore, Field::kLaunchCoreMask);
   }
   return {};
 }

@@ -136,8 +136,8 @@ TEST_CASE("each malformed field is named") {
       {launch(64, 16, 1), ErrorCode::kBadSize, Field::kLaunchProgramSize},
       {launch(64, 4097, 1), ErrorCode::kBadSize, Field::kLaunchProgramSize},
       {launch(mem - 64, 4096, 1), ErrorCode::kOutOfRange, Field::kLaunchProgram},
-      {launch(64, 4096, 0), ErrorCode::kOutOfRange, Field::kLaunchCoreMask},
-      {launch(64, 4096, 1ull << 32), ErrorCode::kOutOfRange, Field::kLaunchCoreMask},
+      {launch(64, 4096, 0), ErrorCode::kNoSuchCore, Field::kLaunchCoreMask},
+      {launch(64, 4096, 1ull << 32), ErrorCode::kNoSuchCore, Field::kLaunchCoreMask},
   };
   hw::Descriptor d = copy(0, 64, 8);
   d.reserved1 = 1;

@@ -4,14 +4,6 @@
 
 namespace spyre::sim {
 
-namespace {
-Ring make_ring(const Config& c) {
-  const double bytes_per_ns = c.ring.bytes_per_cycle * (c.chip.clock_mhz / 1000.0);
-  const sc_core::sc_time latency = Clock(c.chip.clock_mhz).cycles(c.ring.latency_cycles);
-  return Ring{BandwidthServer(bytes_per_ns, sc_core::SC_ZERO_TIME), BandwidthServer(bytes_per_ns, sc_core::SC_ZERO_TIME),
-              latency};
-}
-}  // namespace
 
 Card::Card(const sc_core::sc_module_name& name, uint32_t index, const Config& config, Trace& trace)
     : sc_core::sc_module(name), host_bar0("host_bar0"), ring_(make_ring(config)) {

@@ -14,6 +14,13 @@ namespace {
 uint64_t round_up(uint64_t v, uint64_t m) { return (v + m - 1) / m * m; }
 }  // namespace
 
+Ring make_ring(const Config& c) {
+  const double bytes_per_ns = c.ring.bytes_per_cycle * (c.chip.clock_mhz / 1000.0);
+  const sc_core::sc_time latency = Clock(c.chip.clock_mhz).cycles(c.ring.latency_cycles);
+  return Ring{BandwidthServer(bytes_per_ns, sc_core::SC_ZERO_TIME), BandwidthServer(bytes_per_ns, sc_core::SC_ZERO_TIME),
+              latency};
+}
+
 Core::Core(const sc_core::sc_module_name& name, uint32_t card, uint32_t id, const Config& config, Ring& ring,
            Trace& trace, CoreStats& stats)
     : sc_core::sc_module(name),

@@ -23,6 +23,9 @@ struct Ring {
   sc_core::sc_time latency;
 };
 
+/// The ring of a card as the config describes it.
+Ring make_ring(const Config& config);
+
 class Core : public sc_core::sc_module {
  public:
   tlm_utils::simple_initiator_socket<Core> mem;

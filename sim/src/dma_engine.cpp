@@ -6,6 +6,7 @@ namespace spyre::sim {
 
 namespace {
 constexpr uint64_t kChunkBytes = 64 * 1024;
+constexpr uint64_t kReadAhead = 3;
 }
 
 DmaEngine::DmaEngine(const sc_core::sc_module_name& name, const Config& config, uint32_t card, Endpoint& endpoint,
@@ -17,7 +18,7 @@ DmaEngine::DmaEngine(const sc_core::sc_module_name& name, const Config& config, 
       trace_(trace),
       stats_(stats),
       track_(trace.track(card, "dma engine")),
-      buffer_(kChunkBytes) {}
+      buffer_((kReadAhead + 1) * kChunkBytes) {}
 
 bool DmaEngine::mem_access(tlm::tlm_command cmd, uint64_t addr, uint8_t* data, uint64_t n, sc_core::sc_time& delay) {
   tlm::tlm_generic_payload gp;
@@ -35,19 +36,33 @@ fw::Verdict DmaEngine::copy(const hw::CopyArgs& args, uint8_t flags) {
   const bool src_host = flags & hw::kCopySrcHost;
   const bool dst_host = flags & hw::kCopyDstHost;
   const uint64_t start = clock_.now_cycles();
-  // Chunks are pipelined: every read is issued at once (the source's bandwidth server spaces them),
-  // and each chunk's write starts when its data has arrived. Latency is paid once, not per chunk.
+  // Reads run kReadAhead chunks ahead of writes, so a chunk's write never waits behind the next
+  // read's latency; each write starts when its chunk has arrived. Bandwidth servers space the
+  // transfers, so latency is paid once per copy, not per chunk. Overlapping device ranges are
+  // undefined, as with memcpy.
+  const uint64_t chunks = (args.size + kChunkBytes - 1) / kChunkBytes;
+  std::vector<sc_core::sc_time> arrived(chunks);
   sc_core::sc_time done = sc_core::SC_ZERO_TIME;
-  for (uint64_t offset = 0; offset < args.size; offset += kChunkBytes) {
-    const uint64_t n = std::min(kChunkBytes, args.size - offset);
-    sc_core::sc_time t = sc_core::SC_ZERO_TIME;
-    const bool read_ok = src_host ? endpoint_.host_read(args.src + offset, buffer_.data(), n, t)
-                                  : mem_access(tlm::TLM_READ_COMMAND, args.src + offset, buffer_.data(), n, t);
-    if (!read_ok) return {hw::ErrorCode::kDmaFault, hw::Field::kCopySrc, 0};
-    const bool write_ok = dst_host ? endpoint_.host_write(args.dst + offset, buffer_.data(), n, t)
-                                   : mem_access(tlm::TLM_WRITE_COMMAND, args.dst + offset, buffer_.data(), n, t);
-    if (!write_ok) return {hw::ErrorCode::kDmaFault, hw::Field::kCopyDst, 0};
+  auto chunk_bytes = [&](uint64_t i) { return std::min(kChunkBytes, args.size - i * kChunkBytes); };
+  auto buffer = [&](uint64_t i) { return buffer_.data() + (i % (kReadAhead + 1)) * kChunkBytes; };
+  auto write = [&](uint64_t i) {
+    sc_core::sc_time t = arrived[i];
+    const uint64_t at = args.dst + i * kChunkBytes;
+    const bool ok = dst_host ? endpoint_.host_write(at, buffer(i), chunk_bytes(i), t)
+                             : mem_access(tlm::TLM_WRITE_COMMAND, at, buffer(i), chunk_bytes(i), t);
     done = std::max(done, t);
+    return ok;
+  };
+  for (uint64_t i = 0; i < chunks + kReadAhead; ++i) {
+    if (i < chunks) {
+      sc_core::sc_time t = sc_core::SC_ZERO_TIME;
+      const uint64_t at = args.src + i * kChunkBytes;
+      const bool ok = src_host ? endpoint_.host_read(at, buffer(i), chunk_bytes(i), t)
+                               : mem_access(tlm::TLM_READ_COMMAND, at, buffer(i), chunk_bytes(i), t);
+      if (!ok) return {hw::ErrorCode::kDmaFault, hw::Field::kCopySrc, 0};
+      arrived[i] = t;
+    }
+    if (i >= kReadAhead && !write(i - kReadAhead)) return {hw::ErrorCode::kDmaFault, hw::Field::kCopyDst, 0};
   }
   wait(done);
   const char* kind = src_host ? "copy h2d" : (dst_host ? "copy d2h" : "copy d2d");

@@ -17,6 +17,7 @@ enum class ErrorCode : uint16_t {
   kBadProgram = 8,       // the program header is malformed
   kCoreFault = 9,        // a core hit an illegal instruction or scratchpad access
   kQueueInError = 10,    // not executed: the queue was already in the error state
+  kNoSuchCore = 11,      // the core mask names a core the device does not have (or none)
   kCount
 };
 
@@ -51,6 +52,7 @@ constexpr const char* error_name(ErrorCode e) {
     case ErrorCode::kBadProgram: return "malformed program";
     case ErrorCode::kCoreFault: return "core fault";
     case ErrorCode::kQueueInError: return "not executed, queue in error state";
+    case ErrorCode::kNoSuchCore: return "no such core";
     default: return "unknown";
   }
 }

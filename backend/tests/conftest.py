@@ -1,0 +1,44 @@
+"""Shared fixtures for the PyTorch device tests. Every test runs against the simulated card."""
+
+from __future__ import annotations
+
+import os
+import pathlib
+import subprocess
+import sys
+
+import pytest
+import torch
+
+import torch_spyre
+
+ROOT = pathlib.Path(__file__).resolve().parents[2]
+
+
+@pytest.fixture(autouse=True)
+def _fallback_warn():
+    """Each test starts in the default fallback mode and cannot leak another one."""
+    torch_spyre.set_cpu_fallback("warn")
+    yield
+    torch_spyre.set_cpu_fallback("warn")
+
+
+@pytest.fixture
+def cpu_gen() -> torch.Generator:
+    return torch.Generator().manual_seed(1234)
+
+
+def run_python(code: str, env: dict[str, str] | None = None, timeout: int = 300) -> subprocess.CompletedProcess:
+    """Runs `code` in a fresh interpreter (a fresh simulator) and returns the finished process."""
+    return _run([sys.executable, "-c", code], env, timeout)
+
+
+def run_script(path: pathlib.Path, env: dict[str, str] | None = None, timeout: int = 300) -> subprocess.CompletedProcess:
+    """Runs a script file in a fresh interpreter and returns the finished process."""
+    return _run([sys.executable, str(path)], env, timeout)
+
+
+def _run(argv: list[str], env: dict[str, str] | None, timeout: int) -> subprocess.CompletedProcess:
+    full_env = {k: v for k, v in os.environ.items() if not k.startswith(("SPYRE_", "TORCH_SPYRE_"))}
+    full_env.update(env or {})
+    return subprocess.run(argv, capture_output=True, text=True, env=full_env, timeout=timeout, cwd=ROOT)

@@ -1,0 +1,86 @@
+"""Copies between host and device, within the device, with dtype and stride conversion."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+DTYPES = [torch.float32, torch.float16, torch.bfloat16, torch.float64, torch.int64, torch.int32, torch.int8,
+          torch.uint8, torch.bool]
+
+
+def sample(shape, dtype, gen):
+    x = torch.randn(shape, generator=gen) * 10
+    return x > 0 if dtype == torch.bool else x.to(dtype)
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+def test_round_trip_is_exact(dtype, cpu_gen):
+    x = sample((37, 129), dtype, cpu_gen)
+    y = x.to("spyre")
+    assert y.device.type == "spyre" and y.dtype == dtype and y.shape == x.shape
+    assert torch.equal(y.cpu(), x)
+
+
+def test_host_to_device_with_dtype_conversion(cpu_gen):
+    x = torch.randn(64, 65, generator=cpu_gen)
+    y = x.to("spyre", torch.float16)
+    assert y.dtype == torch.float16
+    assert torch.equal(y.cpu(), x.half())
+    assert torch.equal(y.to(torch.float32).cpu(), x.half().float())  # device -> device conversion
+
+
+def test_non_contiguous_sources_and_views(cpu_gen):
+    x = torch.randn(40, 70, generator=cpu_gen)
+    assert torch.equal(x.t().to("spyre").cpu(), x.t())  # strided host source
+    d = x.to("spyre")
+    assert torch.equal(d.t().cpu(), x.t())  # strided device source
+    assert torch.equal(d[3:17, ::3].cpu(), x[3:17, ::3])
+    assert torch.equal(d.t().contiguous().cpu(), x.t().contiguous())  # strided device -> device
+    assert d.view(70, 40).data_ptr() == d.data_ptr()  # views share storage
+
+
+def test_copy_into_strided_device_destination(cpu_gen):
+    x = torch.randn(16, 32, generator=cpu_gen)
+    d = x.to("spyre")
+    src = torch.randn(16, 16, generator=cpu_gen)
+    d[:, ::2] = src.to("spyre")  # device -> strided device
+    x[:, ::2] = src
+    assert torch.equal(d.cpu(), x)
+    d[1:3, 5:9].copy_(torch.ones(4, dtype=torch.int32))  # host -> strided device, converted and broadcast
+    x[1:3, 5:9] = 1
+    assert torch.equal(d.cpu(), x)
+
+
+def test_copy_into_non_contiguous_host_destination(cpu_gen):
+    x = torch.randn(8, 12, generator=cpu_gen)
+    out = torch.zeros(12, 8).t()
+    out.copy_(x.to("spyre"))
+    assert torch.equal(out, x)
+
+
+def test_item_and_empty_tensors():
+    assert torch.tensor([3.5]).to("spyre").item() == 3.5
+    assert torch.tensor(7, dtype=torch.int64).to("spyre").item() == 7
+    e = torch.empty(0, 5).to("spyre")
+    assert e.shape == (0, 5) and e.cpu().shape == (0, 5)
+
+
+def test_resize_keeps_contents(cpu_gen):
+    x = torch.randn(10, generator=cpu_gen)
+    d = x.to("spyre")
+    d.resize_(40)
+    assert torch.equal(d[:10].cpu(), x)
+    d.resize_(2, 3)
+    assert torch.equal(d.cpu().flatten(), x[:6])
+
+
+def test_memory_is_returned_when_tensors_die():
+    torch.spyre.synchronize()
+    before, before_torch = torch.spyre.memory_allocated(), torch.accelerator.memory_allocated()
+    x = torch.empty(1024, 1024, device="spyre")
+    assert torch.spyre.memory_allocated() == before + 4 * 2**20
+    assert torch.accelerator.memory_allocated() == before_torch + 4 * 2**20
+    del x
+    assert torch.spyre.memory_allocated() == before
+    assert torch.accelerator.memory_allocated() == before_torch

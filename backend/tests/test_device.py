@@ -1,0 +1,86 @@
+"""Device discovery and selection: torch.spyre, torch.accelerator, autoload, bad indices."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from conftest import run_python
+
+import torch_spyre
+
+
+def test_one_simulated_device_by_default():
+    assert torch.spyre.is_available()
+    assert torch.spyre.device_count() == 1
+    assert torch.accelerator.device_count() == 1
+    assert torch.accelerator.current_accelerator() == torch.device("spyre")
+    assert torch.spyre.current_device() == 0
+
+
+def test_device_info_reports_the_configured_chip():
+    info = torch_spyre.device_info(0)
+    assert info["cores"] == 32
+    assert info["clock_mhz"] == 1500
+    assert info["memory_bytes"] == 112 * 2**30
+    assert info["lx_bytes"] == 2 * 2**20
+    assert (info["vendor_id"], info["device_id"]) == (0x1014, 0x06A7)
+
+
+def test_tensor_methods_generated_for_the_backend():
+    x = torch.ones(3).spyre()
+    assert x.is_spyre
+    assert x.device == torch.device("spyre:0")
+    assert not torch.ones(1).is_spyre
+
+
+@pytest.mark.parametrize(
+    "make",
+    [
+        lambda: torch.empty(3, device="spyre:7"),
+        lambda: torch.ones(3).to("spyre:7"),
+        lambda: torch.spyre.set_device(7),
+    ],
+    ids=["empty", "to", "set_device"],
+)
+def test_device_index_out_of_range_is_a_clear_error(make):
+    with pytest.raises(IndexError, match=r"device index 7 is out of range \(1 spyre device"):
+        make()
+    # Nothing broke: the real device still works.
+    assert torch.ones(2, device="spyre:0").cpu().sum().item() == 2
+
+
+def test_device_context_restores_the_previous_device():
+    with torch.spyre.device(0):
+        assert torch.spyre.current_device() == 0
+    with pytest.raises(ValueError, match="expected a spyre device"):
+        torch.spyre.set_device("cpu")
+
+
+def test_import_torch_alone_registers_spyre():
+    # The torch.backends entry point loads torch_spyre during `import torch`.
+    proc = run_python("import torch; x = torch.arange(4.0).to('spyre'); print(x.device, (x @ x).item())")
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.split() == ["spyre:0", "14.0"]
+
+
+def test_two_devices_from_the_config(tmp_path):
+    config = tmp_path / "two.json"
+    config.write_text('{"sim": {"devices": 2}}')
+    code = (
+        "import torch\n"
+        "a = torch.arange(6.0).reshape(2, 3)\n"
+        "x, y = a.to('spyre:0'), a.to('spyre:1')\n"
+        "print(torch.spyre.device_count(), y.device, (y @ y.T).cpu().sum().item(), x.to('spyre:1').device)\n"
+    )
+    proc = run_python(code, env={"SPYRE_CONFIG": str(config)})
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.split() == ["2", "spyre:1", str(float((torch.arange(6.0).reshape(2, 3) @ torch.arange(6.0).reshape(2, 3).T).sum())), "spyre:1"]
+
+
+def test_bad_config_names_the_key(tmp_path):
+    config = tmp_path / "bad.json"
+    config.write_text('{"chip": {"corse": 8}}')
+    proc = run_python("import torch; print(torch.spyre.device_count()); torch.ones(1).to('spyre')",
+                      env={"SPYRE_CONFIG": str(config)})
+    assert proc.returncode != 0
+    assert "unknown key 'chip.corse'" in proc.stderr

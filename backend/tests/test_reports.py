@@ -1,0 +1,43 @@
+"""The simulator's trace and stats files, checked against an analytical count of the work."""
+
+from __future__ import annotations
+
+import json
+
+from conftest import run_python
+
+
+def test_trace_and_stats_describe_the_run(tmp_path):
+    trace, stats = tmp_path / "trace.json", tmp_path / "stats.json"
+    code = (
+        "import torch, torch_spyre\n"
+        "a = torch.ones(256, 384); b = torch.ones(384, 128)\n"
+        "c = (a.to('spyre') @ b.to('spyre')).cpu()\n"
+        "assert torch.equal(c, torch.full((256, 128), 384.0))\n"
+        "print(*torch_spyre.write_reports())\n"
+    )
+    proc = run_python(code, env={"SPYRE_TRACE": str(trace), "SPYRE_STATS": str(stats)})
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.split() == [str(trace), str(stats)]
+
+    s = json.loads(stats.read_text())
+    t = json.loads(trace.read_text())
+    assert s["config_hash"] == t["otherData"]["config_hash"]
+    card = s["cards"][0]
+    assert card["flops"] == 2 * 256 * 384 * 128
+    assert card["commands"]["launch"] == 1
+    assert card["command_errors"] == 0
+    assert card["bytes"]["h2d"] >= (256 * 384 + 384 * 128) * 4
+    assert card["bytes"]["d2h"] == 256 * 128 * 4
+    # 2 x 1 output tiles of 128 x 128: two cores work, each loads its A rows and all of B once
+    # per 256-deep k step (two steps).
+    assert sorted(card["cores"]) == ["0", "1"]
+    for core in card["cores"].values():
+        assert core["bytes_loaded"] == (128 * 384 + 384 * 128) * 4
+        assert core["bytes_stored"] == 128 * 128 * 4
+
+    names = {e["args"]["name"] for e in t["traceEvents"] if e.get("name") == "thread_name"}
+    assert {"core 00", "core 01", "dma engine", "queue 00"} <= names
+    slices = [e for e in t["traceEvents"] if e["ph"] == "X"]
+    assert {"matmul", "load", "store", "launch", "copy h2d", "copy d2h"} <= {e["name"] for e in slices}
+    assert all(e["dur"] >= 0 and isinstance(e["args"], dict) for e in slices)

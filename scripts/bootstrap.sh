@@ -1,0 +1,56 @@
+#!/usr/bin/env bash
+# Sets up everything from a fresh Debian 12 or 13 machine and builds every layer. Idempotent:
+# installs only what is missing and rebuilds only what changed.
+#   Debian packages: compilers, CMake, Ninja, SystemC, {fmt}, doctest, Eigen, nlohmann-json.
+#   .venv at the repository root: torch==2.13.0 (CPU), numpy, pytest, ruff; torch_spyre (editable).
+set -euo pipefail
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+cd "$ROOT"
+
+APT_PACKAGES=(build-essential binutils cmake ninja-build pkg-config git
+  libsystemc-dev libfmt-dev doctest-dev libeigen3-dev nlohmann-json3-dev
+  python3 python3-dev python3-venv)
+PY_PACKAGES=("torch==2.13.0" numpy pytest ruff "setuptools>=64" wheel)
+
+say() { printf '\033[1mbootstrap:\033[0m %s\n' "$*"; }
+# pip, quiet unless it fails (then its whole log is shown).
+pip_quiet() {
+  local log
+  log="$(mktemp)"
+  if ! .venv/bin/python -m pip --disable-pip-version-check "$@" >"$log" 2>&1; then
+    cat "$log"
+    rm -f "$log"
+    return 1
+  fi
+  rm -f "$log"
+}
+
+missing=()
+for p in "${APT_PACKAGES[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if ((${#missing[@]})); then
+  SUDO=""
+  [[ $(id -u) -ne 0 ]] && SUDO="sudo"
+  say "installing Debian packages: ${missing[*]}"
+  $SUDO apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+fi
+
+PYTHON="${PYTHON:-python3}"
+if [[ ! -x .venv/bin/python ]]; then
+  say "creating .venv with $($PYTHON --version)"
+  "$PYTHON" -m venv .venv
+fi
+# pip is quick when everything is present; torch comes as the CPU build (see README).
+say "checking Python packages"
+pip_quiet install "${PY_PACKAGES[@]}"
+
+say "building (CMake + Ninja, build/)"
+cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=Release -DPython3_EXECUTABLE="$ROOT/.venv/bin/python" >/dev/null
+cmake --build build
+
+say "installing torch_spyre into .venv (editable)"
+TORCH_DEVICE_BACKEND_AUTOLOAD=0 pip_quiet install --no-build-isolation --no-deps -e .
+.venv/bin/python -c "import torch_spyre" || { say "torch_spyre does not import"; exit 1; }
+say "ready: .venv/bin/python -c 'import torch; torch.ones(2).to(\"spyre\")'"

@@ -1,0 +1,15 @@
+#!/usr/bin/env bash
+# Runs every test: C++ unit tests and SystemC testbenches (CTest), then the PyTorch tests (pytest),
+# then the linters. Expects scripts/bootstrap.sh to have run.
+set -euo pipefail
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+cd "$ROOT"
+
+echo "== C++ tests and SystemC testbenches (ctest)"
+ctest --test-dir build --output-on-failure
+
+echo "== PyTorch device tests (pytest)"
+.venv/bin/python -m pytest -q
+
+echo "== lint (ruff)"
+.venv/bin/ruff check backend scripts benchmarks
