@@ -46,7 +46,7 @@ flops = 2 * 1024**3
 config_hash = json.loads(pathlib.Path(stats_path).read_text())["config_hash"] if stats_path else "n/a"
 print()
 print("Summary")
-print(f"  matches CPU torch.matmul:  yes (float32, rtol=1e-4, atol=1e-4)")
+print("  matches CPU torch.matmul:  yes (float32, rtol=1e-4, atol=1e-4)")
 print(
     f"  device:                    {info['name']}, {info['cores']} cores @ {info['clock_mhz']} MHz, "
     f"{info['memory_bytes'] / 2**30:.0f} GiB, transport {info['transport']}, config {config_hash}"

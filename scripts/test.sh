@@ -13,3 +13,4 @@ echo "== PyTorch device tests (pytest)"
 
 echo "== lint (ruff)"
 .venv/bin/ruff check backend scripts benchmarks
+.venv/bin/ruff format --check backend scripts benchmarks

@@ -9,7 +9,6 @@ import sys
 
 import pytest
 import torch
-
 import torch_spyre
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
@@ -33,7 +32,9 @@ def run_python(code: str, env: dict[str, str] | None = None, timeout: int = 300)
     return _run([sys.executable, "-c", code], env, timeout)
 
 
-def run_script(path: pathlib.Path, env: dict[str, str] | None = None, timeout: int = 300) -> subprocess.CompletedProcess:
+def run_script(
+    path: pathlib.Path, env: dict[str, str] | None = None, timeout: int = 300
+) -> subprocess.CompletedProcess:
     """Runs a script file in a fresh interpreter and returns the finished process."""
     return _run([sys.executable, str(path)], env, timeout)
 

@@ -5,8 +5,17 @@ from __future__ import annotations
 import pytest
 import torch
 
-DTYPES = [torch.float32, torch.float16, torch.bfloat16, torch.float64, torch.int64, torch.int32, torch.int8,
-          torch.uint8, torch.bool]
+DTYPES = [
+    torch.float32,
+    torch.float16,
+    torch.bfloat16,
+    torch.float64,
+    torch.int64,
+    torch.int32,
+    torch.int8,
+    torch.uint8,
+    torch.bool,
+]
 
 
 def sample(shape, dtype, gen):

@@ -6,7 +6,6 @@ import struct
 
 import pytest
 import torch
-
 from torch_spyre.debug import submit_raw_descriptor
 
 # Descriptor layout from hw/include/spyre/hw/commands.h: opcode u8, flags u8, reserved u16, reserved u32,

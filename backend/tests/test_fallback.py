@@ -6,9 +6,8 @@ import warnings
 
 import pytest
 import torch
-from conftest import ROOT, run_python, run_script
-
 import torch_spyre
+from conftest import ROOT, run_python, run_script
 
 
 def test_fallback_computes_on_cpu_and_warns_once_per_op():
@@ -51,8 +50,11 @@ def test_environment_variable_sets_error_mode():
 
 def test_demo_runs_natively_with_fallback_forbidden(tmp_path):
     # Done-when 1 and 2 of the seed issue: the demo program, with every op required to be native.
-    env = {"TORCH_SPYRE_CPU_FALLBACK": "error", "SPYRE_TRACE": str(tmp_path / "t.json"),
-           "SPYRE_STATS": str(tmp_path / "s.json")}
+    env = {
+        "TORCH_SPYRE_CPU_FALLBACK": "error",
+        "SPYRE_TRACE": str(tmp_path / "t.json"),
+        "SPYRE_STATS": str(tmp_path / "s.json"),
+    }
     proc = run_script(ROOT / "scripts" / "demo.py", env=env)
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.splitlines()[0] == "Result computed on: spyre:0"

@@ -6,9 +6,8 @@ import json
 
 import pytest
 import torch
-from conftest import run_python
-
 import torch_spyre
+from conftest import run_python
 
 
 def test_seed_example(cpu_gen):
