@@ -62,6 +62,12 @@ def test_import_torch_alone_registers_spyre():
     assert proc.stdout.split() == ["spyre:0", "14.0"]
 
 
+def test_import_torch_spyre_first():
+    proc = run_python("import torch_spyre, torch; print(torch.ones(2).to('spyre').device)")
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.strip() == "spyre:0"
+
+
 def test_two_devices_from_the_config(tmp_path):
     config = tmp_path / "two.json"
     config.write_text('{"sim": {"devices": 2}}')

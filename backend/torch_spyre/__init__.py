@@ -11,14 +11,21 @@ See docs/user-guide.md for the environment variables and the simulator reports.
 
 from __future__ import annotations
 
-import logging
 
-import torch
+def _autoload() -> None:
+    """Entry point of the ``torch.backends`` group: importing the package has done the work."""
 
-from . import _C
-from . import device_module as _device_module
-from ._fallback import get_cpu_fallback, set_cpu_fallback
-from .sim import device_cycles, device_info, write_reports
+
+# `import torch_spyre` before torch: torch's autoload re-enters this half-imported module and looks
+# up `_autoload`, so it must exist before `import torch`.
+import logging  # noqa: E402
+
+import torch  # noqa: E402
+
+from . import _C  # noqa: E402
+from . import device_module as _device_module  # noqa: E402
+from ._fallback import get_cpu_fallback, set_cpu_fallback  # noqa: E402
+from .sim import device_cycles, device_info, write_reports  # noqa: E402
 
 __all__ = [
     "device_cycles",
@@ -42,10 +49,6 @@ def _register() -> None:
         torch.utils.generate_methods_for_privateuse1_backend(for_storage=True)
     # Nothing here may touch the driver: the simulator starts on first use, not on `import torch`.
     logger.debug("registered device %r", BACKEND_NAME)
-
-
-def _autoload() -> None:
-    """Entry point of the ``torch.backends`` group: importing the package has done the work."""
 
 
 _register()

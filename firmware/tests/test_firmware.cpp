@@ -100,7 +100,7 @@ class FakeHal final : public fw::Hal {
     return c;
   }
   uint64_t fence_value(uint32_t q) {
-    uint64_t v;
+    uint64_t v = 0;
     host_read(fence(q), &v, 8);
     return v;
   }
