@@ -10,7 +10,7 @@ cd "$ROOT"
 APT_PACKAGES=(build-essential binutils cmake ninja-build pkg-config git
   libsystemc-dev libfmt-dev doctest-dev libeigen3-dev nlohmann-json3-dev
   python3 python3-dev python3-venv)
-PY_PACKAGES=("torch==2.13.0" numpy pytest ruff "setuptools>=64" wheel)
+PY_PACKAGES=("torch==2.13.0" numpy pytest ruff "clang-format==18.1.8" "setuptools>=64" wheel)
 
 say() { printf '\033[1mbootstrap:\033[0m %s\n' "$*"; }
 # pip, quiet unless it fails (then its whole log is shown).

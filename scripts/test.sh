@@ -14,3 +14,8 @@ echo "== PyTorch device tests (pytest)"
 echo "== lint (ruff)"
 .venv/bin/ruff check backend scripts benchmarks
 .venv/bin/ruff format --check backend scripts benchmarks
+
+echo "== format (clang-format, pinned in .venv)"
+find hw firmware sim driver backend testbenches \( -name '*.h' -o -name '*.cpp' \) -print0 |
+  xargs -0 .venv/bin/clang-format --dry-run --Werror
+echo "format: all C++ files clean"

@@ -44,8 +44,8 @@ at::Tensor empty_memory_format(c10::IntArrayRef size, std::optional<c10::ScalarT
   const c10::Device d = target_device(device);
   const c10::DeviceGuard guard(d);
   return at::detail::empty_generic(size, c10::GetAllocator(c10::DeviceType::PrivateUse1),
-                                   c10::DispatchKeySet(c10::DispatchKey::PrivateUse1),
-                                   c10::dtype_or_default(dtype), memory_format);
+                                   c10::DispatchKeySet(c10::DispatchKey::PrivateUse1), c10::dtype_or_default(dtype),
+                                   memory_format);
 }
 
 at::Tensor empty_strided(c10::IntArrayRef size, c10::IntArrayRef stride, std::optional<c10::ScalarType> dtype,
@@ -132,14 +132,17 @@ void cpu_fallback(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
       }
       break;
     }
-    case FallbackMode::kAllow: break;
+    case FallbackMode::kAllow:
+      break;
   }
   at::native::cpu_fallback(op, stack);
 }
 
 }  // namespace
 
-uint64_t device_addr(const at::Tensor& t) { return reinterpret_cast<uint64_t>(t.data_ptr()); }
+uint64_t device_addr(const at::Tensor& t) {
+  return reinterpret_cast<uint64_t>(t.data_ptr());
+}
 
 at::Tensor read_device(const at::Tensor& src) {
   const c10::DeviceGuard guard(src.device());
@@ -177,7 +180,9 @@ std::pair<int64_t, int64_t> element_span(const at::Tensor& t) {
   return {t.storage_offset(), extent};
 }
 
-void run_on_cpu(const c10::OperatorHandle& op, torch::jit::Stack* stack) { cpu_fallback(op, stack); }
+void run_on_cpu(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
+  cpu_fallback(op, stack);
+}
 
 TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
   m.impl("empty.memory_format", TORCH_FN(empty_memory_format));
@@ -194,6 +199,8 @@ TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
   m.impl("set_.source_Storage_storage_offset", TORCH_FN(set_source_storage_offset));
 }
 
-TORCH_LIBRARY_IMPL(_, PrivateUse1, m) { m.fallback(torch::CppFunction::makeFromBoxedFunction<&cpu_fallback>()); }
+TORCH_LIBRARY_IMPL(_, PrivateUse1, m) {
+  m.fallback(torch::CppFunction::makeFromBoxedFunction<&cpu_fallback>());
+}
 
 }  // namespace spyre::backend

@@ -76,8 +76,7 @@ class Allocator final : public c10::DeviceAllocator {
   c10::DeleterFnPtr raw_deleter() const override { return nullptr; }
 
   void copy_data(void* dest, const void* src, std::size_t count) const override {
-    DeviceRuntime::get(current_device())
-        .d2d(reinterpret_cast<uint64_t>(dest), reinterpret_cast<uint64_t>(src), count);
+    DeviceRuntime::get(current_device()).d2d(reinterpret_cast<uint64_t>(dest), reinterpret_cast<uint64_t>(src), count);
   }
 
   bool initialized() override { return true; }
@@ -138,7 +137,9 @@ class Allocator final : public c10::DeviceAllocator {
 };
 
 Allocator g_allocator;
-Allocator& Allocator::instance() { return g_allocator; }
+Allocator& Allocator::instance() {
+  return g_allocator;
+}
 REGISTER_ALLOCATOR(c10::DeviceType::PrivateUse1, &g_allocator);
 
 struct Hooks final : public at::PrivateUse1HooksInterface {

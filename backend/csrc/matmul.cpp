@@ -16,9 +16,12 @@ namespace {
 
 std::optional<hw::DType> device_dtype(c10::ScalarType t) {
   switch (t) {
-    case c10::ScalarType::Float: return hw::DType::kF32;
-    case c10::ScalarType::Half: return hw::DType::kF16;
-    default: return std::nullopt;
+    case c10::ScalarType::Float:
+      return hw::DType::kF32;
+    case c10::ScalarType::Half:
+      return hw::DType::kF16;
+    default:
+      return std::nullopt;
   }
 }
 
@@ -39,8 +42,8 @@ at::Tensor& mm_out_fallback(const at::Tensor& a, const at::Tensor& b, at::Tensor
 
 at::Tensor& mm_out(const at::Tensor& a, const at::Tensor& b, at::Tensor& out) {
   TORCH_CHECK(a.dim() == 2 && b.dim() == 2, "spyre: mm expects 2-D tensors, got ", a.dim(), "-D and ", b.dim(), "-D");
-  TORCH_CHECK(a.size(1) == b.size(0), "mat1 and mat2 shapes cannot be multiplied (", a.size(0), "x", a.size(1),
-              " and ", b.size(0), "x", b.size(1), ")");
+  TORCH_CHECK(a.size(1) == b.size(0), "mat1 and mat2 shapes cannot be multiplied (", a.size(0), "x", a.size(1), " and ",
+              b.size(0), "x", b.size(1), ")");
   TORCH_CHECK(a.scalar_type() == b.scalar_type(), "expected m1 and m2 to have the same dtype, but got: ", a.dtype(),
               " != ", b.dtype());
   TORCH_CHECK(a.device() == b.device() && a.device() == out.device(),

@@ -16,9 +16,12 @@ namespace {
 
 const char* mode_name(spyre::backend::FallbackMode m) {
   switch (m) {
-    case spyre::backend::FallbackMode::kAllow: return "allow";
-    case spyre::backend::FallbackMode::kWarn: return "warn";
-    case spyre::backend::FallbackMode::kError: return "error";
+    case spyre::backend::FallbackMode::kAllow:
+      return "allow";
+    case spyre::backend::FallbackMode::kWarn:
+      return "warn";
+    case spyre::backend::FallbackMode::kError:
+      return "error";
   }
   return "warn";
 }

@@ -35,11 +35,16 @@ std::atomic<FallbackMode> g_mode{initial_mode()};
 
 void check_status(const driver::Status& s, const char* where) {
   switch (s.code()) {
-    case driver::StatusCode::kOk: return;
-    case driver::StatusCode::kOutOfMemory: TORCH_CHECK_WITH(OutOfMemoryError, false, s.message());
-    case driver::StatusCode::kInvalidArgument: TORCH_CHECK_INDEX(false, s.message());
-    case driver::StatusCode::kNotAvailable: TORCH_CHECK(false, "spyre: device not available: ", s.message());
-    case driver::StatusCode::kDeviceError: TORCH_CHECK(false, s.message());
+    case driver::StatusCode::kOk:
+      return;
+    case driver::StatusCode::kOutOfMemory:
+      TORCH_CHECK_WITH(OutOfMemoryError, false, s.message());
+    case driver::StatusCode::kInvalidArgument:
+      TORCH_CHECK_INDEX(false, s.message());
+    case driver::StatusCode::kNotAvailable:
+      TORCH_CHECK(false, "spyre: device not available: ", s.message());
+    case driver::StatusCode::kDeviceError:
+      TORCH_CHECK(false, s.message());
   }
   TORCH_CHECK(false, "spyre: unexpected driver status in ", where, ": ", s.message());
 }
@@ -83,7 +88,9 @@ uint64_t DeviceRuntime::alloc(uint64_t bytes) {
   return addr;
 }
 
-void DeviceRuntime::free(uint64_t addr) { SPYRE_CHECK(device_->free(addr)); }
+void DeviceRuntime::free(uint64_t addr) {
+  SPYRE_CHECK(device_->free(addr));
+}
 
 std::unique_ptr<driver::HostBuffer> DeviceRuntime::take_staging(uint64_t n) {
   {
@@ -171,13 +178,23 @@ void DeviceRuntime::launch(const std::string& key, const std::function<compiler:
   queue_->on_complete(seq, [this, args_addr] { (void)device_->free(args_addr); });
 }
 
-void DeviceRuntime::synchronize() { wait(queue_->last_seq()); }
+void DeviceRuntime::synchronize() {
+  wait(queue_->last_seq());
+}
 
-int current_device() { return t_current; }
-void set_current_device(int index) { t_current = index; }
+int current_device() {
+  return t_current;
+}
+void set_current_device(int index) {
+  t_current = index;
+}
 
-FallbackMode fallback_mode() { return g_mode.load(); }
-void set_fallback_mode(FallbackMode m) { g_mode.store(m); }
+FallbackMode fallback_mode() {
+  return g_mode.load();
+}
+void set_fallback_mode(FallbackMode m) {
+  g_mode.store(m);
+}
 
 FallbackMode parse_fallback_mode(const std::string& s) {
   if (s == "allow") return FallbackMode::kAllow;

@@ -15,9 +15,13 @@ namespace {
 constexpr uint64_t kAlign = 256;
 constexpr uint64_t kReservedLow = 64 * 1024;  // device address 0 is never handed out
 
-uint64_t round_up(uint64_t v, uint64_t m) { return (v + m - 1) / m * m; }
+uint64_t round_up(uint64_t v, uint64_t m) {
+  return (v + m - 1) / m * m;
+}
 
-std::string gib(uint64_t bytes) { return fmt::format("{:.2f} GiB", static_cast<double>(bytes) / (1ull << 30)); }
+std::string gib(uint64_t bytes) {
+  return fmt::format("{:.2f} GiB", static_cast<double>(bytes) / (1ull << 30));
+}
 }  // namespace
 
 HostBuffer::~HostBuffer() {
@@ -32,7 +36,9 @@ Device::Device(Transport& t, uint32_t index, DeviceInfo info)
   transport_.set_irq_handler(index_, [this](uint32_t vector) { on_irq(vector); });
 }
 
-Device::~Device() { transport_.set_irq_handler(index_, nullptr); }
+Device::~Device() {
+  transport_.set_irq_handler(index_, nullptr);
+}
 
 Status Device::open(Transport& t, uint32_t index, std::unique_ptr<Device>* out) {
   if (index >= t.device_count()) {
@@ -44,15 +50,16 @@ Status Device::open(Transport& t, uint32_t index, std::unique_ptr<Device>* out) 
   info.vendor_id = static_cast<uint16_t>(t.cfg_read(index, hw::kCfgVendorId, 2));
   info.device_id = static_cast<uint16_t>(t.cfg_read(index, hw::kCfgDeviceId, 2));
   if (info.vendor_id != hw::kPciVendorId || info.device_id != hw::kPciDeviceId) {
-    return {StatusCode::kNotAvailable, fmt::format("driver: device {} is {:04x}:{:04x}, not a Spyre card", index,
-                                                   info.vendor_id, info.device_id)};
+    return {StatusCode::kNotAvailable,
+            fmt::format("driver: device {} is {:04x}:{:04x}, not a Spyre card", index, info.vendor_id, info.device_id)};
   }
   t.cfg_write(index, hw::kCfgCommand, 2, hw::kCmdMemorySpace | hw::kCmdBusMaster);
   const uint32_t magic = t.mmio_read(index, hw::kRegMagic);
   const uint32_t version = t.mmio_read(index, hw::kRegVersion);
   if (magic != hw::kRegMagicValue || version != hw::kInterfaceVersion) {
-    return {StatusCode::kNotAvailable, fmt::format("driver: device {} answers magic {:#x} version {} (expected {:#x} v{})",
-                                                   index, magic, version, hw::kRegMagicValue, hw::kInterfaceVersion)};
+    return {StatusCode::kNotAvailable,
+            fmt::format("driver: device {} answers magic {:#x} version {} (expected {:#x} v{})", index, magic, version,
+                        hw::kRegMagicValue, hw::kInterfaceVersion)};
   }
   if (!(t.mmio_read(index, hw::kRegStatus) & hw::kStatusFirmwareReady)) {
     return {StatusCode::kNotAvailable, fmt::format("driver: device {} firmware is not ready", index)};
@@ -161,16 +168,16 @@ void Device::release_queue(uint32_t id) {
 
 Status Device::create_queue(uint32_t entries, std::unique_ptr<Queue>* out) {
   if (entries < hw::kMinRingEntries || entries > hw::kMaxRingEntries || (entries & (entries - 1)) != 0) {
-    return {StatusCode::kInvalidArgument,
-            fmt::format("{}: queue size {} must be a power of two in [{}, {}]", name_, entries, hw::kMinRingEntries,
-                        hw::kMaxRingEntries)};
+    return {StatusCode::kInvalidArgument, fmt::format("{}: queue size {} must be a power of two in [{}, {}]", name_,
+                                                      entries, hw::kMinRingEntries, hw::kMaxRingEntries)};
   }
   uint32_t id = 0;
   {
     std::lock_guard lock(queue_mu_);
     while (id < queue_used_.size() && queue_used_[id]) ++id;
     if (id == queue_used_.size()) {
-      return {StatusCode::kOutOfMemory, fmt::format("{}: all {} hardware queues are in use", name_, queue_used_.size())};
+      return {StatusCode::kOutOfMemory,
+              fmt::format("{}: all {} hardware queues are in use", name_, queue_used_.size())};
     }
     queue_used_[id] = true;
   }

@@ -18,7 +18,9 @@ Driver::Driver() {
   if (transport_) devices_.resize(transport_->device_count());
 }
 
-uint32_t Driver::device_count() const { return transport_ ? transport_->device_count() : 0; }
+uint32_t Driver::device_count() const {
+  return transport_ ? transport_->device_count() : 0;
+}
 
 Status Driver::device(uint32_t index, Device** out) {
   if (!transport_status_.ok()) return transport_status_;

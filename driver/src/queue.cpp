@@ -13,15 +13,6 @@ namespace {
 constexpr auto kSpin = std::chrono::microseconds(100);
 constexpr size_t kRecentCompletions = 256;
 
-const char* opcode_name(hw::Opcode op) {
-  switch (op) {
-    case hw::Opcode::kNop: return "nop";
-    case hw::Opcode::kCopy: return "copy";
-    case hw::Opcode::kLaunch: return "launch";
-    case hw::Opcode::kTimestamp: return "timestamp";
-    default: return "invalid opcode";
-  }
-}
 }  // namespace
 
 Queue::Queue(Device& dev, uint32_t id, uint32_t entries, std::unique_ptr<HostBuffer> ring,
@@ -53,7 +44,7 @@ void Queue::poll_locked() {
     }
     if (c.error != hw::ErrorCode::kOk && error_.ok()) {
       std::string what = fmt::format("{} queue {}: command {} ({}) failed: {}", dev_.name(), id_, p.seq,
-                                     opcode_name(p.opcode), hw::error_name(c.error));
+                                     hw::opcode_name(p.opcode), hw::error_name(c.error));
       if (c.field != hw::Field::kNone) what += fmt::format(" in field {}", hw::field_name(c.field));
       if (c.error == hw::ErrorCode::kCoreFault) {
         what += fmt::format(" (core {} at instruction {})", c.detail >> 24, c.detail & 0xffffff);
@@ -135,8 +126,8 @@ Status Queue::wait(uint64_t seq) {
   std::unique_lock lock(mu_);
   if (seq >= next_seq_) {
     return {StatusCode::kInvalidArgument,
-            fmt::format("{} queue {}: wait for command {} that was never submitted (last is {})", dev_.name(), id_,
-                        seq, next_seq_ - 1)};
+            fmt::format("{} queue {}: wait for command {} that was never submitted (last is {})", dev_.name(), id_, seq,
+                        next_seq_ - 1)};
   }
   poll_locked();
   while (completed_ < seq) {

@@ -8,7 +8,9 @@ namespace {
 using hw::ErrorCode;
 using hw::Field;
 
-constexpr Verdict fail(ErrorCode e, Field f, uint32_t detail = 0) { return Verdict{e, f, detail}; }
+constexpr Verdict fail(ErrorCode e, Field f, uint32_t detail = 0) {
+  return Verdict{e, f, detail};
+}
 
 // True when [addr, addr + size) lies inside device memory (size > 0 checked by the caller).
 constexpr bool in_device(uint64_t addr, uint64_t size, uint64_t mem) {
@@ -68,7 +70,9 @@ Verdict validate_timestamp(const hw::Descriptor& d) {
   return {};
 }
 
-constexpr uint32_t qreg(uint32_t q, uint32_t r) { return hw::queue_reg(q, r); }
+constexpr uint32_t qreg(uint32_t q, uint32_t r) {
+  return hw::queue_reg(q, r);
+}
 
 }  // namespace
 
@@ -78,10 +82,14 @@ Verdict validate_descriptor(const hw::Descriptor& d, const Limits& limits) {
     case hw::Opcode::kNop:
       if (d.flags != 0) return fail(ErrorCode::kBadFlags, Field::kFlags);
       return {};
-    case hw::Opcode::kCopy: return validate_copy(d, limits);
-    case hw::Opcode::kLaunch: return validate_launch(d, limits);
-    case hw::Opcode::kTimestamp: return validate_timestamp(d);
-    default: return fail(ErrorCode::kBadOpcode, Field::kOpcode);
+    case hw::Opcode::kCopy:
+      return validate_copy(d, limits);
+    case hw::Opcode::kLaunch:
+      return validate_launch(d, limits);
+    case hw::Opcode::kTimestamp:
+      return validate_timestamp(d);
+    default:
+      return fail(ErrorCode::kBadOpcode, Field::kOpcode);
   }
 }
 
@@ -136,12 +144,12 @@ bool Firmware::service_queue(uint32_t q) {
     hal_.reg_write(qreg(q, hw::kQHead), tail);
     return true;
   }
-  const uint64_t ring = hal_.reg_read(qreg(q, hw::kQRingBaseLo)) |
-                        (uint64_t{hal_.reg_read(qreg(q, hw::kQRingBaseHi))} << 32);
-  const uint64_t cpl = hal_.reg_read(qreg(q, hw::kQCplBaseLo)) |
-                       (uint64_t{hal_.reg_read(qreg(q, hw::kQCplBaseHi))} << 32);
-  const uint64_t fence = hal_.reg_read(qreg(q, hw::kQFenceLo)) |
-                         (uint64_t{hal_.reg_read(qreg(q, hw::kQFenceHi))} << 32);
+  const uint64_t ring =
+      hal_.reg_read(qreg(q, hw::kQRingBaseLo)) | (uint64_t{hal_.reg_read(qreg(q, hw::kQRingBaseHi))} << 32);
+  const uint64_t cpl =
+      hal_.reg_read(qreg(q, hw::kQCplBaseLo)) | (uint64_t{hal_.reg_read(qreg(q, hw::kQCplBaseHi))} << 32);
+  const uint64_t fence =
+      hal_.reg_read(qreg(q, hw::kQFenceLo)) | (uint64_t{hal_.reg_read(qreg(q, hw::kQFenceHi))} << 32);
   const uint32_t index = head & (entries - 1);
 
   hw::Descriptor d{};
@@ -179,9 +187,12 @@ bool Firmware::service_queue(uint32_t q) {
 
 Verdict Firmware::execute(const hw::Descriptor& d) {
   switch (d.opcode) {
-    case hw::Opcode::kNop: return {};
-    case hw::Opcode::kCopy: return hal_.copy(d.copy, d.flags);
-    case hw::Opcode::kLaunch: return run_launch(d.launch);
+    case hw::Opcode::kNop:
+      return {};
+    case hw::Opcode::kCopy:
+      return hal_.copy(d.copy, d.flags);
+    case hw::Opcode::kLaunch:
+      return run_launch(d.launch);
     case hw::Opcode::kTimestamp: {
       const uint64_t now = hal_.now_cycles();
       if (!hal_.host_write(d.timestamp.dst, &now, sizeof now)) {
@@ -189,7 +200,8 @@ Verdict Firmware::execute(const hw::Descriptor& d) {
       }
       return {};
     }
-    default: return fail(ErrorCode::kBadOpcode, Field::kOpcode);
+    default:
+      return fail(ErrorCode::kBadOpcode, Field::kOpcode);
   }
 }
 

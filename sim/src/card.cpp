@@ -4,7 +4,6 @@
 
 namespace spyre::sim {
 
-
 Card::Card(const sc_core::sc_module_name& name, uint32_t index, const Config& config, Trace& trace)
     : sc_core::sc_module(name), host_bar0("host_bar0"), ring_(make_ring(config)) {
   stats_.cores.resize(config.chip.cores);

@@ -116,8 +116,8 @@ void validate(const Config& c) {
   require(c.chip.fp32_rate > 0, "chip.fp32_rate", "must be positive");
   require(c.chip.sfp_lanes >= 1, "chip.sfp_lanes", "must be at least 1");
   require(c.ring.bytes_per_cycle >= 1, "ring.bytes_per_cycle", "must be at least 1");
-  require(c.memory.usable_bytes >= (1ull << 20) && c.memory.usable_bytes <= c.memory.size_bytes,
-          "memory.usable_bytes", "must be at least 1 MiB and at most memory.size_bytes");
+  require(c.memory.usable_bytes >= (1ull << 20) && c.memory.usable_bytes <= c.memory.size_bytes, "memory.usable_bytes",
+          "must be at least 1 MiB and at most memory.size_bytes");
   require(c.memory.channels >= 1, "memory.channels", "must be at least 1");
   require(c.memory.bandwidth_gbps > 0, "memory.bandwidth_gbps", "must be positive");
   require(c.pcie.bandwidth_gbps > 0, "pcie.bandwidth_gbps", "must be positive");
@@ -126,7 +126,9 @@ void validate(const Config& c) {
 
 }  // namespace
 
-std::string Config::to_json() const { return to_tree(*this).dump(); }
+std::string Config::to_json() const {
+  return to_tree(*this).dump();
+}
 
 std::string Config::hash() const {
   uint64_t h = 1469598103934665603ull;

@@ -4,18 +4,6 @@
 
 namespace spyre::sim {
 
-namespace {
-const char* opcode_name(hw::Opcode op) {
-  switch (op) {
-    case hw::Opcode::kNop: return "nop";
-    case hw::Opcode::kCopy: return "copy";
-    case hw::Opcode::kLaunch: return "launch";
-    case hw::Opcode::kTimestamp: return "timestamp";
-    default: return "invalid";
-  }
-}
-}  // namespace
-
 ControlProcessor::ControlProcessor(const sc_core::sc_module_name& name, const Config& config, uint32_t card,
                                    Endpoint& endpoint, DeviceMemory& memory, DmaEngine& dma, std::vector<Core*> cores,
                                    Trace& trace, CardStats& stats)
@@ -71,7 +59,7 @@ fw::Verdict ControlProcessor::launch(uint64_t program, uint64_t args, uint64_t c
 
 void ControlProcessor::command_done(uint32_t queue, const hw::Descriptor& d, const hw::Completion& c) {
   wait(clock_.cycles(config_.firmware.command_cycles));
-  const char* name = opcode_name(d.opcode);
+  const char* name = hw::opcode_name(d.opcode);
   ++stats_.commands[name];
   if (c.error != hw::ErrorCode::kOk) ++stats_.command_errors;
   const uint32_t track = trace_.track(card_, fmt::format("queue {:02}", queue));

@@ -11,14 +11,16 @@
 namespace spyre::sim {
 
 namespace {
-uint64_t round_up(uint64_t v, uint64_t m) { return (v + m - 1) / m * m; }
+uint64_t round_up(uint64_t v, uint64_t m) {
+  return (v + m - 1) / m * m;
+}
 }  // namespace
 
 Ring make_ring(const Config& c) {
   const double bytes_per_ns = c.ring.bytes_per_cycle * (c.chip.clock_mhz / 1000.0);
   const sc_core::sc_time latency = Clock(c.chip.clock_mhz).cycles(c.ring.latency_cycles);
-  return Ring{BandwidthServer(bytes_per_ns, sc_core::SC_ZERO_TIME), BandwidthServer(bytes_per_ns, sc_core::SC_ZERO_TIME),
-              latency};
+  return Ring{BandwidthServer(bytes_per_ns, sc_core::SC_ZERO_TIME),
+              BandwidthServer(bytes_per_ns, sc_core::SC_ZERO_TIME), latency};
 }
 
 Core::Core(const sc_core::sc_module_name& name, uint32_t card, uint32_t id, const Config& config, Ring& ring,
@@ -49,8 +51,8 @@ uint64_t Core::matmul_cycles(uint32_t m, uint32_t k, uint32_t n, hw::DType t) co
   const ChipConfig& c = config_.chip;
   // Rows map onto PT rows, columns onto PT columns of every corelet, K onto the SIMD lanes.
   const uint64_t per_cycle = uint64_t{c.pt_rows} * c.pt_cols * c.pt_simd * c.corelets_per_core;
-  const uint64_t work = round_up(m, c.pt_rows) * round_up(n, uint64_t{c.pt_cols} * c.corelets_per_core) *
-                        round_up(k, c.pt_simd);
+  const uint64_t work =
+      round_up(m, c.pt_rows) * round_up(n, uint64_t{c.pt_cols} * c.corelets_per_core) * round_up(k, c.pt_simd);
   const double rate = t == hw::DType::kF32 ? c.fp32_rate : 1.0;
   return static_cast<uint64_t>(static_cast<double>(work) / (static_cast<double>(per_cycle) * rate) + 0.999999) +
          c.pt_fill_cycles;
@@ -72,38 +74,26 @@ void Core::thread() {
   }
 }
 
-bool Core::transfer(tlm::tlm_command cmd, uint64_t addr, uint8_t* data, uint64_t n, sc_core::sc_time& delay) {
-  tlm::tlm_generic_payload gp;
-  gp.set_command(cmd);
-  gp.set_address(addr);
-  gp.set_data_ptr(data);
-  gp.set_data_length(static_cast<unsigned>(n));
-  gp.set_streaming_width(static_cast<unsigned>(n));
-  gp.set_response_status(tlm::TLM_INCOMPLETE_RESPONSE);
-  mem->b_transport(gp, delay);
-  return gp.is_response_ok();
-}
-
 fw::Verdict Core::run() {
   // The firmware checked the header against the launch; the core checks what it executes.
   hw::ProgramHeader h{};
   sc_core::sc_time delay = sc_core::SC_ZERO_TIME;
-  if (!transfer(tlm::TLM_READ_COMMAND, program_, reinterpret_cast<uint8_t*>(&h), sizeof h, delay)) return fault(0);
+  if (!tlm_access(mem, tlm::TLM_READ_COMMAND, program_, reinterpret_cast<uint8_t*>(&h), sizeof h, delay))
+    return fault(0);
   uint32_t entry = 0;
-  if (rank_ >= h.num_entries ||
-      !transfer(tlm::TLM_READ_COMMAND, program_ + sizeof h + 4ull * rank_, reinterpret_cast<uint8_t*>(&entry), 4,
-                delay)) {
+  if (rank_ >= h.num_entries || !tlm_access(mem, tlm::TLM_READ_COMMAND, program_ + sizeof h + 4ull * rank_,
+                                            reinterpret_cast<uint8_t*>(&entry), 4, delay)) {
     return fault(0);
   }
   args_.assign(hw::kMaxLaunchArgs, 0);
-  if (!transfer(tlm::TLM_READ_COMMAND, args_addr_, reinterpret_cast<uint8_t*>(args_.data()), hw::kMaxLaunchArgs * 8,
-                delay)) {
+  if (!tlm_access(mem, tlm::TLM_READ_COMMAND, args_addr_, reinterpret_cast<uint8_t*>(args_.data()),
+                  hw::kMaxLaunchArgs * 8, delay)) {
     return fault(0);
   }
   if (entry >= h.num_instrs) return fault(entry);
   std::vector<hw::Instr> code(h.num_instrs - entry);
-  if (!transfer(tlm::TLM_READ_COMMAND, program_ + h.instr_offset + uint64_t{entry} * sizeof(hw::Instr),
-                reinterpret_cast<uint8_t*>(code.data()), code.size() * sizeof(hw::Instr), delay)) {
+  if (!tlm_access(mem, tlm::TLM_READ_COMMAND, program_ + h.instr_offset + uint64_t{entry} * sizeof(hw::Instr),
+                  reinterpret_cast<uint8_t*>(code.data()), code.size() * sizeof(hw::Instr), delay)) {
     return fault(entry);
   }
   wait(delay);
@@ -133,8 +123,8 @@ fw::Verdict Core::execute(const hw::Instr& in, uint32_t pc) {
       for (uint64_t r = 0; r < rows; ++r) {
         uint8_t* lx = lx_.data() + in.a + r * row_bytes;
         sc_core::sc_time row_delay = issue;
-        if (!transfer(load ? tlm::TLM_READ_COMMAND : tlm::TLM_WRITE_COMMAND, base + r * in.c, lx, row_bytes,
-                      row_delay)) {
+        if (!tlm_access(mem, load ? tlm::TLM_READ_COMMAND : tlm::TLM_WRITE_COMMAND, base + r * in.c, lx, row_bytes,
+                        row_delay)) {
           return fault(pc);
         }
         mem_delay = std::max(mem_delay, row_delay);
@@ -175,14 +165,16 @@ fw::Verdict Core::execute(const hw::Instr& in, uint32_t pc) {
         return fault(pc);
       }
       tile_convert(lx_.data() + in.a, in.dtype, lx_.data() + in.b, from, count);
-      const uint64_t cycles = (count + config_.chip.sfp_lanes - 1) / config_.chip.sfp_lanes + config_.chip.sfp_fill_cycles;
+      const uint64_t cycles =
+          (count + config_.chip.sfp_lanes - 1) / config_.chip.sfp_lanes + config_.chip.sfp_fill_cycles;
       wait(issue + clock_.cycles(cycles));
       const uint64_t end = clock_.now_cycles();
       stats_.compute_cycles += end - begin;
       if (trace_.instructions()) trace_.slice(track_, "convert", begin, end, {{"elements", count}});
       return {};
     }
-    default: return fault(pc);
+    default:
+      return fault(pc);
   }
 }
 

@@ -30,8 +30,8 @@ class Core : public sc_core::sc_module {
  public:
   tlm_utils::simple_initiator_socket<Core> mem;
 
-  Core(const sc_core::sc_module_name& name, uint32_t card, uint32_t id, const Config& config, Ring& ring,
-       Trace& trace, CoreStats& stats);
+  Core(const sc_core::sc_module_name& name, uint32_t card, uint32_t id, const Config& config, Ring& ring, Trace& trace,
+       CoreStats& stats);
 
   /// Starts `program` with argument block `args` as the `rank`-th core of the launch.
   void start(uint64_t program, uint64_t args, uint32_t rank);
@@ -48,8 +48,9 @@ class Core : public sc_core::sc_module {
   fw::Verdict run();
   fw::Verdict execute(const hw::Instr& in, uint32_t pc);
   bool lx_range(uint64_t addr, uint64_t n) const { return addr <= lx_.size() && n <= lx_.size() - addr; }
-  bool transfer(tlm::tlm_command cmd, uint64_t addr, uint8_t* data, uint64_t n, sc_core::sc_time& delay);
-  fw::Verdict fault(uint32_t pc) const { return {hw::ErrorCode::kCoreFault, hw::Field::kNone, id_ << 24 | (pc & 0xffffff)}; }
+  fw::Verdict fault(uint32_t pc) const {
+    return {hw::ErrorCode::kCoreFault, hw::Field::kNone, id_ << 24 | (pc & 0xffffff)};
+  }
 
   const Config& config_;
   uint32_t id_;

@@ -7,7 +7,7 @@ namespace spyre::sim {
 namespace {
 constexpr uint64_t kChunkBytes = 64 * 1024;
 constexpr uint64_t kReadAhead = 3;
-}
+}  // namespace
 
 DmaEngine::DmaEngine(const sc_core::sc_module_name& name, const Config& config, uint32_t card, Endpoint& endpoint,
                      Trace& trace, CardStats& stats)
@@ -19,18 +19,6 @@ DmaEngine::DmaEngine(const sc_core::sc_module_name& name, const Config& config, 
       stats_(stats),
       track_(trace.track(card, "dma engine")),
       buffer_((kReadAhead + 1) * kChunkBytes) {}
-
-bool DmaEngine::mem_access(tlm::tlm_command cmd, uint64_t addr, uint8_t* data, uint64_t n, sc_core::sc_time& delay) {
-  tlm::tlm_generic_payload gp;
-  gp.set_command(cmd);
-  gp.set_address(addr);
-  gp.set_data_ptr(data);
-  gp.set_data_length(static_cast<unsigned>(n));
-  gp.set_streaming_width(static_cast<unsigned>(n));
-  gp.set_response_status(tlm::TLM_INCOMPLETE_RESPONSE);
-  mem->b_transport(gp, delay);
-  return gp.is_response_ok();
-}
 
 fw::Verdict DmaEngine::copy(const hw::CopyArgs& args, uint8_t flags) {
   const bool src_host = flags & hw::kCopySrcHost;
@@ -49,7 +37,7 @@ fw::Verdict DmaEngine::copy(const hw::CopyArgs& args, uint8_t flags) {
     sc_core::sc_time t = arrived[i];
     const uint64_t at = args.dst + i * kChunkBytes;
     const bool ok = dst_host ? endpoint_.host_write(at, buffer(i), chunk_bytes(i), t)
-                             : mem_access(tlm::TLM_WRITE_COMMAND, at, buffer(i), chunk_bytes(i), t);
+                             : tlm_access(mem, tlm::TLM_WRITE_COMMAND, at, buffer(i), chunk_bytes(i), t);
     done = std::max(done, t);
     return ok;
   };
@@ -58,7 +46,7 @@ fw::Verdict DmaEngine::copy(const hw::CopyArgs& args, uint8_t flags) {
       sc_core::sc_time t = sc_core::SC_ZERO_TIME;
       const uint64_t at = args.src + i * kChunkBytes;
       const bool ok = src_host ? endpoint_.host_read(at, buffer(i), chunk_bytes(i), t)
-                               : mem_access(tlm::TLM_READ_COMMAND, at, buffer(i), chunk_bytes(i), t);
+                               : tlm_access(mem, tlm::TLM_READ_COMMAND, at, buffer(i), chunk_bytes(i), t);
       if (!ok) return {hw::ErrorCode::kDmaFault, hw::Field::kCopySrc, 0};
       arrived[i] = t;
     }

@@ -20,16 +20,14 @@ class DmaEngine : public sc_core::sc_module {
  public:
   tlm_utils::simple_initiator_socket<DmaEngine> mem;
 
-  DmaEngine(const sc_core::sc_module_name& name, const Config& config, uint32_t card, Endpoint& endpoint,
-            Trace& trace, CardStats& stats);
+  DmaEngine(const sc_core::sc_module_name& name, const Config& config, uint32_t card, Endpoint& endpoint, Trace& trace,
+            CardStats& stats);
 
   /// Runs a copy that the firmware has validated; must be called from a SystemC thread.
   /// Returns a DMA fault (naming copy.src or copy.dst) when the IOMMU refuses a host range.
   fw::Verdict copy(const hw::CopyArgs& args, uint8_t flags);
 
  private:
-  bool mem_access(tlm::tlm_command cmd, uint64_t addr, uint8_t* data, uint64_t n, sc_core::sc_time& delay);
-
   Clock clock_;
   Endpoint& endpoint_;
   Trace& trace_;

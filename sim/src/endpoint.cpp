@@ -45,26 +45,39 @@ void Endpoint::cfg_write(uint32_t offset, uint32_t size, uint32_t value) {
   }
 }
 
-bool Endpoint::bus_master() const { return (cfg_read(hw::kCfgCommand, 2) & hw::kCmdBusMaster) != 0; }
+bool Endpoint::bus_master() const {
+  return (cfg_read(hw::kCfgCommand, 2) & hw::kCmdBusMaster) != 0;
+}
 
 uint32_t Endpoint::reg_read(uint32_t offset) {
   switch (offset) {
-    case hw::kRegMagic: return hw::kRegMagicValue;
-    case hw::kRegVersion: return hw::kInterfaceVersion;
-    case hw::kRegNumQueues: return config_.firmware.queues;
-    case hw::kRegNumCores: return config_.chip.cores;
-    case hw::kRegMemSizeLo: return static_cast<uint32_t>(mem_size_);
-    case hw::kRegMemSizeHi: return static_cast<uint32_t>(mem_size_ >> 32);
-    case hw::kRegStatus: return hw::kStatusFirmwareReady;
+    case hw::kRegMagic:
+      return hw::kRegMagicValue;
+    case hw::kRegVersion:
+      return hw::kInterfaceVersion;
+    case hw::kRegNumQueues:
+      return config_.firmware.queues;
+    case hw::kRegNumCores:
+      return config_.chip.cores;
+    case hw::kRegMemSizeLo:
+      return static_cast<uint32_t>(mem_size_);
+    case hw::kRegMemSizeHi:
+      return static_cast<uint32_t>(mem_size_ >> 32);
+    case hw::kRegStatus:
+      return hw::kStatusFirmwareReady;
     case hw::kRegCycleLo: {
       const uint64_t now = clock_.now_cycles();
       cycle_hi_latch_ = static_cast<uint32_t>(now >> 32);
       return static_cast<uint32_t>(now);
     }
-    case hw::kRegCycleHi: return cycle_hi_latch_;
-    case hw::kRegClockMhz: return config_.chip.clock_mhz;
-    case hw::kRegLxBytes: return static_cast<uint32_t>(config_.chip.lx_bytes);
-    default: return offset < hw::kBar0Size ? regs_[offset / 4] : 0;
+    case hw::kRegCycleHi:
+      return cycle_hi_latch_;
+    case hw::kRegClockMhz:
+      return config_.chip.clock_mhz;
+    case hw::kRegLxBytes:
+      return static_cast<uint32_t>(config_.chip.lx_bytes);
+    default:
+      return offset < hw::kBar0Size ? regs_[offset / 4] : 0;
   }
 }
 
@@ -91,7 +104,8 @@ void Endpoint::host_reg_write(uint32_t offset, uint32_t value) {
   uint32_t& status = regs_[hw::queue_reg(q, hw::kQStatus) / 4];
   switch (reg) {
     case hw::kQHead:
-    case hw::kQStatus: return;  // device-owned
+    case hw::kQStatus:
+      return;  // device-owned
     case hw::kQControl:
       if (value & hw::kQControlReset) {
         status = 0;
@@ -105,7 +119,9 @@ void Endpoint::host_reg_write(uint32_t offset, uint32_t value) {
       regs_[offset / 4] = value;
       work_.notify(sc_core::SC_ZERO_TIME);
       return;
-    default: regs_[offset / 4] = value; return;
+    default:
+      regs_[offset / 4] = value;
+      return;
   }
 }
 

@@ -8,6 +8,7 @@
 
 #define SC_INCLUDE_DYNAMIC_PROCESSES
 #include <systemc>
+#include <tlm>
 
 namespace spyre::sim {
 
@@ -31,8 +32,7 @@ class Clock {
 class BandwidthServer {
  public:
   /// `bytes_per_ns` is the sustained bandwidth; `latency` the fixed time to the first byte.
-  BandwidthServer(double bytes_per_ns, sc_core::sc_time latency)
-      : bytes_per_ns_(bytes_per_ns), latency_(latency) {}
+  BandwidthServer(double bytes_per_ns, sc_core::sc_time latency) : bytes_per_ns_(bytes_per_ns), latency_(latency) {}
 
   /// Reserves the resource for `bytes`, starting no earlier than `at`.
   /// Returns the time at which the last byte has arrived.
@@ -55,5 +55,21 @@ class BandwidthServer {
   sc_core::sc_time busy_ = sc_core::SC_ZERO_TIME;
   uint64_t bytes_ = 0;
 };
+
+/// One blocking access through an initiator socket; `delay` is annotated by the target.
+/// Returns false on an error response (for example an address outside device memory).
+template <typename Socket>
+bool tlm_access(Socket& socket, tlm::tlm_command cmd, uint64_t addr, uint8_t* data, uint64_t n,
+                sc_core::sc_time& delay) {
+  tlm::tlm_generic_payload gp;
+  gp.set_command(cmd);
+  gp.set_address(addr);
+  gp.set_data_ptr(data);
+  gp.set_data_length(static_cast<unsigned>(n));
+  gp.set_streaming_width(static_cast<unsigned>(n));
+  gp.set_response_status(tlm::TLM_INCOMPLETE_RESPONSE);
+  socket->b_transport(gp, delay);
+  return gp.is_response_ok();
+}
 
 }  // namespace spyre::sim

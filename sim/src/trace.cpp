@@ -71,7 +71,8 @@ void Trace::write(const std::string& path) const {
     fmt::print(f.get(), R"~({{"ph":"X","name":{},"pid":{},"tid":{},"ts":{:.4f},"dur":{:.4f},"args":{{"cycles":{})~",
                nlohmann::json(strings_[e.name]).dump(), tracks_[e.track].card, e.track,
                static_cast<double>(e.start) * us_per_cycle, static_cast<double>(e.dur) * us_per_cycle, e.dur);
-    for (uint32_t a = 0; a < e.nargs; ++a) fmt::print(f.get(), ",\"{}\":{}", strings_[e.args[a].first], e.args[a].second);
+    for (uint32_t a = 0; a < e.nargs; ++a)
+      fmt::print(f.get(), ",\"{}\":{}", strings_[e.args[a].first], e.args[a].second);
     std::fputs("}}", f.get());
   }
   std::fputs("\n]}\n", f.get());

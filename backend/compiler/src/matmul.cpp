@@ -13,7 +13,9 @@ constexpr uint32_t kTileN = 128;
 constexpr uint32_t kTileK = 256;
 constexpr uint32_t kLxAlign = 128;  // one stick
 
-uint64_t align(uint64_t v) { return (v + kLxAlign - 1) / kLxAlign * kLxAlign; }
+uint64_t align(uint64_t v) {
+  return (v + kLxAlign - 1) / kLxAlign * kLxAlign;
+}
 
 hw::Instr load_store(hw::Op op, uint8_t arg, uint32_t lx, uint64_t offset, uint64_t stride, uint32_t rows,
                      uint32_t row_bytes) {
@@ -38,9 +40,8 @@ Program compile_matmul(const MatmulSpec& s, const Target& t) {
     throw std::invalid_argument("compile_matmul: a dimension exceeds the ISA's 21-bit limit");
   }
   if (s.lda < s.k || s.ldb < s.n || s.ldc < s.n) {
-    throw std::invalid_argument(
-        fmt::format("compile_matmul: row strides lda={} ldb={} ldc={} too small for {}x{}x{}", s.lda, s.ldb, s.ldc,
-                    s.m, s.k, s.n));
+    throw std::invalid_argument(fmt::format("compile_matmul: row strides lda={} ldb={} ldc={} too small for {}x{}x{}",
+                                            s.lda, s.ldb, s.ldc, s.m, s.k, s.n));
   }
   if (s.in >= hw::DType::kCount || s.out >= hw::DType::kCount) throw std::invalid_argument("compile_matmul: dtype");
   const uint64_t es_in = hw::dtype_size(s.in);
@@ -54,8 +55,8 @@ Program compile_matmul(const MatmulSpec& s, const Target& t) {
   const uint32_t lx_o = static_cast<uint32_t>(align(lx_c + uint64_t{tm} * tn * 4));
   const uint64_t lx_end = lx_o + uint64_t{tm} * tn * es_out;
   if (lx_end > t.lx_bytes) {
-    throw std::invalid_argument(fmt::format("compile_matmul: tiles need {} bytes of scratchpad, the core has {}",
-                                            lx_end, t.lx_bytes));
+    throw std::invalid_argument(
+        fmt::format("compile_matmul: tiles need {} bytes of scratchpad, the core has {}", lx_end, t.lx_bytes));
   }
 
   const uint32_t tiles_m = (s.m + tm - 1) / tm, tiles_n = (s.n + tn - 1) / tn;

@@ -16,13 +16,29 @@ enum class Opcode : uint8_t {
   kCount
 };
 
+/// Lower-case name of an opcode, for messages and traces.
+constexpr const char* opcode_name(Opcode op) {
+  switch (op) {
+    case Opcode::kNop:
+      return "nop";
+    case Opcode::kCopy:
+      return "copy";
+    case Opcode::kLaunch:
+      return "launch";
+    case Opcode::kTimestamp:
+      return "timestamp";
+    default:
+      return "invalid opcode";
+  }
+}
+
 // Copy flags: which side of the copy is host memory (an IOVA); the other is device memory.
 inline constexpr uint8_t kCopySrcHost = 1u << 0;
 inline constexpr uint8_t kCopyDstHost = 1u << 1;
 inline constexpr uint8_t kCopyFlagMask = kCopySrcHost | kCopyDstHost;
 
 inline constexpr uint64_t kMaxCopyBytes = 1ull << 32;  // 4 GiB per descriptor
-inline constexpr uint32_t kMaxLaunchArgs = 16;          // u64 argument slots per launch
+inline constexpr uint32_t kMaxLaunchArgs = 16;         // u64 argument slots per launch
 
 struct CopyArgs {
   uint64_t src;   // device address, or IOVA when kCopySrcHost

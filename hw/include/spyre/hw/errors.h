@@ -41,39 +41,66 @@ enum class Field : uint16_t {
 /// Stable lower-case name of an error code, for messages; "unknown" for values out of range.
 constexpr const char* error_name(ErrorCode e) {
   switch (e) {
-    case ErrorCode::kOk: return "ok";
-    case ErrorCode::kBadOpcode: return "bad opcode";
-    case ErrorCode::kReservedNonZero: return "reserved field not zero";
-    case ErrorCode::kBadFlags: return "bad flags";
-    case ErrorCode::kBadSize: return "bad size";
-    case ErrorCode::kBadAlignment: return "bad alignment";
-    case ErrorCode::kOutOfRange: return "address out of device memory";
-    case ErrorCode::kDmaFault: return "host address not mapped (DMA fault)";
-    case ErrorCode::kBadProgram: return "malformed program";
-    case ErrorCode::kCoreFault: return "core fault";
-    case ErrorCode::kQueueInError: return "not executed, queue in error state";
-    case ErrorCode::kNoSuchCore: return "no such core";
-    default: return "unknown";
+    case ErrorCode::kOk:
+      return "ok";
+    case ErrorCode::kBadOpcode:
+      return "bad opcode";
+    case ErrorCode::kReservedNonZero:
+      return "reserved field not zero";
+    case ErrorCode::kBadFlags:
+      return "bad flags";
+    case ErrorCode::kBadSize:
+      return "bad size";
+    case ErrorCode::kBadAlignment:
+      return "bad alignment";
+    case ErrorCode::kOutOfRange:
+      return "address out of device memory";
+    case ErrorCode::kDmaFault:
+      return "host address not mapped (DMA fault)";
+    case ErrorCode::kBadProgram:
+      return "malformed program";
+    case ErrorCode::kCoreFault:
+      return "core fault";
+    case ErrorCode::kQueueInError:
+      return "not executed, queue in error state";
+    case ErrorCode::kNoSuchCore:
+      return "no such core";
+    default:
+      return "unknown";
   }
 }
 
 /// Name of a descriptor field as written in docs/hardware-interface.md.
 constexpr const char* field_name(Field f) {
   switch (f) {
-    case Field::kNone: return "none";
-    case Field::kOpcode: return "opcode";
-    case Field::kFlags: return "flags";
-    case Field::kReserved: return "reserved";
-    case Field::kCopySrc: return "copy.src";
-    case Field::kCopyDst: return "copy.dst";
-    case Field::kCopySize: return "copy.size";
-    case Field::kLaunchProgram: return "launch.program";
-    case Field::kLaunchProgramSize: return "launch.program_size";
-    case Field::kLaunchArgs: return "launch.args";
-    case Field::kLaunchArgsSize: return "launch.args_size";
-    case Field::kLaunchCoreMask: return "launch.core_mask";
-    case Field::kTimestampDst: return "timestamp.dst";
-    default: return "unknown";
+    case Field::kNone:
+      return "none";
+    case Field::kOpcode:
+      return "opcode";
+    case Field::kFlags:
+      return "flags";
+    case Field::kReserved:
+      return "reserved";
+    case Field::kCopySrc:
+      return "copy.src";
+    case Field::kCopyDst:
+      return "copy.dst";
+    case Field::kCopySize:
+      return "copy.size";
+    case Field::kLaunchProgram:
+      return "launch.program";
+    case Field::kLaunchProgramSize:
+      return "launch.program_size";
+    case Field::kLaunchArgs:
+      return "launch.args";
+    case Field::kLaunchArgsSize:
+      return "launch.args_size";
+    case Field::kLaunchCoreMask:
+      return "launch.core_mask";
+    case Field::kTimestampDst:
+      return "timestamp.dst";
+    default:
+      return "unknown";
   }
 }
 

@@ -36,7 +36,9 @@ enum class Op : uint8_t {
 
 enum class DType : uint8_t { kF32 = 0, kF16 = 1, kCount };
 
-constexpr uint32_t dtype_size(DType t) { return t == DType::kF32 ? 4 : 2; }
+constexpr uint32_t dtype_size(DType t) {
+  return t == DType::kF32 ? 4 : 2;
+}
 
 inline constexpr uint8_t kMatmulAccumulate = 1u << 0;  // add to C instead of overwriting it
 
@@ -64,9 +66,17 @@ static_assert(sizeof(Instr) == 32, "instruction is 32 bytes");
 
 inline constexpr uint64_t kMatmulDimMask = (1ull << 21) - 1;
 
-constexpr uint64_t pack_mkn(uint64_t m, uint64_t k, uint64_t n) { return m | (k << 21) | (n << 42); }
-constexpr uint32_t unpack_m(uint64_t c) { return static_cast<uint32_t>(c & kMatmulDimMask); }
-constexpr uint32_t unpack_k(uint64_t c) { return static_cast<uint32_t>((c >> 21) & kMatmulDimMask); }
-constexpr uint32_t unpack_n(uint64_t c) { return static_cast<uint32_t>((c >> 42) & kMatmulDimMask); }
+constexpr uint64_t pack_mkn(uint64_t m, uint64_t k, uint64_t n) {
+  return m | (k << 21) | (n << 42);
+}
+constexpr uint32_t unpack_m(uint64_t c) {
+  return static_cast<uint32_t>(c & kMatmulDimMask);
+}
+constexpr uint32_t unpack_k(uint64_t c) {
+  return static_cast<uint32_t>((c >> 21) & kMatmulDimMask);
+}
+constexpr uint32_t unpack_n(uint64_t c) {
+  return static_cast<uint32_t>((c >> 42) & kMatmulDimMask);
+}
 
 }  // namespace spyre::hw

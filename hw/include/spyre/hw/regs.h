@@ -10,18 +10,18 @@ inline constexpr uint32_t kRegMagicValue = 0x52595053;  // "SPYR"
 inline constexpr uint32_t kInterfaceVersion = 1;
 
 // Device-wide registers.
-inline constexpr uint32_t kRegMagic = 0x0000;         // ro: kRegMagicValue
-inline constexpr uint32_t kRegVersion = 0x0004;       // ro: kInterfaceVersion
-inline constexpr uint32_t kRegNumQueues = 0x0008;     // ro: hardware queues implemented
-inline constexpr uint32_t kRegNumCores = 0x000c;      // ro: AI cores present
-inline constexpr uint32_t kRegMemSizeLo = 0x0010;     // ro: usable device memory in bytes
+inline constexpr uint32_t kRegMagic = 0x0000;      // ro: kRegMagicValue
+inline constexpr uint32_t kRegVersion = 0x0004;    // ro: kInterfaceVersion
+inline constexpr uint32_t kRegNumQueues = 0x0008;  // ro: hardware queues implemented
+inline constexpr uint32_t kRegNumCores = 0x000c;   // ro: AI cores present
+inline constexpr uint32_t kRegMemSizeLo = 0x0010;  // ro: usable device memory in bytes
 inline constexpr uint32_t kRegMemSizeHi = 0x0014;
-inline constexpr uint32_t kRegStatus = 0x0018;        // ro: kStatus* bits
-inline constexpr uint32_t kRegControl = 0x001c;       // wo: kControl* bits
-inline constexpr uint32_t kRegCycleLo = 0x0020;       // ro: device cycle counter; reading LO latches HI
+inline constexpr uint32_t kRegStatus = 0x0018;   // ro: kStatus* bits
+inline constexpr uint32_t kRegControl = 0x001c;  // wo: kControl* bits
+inline constexpr uint32_t kRegCycleLo = 0x0020;  // ro: device cycle counter; reading LO latches HI
 inline constexpr uint32_t kRegCycleHi = 0x0024;
-inline constexpr uint32_t kRegClockMhz = 0x0028;      // ro: core clock in MHz
-inline constexpr uint32_t kRegLxBytes = 0x002c;       // ro: scratchpad bytes per core
+inline constexpr uint32_t kRegClockMhz = 0x0028;  // ro: core clock in MHz
+inline constexpr uint32_t kRegLxBytes = 0x002c;   // ro: scratchpad bytes per core
 
 inline constexpr uint32_t kStatusFirmwareReady = 1u << 0;
 
@@ -32,18 +32,18 @@ inline constexpr uint32_t kMaxQueues = 16;
 inline constexpr uint32_t kQueueBase = 0x1000;
 inline constexpr uint32_t kQueueStride = 0x100;
 
-inline constexpr uint32_t kQRingBaseLo = 0x00;   // rw: IOVA of the descriptor ring (host memory)
+inline constexpr uint32_t kQRingBaseLo = 0x00;  // rw: IOVA of the descriptor ring (host memory)
 inline constexpr uint32_t kQRingBaseHi = 0x04;
 inline constexpr uint32_t kQRingEntries = 0x08;  // rw: descriptors in the ring, a power of two
 inline constexpr uint32_t kQCplBaseLo = 0x10;    // rw: IOVA of the completion ring (same entry count)
 inline constexpr uint32_t kQCplBaseHi = 0x14;
-inline constexpr uint32_t kQFenceLo = 0x18;      // rw: IOVA of the 8-byte fence word
+inline constexpr uint32_t kQFenceLo = 0x18;  // rw: IOVA of the 8-byte fence word
 inline constexpr uint32_t kQFenceHi = 0x1c;
-inline constexpr uint32_t kQMsixVector = 0x20;   // rw: MSI-X vector raised after each completion
-inline constexpr uint32_t kQControl = 0x24;      // wo: kQControl* bits
-inline constexpr uint32_t kQStatus = 0x28;       // ro: kQStatus* bits, last error code in bits 16..31
-inline constexpr uint32_t kQHead = 0x2c;         // ro: descriptors consumed (free-running)
-inline constexpr uint32_t kQTail = 0x30;         // rw: doorbell, descriptors produced (free-running)
+inline constexpr uint32_t kQMsixVector = 0x20;  // rw: MSI-X vector raised after each completion
+inline constexpr uint32_t kQControl = 0x24;     // wo: kQControl* bits
+inline constexpr uint32_t kQStatus = 0x28;      // ro: kQStatus* bits, last error code in bits 16..31
+inline constexpr uint32_t kQHead = 0x2c;        // ro: descriptors consumed (free-running)
+inline constexpr uint32_t kQTail = 0x30;        // rw: doorbell, descriptors produced (free-running)
 
 // A write to kQControl sets the enabled state to its Enable bit; with Reset it also clears the
 // error state and sets head = tail = 0.
@@ -57,6 +57,8 @@ inline constexpr uint32_t kMinRingEntries = 2;
 inline constexpr uint32_t kMaxRingEntries = 1u << 16;
 
 /// Offset in BAR0 of register `reg` of queue `q`.
-constexpr uint32_t queue_reg(uint32_t q, uint32_t reg) { return kQueueBase + q * kQueueStride + reg; }
+constexpr uint32_t queue_reg(uint32_t q, uint32_t reg) {
+  return kQueueBase + q * kQueueStride + reg;
+}
 
 }  // namespace spyre::hw

@@ -10,16 +10,16 @@ namespace spyre::sim {
 struct ChipConfig {
   uint32_t cores = 32;
   uint32_t corelets_per_core = 2;
-  uint32_t clock_mhz = 1500;            // inferred from the 98.3 TFLOPS fp16 peak
-  uint64_t lx_bytes = 2u << 20;         // scratchpad per core
-  uint32_t pt_rows = 8;                 // PT systolic array per corelet
+  uint32_t clock_mhz = 1500;     // inferred from the 98.3 TFLOPS fp16 peak
+  uint64_t lx_bytes = 2u << 20;  // scratchpad per core
+  uint32_t pt_rows = 8;          // PT systolic array per corelet
   uint32_t pt_cols = 8;
-  uint32_t pt_simd = 8;                 // fp16 FMA lanes per PE
-  double fp32_rate = 0.25;              // fp32 matmul throughput relative to fp16
-  uint32_t pt_fill_cycles = 24;         // pipeline fill and drain per matmul instruction
-  uint32_t sfp_lanes = 64;              // SFP elements per cycle per core
+  uint32_t pt_simd = 8;          // fp16 FMA lanes per PE
+  double fp32_rate = 0.25;       // fp32 matmul throughput relative to fp16
+  uint32_t pt_fill_cycles = 24;  // pipeline fill and drain per matmul instruction
+  uint32_t sfp_lanes = 64;       // SFP elements per cycle per core
   uint32_t sfp_fill_cycles = 8;
-  uint32_t issue_cycles = 2;            // fixed cost of decoding one instruction
+  uint32_t issue_cycles = 2;  // fixed cost of decoding one instruction
 };
 
 struct RingConfig {
@@ -31,7 +31,7 @@ struct MemoryConfig {
   uint64_t size_bytes = 128ull << 30;
   uint64_t usable_bytes = 112ull << 30;  // the rest holds ECC
   uint32_t channels = 16;
-  double bandwidth_gbps = 204.8;         // aggregate over all channels
+  double bandwidth_gbps = 204.8;  // aggregate over all channels
   uint32_t latency_ns = 120;
 };
 
@@ -46,13 +46,13 @@ struct FirmwareConfig {
 };
 
 struct SimConfig {
-  uint32_t devices = 1;             // cards in this process
-  uint64_t host_quantum_ns = 10000; // simulated time between looks at host requests
+  uint32_t devices = 1;              // cards in this process
+  uint64_t host_quantum_ns = 10000;  // simulated time between looks at host requests
 };
 
 struct OutputConfig {
-  std::string trace_path;        // Chrome/Perfetto JSON trace; empty = none
-  std::string stats_path;        // JSON stats; empty = none
+  std::string trace_path;          // Chrome/Perfetto JSON trace; empty = none
+  std::string stats_path;          // JSON stats; empty = none
   bool trace_instructions = true;  // false: commands only
   uint64_t max_trace_events = 2000000;
 };

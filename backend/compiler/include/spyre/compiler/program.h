@@ -22,7 +22,7 @@ struct Program {
   std::string name;            // for traces and logs, e.g. "mm f32 1024x1024x1024"
   std::vector<uint8_t> image;  // header, entry table, instructions (see spyre/hw/isa.h)
   uint64_t core_mask = 0;
-  uint32_t num_args = 0;       // argument slots the launch must fill
+  uint32_t num_args = 0;  // argument slots the launch must fill
 };
 
 /// Assembles per-core instruction streams into a program image. Each stream gets a kEnd appended.
