@@ -37,6 +37,10 @@ Device::Device(Transport& t, uint32_t index, DeviceInfo info)
 }
 
 Device::~Device() {
+  // Closing resets the card, so the next open starts from a clean slate; the read makes sure the
+  // posted reset has landed before the handler goes.
+  transport_.mmio_write(index_, hw::kRegControl, hw::kControlReset);
+  (void)transport_.mmio_read(index_, hw::kRegStatus);
   transport_.set_irq_handler(index_, nullptr);
 }
 

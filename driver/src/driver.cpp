@@ -36,4 +36,9 @@ Status Driver::device(uint32_t index, Device** out) {
   return {};
 }
 
+void Driver::close(uint32_t index) {
+  std::lock_guard lock(mu_);
+  if (index < devices_.size()) devices_[index].reset();
+}
+
 }  // namespace spyre::driver

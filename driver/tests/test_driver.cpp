@@ -299,6 +299,34 @@ TEST_CASE("malformed descriptors fail their queue with the field named, and only
   CHECK(back == data);
 }
 
+TEST_CASE("a device can be closed and opened again, with its memory and queues free") {
+  {
+    auto q = make_queue();
+    const uint64_t a = alloc(1 << 20);
+    const auto data = random_bytes(1 << 20, 9);
+    upload(*q, a, data.data(), data.size());
+  }  // queues and buffers go first
+  driver::Driver::instance().close(0);
+  driver::Device& fresh = dev0();  // reopened
+  CHECK(fresh.memory_stats().allocated == 0);
+  std::vector<std::unique_ptr<driver::Queue>> queues;
+  for (uint32_t i = 0; i < fresh.info().num_queues; ++i) {  // every hardware queue is free again
+    std::unique_ptr<driver::Queue> q;
+    REQUIRE(fresh.create_queue(8, &q).ok());
+    queues.push_back(std::move(q));
+  }
+  std::unique_ptr<driver::Queue> extra;
+  CHECK(fresh.create_queue(8, &extra).code() == StatusCode::kOutOfMemory);
+  queues.clear();
+  auto q = make_queue();
+  const auto data = random_bytes(4096, 10);
+  const uint64_t a = alloc(data.size());
+  upload(*q, a, data.data(), data.size());
+  std::vector<uint8_t> back(data.size());
+  download(*q, back.data(), a, back.size());
+  CHECK(back == data);
+}
+
 TEST_CASE("device time advances only with work, and reproducibly") {
   auto q = make_queue();
   const uint64_t t0 = dev0().cycles();

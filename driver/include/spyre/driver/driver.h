@@ -23,6 +23,9 @@ class Driver {
   uint32_t device_count() const;
   /// Opens card `index` on first use. kInvalidArgument naming the index when it does not exist.
   Status device(uint32_t index, Device** out);
+  /// Closes card `index`: resets it and forgets its memory allocations. Every Queue and HostBuffer
+  /// of the device must have been destroyed first. Closing a card that is not open is a no-op.
+  void close(uint32_t index);
   Transport* transport() { return transport_.get(); }
 
  private:
