@@ -40,7 +40,7 @@ struct Harness {
     memory.write(kArgs, args.data(), args.size() * 8);
     const Clock clock(config.chip.clock_mhz);
     const uint64_t start = clock.now_cycles();
-    core.start(kProgram, kArgs, 0);
+    core.start(kProgram, kArgs, args.size() * 8, 0);
     sc_core::sc_start();  // until the core is idle again
     REQUIRE_FALSE(core.busy());
     return clock.now_cycles() - start;

@@ -4,6 +4,7 @@
 // (matmul.cpp).
 #include <ATen/ATen.h>
 #include <ATen/EmptyTensor.h>
+#include <ATen/MemoryOverlap.h>
 #include <ATen/native/CPUFallback.h>
 #include <ATen/ops/_reshape_alias_native.h>
 #include <ATen/ops/as_strided_native.h>
@@ -82,8 +83,11 @@ at::Tensor copy_from(const at::Tensor& src, const at::Tensor& dst, bool /*non_bl
   } else {
     TORCH_CHECK(src.is_privateuseone() && dst.is_privateuseone(), "spyre: _copy_from between ", src.device(), " and ",
                 dst.device(), " is not supported");
+    // One DMA when both are plain and the ranges are disjoint; a partial overlap goes through the
+    // host, which reads all of the source before writing any of the destination.
+    const bool overlapping = at::get_overlap_status(src, dst) != at::MemOverlapStatus::No;
     if (src.device() == dst.device() && src.sizes() == dst.sizes() && src.dtype() == dst.dtype() &&
-        src.is_contiguous() && dst.is_contiguous()) {
+        src.is_contiguous() && dst.is_contiguous() && !overlapping) {
       DeviceRuntime::get(dst.device().index()).d2d(device_addr(dst), device_addr(src), dst.nbytes());
     } else {
       // Conversions and strided or cross-device copies go through the host (see docs/user-guide.md).
@@ -163,6 +167,7 @@ void write_device(const at::Tensor& dst, const at::Tensor& src_cpu) {
     return;
   }
   // Strided destination: read the span it covers, update it on the host, write the span back.
+  const std::lock_guard rmw(rt.host_rmw_mutex());
   at::Tensor host = read_device(dst);
   host.copy_(src_cpu);
   const auto [first, count] = element_span(dst);

@@ -50,7 +50,11 @@ at::Tensor& mm_out(const at::Tensor& a, const at::Tensor& b, at::Tensor& out) {
               "spyre: mm expects all tensors on one device, got ", a.device(), ", ", b.device(), " and out on ",
               out.device());
   const std::optional<hw::DType> type = device_dtype(a.scalar_type());
-  if (!type || out.scalar_type() != a.scalar_type()) return mm_out_fallback(a, b, out);
+  constexpr int64_t kMaxDim = UINT32_MAX;  // the compiler's shapes are 32-bit
+  if (!type || out.scalar_type() != a.scalar_type() || a.size(0) > kMaxDim || a.size(1) > kMaxDim ||
+      b.size(1) > kMaxDim) {
+    return mm_out_fallback(a, b, out);
+  }
 
   const c10::DeviceGuard guard(a.device());
   const int64_t m = a.size(0), k = a.size(1), n = b.size(1);

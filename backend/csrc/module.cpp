@@ -30,7 +30,7 @@ py::dict device_info(int index) {
   const spyre::driver::DeviceInfo& i = DeviceRuntime::get(index).device().info();
   py::dict d;
   d["name"] = "IBM Spyre (simulated)";
-  d["transport"] = spyre::driver::Driver::instance().transport()->name();
+  d["transport"] = spyre::driver::Driver::instance().transport_name();
   d["vendor_id"] = i.vendor_id;
   d["device_id"] = i.device_id;
   d["cores"] = i.num_cores;
@@ -112,8 +112,7 @@ PYBIND11_MODULE(_C, m) {
   m.def("_write_reports", [] {
     HANDLE_TH_ERRORS
     std::string trace, stats;
-    SPYRE_CHECK(spyre::driver::Driver::instance().transport_status());
-    SPYRE_CHECK(spyre::driver::Driver::instance().transport()->write_sim_reports(&trace, &stats));
+    SPYRE_CHECK(spyre::driver::Driver::instance().write_sim_reports(&trace, &stats));
     return py::make_tuple(trace, stats);
     END_HANDLE_TH_ERRORS_PYBIND
   });
@@ -123,6 +122,7 @@ PYBIND11_MODULE(_C, m) {
     END_HANDLE_TH_ERRORS_PYBIND
   });
   m.def("_get_cpu_fallback", [] { return mode_name(spyre::backend::fallback_mode()); });
+  m.def("_is_in_bad_fork", [] { return spyre::driver::Driver::forked_child(); });
   m.def("_submit_raw_descriptor", [](int index, const py::bytes& raw) {
     HANDLE_TH_ERRORS
     return submit_raw_descriptor(index, raw);

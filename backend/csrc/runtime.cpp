@@ -63,6 +63,9 @@ bool DeviceRuntime::opened(int index) noexcept {
 }
 
 DeviceRuntime& DeviceRuntime::get(int index) {
+  TORCH_CHECK(!driver::Driver::forked_child(),
+              "spyre: cannot use the device in a subprocess forked after it started; start subprocesses with "
+              "multiprocessing's 'spawn' method");
   driver::Driver& drv = driver::Driver::instance();
   SPYRE_CHECK(drv.transport_status());
   const int n = static_cast<int>(drv.device_count());
@@ -117,10 +120,15 @@ void DeviceRuntime::give_back(std::unique_ptr<driver::HostBuffer> b) {
 
 void DeviceRuntime::wait(uint64_t seq) {
   const driver::Status s = queue_->wait(seq);
-  if (!s.ok()) {
-    (void)queue_->reset();  // the error is reported once; the device stays usable
-    check_status(s, "wait");
-  }
+  if (s.ok()) return;
+  // Report the error once, with what it cost, and reset the queue so the device stays usable.
+  (void)queue_->synchronize();
+  const uint64_t skipped = queue_->not_executed();
+  (void)queue_->reset();
+  if (skipped == 0) check_status(s, "wait");
+  TORCH_CHECK(false, s.message(), "; ", skipped,
+              " later command(s) on this device were not executed, so the tensors they would have written "
+              "hold undefined data");
 }
 
 void DeviceRuntime::h2d(uint64_t dst, const void* src, uint64_t n) {
@@ -166,8 +174,14 @@ void DeviceRuntime::launch(const std::string& key, const std::function<compiler:
     TORCH_INTERNAL_ASSERT(p.num_args <= args.size(), "spyre: program ", p.name, " needs ", p.num_args, " arguments");
     prog = Loaded{alloc(p.image.size()), p.image.size(), p.core_mask};
     h2d(prog.addr, p.image.data(), p.image.size());
-    std::lock_guard lock(mu_);
-    programs_.emplace(key, prog);
+    std::unique_lock lock(mu_);
+    const auto [it, inserted] = programs_.emplace(key, prog);
+    if (!inserted) {  // another thread loaded the same program meanwhile: use its copy
+      const uint64_t mine = prog.addr;
+      prog = it->second;
+      lock.unlock();
+      free(mine);  // safe: the queue is in order, so our upload lands before anything reuses it
+    }
   }
   TORCH_CHECK(args.size() <= hw::kMaxLaunchArgs, "spyre: too many launch arguments (", args.size(), ")");
   const uint64_t args_bytes = args.size() * sizeof(uint64_t);

@@ -55,6 +55,10 @@ class DeviceRuntime {
 
   compiler::Target target() const { return {device_->info().num_cores, device_->info().lx_bytes}; }
 
+  /// Held across a read-modify-write of device memory from the host (strided copies), so that
+  /// two threads writing disjoint views of one storage do not undo each other's writes.
+  std::mutex& host_rmw_mutex() { return rmw_mu_; }
+
  private:
   struct Loaded {
     uint64_t addr;
@@ -73,6 +77,7 @@ class DeviceRuntime {
   std::multimap<uint64_t, std::unique_ptr<driver::HostBuffer>> staging_;  // by size
   uint64_t staging_bytes_ = 0;
   std::map<std::string, Loaded> programs_;
+  std::mutex rmw_mu_;
 };
 
 /// Reallocates a spyre storage to `bytes`, keeping its contents up to the smaller size.

@@ -68,6 +68,16 @@ def test_copy_into_non_contiguous_host_destination(cpu_gen):
     assert torch.equal(out, x)
 
 
+def test_overlapping_device_copy_reads_the_source_first(cpu_gen):
+    x = torch.randn(300_000, generator=cpu_gen)  # 1.2 MB: more than the DMA engine reads ahead
+    d = x.to("spyre")
+    n = 100_000
+    d[n:].copy_(d[:-n])
+    expected = x.clone()
+    expected[n:] = x[:-n].clone()
+    assert torch.equal(d.cpu(), expected)
+
+
 def test_item_and_empty_tensors():
     assert torch.tensor([3.5]).to("spyre").item() == 3.5
     assert torch.tensor(7, dtype=torch.int64).to("spyre").item() == 7

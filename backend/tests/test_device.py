@@ -68,6 +68,25 @@ def test_import_torch_spyre_first():
     assert proc.stdout.strip() == "spyre:0"
 
 
+def test_forked_child_gets_a_clear_error():
+    code = (
+        "import os, torch\n"
+        "torch.ones(1).to('spyre')\n"  # the device is running in the parent
+        "pid = os.fork()\n"
+        "if pid == 0:\n"
+        "    try:\n"
+        "        torch.ones(1).to('spyre')\n"
+        "        os._exit(3)\n"
+        "    except RuntimeError as e:\n"
+        "        os._exit(0 if 'forked' in str(e) and torch.spyre._is_in_bad_fork() else 4)\n"
+        "_, status = os.waitpid(pid, 0)\n"
+        "print(os.waitstatus_to_exitcode(status), torch.spyre._is_in_bad_fork())\n"
+    )
+    proc = run_python(code, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.split() == ["0", "False"]
+
+
 def test_two_devices_from_the_config(tmp_path):
     config = tmp_path / "two.json"
     config.write_text('{"sim": {"devices": 2}}')

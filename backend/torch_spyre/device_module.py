@@ -76,7 +76,8 @@ def is_initialized() -> bool:
 
 
 def _is_in_bad_fork() -> bool:
-    return False
+    """True in a child forked after the device started: it cannot use the parent's simulator."""
+    return _C._is_in_bad_fork()
 
 
 def _lazy_init() -> None:

@@ -153,6 +153,7 @@ Status Device::map_host(uint64_t bytes, std::unique_ptr<HostBuffer>* out) {
 }
 
 uint64_t Device::cycles() {
+  std::lock_guard lock(cycles_mu_);
   const uint64_t lo = transport_.mmio_read(index_, hw::kRegCycleLo);  // latches HI
   return lo | uint64_t{transport_.mmio_read(index_, hw::kRegCycleHi)} << 32;
 }

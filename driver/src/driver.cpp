@@ -1,10 +1,21 @@
 #include "spyre/driver/driver.h"
 
+#include <pthread.h>
+
+#include <atomic>
 #include <cstdlib>
 
 #include <fmt/format.h>
 
 namespace spyre::driver {
+
+namespace {
+std::atomic<bool> g_forked_child{false};
+}
+
+bool Driver::forked_child() {
+  return g_forked_child.load();
+}
 
 Driver& Driver::instance() {
   // Never destroyed: device memory may be freed by other static destructors at exit.
@@ -13,6 +24,7 @@ Driver& Driver::instance() {
 }
 
 Driver::Driver() {
+  pthread_atfork(nullptr, nullptr, [] { g_forked_child.store(true); });
   const char* kind = std::getenv("SPYRE_TRANSPORT");
   transport_status_ = open_transport(kind ? kind : "inproc", &transport_);
   if (transport_) devices_.resize(transport_->device_count());
@@ -23,6 +35,11 @@ uint32_t Driver::device_count() const {
 }
 
 Status Driver::device(uint32_t index, Device** out) {
+  if (forked_child()) {
+    return {StatusCode::kNotAvailable,
+            "driver: this process was forked after the driver started; a forked child cannot use its "
+            "devices (start subprocesses with the 'spawn' method)"};
+  }
   if (!transport_status_.ok()) return transport_status_;
   std::lock_guard lock(mu_);
   if (index >= devices_.size()) {
@@ -34,6 +51,12 @@ Status Driver::device(uint32_t index, Device** out) {
   }
   *out = devices_[index].get();
   return {};
+}
+
+Status Driver::write_sim_reports(std::string* trace_path, std::string* stats_path) {
+  if (forked_child()) return {StatusCode::kNotAvailable, "driver: no simulator in a forked child"};
+  if (!transport_status_.ok()) return transport_status_;
+  return transport_->write_sim_reports(trace_path, stats_path);
 }
 
 void Driver::close(uint32_t index) {

@@ -31,6 +31,10 @@ uint64_t Queue::fence_value() const {
   return __atomic_load_n(static_cast<const uint64_t*>(fence_->data()), __ATOMIC_ACQUIRE);
 }
 
+uint32_t Queue::reg(uint32_t r) const {
+  return dev_.transport().mmio_read(dev_.info().index, hw::queue_reg(id_, r));
+}
+
 void Queue::poll_locked() {
   const uint64_t fence = fence_value();
   while (!pending_.empty() && pending_.front().seq <= fence) {
@@ -41,6 +45,10 @@ void Queue::poll_locked() {
     if (c.seq != p.seq) {
       c.seq = p.seq;
       c.error = hw::ErrorCode::kDmaFault;  // the card could not write the record
+    }
+    if (c.error != hw::ErrorCode::kOk) {
+      error_seq_ = std::min(error_seq_, p.seq);
+      if (c.error == hw::ErrorCode::kQueueInError) ++not_executed_;
     }
     if (c.error != hw::ErrorCode::kOk && error_.ok()) {
       std::string what = fmt::format("{} queue {}: command {} ({}) failed: {}", dev_.name(), id_, p.seq,
@@ -62,23 +70,53 @@ void Queue::poll_locked() {
   }
 }
 
-void Queue::wait_for_fence(std::unique_lock<std::mutex>& lock, uint64_t seq) {
+bool Queue::wait_for_fence(std::unique_lock<std::mutex>& lock, uint64_t seq) {
   // Called with mu_ held; drops it while waiting so other threads can submit.
   lock.unlock();
   const auto until = std::chrono::steady_clock::now() + kSpin;
   while (fence_value() < seq && std::chrono::steady_clock::now() < until) {
   }
-  if (fence_value() < seq) {
+  bool reached = true;
+  while (fence_value() < seq) {
+    // Take the interrupt count before looking at the queue's status: a halt raises the interrupt
+    // after setting the status, so either the status read sees it or the count changes.
+    uint64_t seen;
+    {
+      std::lock_guard irq(dev_.irq_mu_);
+      seen = dev_.irq_count_;
+    }
+    if (fence_value() >= seq) break;
+    if (reg(hw::kQStatus) & hw::kQStatusHalted) {
+      reached = false;
+      break;
+    }
     std::unique_lock irq(dev_.irq_mu_);
-    dev_.irq_cv_.wait(irq, [&] { return fence_value() >= seq; });
+    dev_.irq_cv_.wait(irq, [&] { return fence_value() >= seq || dev_.irq_count_ != seen; });
   }
   lock.lock();
+  return reached;
+}
+
+void Queue::note_halt_locked() {
+  const uint32_t status = reg(hw::kQStatus);
+  const auto code = static_cast<hw::ErrorCode>(status >> 16);
+  if (!pending_.empty()) error_seq_ = std::min(error_seq_, pending_.front().seq);
+  if (error_.ok()) {
+    error_ = Status(StatusCode::kDeviceError,
+                    fmt::format("{} queue {}: halted by the card ({}): its rings or fence are unreachable; "
+                                "{} command(s) from {} on were dropped; reset the queue",
+                                dev_.name(), id_, hw::error_name(code), pending_.size(),
+                                pending_.empty() ? completed_ + 1 : pending_.front().seq));
+  }
 }
 
 Status Queue::submit_locked(std::unique_lock<std::mutex>& lock, hw::Descriptor d, uint64_t* seq) {
   poll_locked();
   while (pending_.size() >= entries_) {  // ring full: wait for the oldest descriptor
-    wait_for_fence(lock, pending_.front().seq);
+    if (!wait_for_fence(lock, pending_.front().seq)) {
+      note_halt_locked();
+      return error_;
+    }
     poll_locked();
   }
   d.seq = next_seq_++;
@@ -131,10 +169,14 @@ Status Queue::wait(uint64_t seq) {
   }
   poll_locked();
   while (completed_ < seq) {
-    wait_for_fence(lock, seq);
+    const bool reached = wait_for_fence(lock, seq);
     poll_locked();
+    if (!reached && completed_ < seq) {
+      note_halt_locked();
+      break;
+    }
   }
-  return error_;
+  return error_seq_ <= seq ? error_ : Status();
 }
 
 Status Queue::synchronize() {
@@ -181,17 +223,32 @@ Status Queue::error() {
   return error_;
 }
 
+uint64_t Queue::not_executed() {
+  std::lock_guard lock(mu_);
+  poll_locked();
+  return not_executed_;
+}
+
 Status Queue::reset() {
   std::unique_lock lock(mu_);
-  // Everything submitted completes, if only as "not executed", so this wait ends.
+  // Everything submitted completes, if only as "not executed", unless the card halted the queue.
   while (!pending_.empty()) {
-    wait_for_fence(lock, pending_.back().seq);
+    const bool reached = wait_for_fence(lock, pending_.back().seq);
     poll_locked();
+    if (!reached) break;
   }
   const uint32_t dev = dev_.info().index;
   dev_.transport().mmio_write(dev, hw::queue_reg(id_, hw::kQControl), hw::kQControlReset | hw::kQControlEnable);
+  // What a halt dropped will never complete: forget it and release what waited on it.
+  pending_.clear();
+  completed_ = next_seq_ - 1;
+  auto callbacks = std::move(callbacks_);
+  callbacks_.clear();
+  for (auto& [seq, fn] : callbacks) fn();
   tail_ = 0;
   error_ = Status();
+  error_seq_ = UINT64_MAX;
+  not_executed_ = 0;
   return {};
 }
 

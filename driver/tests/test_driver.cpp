@@ -299,6 +299,48 @@ TEST_CASE("malformed descriptors fail their queue with the field named, and only
   CHECK(back == data);
 }
 
+TEST_CASE("an error is reported to waits that cover it, not to earlier ones") {
+  auto q = make_queue();
+  hw::Descriptor nop{};
+  nop.opcode = hw::Opcode::kNop;
+  hw::Descriptor bad{};
+  bad.opcode = static_cast<hw::Opcode>(77);
+  uint64_t s1 = 0, s2 = 0, s3 = 0;
+  REQUIRE(q->submit_raw(nop, &s1).ok());
+  REQUIRE(q->submit_raw(bad, &s2).ok());
+  REQUIRE(q->submit_raw(nop, &s3).ok());
+  CHECK(q->wait(s3).code() == StatusCode::kDeviceError);  // s3 did not run
+  CHECK(q->wait(s1).ok());                                // s1 ran before the failure
+  CHECK(q->wait(s2).code() == StatusCode::kDeviceError);
+  CHECK(q->not_executed() == 1);
+  REQUIRE(q->reset().ok());
+  CHECK(q->not_executed() == 0);
+  uint64_t s4 = 0;
+  REQUIRE(q->submit_raw(nop, &s4).ok());
+  CHECK(q->wait(s4).ok());
+}
+
+TEST_CASE("a queue whose ring is unusable is halted, and its waiters wake with an error") {
+  auto q = make_queue();
+  // Spoil the ring size behind the driver's back: the firmware cannot fetch, so it halts the queue.
+  driver::Driver::instance().transport()->mmio_write(0, hw::queue_reg(q->id(), hw::kQRingEntries), 3);
+  hw::Descriptor nop{};
+  nop.opcode = hw::Opcode::kNop;
+  uint64_t seq = 0;
+  REQUIRE(q->submit_raw(nop, &seq).ok());
+  bool released = false;
+  q->on_complete(seq, [&] { released = true; });
+  const driver::Status s = q->wait(seq);
+  CHECK(s.code() == StatusCode::kDeviceError);
+  CHECK(s.message().find("halted by the card") != std::string::npos);
+  REQUIRE(q->reset().ok());
+  CHECK(released);  // what waited on dropped work is released, not leaked
+  q.reset();
+  auto fresh = make_queue();  // the device itself is fine
+  REQUIRE(fresh->submit_raw(nop, &seq).ok());
+  CHECK(fresh->wait(seq).ok());
+}
+
 TEST_CASE("a device can be closed and opened again, with its memory and queues free") {
   {
     auto q = make_queue();

@@ -41,7 +41,8 @@ Verdict validate_launch(const hw::Descriptor& d, const Limits& lim) {
   if (d.flags != 0) return fail(ErrorCode::kBadFlags, Field::kFlags);
   if (l.reserved != 0) return fail(ErrorCode::kReservedNonZero, Field::kReserved);
   if (l.program % hw::kProgramAlign != 0) return fail(ErrorCode::kBadAlignment, Field::kLaunchProgram);
-  if (l.program_size < sizeof(hw::ProgramHeader) || l.program_size % sizeof(hw::Instr) != 0) {
+  if (l.program_size < sizeof(hw::ProgramHeader) || l.program_size % sizeof(hw::Instr) != 0 ||
+      l.program_size > hw::kMaxProgramBytes) {
     return fail(ErrorCode::kBadSize, Field::kLaunchProgramSize);
   }
   if (!in_device(l.program, l.program_size, lim.dev_mem_size)) {
@@ -130,6 +131,13 @@ void Firmware::fail_queue(uint32_t q, hw::ErrorCode e) {
   hal_.reg_write(qreg(q, hw::kQStatus), status | hw::kQStatusError | (static_cast<uint32_t>(e) << 16));
 }
 
+void Firmware::halt_queue(uint32_t q, hw::ErrorCode e, uint32_t tail) {
+  fail_queue(q, e);
+  hal_.reg_write(qreg(q, hw::kQStatus), hal_.reg_read(qreg(q, hw::kQStatus)) | hw::kQStatusHalted);
+  hal_.reg_write(qreg(q, hw::kQHead), tail);
+  hal_.raise_msix(hal_.reg_read(qreg(q, hw::kQMsixVector)));  // wake waiters so they see the halt
+}
+
 bool Firmware::service_queue(uint32_t q) {
   const uint32_t status = hal_.reg_read(qreg(q, hw::kQStatus));
   if (!(status & hw::kQStatusEnabled)) return false;
@@ -139,9 +147,7 @@ bool Firmware::service_queue(uint32_t q) {
 
   const uint32_t entries = hal_.reg_read(qreg(q, hw::kQRingEntries));
   if (entries < hw::kMinRingEntries || entries > hw::kMaxRingEntries || (entries & (entries - 1)) != 0) {
-    // A queue without a usable ring cannot report per descriptor: drop what it holds and flag it.
-    fail_queue(q, ErrorCode::kBadSize);
-    hal_.reg_write(qreg(q, hw::kQHead), tail);
+    halt_queue(q, ErrorCode::kBadSize, tail);  // no usable ring: nothing can be reported per descriptor
     return true;
   }
   const uint64_t ring =
@@ -154,8 +160,7 @@ bool Firmware::service_queue(uint32_t q) {
 
   hw::Descriptor d{};
   if (!hal_.host_read(ring + uint64_t{index} * sizeof(hw::Descriptor), &d, sizeof d)) {
-    fail_queue(q, ErrorCode::kDmaFault);
-    hal_.reg_write(qreg(q, hw::kQHead), tail);
+    halt_queue(q, ErrorCode::kDmaFault, tail);
     return true;
   }
 
@@ -175,11 +180,17 @@ bool Firmware::service_queue(uint32_t q) {
   c.detail = v.detail;
   c.end_cycle = hal_.now_cycles();
 
-  // Completion first, then the fence: a host that sees the fence can trust the record.
-  const bool wrote = hal_.host_write(cpl + uint64_t{index} * sizeof(hw::Completion), &c, sizeof c) &&
-                     hal_.host_write(fence, &d.seq, sizeof d.seq);
-  if (!wrote) fail_queue(q, ErrorCode::kDmaFault);
+  // Completion, then HEAD, then the fence: a host that sees the fence can trust the record, and
+  // may reset the queue at once without a late HEAD write undoing the reset.
+  if (!hal_.host_write(cpl + uint64_t{index} * sizeof(hw::Completion), &c, sizeof c)) {
+    halt_queue(q, ErrorCode::kDmaFault, tail);
+    return true;
+  }
   hal_.reg_write(qreg(q, hw::kQHead), head + 1);
+  if (!hal_.host_write(fence, &d.seq, sizeof d.seq)) {
+    halt_queue(q, ErrorCode::kDmaFault, tail);
+    return true;
+  }
   hal_.command_done(q, d, c);
   hal_.raise_msix(hal_.reg_read(qreg(q, hw::kQMsixVector)));
   return true;
@@ -210,7 +221,7 @@ Verdict Firmware::run_launch(const hw::LaunchArgs& l) {
   hal_.dev_read(l.program, &h, sizeof h);
   const Verdict v = validate_program(h, l);
   if (!v.ok()) return v;
-  return hal_.launch(l.program, l.args, l.core_mask);
+  return hal_.launch(l.program, l.args, l.args_size, l.core_mask);
 }
 
 }  // namespace spyre::fw

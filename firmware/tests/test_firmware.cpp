@@ -67,7 +67,7 @@ class FakeHal final : public fw::Hal {
     copies.push_back(a);
     return {};
   }
-  fw::Verdict launch(uint64_t, uint64_t, uint64_t) override {
+  fw::Verdict launch(uint64_t, uint64_t, uint64_t, uint64_t) override {
     ++launches;
     return {};
   }
@@ -220,6 +220,22 @@ TEST_CASE("an error stops only its queue, and later descriptors complete as not 
   CHECK((status >> 16) == static_cast<uint32_t>(ErrorCode::kOutOfRange));
   CHECK(hal.completion(1, 0).error == ErrorCode::kOk);
   CHECK(hal.copies.size() == 1);  // only queue 1's copy ran
+}
+
+TEST_CASE("an unreachable completion ring halts the queue and wakes the host") {
+  FakeHal hal;
+  hal.setup_queue(0, 4);
+  hal.regs[hw::queue_reg(0, hw::kQCplBaseLo)] = 0x100;  // outside host memory
+  hal.push(0, copy(0, 64, 8), 1);
+  hal.push(0, copy(0, 64, 8), 2);
+  fw::Firmware firmware(hal);
+  CHECK(firmware.poll_once());
+  const uint32_t status = hal.regs[hw::queue_reg(0, hw::kQStatus)];
+  CHECK((status & hw::kQStatusHalted) != 0);
+  CHECK((status >> 16) == static_cast<uint32_t>(ErrorCode::kDmaFault));
+  CHECK(hal.regs[hw::queue_reg(0, hw::kQHead)] == 2);  // everything dropped
+  CHECK(hal.irqs == 1);
+  CHECK_FALSE(firmware.poll_once());
 }
 
 TEST_CASE("disabled queues are left alone") {

@@ -37,10 +37,10 @@ bool ControlProcessor::host_write(uint64_t iova, const void* src, uint32_t n) {
   return ok;
 }
 
-fw::Verdict ControlProcessor::launch(uint64_t program, uint64_t args, uint64_t core_mask) {
+fw::Verdict ControlProcessor::launch(uint64_t program, uint64_t args, uint64_t args_size, uint64_t core_mask) {
   uint32_t rank = 0;
   for (uint32_t i = 0; i < cores_.size(); ++i) {
-    if (core_mask >> i & 1) cores_[i]->start(program, args, rank++);
+    if (core_mask >> i & 1) cores_[i]->start(program, args, args_size, rank++);
   }
   for (uint32_t i = 0; i < cores_.size(); ++i) {
     if (core_mask >> i & 1) {

@@ -29,7 +29,7 @@ class ControlProcessor : public sc_core::sc_module, private fw::Hal {
   uint64_t dev_mem_size() override { return memory_.size(); }
   uint32_t num_cores() override { return static_cast<uint32_t>(cores_.size()); }
   fw::Verdict copy(const hw::CopyArgs& args, uint8_t flags) override { return dma_.copy(args, flags); }
-  fw::Verdict launch(uint64_t program, uint64_t args, uint64_t core_mask) override;
+  fw::Verdict launch(uint64_t program, uint64_t args, uint64_t args_size, uint64_t core_mask) override;
   void raise_msix(uint32_t vector) override { endpoint_.raise_msix(vector); }
   uint64_t now_cycles() override { return clock_.now_cycles(); }
   void wait_for_work() override { wait(endpoint_.work_event()); }

@@ -39,9 +39,10 @@ Core::Core(const sc_core::sc_module_name& name, uint32_t card, uint32_t id, cons
   sc_core::sc_spawn([this] { thread(); }, "exec", &opts);
 }
 
-void Core::start(uint64_t program, uint64_t args, uint32_t rank) {
+void Core::start(uint64_t program, uint64_t args, uint64_t args_size, uint32_t rank) {
   program_ = program;
   args_addr_ = args;
+  num_args_ = static_cast<uint32_t>(std::min<uint64_t>(args_size / 8, hw::kMaxLaunchArgs));
   rank_ = rank;
   busy_ = true;
   start_.notify(sc_core::SC_ZERO_TIME);
@@ -85,9 +86,9 @@ fw::Verdict Core::run() {
                                             reinterpret_cast<uint8_t*>(&entry), 4, delay)) {
     return fault(0);
   }
-  args_.assign(hw::kMaxLaunchArgs, 0);
-  if (!tlm_access(mem, tlm::TLM_READ_COMMAND, args_addr_, reinterpret_cast<uint8_t*>(args_.data()),
-                  hw::kMaxLaunchArgs * 8, delay)) {
+  args_.assign(num_args_, 0);
+  if (num_args_ > 0 && !tlm_access(mem, tlm::TLM_READ_COMMAND, args_addr_, reinterpret_cast<uint8_t*>(args_.data()),
+                                   num_args_ * 8ull, delay)) {
     return fault(0);
   }
   if (entry >= h.num_instrs) return fault(entry);
@@ -116,8 +117,13 @@ fw::Verdict Core::execute(const hw::Instr& in, uint32_t pc) {
       const uint64_t rows = in.d;
       const uint64_t row_bytes = in.e;
       const uint64_t total = rows * row_bytes;
-      if (in.arg >= hw::kMaxLaunchArgs || row_bytes == 0 || !lx_range(in.a, total)) return fault(pc);
-      const uint64_t base = args_[in.arg] + in.b;
+      if (in.arg >= num_args_ || rows == 0 || row_bytes == 0 || !lx_range(in.a, total)) return fault(pc);
+      // Address arithmetic that wraps around would land somewhere valid: fault instead.
+      uint64_t base = 0, span = 0, last = 0;
+      if (__builtin_add_overflow(args_[in.arg], in.b, &base) || __builtin_mul_overflow(rows - 1, in.c, &span) ||
+          __builtin_add_overflow(base, span, &last) || __builtin_add_overflow(last, row_bytes, &last)) {
+        return fault(pc);
+      }
       // Rows are issued back to back: memory bandwidth spaces them, its latency is paid once.
       sc_core::sc_time mem_delay = issue;
       for (uint64_t r = 0; r < rows; ++r) {

@@ -33,8 +33,9 @@ class Core : public sc_core::sc_module {
   Core(const sc_core::sc_module_name& name, uint32_t card, uint32_t id, const Config& config, Ring& ring, Trace& trace,
        CoreStats& stats);
 
-  /// Starts `program` with argument block `args` as the `rank`-th core of the launch.
-  void start(uint64_t program, uint64_t args, uint32_t rank);
+  /// Starts `program` as the `rank`-th core of the launch, with the `args_size`-byte argument block
+  /// at `args` (an instruction naming a slot past it faults).
+  void start(uint64_t program, uint64_t args, uint64_t args_size, uint32_t rank);
   bool busy() const { return busy_; }
   const sc_core::sc_event& done_event() const { return done_; }
   /// Outcome of the last program: kOk or kCoreFault with detail = core << 24 | pc.
@@ -63,6 +64,7 @@ class Core : public sc_core::sc_module {
   std::vector<uint64_t> args_;
   uint64_t program_ = 0;
   uint64_t args_addr_ = 0;
+  uint32_t num_args_ = 0;
   uint32_t rank_ = 0;
   bool busy_ = false;
   fw::Verdict result_;

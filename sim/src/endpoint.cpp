@@ -161,6 +161,15 @@ bool Endpoint::host_write(uint64_t iova, const void* src, uint64_t n, sc_core::s
   return true;
 }
 
+void Endpoint::halt_all_queues(hw::ErrorCode e) {
+  for (uint32_t q = 0; q < config_.firmware.queues; ++q) {
+    uint32_t& status = regs_[hw::queue_reg(q, hw::kQStatus) / 4];
+    if (!(status & hw::kQStatusEnabled)) continue;
+    status = (status & 0xffffu) | hw::kQStatusError | hw::kQStatusHalted | (static_cast<uint32_t>(e) << 16);
+    raise_msix(regs_[hw::queue_reg(q, hw::kQMsixVector) / 4]);
+  }
+}
+
 void Endpoint::raise_msix(uint32_t vector) {
   ++stats_.msix;
   if (host_ && bus_master()) host_->raise_irq(vector);

@@ -9,6 +9,7 @@
 
 #include <tlm_utils/simple_target_socket.h>
 
+#include "spyre/hw/errors.h"
 #include "spyre/sim/config.h"
 #include "spyre/sim/simulator.h"
 #include "timing.h"
@@ -34,6 +35,9 @@ class Endpoint : public sc_core::sc_module {
   bool host_read(uint64_t iova, void* dst, uint64_t n, sc_core::sc_time& delay);
   bool host_write(uint64_t iova, const void* src, uint64_t n, sc_core::sc_time& delay);
   void raise_msix(uint32_t vector);
+  /// The model failed: halt every enabled queue with `e` and raise its interrupt, so that no
+  /// host waiter sleeps forever.
+  void halt_all_queues(hw::ErrorCode e);
   /// Notified on every doorbell and control write.
   const sc_core::sc_event& work_event() const { return work_; }
 

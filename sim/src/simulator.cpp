@@ -98,19 +98,22 @@ class SimulatorImpl final : public Simulator {
   }
 
   // Queues `fn` for the simulator thread and returns at once; tasks run in order.
-  void post(std::function<void()> fn) {
+  // False (and `fn` dropped) once the simulator thread has stopped.
+  bool post(std::function<void()> fn) {
     {
       std::lock_guard lock(mu_);
+      if (stopped_) return false;
       tasks_.push_back(std::move(fn));
       has_tasks_.store(true, std::memory_order_release);
     }
     cv_.notify_one();
+    return true;
   }
 
   // Runs `fn` on the simulator thread and waits for it: spin briefly, then park.
   void call(const std::function<void()>& fn) {
     std::atomic<bool> done{false};
-    post([&] {
+    const bool posted = post([&] {
       fn();
       {
         std::lock_guard lock(mu_);
@@ -118,6 +121,7 @@ class SimulatorImpl final : public Simulator {
       }
       reply_cv_.notify_all();
     });
+    if (!posted) return;  // after shutdown: reads see the defaults, like a card that went away
     const auto until = std::chrono::steady_clock::now() + kSpin;
     while (!done.load(std::memory_order_acquire) && std::chrono::steady_clock::now() < until) {
     }
@@ -176,12 +180,16 @@ class SimulatorImpl final : public Simulator {
     while (!quit_) {
       run_tasks();
       if (quit_) break;
-      if (sc_core::sc_pending_activity()) {
+      if (fatal_.empty() && sc_core::sc_pending_activity()) {
         // Host requests are looked at between quanta; an idle device stops at its last event,
         // so simulated time never advances while waiting for the host.
         // Run at least to the next event, which may lie beyond one quantum.
         const sc_core::sc_time next = sc_core::sc_time_to_pending_activity();
-        sc_core::sc_start(next > quantum ? next : quantum, sc_core::SC_EXIT_ON_STARVATION);
+        try {
+          sc_core::sc_start(next > quantum ? next : quantum, sc_core::SC_EXIT_ON_STARVATION);
+        } catch (const std::exception& e) {
+          fail(e.what());
+        }
         continue;
       }
       const auto until = std::chrono::steady_clock::now() + kSpin;
@@ -195,6 +203,21 @@ class SimulatorImpl final : public Simulator {
     } catch (const std::exception& e) {
       fmt::print(stderr, "spyre simulator: {}\n", e.what());
     }
+    std::deque<std::function<void()>> late;
+    {
+      std::lock_guard lock(mu_);
+      stopped_ = true;
+      late.swap(tasks_);
+    }
+    for (auto& t : late) t();  // release callers that raced with the shutdown
+  }
+
+  // The model threw (a bug, or host memory exhausted): stop simulating, but keep answering the
+  // host, and halt every queue so no waiter sleeps forever.
+  void fail(const std::string& what) {
+    fatal_ = what;
+    fmt::print(stderr, "spyre simulator: fatal error, the card stopped: {}\n", what);
+    for (auto& c : cards_) c->endpoint().halt_all_queues(hw::ErrorCode::kCoreFault);
   }
 
   Config config_;
@@ -206,6 +229,8 @@ class SimulatorImpl final : public Simulator {
   std::atomic<bool> has_tasks_{false};
   bool ready_ = false;
   bool quit_ = false;
+  bool stopped_ = false;
+  std::string fatal_;  // set when the model failed; owned by the simulator thread
   std::string init_error_;
   // Owned by the simulator thread.
   std::unique_ptr<Trace> trace_;

@@ -61,6 +61,7 @@ class BandwidthServer {
 template <typename Socket>
 bool tlm_access(Socket& socket, tlm::tlm_command cmd, uint64_t addr, uint8_t* data, uint64_t n,
                 sc_core::sc_time& delay) {
+  if (n == 0 || n > UINT32_MAX) return false;  // a generic payload length is 32 bits
   tlm::tlm_generic_payload gp;
   gp.set_command(cmd);
   gp.set_address(addr);

@@ -36,9 +36,6 @@ Program compile_matmul(const MatmulSpec& s, const Target& t) {
   if (s.m == 0 || s.k == 0 || s.n == 0) {
     throw std::invalid_argument(fmt::format("compile_matmul: empty shape {}x{}x{}", s.m, s.k, s.n));
   }
-  if (s.m > hw::kMatmulDimMask || s.k > hw::kMatmulDimMask || s.n > hw::kMatmulDimMask) {
-    throw std::invalid_argument("compile_matmul: a dimension exceeds the ISA's 21-bit limit");
-  }
   if (s.lda < s.k || s.ldb < s.n || s.ldc < s.n) {
     throw std::invalid_argument(fmt::format("compile_matmul: row strides lda={} ldb={} ldc={} too small for {}x{}x{}",
                                             s.lda, s.ldb, s.ldc, s.m, s.k, s.n));

@@ -79,7 +79,8 @@ class Queue {
   Status submit_raw(const hw::Descriptor& d, uint64_t* seq);
 
   /// Blocks until descriptor `seq` has completed: spins briefly, then sleeps until an interrupt.
-  /// Returns the queue's error if any descriptor up to `seq` failed (see error()).
+  /// Returns the queue's error if a descriptor up to and including `seq` failed or was not
+  /// executed because of an earlier failure, or if the card halted the queue (see error()).
   Status wait(uint64_t seq);
   /// Waits for everything submitted so far.
   Status synchronize();
@@ -95,7 +96,10 @@ class Queue {
 
   /// The first error since creation or the last reset(); ok when none.
   Status error();
-  /// Waits for outstanding work, then clears the error state in the card and the driver.
+  /// Descriptors completed as "not executed" (after an error on this queue) since the last reset.
+  uint64_t not_executed();
+  /// Waits for outstanding work (or a halt), then clears the error state in the card and the driver.
+  /// Work dropped by a halt releases its on_complete callbacks here.
   Status reset();
 
  private:
@@ -110,7 +114,8 @@ class Queue {
   Status submit_locked(std::unique_lock<std::mutex>& lock, hw::Descriptor d, uint64_t* seq);
   void poll_locked();
   uint64_t fence_value() const;
-  void wait_for_fence(std::unique_lock<std::mutex>& lock, uint64_t seq);
+  bool wait_for_fence(std::unique_lock<std::mutex>& lock, uint64_t seq);
+  void note_halt_locked();
   uint32_t reg(uint32_t r) const;
 
   Device& dev_;
@@ -127,6 +132,8 @@ class Queue {
   std::multimap<uint64_t, std::function<void()>> callbacks_;
   std::map<uint64_t, hw::Completion> recent_;  // last completions, for completion()
   Status error_;
+  uint64_t error_seq_ = UINT64_MAX;  // first sequence number that failed or was not executed
+  uint64_t not_executed_ = 0;
 };
 
 class Device {
@@ -136,7 +143,6 @@ class Device {
   ~Device();
 
   const DeviceInfo& info() const { return info_; }
-  Transport& transport() { return transport_; }
   /// "spyre:N", for messages.
   const std::string& name() const { return name_; }
 
@@ -158,6 +164,7 @@ class Device {
  private:
   friend class Queue;
   Device(Transport& t, uint32_t index, DeviceInfo info);
+  Transport& transport() { return transport_; }
   void on_irq(uint32_t vector);
   void release_queue(uint32_t id);
 
@@ -171,6 +178,7 @@ class Device {
   std::map<uint64_t, uint64_t> used_;  // address -> size
   MemoryStats mem_stats_;
 
+  std::mutex cycles_mu_;  // reading the counter's low half latches the high half
   std::mutex queue_mu_;
   std::vector<bool> queue_used_;
 

@@ -5,6 +5,7 @@
 #include <cstdint>
 #include <memory>
 #include <mutex>
+#include <string>
 #include <vector>
 
 #include "spyre/driver/device.h"
@@ -26,7 +27,15 @@ class Driver {
   /// Closes card `index`: resets it and forgets its memory allocations. Every Queue and HostBuffer
   /// of the device must have been destroyed first. Closing a card that is not open is a no-op.
   void close(uint32_t index);
+  /// The transport itself, for driver tests and tools; users of devices never need it.
   Transport* transport() { return transport_.get(); }
+  /// "inproc", "socket" or "vfio"; empty when no transport could be opened.
+  std::string transport_name() const { return transport_ ? transport_->name() : ""; }
+  /// Asks a simulator transport to write its trace and stats files now (see Transport).
+  Status write_sim_reports(std::string* trace_path, std::string* stats_path);
+  /// True in a child forked after this driver was created: its devices live in the parent's
+  /// simulator thread, which the child does not have, so every device call fails cleanly.
+  static bool forked_child();
 
  private:
   Driver();

@@ -40,6 +40,7 @@ class Firmware {
   Verdict execute(const hw::Descriptor& d);
   Verdict run_launch(const hw::LaunchArgs& l);
   void fail_queue(uint32_t q, hw::ErrorCode e);
+  void halt_queue(uint32_t q, hw::ErrorCode e, uint32_t tail);
 
   Hal& hal_;
   uint32_t next_queue_ = 0;

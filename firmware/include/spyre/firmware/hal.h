@@ -40,8 +40,9 @@ class Hal {
 
   /// Runs a validated copy on the DMA engine and returns when it has finished.
   virtual Verdict copy(const hw::CopyArgs& args, uint8_t flags) = 0;
-  /// Starts the program on every core in `core_mask` and returns when all have stopped.
-  virtual Verdict launch(uint64_t program, uint64_t args, uint64_t core_mask) = 0;
+  /// Starts the program on every core in `core_mask` with the `args_size`-byte argument block at
+  /// `args`, and returns when all have stopped.
+  virtual Verdict launch(uint64_t program, uint64_t args, uint64_t args_size, uint64_t core_mask) = 0;
 
   virtual void raise_msix(uint32_t vector) = 0;
   virtual uint64_t now_cycles() = 0;

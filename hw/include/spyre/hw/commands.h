@@ -37,8 +37,9 @@ inline constexpr uint8_t kCopySrcHost = 1u << 0;
 inline constexpr uint8_t kCopyDstHost = 1u << 1;
 inline constexpr uint8_t kCopyFlagMask = kCopySrcHost | kCopyDstHost;
 
-inline constexpr uint64_t kMaxCopyBytes = 1ull << 32;  // 4 GiB per descriptor
-inline constexpr uint32_t kMaxLaunchArgs = 16;         // u64 argument slots per launch
+inline constexpr uint64_t kMaxCopyBytes = 1ull << 32;      // 4 GiB per descriptor
+inline constexpr uint32_t kMaxLaunchArgs = 16;             // u64 argument slots per launch
+inline constexpr uint64_t kMaxProgramBytes = 64ull << 20;  // largest program a launch may name
 
 struct CopyArgs {
   uint64_t src;   // device address, or IOVA when kCopySrcHost

@@ -25,7 +25,7 @@ inline constexpr uint32_t kRegLxBytes = 0x002c;   // ro: scratchpad bytes per co
 
 inline constexpr uint32_t kStatusFirmwareReady = 1u << 0;
 
-inline constexpr uint32_t kControlReset = 1u << 0;  // resets every queue and the cores
+inline constexpr uint32_t kControlReset = 1u << 0;  // resets every queue (the cores finish what they run)
 
 // Queue register blocks: queue q starts at kQueueBase + q * kQueueStride.
 inline constexpr uint32_t kMaxQueues = 16;
@@ -52,6 +52,10 @@ inline constexpr uint32_t kQControlReset = 1u << 1;
 
 inline constexpr uint32_t kQStatusEnabled = 1u << 0;
 inline constexpr uint32_t kQStatusError = 1u << 1;
+// The queue stopped without completing its descriptors: its ring, completion ring or fence is
+// unreachable or misconfigured, so the firmware dropped what it held (HEAD = TAIL) and raised the
+// queue's interrupt. Only a reset clears it.
+inline constexpr uint32_t kQStatusHalted = 1u << 2;
 
 inline constexpr uint32_t kMinRingEntries = 2;
 inline constexpr uint32_t kMaxRingEntries = 1u << 16;
