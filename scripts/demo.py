@@ -53,7 +53,8 @@ print(
 )
 print(
     f"  matmul 1024x1024x1024:     {cycles:,} device cycles = {cycles / clock_hz * 1e6:,.1f} us simulated "
-    f"({flops / (cycles / clock_hz) / 1e12:.2f} TFLOPS); {wall * 1e3:.1f} ms wall"
+    f"({flops / (cycles / clock_hz) / 1e12:.2f} TFLOPS); {wall * 1e3:.1f} ms wall, first call "
+    "(includes compiling and loading the program; benchmarks/seed_matmul.py times warm calls)"
 )
 print(f"  whole run:                 {total_cycles:,} device cycles = {total_cycles / clock_hz * 1e6:,.1f} us")
 print(f"  trace (open in ui.perfetto.dev): {trace_path or 'off'}")
