@@ -41,3 +41,22 @@ def test_trace_and_stats_describe_the_run(tmp_path):
     slices = [e for e in t["traceEvents"] if e["ph"] == "X"]
     assert {"matmul", "load", "store", "launch", "copy h2d", "copy d2h"} <= {e["name"] for e in slices}
     assert all(e["dur"] >= 0 and isinstance(e["args"], dict) for e in slices)
+
+
+def test_trace_is_identical_run_to_run(tmp_path):
+    # Host timing differs between runs (threads, load); device time and the trace must not.
+    code = (
+        "import torch, torch_spyre\n"
+        "x = torch.ones(300, 200).to('spyre'); w = torch.ones(200, 150, dtype=torch.float16).to('spyre')\n"
+        "for _ in range(3):\n"
+        "    y = x @ x.t(); z = w.t() @ w; x.clone()\n"
+        "print(y.cpu().sum().item(), z.cpu().sum().item())\n"
+    )
+    traces = []
+    for run in range(2):
+        path = tmp_path / f"trace{run}.json"
+        proc = run_python(code, env={"SPYRE_TRACE": str(path)})
+        assert proc.returncode == 0, proc.stderr
+        traces.append(path.read_bytes())
+    assert traces[0] == traces[1]
+    assert b'"matmul"' in traces[0]

@@ -130,9 +130,16 @@ std::string Config::to_json() const {
   return to_tree(*this).dump();
 }
 
+Config Config::without_paths() const {
+  Config c = *this;
+  c.output.trace_path.clear();
+  c.output.stats_path.clear();
+  return c;
+}
+
 std::string Config::hash() const {
   uint64_t h = 1469598103934665603ull;
-  for (const unsigned char ch : to_json()) {
+  for (const unsigned char ch : without_paths().to_json()) {
     h ^= ch;
     h *= 1099511628211ull;
   }

@@ -41,7 +41,7 @@ void Trace::write(const std::string& path) const {
   if (!f) throw std::runtime_error(fmt::format("trace: cannot write '{}'", path));
   const double us_per_cycle = 1.0 / config_.chip.clock_mhz;
   const nlohmann::json meta = {{"config_hash", config_.hash()},
-                               {"config", nlohmann::json::parse(config_.to_json())},
+                               {"config", nlohmann::json::parse(config_.without_paths().to_json())},
                                {"clock_mhz", config_.chip.clock_mhz},
                                {"dropped_events", dropped_}};
   fmt::print(f.get(), "{{\"displayTimeUnit\":\"ns\",\"otherData\":{},\"traceEvents\":[\n", meta.dump());
@@ -83,7 +83,7 @@ void write_stats(const std::string& path, const Config& config, const std::vecto
                  const std::vector<uint64_t>& card_cycles, uint64_t trace_dropped) {
   nlohmann::json j;
   j["config_hash"] = config.hash();
-  j["config"] = nlohmann::json::parse(config.to_json());
+  j["config"] = nlohmann::json::parse(config.without_paths().to_json());
   j["trace_dropped_events"] = trace_dropped;
   for (size_t i = 0; i < cards.size(); ++i) {
     const CardStats& s = *cards[i];

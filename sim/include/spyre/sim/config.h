@@ -68,7 +68,10 @@ struct Config {
 
   /// The config as canonical JSON text (sorted keys), as written into stats and traces.
   std::string to_json() const;
-  /// FNV-1a 64 of to_json(), printed as 16 hex digits.
+  /// The same config with the report paths cleared: what was simulated, as traces and stats
+  /// record it (so that a trace does not depend on where it was written).
+  Config without_paths() const;
+  /// FNV-1a 64 of without_paths().to_json(), printed as 16 hex digits.
   std::string hash() const;
 };
 
