@@ -8,7 +8,7 @@ ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$ROOT"
 
 APT_PACKAGES=(build-essential binutils cmake ninja-build pkg-config git
-  libsystemc-dev libfmt-dev doctest-dev libeigen3-dev nlohmann-json3-dev
+  libsystemc-dev libfmt-dev libspdlog-dev doctest-dev libeigen3-dev nlohmann-json3-dev
   python3 python3-dev python3-venv)
 PY_PACKAGES=("torch==2.13.0" numpy pytest ruff "clang-format==18.1.8" "setuptools>=64" wheel)
 

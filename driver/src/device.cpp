@@ -6,6 +6,7 @@
 
 #include <fmt/format.h>
 
+#include "spyre/common/log.h"
 #include "spyre/hw/pci.h"
 #include "spyre/hw/regs.h"
 
@@ -74,6 +75,9 @@ Status Device::open(Transport& t, uint32_t index, std::unique_ptr<Device>* out) 
   info.memory_bytes = t.mmio_read(index, hw::kRegMemSizeLo) | uint64_t{t.mmio_read(index, hw::kRegMemSizeHi)} << 32;
   info.lx_bytes = t.mmio_read(index, hw::kRegLxBytes);
   out->reset(new Device(t, index, info));
+  log("driver").info("spyre:{} opened: {:04x}:{:04x} over {}, {} cores at {} MHz, {} of memory, {} queues", index,
+                     info.vendor_id, info.device_id, t.name(), info.num_cores, info.clock_mhz, gib(info.memory_bytes),
+                     info.num_queues);
   return {};
 }
 
@@ -95,6 +99,7 @@ Status Device::alloc(uint64_t bytes, uint64_t* addr) {
   }
   uint64_t largest = 0;
   for (const auto& [a, s] : free_) largest = std::max(largest, s);
+  log("driver").debug("{}: allocation of {} bytes refused", name_, bytes);
   return {StatusCode::kOutOfMemory,
           fmt::format("{}: out of device memory: tried to allocate {} ({} bytes); {} total, {} allocated, "
                       "largest free block {}",
@@ -205,6 +210,7 @@ Status Device::create_queue(uint32_t entries, std::unique_ptr<Queue>* out) {
   w(hw::kQFenceHi, static_cast<uint32_t>(fence->iova() >> 32));
   w(hw::kQMsixVector, id);
   w(hw::kQControl, hw::kQControlEnable);
+  log("driver").debug("{}: queue {} created with {} entries", name_, id, entries);
   out->reset(new Queue(*this, id, entries, std::move(ring), std::move(cpl), std::move(fence)));
   return {};
 }

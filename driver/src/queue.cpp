@@ -3,6 +3,7 @@
 
 #include <fmt/format.h>
 
+#include "spyre/common/log.h"
 #include "spyre/driver/device.h"
 #include "spyre/hw/regs.h"
 
@@ -57,6 +58,7 @@ void Queue::poll_locked() {
       if (c.error == hw::ErrorCode::kCoreFault) {
         what += fmt::format(" (core {} at instruction {})", c.detail >> 24, c.detail & 0xffffff);
       }
+      log("driver").warn("{}", what);
       error_ = Status(StatusCode::kDeviceError, what);
     }
     recent_[p.seq] = c;
@@ -101,6 +103,7 @@ void Queue::note_halt_locked() {
   const uint32_t status = reg(hw::kQStatus);
   const auto code = static_cast<hw::ErrorCode>(status >> 16);
   if (!pending_.empty()) error_seq_ = std::min(error_seq_, pending_.front().seq);
+  log("driver").error("{} queue {}: halted by the card ({})", dev_.name(), id_, hw::error_name(code));
   if (error_.ok()) {
     error_ = Status(StatusCode::kDeviceError,
                     fmt::format("{} queue {}: halted by the card ({}): its rings or fence are unreachable; "
@@ -127,6 +130,7 @@ Status Queue::submit_locked(std::unique_lock<std::mutex>& lock, hw::Descriptor d
   // The doorbell is a posted MMIO write: it orders after the descriptor stores above.
   __atomic_thread_fence(__ATOMIC_RELEASE);
   dev_.transport().mmio_write(dev_.info().index, hw::queue_reg(id_, hw::kQTail), tail_);
+  log("driver").trace("{} queue {}: submitted command {} ({})", dev_.name(), id_, d.seq, hw::opcode_name(d.opcode));
   *seq = d.seq;
   return {};
 }

@@ -13,6 +13,7 @@
 #include <fmt/format.h>
 
 #include "card.h"
+#include "spyre/common/log.h"
 
 namespace spyre::sim {
 namespace {
@@ -144,6 +145,7 @@ class SimulatorImpl final : public Simulator {
     if (!config_.output.trace_path.empty()) {
       trace_->write(config_.output.trace_path);
       r.trace_path = config_.output.trace_path;
+      log("sim").info("trace written to {}", r.trace_path);
     }
     if (!config_.output.stats_path.empty()) {
       std::vector<const CardStats*> stats;
@@ -155,6 +157,7 @@ class SimulatorImpl final : public Simulator {
       }
       write_stats(config_.output.stats_path, config_, stats, cycles, trace_->dropped());
       r.stats_path = config_.output.stats_path;
+      log("sim").info("stats written to {}", r.stats_path);
     }
     return r;
   }
@@ -166,6 +169,8 @@ class SimulatorImpl final : public Simulator {
         cards_.push_back(std::make_unique<Card>(fmt::format("card{}", i).c_str(), i, config_, *trace_));
       }
       sc_core::sc_start(sc_core::SC_ZERO_TIME);  // elaborate and start the firmware
+      log("sim").info("{} card(s) of {} cores at {} MHz, config {}", config_.sim.devices, config_.chip.cores,
+                      config_.chip.clock_mhz, config_.hash());
     } catch (const std::exception& e) {
       init_error_ = fmt::format("simulator: elaboration failed: {}", e.what());
     }
@@ -201,7 +206,7 @@ class SimulatorImpl final : public Simulator {
     try {
       write_reports();
     } catch (const std::exception& e) {
-      fmt::print(stderr, "spyre simulator: {}\n", e.what());
+      log("sim").error("{}", e.what());
     }
     std::deque<std::function<void()>> late;
     {
@@ -216,7 +221,7 @@ class SimulatorImpl final : public Simulator {
   // host, and halt every queue so no waiter sleeps forever.
   void fail(const std::string& what) {
     fatal_ = what;
-    fmt::print(stderr, "spyre simulator: fatal error, the card stopped: {}\n", what);
+    log("sim").critical("fatal error, every card stopped and its queues are halted: {}", what);
     for (auto& c : cards_) c->endpoint().halt_all_queues(hw::ErrorCode::kCoreFault);
   }
 
