@@ -70,12 +70,17 @@ const at::Tensor& resize_(const at::Tensor& self, c10::IntArrayRef size,
   return self;
 }
 
+// Same shape and dtype, both contiguous: a copy between them is one flat run of bytes.
+bool same_dense_layout(const at::Tensor& a, const at::Tensor& b) {
+  return a.sizes() == b.sizes() && a.dtype() == b.dtype() && a.is_contiguous() && b.is_contiguous();
+}
+
 at::Tensor copy_from(const at::Tensor& src, const at::Tensor& dst, bool /*non_blocking*/) {
   if (dst.numel() == 0) return dst;
   if (src.is_cpu() && dst.is_privateuseone()) {
     write_device(dst, src);
   } else if (src.is_privateuseone() && dst.is_cpu()) {
-    if (src.sizes() == dst.sizes() && src.dtype() == dst.dtype() && src.is_contiguous() && dst.is_contiguous()) {
+    if (same_dense_layout(src, dst)) {
       DeviceRuntime::get(src.device().index()).d2h(dst.data_ptr(), device_addr(src), dst.nbytes());
     } else {
       dst.copy_(read_device(src));
@@ -86,8 +91,7 @@ at::Tensor copy_from(const at::Tensor& src, const at::Tensor& dst, bool /*non_bl
     // One DMA when both are plain and the ranges are disjoint; a partial overlap goes through the
     // host, which reads all of the source before writing any of the destination.
     const bool overlapping = at::get_overlap_status(src, dst) != at::MemOverlapStatus::No;
-    if (src.device() == dst.device() && src.sizes() == dst.sizes() && src.dtype() == dst.dtype() &&
-        src.is_contiguous() && dst.is_contiguous() && !overlapping) {
+    if (src.device() == dst.device() && same_dense_layout(src, dst) && !overlapping) {
       DeviceRuntime::get(dst.device().index()).d2d(device_addr(dst), device_addr(src), dst.nbytes());
     } else {
       // Conversions and strided or cross-device copies go through the host (see docs/user-guide.md).
@@ -150,10 +154,9 @@ uint64_t device_addr(const at::Tensor& t) {
 
 at::Tensor read_device(const at::Tensor& src) {
   const c10::DeviceGuard guard(src.device());
-  const auto [first, count] = element_span(src);
-  at::Tensor buf = at::empty({count}, src.options().device(c10::kCPU));
-  const uint64_t base = reinterpret_cast<uint64_t>(src.storage().data()) + first * src.itemsize();
-  DeviceRuntime::get(src.device().index()).d2h(buf.data_ptr(), base, count * src.itemsize());
+  const auto [addr, bytes] = device_span(src);
+  at::Tensor buf = at::empty({static_cast<int64_t>(bytes / src.itemsize())}, src.options().device(c10::kCPU));
+  DeviceRuntime::get(src.device().index()).d2h(buf.data_ptr(), addr, bytes);
   return buf.as_strided(src.sizes(), src.strides(), 0);
 }
 
@@ -170,19 +173,19 @@ void write_device(const at::Tensor& dst, const at::Tensor& src_cpu) {
   const std::lock_guard rmw(rt.host_rmw_mutex());
   at::Tensor host = read_device(dst);
   host.copy_(src_cpu);
-  const auto [first, count] = element_span(dst);
-  rt.h2d(reinterpret_cast<uint64_t>(dst.storage().data()) + first * dst.itemsize(), host.storage().data(),
-         count * dst.itemsize());
+  const auto [addr, bytes] = device_span(dst);
+  rt.h2d(addr, host.storage().data(), bytes);
 }
 
-std::pair<int64_t, int64_t> element_span(const at::Tensor& t) {
+std::pair<uint64_t, uint64_t> device_span(const at::Tensor& t) {
+  const uint64_t addr = reinterpret_cast<uint64_t>(t.storage().data()) + t.storage_offset() * t.itemsize();
   int64_t extent = 1;
   for (int64_t d = 0; d < t.dim(); ++d) {
-    if (t.size(d) == 0) return {t.storage_offset(), 0};
+    if (t.size(d) == 0) return {addr, 0};
     TORCH_CHECK(t.stride(d) >= 0, "spyre: negative strides are not supported");
     extent += (t.size(d) - 1) * t.stride(d);
   }
-  return {t.storage_offset(), extent};
+  return {addr, static_cast<uint64_t>(extent) * t.itemsize()};
 }
 
 void run_on_cpu(const c10::OperatorHandle& op, torch::jit::Stack* stack) {

@@ -12,8 +12,8 @@ namespace spyre::backend {
 
 /// Device address of the tensor's first element.
 uint64_t device_addr(const at::Tensor& t);
-/// (first element, element count) of the storage range that a strided tensor covers.
-std::pair<int64_t, int64_t> element_span(const at::Tensor& t);
+/// (device address, bytes) of the storage range that a strided tensor covers.
+std::pair<uint64_t, uint64_t> device_span(const at::Tensor& t);
 /// Copies a device tensor to a CPU tensor with the same sizes and strides. Blocks.
 at::Tensor read_device(const at::Tensor& src);
 /// Writes a CPU tensor (any dtype, any strides, broadcastable) into a device tensor.

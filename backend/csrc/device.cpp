@@ -27,9 +27,7 @@ struct GuardImpl final : public c10::impl::DeviceGuardImplInterface {
   }
   void setDevice(c10::Device d) const override {
     TORCH_CHECK(d.is_privateuseone(), "spyre: expected a spyre device, got ", d);
-    const int n = DeviceRuntime::count();
-    TORCH_CHECK_INDEX(d.index() >= 0 && d.index() < n, "spyre: device index ", static_cast<int>(d.index()),
-                      " is out of range (", n, " spyre device(s) present)");
+    DeviceRuntime::check_index(d.index());
     set_current_device(d.index());
   }
   void uncheckedSetDevice(c10::Device d) const noexcept override { set_current_device(d.index()); }

@@ -62,15 +62,20 @@ bool DeviceRuntime::opened(int index) noexcept {
   return index >= 0 && index < static_cast<int>(g_runtimes.size()) && g_runtimes[index] != nullptr;
 }
 
+void DeviceRuntime::check_index(int index) {
+  const int n = count();
+  TORCH_CHECK_INDEX(index >= 0 && index < n, "spyre: device index ", index, " is out of range (", n,
+                    " spyre device(s) present; set sim.devices in $SPYRE_CONFIG for more)");
+}
+
 DeviceRuntime& DeviceRuntime::get(int index) {
   TORCH_CHECK(!driver::Driver::forked_child(),
               "spyre: cannot use the device in a subprocess forked after it started; start subprocesses with "
               "multiprocessing's 'spawn' method");
   driver::Driver& drv = driver::Driver::instance();
   SPYRE_CHECK(drv.transport_status());
+  check_index(index);
   const int n = static_cast<int>(drv.device_count());
-  TORCH_CHECK_INDEX(index >= 0 && index < n, "spyre: device index ", index, " is out of range (", n,
-                    " spyre device(s) present; set sim.devices in $SPYRE_CONFIG for more)");
   std::lock_guard lock(g_mu);
   if (g_runtimes.size() < static_cast<size_t>(n)) g_runtimes.resize(n, nullptr);
   if (!g_runtimes[index]) {

@@ -27,6 +27,8 @@ class DeviceRuntime {
   static DeviceRuntime& get(int index);
   /// Devices present; 0 when the transport is unavailable. Never throws.
   static int count() noexcept;
+  /// Throws IndexError naming `index` unless a device with that index exists. Does not open it.
+  static void check_index(int index);
   /// True once get(index) has opened the device.
   static bool opened(int index) noexcept;
 

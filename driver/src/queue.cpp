@@ -65,6 +65,10 @@ void Queue::poll_locked() {
     if (recent_.size() > kRecentCompletions) recent_.erase(recent_.begin());
     completed_ = p.seq;
   }
+  run_due_callbacks_locked();
+}
+
+void Queue::run_due_callbacks_locked() {
   while (!callbacks_.empty() && callbacks_.begin()->first <= completed_) {
     auto fn = std::move(callbacks_.begin()->second);
     callbacks_.erase(callbacks_.begin());
@@ -246,9 +250,7 @@ Status Queue::reset() {
   // What a halt dropped will never complete: forget it and release what waited on it.
   pending_.clear();
   completed_ = next_seq_ - 1;
-  auto callbacks = std::move(callbacks_);
-  callbacks_.clear();
-  for (auto& [seq, fn] : callbacks) fn();
+  run_due_callbacks_locked();
   tail_ = 0;
   error_ = Status();
   error_seq_ = UINT64_MAX;

@@ -113,6 +113,7 @@ class Queue {
         std::unique_ptr<HostBuffer> fence);
   Status submit_locked(std::unique_lock<std::mutex>& lock, hw::Descriptor d, uint64_t* seq);
   void poll_locked();
+  void run_due_callbacks_locked();
   uint64_t fence_value() const;
   bool wait_for_fence(std::unique_lock<std::mutex>& lock, uint64_t seq);
   void note_halt_locked();
