@@ -60,12 +60,26 @@ at::Tensor empty_strided(c10::IntArrayRef size, c10::IntArrayRef stride, std::op
                                            c10::dtype_or_default(dtype));
 }
 
+// As on CPU: a resize to the current sizes keeps the strides (a strided view stays strided, so a
+// result copied back into it lands in the right places); a new size makes the tensor contiguous.
+// The storage grows before any metadata changes, so a failed resize leaves the tensor as it was.
 const at::Tensor& resize_(const at::Tensor& self, c10::IntArrayRef size,
                           std::optional<c10::MemoryFormat> memory_format) {
+  for (const int64_t s : size) TORCH_CHECK(s >= 0, "spyre: resize_: negative size ", s, " in ", size);
+  TORCH_CHECK(memory_format != c10::MemoryFormat::Preserve, "spyre: resize_: unsupported memory format Preserve");
   auto* impl = self.unsafeGetTensorImpl();
-  impl->set_sizes_contiguous(size);
-  const size_t needed = static_cast<size_t>(impl->storage_offset() + impl->numel()) * self.itemsize();
-  if (needed > self.storage().nbytes()) resize_storage_bytes(self.storage(), needed);
+  if (self.sizes() != size) {
+    uint64_t numel = 1, needed = 0;
+    for (const int64_t s : size) {
+      TORCH_CHECK(!__builtin_mul_overflow(numel, static_cast<uint64_t>(s), &numel), "spyre: resize_: ", size,
+                  " has too many elements");
+    }
+    TORCH_CHECK(!__builtin_mul_overflow(static_cast<uint64_t>(impl->storage_offset()) + numel, self.itemsize(),
+                                        &needed),
+                "spyre: resize_: ", size, " needs more bytes than can be addressed");
+    if (numel > 0 && needed > self.storage().nbytes()) resize_storage_bytes(self.storage(), needed);
+    impl->set_sizes_contiguous(size);
+  }
   if (memory_format) impl->empty_tensor_restride(*memory_format);
   return self;
 }
