@@ -28,6 +28,7 @@ struct Harness {
   Ring ring = make_ring(config);
   CoreStats stats;
   Core core{"core0", 0, 0, config, ring, trace, stats};
+  LaunchBarrier barrier{sc_core::SC_ZERO_TIME};
   Harness() {
     core.mem.bind(memory.socket);
     sc_core::sc_start(sc_core::SC_ZERO_TIME);  // elaborate; the core now waits for a start
@@ -40,7 +41,8 @@ struct Harness {
     memory.write(kArgs, args.data(), args.size() * 8);
     const Clock clock(config.chip.clock_mhz);
     const uint64_t start = clock.now_cycles();
-    core.start(kProgram, kArgs, args.size() * 8, 0);
+    barrier.reset(1);
+    core.start(kProgram, kArgs, args.size() * 8, 0, 1, &barrier);
     sc_core::sc_start();  // until the core is idle again
     REQUIRE_FALSE(core.busy());
     return clock.now_cycles() - start;
@@ -48,14 +50,23 @@ struct Harness {
 };
 Harness* h = nullptr;
 
-hw::Instr load(uint8_t arg, uint32_t lx, uint32_t rows, uint32_t row_bytes) {
+// A load from the address in register `reg` (set by an ARG instruction).
+hw::Instr load(uint8_t reg, uint32_t lx, uint32_t rows, uint32_t row_bytes) {
   hw::Instr i{};
   i.op = hw::Op::kLoad;
-  i.arg = arg;
+  i.regs = hw::pack_regs(reg, 0);
   i.a = lx;
   i.c = row_bytes;
   i.d = rows;
   i.e = row_bytes;
+  return i;
+}
+
+hw::Instr arg(uint32_t reg, uint32_t slot) {
+  hw::Instr i{};
+  i.op = hw::Op::kArg;
+  i.a = reg;
+  i.b = slot;
   return i;
 }
 
@@ -121,20 +132,20 @@ TEST_CASE("one PT matmul instruction takes the analytical number of cycles") {
 TEST_CASE("a load is bound by the slower of the ring and LPDDR5") {
   // 1 MiB: the ring moves 128 B/cycle = 192 GB/s, LPDDR5 204.8 GB/s, so the ring bounds it:
   // 8192 cycles + 16 cycles of ring latency + 2 issue cycles.
-  const auto empty = compiler::assemble("empty", {{}}, 0);
-  const auto big = compiler::assemble("load", {{load(0, 0, 512, 2048)}}, 1);
+  const auto empty = compiler::assemble("empty", {{arg(1, 0)}}, 1);
+  const auto big = compiler::assemble("load", {{arg(1, 0), load(1, 0, 512, 2048)}}, 1);
   const uint64_t delta = h->run(big) - h->run(empty);
   CHECK(delta >= 8192 + 16 + 2 - 2);
   CHECK(delta <= 8192 + 16 + 2 + 2);
 }
 
 TEST_CASE("an illegal scratchpad access faults with the core and program counter") {
-  const auto bad = compiler::assemble("bad", {{load(0, 0, 1, 64), load(0, 2u << 20, 1, 64)}}, 1);
+  const auto bad = compiler::assemble("bad", {{arg(1, 0), load(1, 0, 1, 64), load(1, 2u << 20, 1, 64)}}, 1);
   h->run(bad);
   const fw::Verdict v = h->core.result();
   CHECK(v.error == hw::ErrorCode::kCoreFault);
   CHECK((v.detail >> 24) == 0);
-  CHECK((v.detail & 0xffffff) == 1);
+  CHECK((v.detail & 0xffffff) == 2);
 }
 
 extern "C" int sc_main(int argc, char* argv[]) {

@@ -27,7 +27,10 @@ json to_tree(const Config& c) {
                {"pt_fill_cycles", c.chip.pt_fill_cycles},
                {"sfp_lanes", c.chip.sfp_lanes},
                {"sfp_fill_cycles", c.chip.sfp_fill_cycles},
-               {"issue_cycles", c.chip.issue_cycles}};
+               {"sfp_transcendental_cycles", c.chip.sfp_transcendental_cycles},
+               {"issue_cycles", c.chip.issue_cycles},
+               {"scalar_cycles", c.chip.scalar_cycles},
+               {"barrier_cycles", c.chip.barrier_cycles}};
   j["ring"] = {{"bytes_per_cycle", c.ring.bytes_per_cycle}, {"latency_cycles", c.ring.latency_cycles}};
   j["memory"] = {{"size_bytes", c.memory.size_bytes},
                  {"usable_bytes", c.memory.usable_bytes},
@@ -82,7 +85,10 @@ Config from_tree(const json& j) {
   get(j, "chip", "pt_fill_cycles", c.chip.pt_fill_cycles);
   get(j, "chip", "sfp_lanes", c.chip.sfp_lanes);
   get(j, "chip", "sfp_fill_cycles", c.chip.sfp_fill_cycles);
+  get(j, "chip", "sfp_transcendental_cycles", c.chip.sfp_transcendental_cycles);
   get(j, "chip", "issue_cycles", c.chip.issue_cycles);
+  get(j, "chip", "scalar_cycles", c.chip.scalar_cycles);
+  get(j, "chip", "barrier_cycles", c.chip.barrier_cycles);
   get(j, "ring", "bytes_per_cycle", c.ring.bytes_per_cycle);
   get(j, "ring", "latency_cycles", c.ring.latency_cycles);
   get(j, "memory", "size_bytes", c.memory.size_bytes);
@@ -115,6 +121,7 @@ void validate(const Config& c) {
   require(c.chip.pt_rows >= 1 && c.chip.pt_cols >= 1 && c.chip.pt_simd >= 1, "chip.pt_*", "must be at least 1");
   require(c.chip.fp32_rate > 0, "chip.fp32_rate", "must be positive");
   require(c.chip.sfp_lanes >= 1, "chip.sfp_lanes", "must be at least 1");
+  require(c.chip.sfp_transcendental_cycles >= 1, "chip.sfp_transcendental_cycles", "must be at least 1");
   require(c.ring.bytes_per_cycle >= 1, "ring.bytes_per_cycle", "must be at least 1");
   require(c.memory.usable_bytes >= (1ull << 20) && c.memory.usable_bytes <= c.memory.size_bytes, "memory.usable_bytes",
           "must be at least 1 MiB and at most memory.size_bytes");

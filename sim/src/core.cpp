@@ -5,6 +5,7 @@
 
 #include <fmt/format.h>
 
+#include "sfp.h"
 #include "spyre/hw/commands.h"
 #include "tile_math.h"
 
@@ -23,6 +24,25 @@ Ring make_ring(const Config& c) {
               BandwidthServer(bytes_per_ns, sc_core::SC_ZERO_TIME), latency};
 }
 
+void LaunchBarrier::arrive() {
+  const uint64_t generation = generation_;
+  if (++arrived_ >= active_) {
+    release();
+  }
+  while (generation_ == generation) sc_core::wait(released_);
+}
+
+void LaunchBarrier::depart() {
+  if (active_ > 0) --active_;
+  if (arrived_ > 0 && arrived_ >= active_) release();
+}
+
+void LaunchBarrier::release() {
+  arrived_ = 0;
+  ++generation_;
+  released_.notify(latency_);
+}
+
 Core::Core(const sc_core::sc_module_name& name, uint32_t card, uint32_t id, const Config& config, Ring& ring,
            Trace& trace, CoreStats& stats)
     : sc_core::sc_module(name),
@@ -39,11 +59,14 @@ Core::Core(const sc_core::sc_module_name& name, uint32_t card, uint32_t id, cons
   sc_core::sc_spawn([this] { thread(); }, "exec", &opts);
 }
 
-void Core::start(uint64_t program, uint64_t args, uint64_t args_size, uint32_t rank) {
+void Core::start(uint64_t program, uint64_t args, uint64_t args_size, uint32_t rank, uint32_t cores,
+                 LaunchBarrier* barrier) {
   program_ = program;
   args_addr_ = args;
   num_args_ = static_cast<uint32_t>(std::min<uint64_t>(args_size / 8, hw::kMaxLaunchArgs));
   rank_ = rank;
+  launch_cores_ = cores;
+  barrier_ = barrier;
   busy_ = true;
   start_.notify(sc_core::SC_ZERO_TIME);
 }
@@ -59,12 +82,21 @@ uint64_t Core::matmul_cycles(uint32_t m, uint32_t k, uint32_t n, hw::DType t) co
          c.pt_fill_cycles;
 }
 
+uint64_t Core::sfp_cycles(uint64_t elements, hw::DType t, bool transcendental) const {
+  // sfp_lanes 16-bit lanes: 32-bit elements go at half the rate, 64-bit at a quarter.
+  const uint64_t bytes = std::max<uint32_t>(hw::dtype_size(t), 2);
+  const uint64_t per_cycle = std::max<uint64_t>(uint64_t{config_.chip.sfp_lanes} * 2 / bytes, 1);
+  const uint64_t groups = (elements + per_cycle - 1) / per_cycle;
+  return groups * (transcendental ? config_.chip.sfp_transcendental_cycles : 1) + config_.chip.sfp_fill_cycles;
+}
+
 void Core::thread() {
   for (;;) {
     wait(start_);
     if (lx_.empty()) lx_.assign(config_.chip.lx_bytes, 0);
     const uint64_t begin = clock_.now_cycles();
     result_ = run();
+    if (barrier_) barrier_->depart();
     const uint64_t end = clock_.now_cycles();
     ++stats_.programs;
     stats_.busy_cycles += end - begin;
@@ -92,96 +124,314 @@ fw::Verdict Core::run() {
     return fault(0);
   }
   if (entry >= h.num_instrs) return fault(entry);
-  std::vector<hw::Instr> code(h.num_instrs - entry);
-  if (!tlm_access(mem, tlm::TLM_READ_COMMAND, program_ + h.instr_offset + uint64_t{entry} * sizeof(hw::Instr),
-                  reinterpret_cast<uint8_t*>(code.data()), code.size() * sizeof(hw::Instr), delay)) {
+  code_.resize(h.num_instrs);
+  if (!tlm_access(mem, tlm::TLM_READ_COMMAND, program_ + h.instr_offset, reinterpret_cast<uint8_t*>(code_.data()),
+                  code_.size() * sizeof(hw::Instr), delay)) {
     return fault(entry);
   }
   wait(delay);
-  for (uint32_t i = 0; i < code.size(); ++i) {
-    if (code[i].op == hw::Op::kEnd) return {};
-    const fw::Verdict v = execute(code[i], entry + i);
-    if (!v.ok()) return v;
+  std::fill(std::begin(regs_), std::end(regs_), 0);
+  std::fill(std::begin(tag_done_), std::end(tag_done_), sc_core::SC_ZERO_TIME);
+  uint32_t pc = entry;
+  while (pc < code_.size()) {
+    const hw::Instr& in = code_[pc];
+    if (in.op == hw::Op::kEnd) return {};
+    const uint32_t at = pc++;
+    if (!execute(in, pc)) return fault(at);
   }
-  return fault(h.num_instrs);  // ran off the end without kEnd
+  return fault(pc);  // ran off the end without END
 }
 
-fw::Verdict Core::execute(const hw::Instr& in, uint32_t pc) {
+uint8_t* Core::lx(const hw::Instr& in, uint64_t addr, uint64_t n) {
+  const uint64_t at = addr + regs_[hw::reg_rl(in.regs)];
+  if (at < addr || at > lx_.size() || n > lx_.size() - at) return nullptr;
+  return lx_.data() + at;
+}
+
+void Core::timed(uint64_t begin, uint64_t cycles, uint64_t& stat, const char* name, uint64_t elements) {
+  wait(clock_.cycles(config_.chip.issue_cycles + cycles));
+  const uint64_t end = clock_.now_cycles();
+  stat += end - begin;
+  if (trace_.instructions()) trace_.slice(track_, name, begin, end, {{"elements", elements}});
+}
+
+bool Core::execute(const hw::Instr& in, uint32_t& pc) {
   ++stats_.instructions;
   const uint64_t begin = clock_.now_cycles();
-  const sc_core::sc_time issue = clock_.cycles(config_.chip.issue_cycles);
+  uint64_t* r = regs_;
+  const auto reg_ok = [](uint32_t i) { return i > 0 && i < hw::kNumRegs; };  // r0 is read-only zero
   switch (in.op) {
+    case hw::Op::kLi:
+    case hw::Op::kArg:
+    case hw::Op::kAddi:
+    case hw::Op::kAdd:
+    case hw::Op::kMuli:
+    case hw::Op::kMul:
+    case hw::Op::kDivu:
+    case hw::Op::kRemu:
+    case hw::Op::kRank: {
+      if (!reg_ok(in.a) || in.d >= hw::kNumRegs || in.e >= hw::kNumRegs) return false;
+      if (in.op == hw::Op::kLi) r[in.a] = in.b;
+      if (in.op == hw::Op::kArg) {
+        if (in.b >= num_args_) return false;
+        r[in.a] = args_[in.b];
+      }
+      if (in.op == hw::Op::kAddi) r[in.a] = r[in.d] + in.b;
+      if (in.op == hw::Op::kAdd) r[in.a] = r[in.d] + r[in.e];
+      if (in.op == hw::Op::kMuli) r[in.a] = r[in.d] * in.b;
+      if (in.op == hw::Op::kMul) r[in.a] = r[in.d] * r[in.e];
+      if ((in.op == hw::Op::kDivu || in.op == hw::Op::kRemu) && in.b == 0) return false;
+      if (in.op == hw::Op::kDivu) r[in.a] = r[in.d] / in.b;
+      if (in.op == hw::Op::kRemu) r[in.a] = r[in.d] % in.b;
+      if (in.op == hw::Op::kRank) {
+        if (!reg_ok(in.a + 1)) return false;
+        r[in.a] = rank_;
+        r[in.a + 1] = launch_cores_;
+      }
+      wait(clock_.cycles(config_.chip.scalar_cycles));
+      return true;
+    }
+    case hw::Op::kBranch: {
+      if (in.d >= hw::kNumRegs || in.e >= hw::kNumRegs || in.a >= code_.size()) return false;
+      const uint64_t x = r[in.d], y = r[in.e];
+      bool taken = false;
+      switch (static_cast<hw::Cond>(in.flags)) {
+        case hw::Cond::kAlways:
+          taken = true;
+          break;
+        case hw::Cond::kEq:
+          taken = x == y;
+          break;
+        case hw::Cond::kNe:
+          taken = x != y;
+          break;
+        case hw::Cond::kLtu:
+          taken = x < y;
+          break;
+        case hw::Cond::kGeu:
+          taken = x >= y;
+          break;
+        case hw::Cond::kLt:
+          taken = static_cast<int64_t>(x) < static_cast<int64_t>(y);
+          break;
+        case hw::Cond::kGe:
+          taken = static_cast<int64_t>(x) >= static_cast<int64_t>(y);
+          break;
+        default:
+          return false;
+      }
+      if (taken) pc = in.a;
+      wait(clock_.cycles(config_.chip.scalar_cycles));
+      return true;
+    }
+    case hw::Op::kBarrier: {
+      if (!barrier_) return false;
+      barrier_->arrive();
+      stats_.memory_cycles += clock_.now_cycles() - begin;
+      if (trace_.instructions()) trace_.slice(track_, "barrier", begin, clock_.now_cycles(), {});
+      return true;
+    }
     case hw::Op::kLoad:
-    case hw::Op::kStore: {
-      const bool load = in.op == hw::Op::kLoad;
-      const uint64_t rows = in.d;
-      const uint64_t row_bytes = in.e;
-      const uint64_t total = rows * row_bytes;
-      if (in.arg >= num_args_ || rows == 0 || row_bytes == 0 || !lx_range(in.a, total)) return fault(pc);
-      // Address arithmetic that wraps around would land somewhere valid: fault instead.
-      uint64_t base = 0, span = 0, last = 0;
-      if (__builtin_add_overflow(args_[in.arg], in.b, &base) || __builtin_mul_overflow(rows - 1, in.c, &span) ||
-          __builtin_add_overflow(base, span, &last) || __builtin_add_overflow(last, row_bytes, &last)) {
-        return fault(pc);
+    case hw::Op::kStore:
+      return dma(in);
+    case hw::Op::kWait: {
+      if (in.a >> hw::kNumDmaTags) return false;
+      sc_core::sc_time until = sc_core::sc_time_stamp() + clock_.cycles(config_.chip.issue_cycles);
+      for (uint32_t t = 0; t < hw::kNumDmaTags; ++t) {
+        if (in.a >> t & 1) until = std::max(until, tag_done_[t]);
       }
-      // Rows are issued back to back: memory bandwidth spaces them, its latency is paid once.
-      sc_core::sc_time mem_delay = issue;
-      for (uint64_t r = 0; r < rows; ++r) {
-        uint8_t* lx = lx_.data() + in.a + r * row_bytes;
-        sc_core::sc_time row_delay = issue;
-        if (!tlm_access(mem, load ? tlm::TLM_READ_COMMAND : tlm::TLM_WRITE_COMMAND, base + r * in.c, lx, row_bytes,
-                        row_delay)) {
-          return fault(pc);
-        }
-        mem_delay = std::max(mem_delay, row_delay);
-      }
-      BandwidthServer& link = load ? ring_.to_cores : ring_.from_cores;
-      const sc_core::sc_time now = sc_core::sc_time_stamp();
-      const sc_core::sc_time ring_done = link.reserve(now + issue, total) + ring_.latency;
-      wait(std::max(now + mem_delay, ring_done) - now);
-      (load ? stats_.bytes_loaded : stats_.bytes_stored) += total;
+      wait(until - sc_core::sc_time_stamp());
       const uint64_t end = clock_.now_cycles();
       stats_.memory_cycles += end - begin;
-      if (trace_.instructions()) trace_.slice(track_, load ? "load" : "store", begin, end, {{"bytes", total}});
-      return {};
+      if (trace_.instructions() && end - begin > config_.chip.issue_cycles) {
+        trace_.slice(track_, "wait", begin, end, {{"tags", in.a}});
+      }
+      return true;
     }
     case hw::Op::kMatmul: {
       const uint32_t m = hw::unpack_m(in.c), k = hw::unpack_k(in.c), n = hw::unpack_n(in.c);
-      const uint32_t a = static_cast<uint32_t>(in.b), b = static_cast<uint32_t>(in.b >> 32);
-      if (in.dtype >= hw::DType::kCount || m == 0 || k == 0 || n == 0) return fault(pc);
+      if (!hw::dtype_is_float(in.dtype) || m == 0 || k == 0 || n == 0 || in.a % 4 != 0) return false;
       const uint64_t es = hw::dtype_size(in.dtype);
-      if (!lx_range(a, uint64_t{m} * k * es) || !lx_range(b, uint64_t{k} * n * es) ||
-          !lx_range(in.a, uint64_t{m} * n * 4) || in.a % 4 != 0) {
-        return fault(pc);
-      }
-      tile_matmul(reinterpret_cast<float*>(lx_.data() + in.a), lx_.data() + a, lx_.data() + b, m, k, n, in.dtype,
-                  in.flags & hw::kMatmulAccumulate);
-      wait(issue + clock_.cycles(matmul_cycles(m, k, n, in.dtype)));
+      uint8_t* c = lx(in, in.a, uint64_t{m} * n * 4);
+      const uint8_t* a = lx(in, static_cast<uint32_t>(in.b), uint64_t{m} * k * es);
+      const uint8_t* b = lx(in, in.b >> 32, uint64_t{k} * n * es);
+      if (!a || !b || !c) return false;
+      tile_matmul(reinterpret_cast<float*>(c), a, b, m, k, n, in.dtype, in.flags & hw::kMatmulAccumulate);
       stats_.flops += 2ull * m * k * n;
-      const uint64_t end = clock_.now_cycles();
-      stats_.compute_cycles += end - begin;
-      if (trace_.instructions()) trace_.slice(track_, "matmul", begin, end, {{"m", m}, {"k", k}, {"n", n}});
-      return {};
-    }
-    case hw::Op::kConvert: {
-      const auto from = static_cast<hw::DType>(in.e);
-      if (in.dtype >= hw::DType::kCount || from >= hw::DType::kCount) return fault(pc);
-      const uint64_t count = in.d;
-      if (!lx_range(in.a, count * hw::dtype_size(in.dtype)) || !lx_range(in.b, count * hw::dtype_size(from))) {
-        return fault(pc);
-      }
-      tile_convert(lx_.data() + in.a, in.dtype, lx_.data() + in.b, from, count);
-      const uint64_t cycles =
-          (count + config_.chip.sfp_lanes - 1) / config_.chip.sfp_lanes + config_.chip.sfp_fill_cycles;
-      wait(issue + clock_.cycles(cycles));
-      const uint64_t end = clock_.now_cycles();
-      stats_.compute_cycles += end - begin;
-      if (trace_.instructions()) trace_.slice(track_, "convert", begin, end, {{"elements", count}});
-      return {};
+      timed(begin, matmul_cycles(m, k, n, in.dtype), stats_.compute_cycles, "matmul", uint64_t{m} * n);
+      return true;
     }
     default:
-      return fault(pc);
+      return sfp(in);
   }
+}
+
+bool Core::dma(const hw::Instr& in) {
+  const bool load = in.op == hw::Op::kLoad;
+  const uint64_t rows = in.d;
+  const uint64_t row_bytes = in.e;
+  const uint64_t total = rows * row_bytes;
+  uint8_t* buf = lx(in, in.a, total);
+  if (rows == 0 || row_bytes == 0 || !buf || (in.flags & ~(hw::kDmaAsync | 0xf0)) != 0) return false;
+  // Address arithmetic that wraps around would land somewhere valid: fault instead.
+  uint64_t base = 0, span = 0, last = 0;
+  if (__builtin_add_overflow(regs_[hw::reg_rd(in.regs)], in.b, &base) ||
+      __builtin_mul_overflow(rows - 1, in.c, &span) || __builtin_add_overflow(base, span, &last) ||
+      __builtin_add_overflow(last, row_bytes, &last)) {
+    return false;
+  }
+  // The data moves now; its time is booked on the memory and ring servers from the issue cycle.
+  // Rows are issued back to back: memory bandwidth spaces them, its latency is paid once.
+  const uint64_t begin = clock_.now_cycles();
+  const sc_core::sc_time issue = clock_.cycles(config_.chip.issue_cycles);
+  const sc_core::sc_time now = sc_core::sc_time_stamp();
+  sc_core::sc_time mem_delay = issue;
+  for (uint64_t r = 0; r < rows; ++r) {
+    sc_core::sc_time row_delay = issue;
+    if (!tlm_access(mem, load ? tlm::TLM_READ_COMMAND : tlm::TLM_WRITE_COMMAND, base + r * in.c, buf + r * row_bytes,
+                    row_bytes, row_delay)) {
+      return false;
+    }
+    mem_delay = std::max(mem_delay, row_delay);
+  }
+  BandwidthServer& link = load ? ring_.to_cores : ring_.from_cores;
+  const sc_core::sc_time done = std::max(now + mem_delay, link.reserve(now + issue, total) + ring_.latency);
+  (load ? stats_.bytes_loaded : stats_.bytes_stored) += total;
+  const char* name = load ? "load" : "store";
+  if (in.flags & hw::kDmaAsync) {
+    sc_core::sc_time& tag = tag_done_[hw::dma_tag(in.flags)];
+    tag = std::max(tag, done);
+    wait(issue);
+    if (trace_.instructions())
+      trace_.slice(track_, load ? "load issue" : "store issue", begin, clock_.now_cycles(),
+                   {{"bytes", total}, {"tag", hw::dma_tag(in.flags)}});
+    return true;
+  }
+  wait(done - now);
+  const uint64_t end = clock_.now_cycles();
+  stats_.memory_cycles += end - begin;
+  if (trace_.instructions()) trace_.slice(track_, name, begin, end, {{"bytes", total}});
+  return true;
+}
+
+bool Core::sfp(const hw::Instr& in) {
+  using hw::Bcast;
+  const uint64_t begin = clock_.now_cycles();
+  const uint64_t rows = in.d, cols = in.e, n = rows * cols;
+  const hw::DType t = in.dtype;
+  if (t >= hw::DType::kCount) return false;
+  const uint64_t es = hw::dtype_size(t);
+  const auto lo = [](uint64_t v) { return static_cast<uint32_t>(v); };
+  const auto hi = [](uint64_t v) { return static_cast<uint32_t>(v >> 32); };
+  // An operand with broadcast `b` at scratchpad `addr`, or nullptr for an immediate.
+  bool bad = false;
+  const auto operand = [&](uint64_t addr, Bcast b) -> const uint8_t* {
+    if (b >= Bcast::kCount) {
+      bad = true;
+      return nullptr;
+    }
+    if (b == Bcast::kImm) return nullptr;
+    const uint8_t* p = lx(in, addr, hw::bcast_elements(b, rows, cols) * es);
+    bad |= p == nullptr;
+    return p;
+  };
+  bool transcendental = false;
+  const char* name = "";
+  switch (in.op) {
+    case hw::Op::kConvert: {
+      const auto from = static_cast<hw::DType>(in.c);
+      if (from >= hw::DType::kCount) return false;
+      uint8_t* dst = lx(in, in.a, n * es);
+      const uint8_t* src = lx(in, in.b, n * hw::dtype_size(from));
+      if (!dst || !src) return false;
+      sfp_convert(dst, t, src, from, n);
+      name = "convert";
+      break;
+    }
+    case hw::Op::kUnary: {
+      const auto f = static_cast<hw::UnaryFn>(in.c);
+      if (in.c >= static_cast<uint64_t>(hw::UnaryFn::kCount)) return false;
+      const auto b = static_cast<Bcast>(in.flags);
+      uint8_t* dst = lx(in, in.a, n * (hw::unary_is_bool(f) ? 1 : es));
+      const uint8_t* src = operand(in.b, b);
+      if (bad || !dst || b == Bcast::kImm) return false;
+      sfp_unary(f, t, dst, src, b, rows, cols);
+      transcendental = unary_is_transcendental(f);
+      name = "unary";
+      break;
+    }
+    case hw::Op::kBinary: {
+      const auto f = static_cast<hw::BinaryFn>(in.c & 0xff);
+      if ((in.c & 0xff) >= static_cast<uint64_t>(hw::BinaryFn::kCount) || (in.c >> 8 & 0xffffff) != 0) return false;
+      const uint8_t* s0 = operand(lo(in.b), hw::bcast_src0(in.flags));
+      const uint8_t* s1 = operand(hi(in.b), hw::bcast_src1(in.flags));
+      uint8_t* dst = lx(in, in.a, n * (hw::binary_is_compare(f) ? 1 : es));
+      if (bad || !dst || in.flags >> 6) return false;
+      sfp_binary(f, t, dst, s0, hw::bcast_src0(in.flags), s1, hw::bcast_src1(in.flags), hi(in.c), rows, cols);
+      transcendental = binary_is_transcendental(f);
+      name = "binary";
+      break;
+    }
+    case hw::Op::kSelect: {
+      const uint8_t* mask = lx(in, lo(in.b), n);
+      const uint8_t* s1 = operand(hi(in.b), hw::bcast_src0(in.flags));
+      const uint8_t* s2 = operand(lo(in.c), hw::bcast_src1(in.flags));
+      uint8_t* dst = lx(in, in.a, n * es);
+      if (bad || !mask || !dst || in.flags >> 6) return false;
+      sfp_select(t, dst, mask, s1, hw::bcast_src0(in.flags), s2, hw::bcast_src1(in.flags), hi(in.c), rows, cols);
+      name = "select";
+      break;
+    }
+    case hw::Op::kFma: {
+      const uint8_t* s0 = lx(in, lo(in.b), n * es);
+      const uint8_t* s1 = lx(in, hi(in.b), n * es);
+      const uint8_t* s2 = lx(in, lo(in.c), n * es);
+      uint8_t* dst = lx(in, in.a, n * es);
+      if (!s0 || !s1 || !s2 || !dst) return false;
+      sfp_fma(t, dst, s0, s1, s2, n);
+      name = "fma";
+      break;
+    }
+    case hw::Op::kReduce: {
+      const auto f = static_cast<hw::ReduceFn>(in.c);
+      if (in.c >= static_cast<uint64_t>(hw::ReduceFn::kCount) || cols == 0) return false;
+      const bool arg = f == hw::ReduceFn::kArgMax || f == hw::ReduceFn::kArgMin;
+      if (arg && (in.flags & hw::kReduceAccumulate)) return false;
+      uint8_t* dst = lx(in, in.a, rows * (arg ? 8 : es));
+      const uint8_t* src = lx(in, in.b, n * es);
+      if (!dst || !src) return false;
+      sfp_reduce(f, t, dst, src, rows, cols, in.flags & hw::kReduceAccumulate);
+      name = "reduce";
+      break;
+    }
+    case hw::Op::kFill:
+    case hw::Op::kIota: {
+      uint8_t* dst = lx(in, in.a, n * es);
+      if (!dst) return false;
+      double x, y;
+      std::memcpy(&x, &in.b, 8);
+      std::memcpy(&y, &in.c, 8);
+      if (in.op == hw::Op::kFill) {
+        sfp_fill(t, dst, y, n);
+      } else {
+        sfp_iota(t, dst, x, y, n);
+      }
+      name = in.op == hw::Op::kFill ? "fill" : "iota";
+      break;
+    }
+    case hw::Op::kTranspose: {
+      uint8_t* dst = lx(in, in.a, n * es);
+      const uint8_t* src = lx(in, in.b, n * es);
+      if (!dst || !src || dst == src) return false;
+      sfp_transpose(static_cast<uint32_t>(es), dst, src, rows, cols);
+      name = "transpose";
+      break;
+    }
+    default:
+      return false;
+  }
+  timed(begin, sfp_cycles(n, t, transcendental), stats_.compute_cycles, name, n);
+  return true;
 }
 
 }  // namespace spyre::sim

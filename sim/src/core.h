@@ -26,6 +26,28 @@ struct Ring {
 /// The ring of a card as the config describes it.
 Ring make_ring(const Config& config);
 
+/// The BARRIER of one launch: releases the cores once every core still running has arrived.
+/// A core that stops (END or a fault) departs, so the others never wait for it forever.
+class LaunchBarrier {
+ public:
+  explicit LaunchBarrier(sc_core::sc_time latency) : latency_(latency) {}
+  void reset(uint32_t cores) {
+    active_ = cores;
+    arrived_ = 0;
+  }
+  /// Called from a core's thread; returns when the barrier releases.
+  void arrive();
+  void depart();
+
+ private:
+  void release();
+  sc_core::sc_time latency_;
+  uint32_t active_ = 0;
+  uint32_t arrived_ = 0;
+  uint64_t generation_ = 0;
+  sc_core::sc_event released_;
+};
+
 class Core : public sc_core::sc_module {
  public:
   tlm_utils::simple_initiator_socket<Core> mem;
@@ -33,9 +55,11 @@ class Core : public sc_core::sc_module {
   Core(const sc_core::sc_module_name& name, uint32_t card, uint32_t id, const Config& config, Ring& ring, Trace& trace,
        CoreStats& stats);
 
-  /// Starts `program` as the `rank`-th core of the launch, with the `args_size`-byte argument block
-  /// at `args` (an instruction naming a slot past it faults).
-  void start(uint64_t program, uint64_t args, uint64_t args_size, uint32_t rank);
+  /// Starts `program` as the `rank`-th of `cores` cores of the launch, with the `args_size`-byte
+  /// argument block at `args` (an instruction naming a slot past it faults). The cores of one
+  /// launch share `barrier`.
+  void start(uint64_t program, uint64_t args, uint64_t args_size, uint32_t rank, uint32_t cores,
+             LaunchBarrier* barrier);
   bool busy() const { return busy_; }
   const sc_core::sc_event& done_event() const { return done_; }
   /// Outcome of the last program: kOk or kCoreFault with detail = core << 24 | pc.
@@ -47,8 +71,14 @@ class Core : public sc_core::sc_module {
  private:
   void thread();
   fw::Verdict run();
-  fw::Verdict execute(const hw::Instr& in, uint32_t pc);
-  bool lx_range(uint64_t addr, uint64_t n) const { return addr <= lx_.size() && n <= lx_.size() - addr; }
+  /// Executes one instruction; a branch sets `pc`, anything else leaves it. False on a fault.
+  bool execute(const hw::Instr& in, uint32_t& pc);
+  bool dma(const hw::Instr& in);
+  bool sfp(const hw::Instr& in);
+  /// Scratchpad pointer for `n` bytes at `addr` + r[rl] of `in`; nullptr when out of range.
+  uint8_t* lx(const hw::Instr& in, uint64_t addr, uint64_t n);
+  uint64_t sfp_cycles(uint64_t elements, hw::DType t, bool transcendental) const;
+  void timed(uint64_t begin_cycle, uint64_t cycles, uint64_t& stat, const char* name, uint64_t elements);
   fw::Verdict fault(uint32_t pc) const {
     return {hw::ErrorCode::kCoreFault, hw::Field::kNone, id_ << 24 | (pc & 0xffffff)};
   }
@@ -62,10 +92,15 @@ class Core : public sc_core::sc_module {
   uint32_t track_;
   std::vector<uint8_t> lx_;
   std::vector<uint64_t> args_;
+  std::vector<hw::Instr> code_;
+  uint64_t regs_[hw::kNumRegs] = {};
+  sc_core::sc_time tag_done_[hw::kNumDmaTags] = {};  // when each tag's last transfer lands
   uint64_t program_ = 0;
   uint64_t args_addr_ = 0;
   uint32_t num_args_ = 0;
   uint32_t rank_ = 0;
+  uint32_t launch_cores_ = 0;
+  LaunchBarrier* barrier_ = nullptr;
   bool busy_ = false;
   fw::Verdict result_;
   sc_core::sc_event start_;

@@ -1,5 +1,7 @@
 #include "tile_math.h"
 
+#include "sfp.h"
+
 #include <cstring>
 #include <vector>
 
@@ -15,8 +17,7 @@ using RowMajor = Eigen::Matrix<float, Eigen::Dynamic, Eigen::Dynamic, Eigen::Row
 const float* as_float(const void* p, uint64_t count, hw::DType t, std::vector<float>& scratch) {
   if (t == hw::DType::kF32) return static_cast<const float*>(p);
   scratch.resize(count);
-  const auto* h = static_cast<const Eigen::half*>(p);
-  for (uint64_t i = 0; i < count; ++i) scratch[i] = static_cast<float>(h[i]);
+  sfp_convert(scratch.data(), hw::DType::kF32, p, t, count);
   return scratch.data();
 }
 
@@ -32,22 +33,6 @@ void tile_matmul(float* c, const void* a, const void* b, uint32_t m, uint32_t k,
     C.noalias() += A * B;
   } else {
     C.noalias() = A * B;
-  }
-}
-
-void tile_convert(void* dst, hw::DType to, const void* src, hw::DType from, uint64_t count) {
-  if (to == from) {
-    std::memmove(dst, src, count * hw::dtype_size(to));
-    return;
-  }
-  if (from == hw::DType::kF32) {
-    const auto* s = static_cast<const float*>(src);
-    auto* d = static_cast<Eigen::half*>(dst);
-    for (uint64_t i = 0; i < count; ++i) d[i] = Eigen::half(s[i]);
-  } else {
-    const auto* s = static_cast<const Eigen::half*>(src);
-    auto* d = static_cast<float*>(dst);
-    for (uint64_t i = 0; i < count; ++i) d[i] = static_cast<float>(s[i]);
   }
 }
 

@@ -1,5 +1,5 @@
 // Functional tile arithmetic of a core, computed with a real linear-algebra library (Eigen).
-// Exact for the declared numerics: fp16 inputs are widened exactly, products accumulate in fp32.
+// Exact for the declared numerics: fp16 and bf16 inputs are widened exactly, products accumulate in fp32.
 #pragma once
 
 #include <cstdint>
@@ -11,8 +11,5 @@ namespace spyre::sim {
 /// C[M,N] (+)= A[M,K] @ B[K,N]; A and B row-major in `in`, C row-major fp32.
 void tile_matmul(float* c, const void* a, const void* b, uint32_t m, uint32_t k, uint32_t n, hw::DType in,
                  bool accumulate);
-
-/// Converts `count` elements from `from` to `to` (round to nearest even).
-void tile_convert(void* dst, hw::DType to, const void* src, hw::DType from, uint64_t count);
 
 }  // namespace spyre::sim

@@ -3,6 +3,7 @@
 
 #include <fmt/format.h>
 
+#include "emit/builder.h"
 #include "spyre/compiler/program.h"
 
 namespace spyre::compiler {
@@ -17,17 +18,10 @@ uint64_t align(uint64_t v) {
   return (v + kLxAlign - 1) / kLxAlign * kLxAlign;
 }
 
+// The operand's device address lives in register 1 + its argument slot (see the prologue).
 hw::Instr load_store(hw::Op op, uint8_t arg, uint32_t lx, uint64_t offset, uint64_t stride, uint32_t rows,
                      uint32_t row_bytes) {
-  hw::Instr i{};
-  i.op = op;
-  i.arg = arg;
-  i.a = lx;
-  i.b = offset;
-  i.c = stride;
-  i.d = rows;
-  i.e = row_bytes;
-  return i;
+  return emit::dma(op, 1u + arg, 0, lx, offset, stride, rows, row_bytes, false, 0);
 }
 
 }  // namespace
@@ -60,6 +54,9 @@ Program compile_matmul(const MatmulSpec& s, const Target& t) {
   const uint64_t tiles = uint64_t{tiles_m} * tiles_n;
   const uint32_t cores = static_cast<uint32_t>(std::min<uint64_t>(std::max<uint32_t>(t.cores, 1), tiles));
   std::vector<std::vector<hw::Instr>> streams(cores);
+  for (auto& code : streams) {
+    for (uint32_t slot = 0; slot < 3; ++slot) code.push_back(emit::arg(1 + slot, slot));
+  }
   for (uint64_t tile = 0; tile < tiles; ++tile) {
     auto& code = streams[tile % cores];  // round robin over the cores
     const uint32_t i0 = static_cast<uint32_t>(tile / tiles_n) * tm, j0 = static_cast<uint32_t>(tile % tiles_n) * tn;
@@ -86,15 +83,16 @@ Program compile_matmul(const MatmulSpec& s, const Target& t) {
       cv.dtype = s.out;
       cv.a = lx_o;
       cv.b = lx_c;
-      cv.d = mt * nt;
-      cv.e = static_cast<uint32_t>(hw::DType::kF32);
+      cv.c = static_cast<uint64_t>(hw::DType::kF32);
+      cv.d = 1;
+      cv.e = mt * nt;
       code.push_back(cv);
       result = lx_o;
     }
     code.push_back(load_store(hw::Op::kStore, 2, result, (uint64_t{i0} * s.ldc + j0) * es_out, s.ldc * es_out, mt,
                               static_cast<uint32_t>(nt * es_out)));
   }
-  const char* type = s.in == hw::DType::kF16 ? "f16" : "f32";
+  const char* type = hw::dtype_name(s.in);
   return assemble(fmt::format("mm {} {}x{}x{}", type, s.m, s.k, s.n), streams, 3);
 }
 

@@ -1,5 +1,6 @@
-// Tile ISA: the binary programs that AI cores execute. Produced by the kernel compiler
+// Tile ISA v2: the binary programs that AI cores execute. Produced by the kernel compiler
 // (backend/compiler), validated by the firmware (header) and the cores (instructions).
+// Semantics and latency of every instruction: docs/hardware-interface.md.
 #pragma once
 
 #include <cstdint>
@@ -7,7 +8,7 @@
 namespace spyre::hw {
 
 inline constexpr uint32_t kProgramMagic = 0x50595053;  // "SPYP"
-inline constexpr uint16_t kIsaVersion = 1;
+inline constexpr uint16_t kIsaVersion = 2;
 inline constexpr uint32_t kProgramAlign = 64;  // program start alignment in device memory
 
 /// Program layout in device memory:
@@ -15,6 +16,8 @@ inline constexpr uint32_t kProgramAlign = 64;  // program start alignment in dev
 ///   uint32_t entry[num_entries]   entry[r] = index of the first instruction of the r-th core in the launch mask
 ///   padding to instr_offset       (a multiple of 32)
 ///   Instr[num_instrs]
+/// Several entries may name the same instruction: a program written once for every core (SPMD)
+/// reads its rank with RANK and picks its share of the work.
 struct ProgramHeader {
   uint32_t magic;
   uint16_t version;
@@ -26,36 +29,70 @@ struct ProgramHeader {
 static_assert(sizeof(ProgramHeader) == 32, "program header is 32 bytes");
 
 enum class Op : uint8_t {
-  kEnd = 0,      // stop this core
-  kLoad = 1,     // device memory -> scratchpad, 2-D strided
-  kStore = 2,    // scratchpad -> device memory, 2-D strided
-  kMatmul = 3,   // PT array: C[M,N] (+)= A[M,K] @ B[K,N], fp32 accumulate
-  kConvert = 4,  // SFP: element-wise type conversion inside the scratchpad
-  kCount
+  // Control and scalar registers.
+  kEnd = 0x00,      // stop this core
+  kLi = 0x01,       // r[a] = b
+  kArg = 0x02,      // r[a] = argument slot b of the launch
+  kAddi = 0x03,     // r[a] = r[d] + b (wrapping)
+  kAdd = 0x04,      // r[a] = r[d] + r[e] (wrapping)
+  kMuli = 0x05,     // r[a] = r[d] * b (wrapping)
+  kBranch = 0x06,   // if flags-condition(r[d], r[e]): continue at instruction a of the program
+  kBarrier = 0x07,  // wait until every core of the launch that is still running has arrived
+  kRank = 0x08,     // r[a] = this core's rank in the launch, r[a + 1] = cores in the launch
+  kMul = 0x09,      // r[a] = r[d] * r[e] (wrapping)
+  kDivu = 0x0a,     // r[a] = r[d] / b (unsigned; b = 0 faults)
+  kRemu = 0x0b,     // r[a] = r[d] % b (unsigned; b = 0 faults)
+  // Data movement between device memory and the scratchpad.
+  kLoad = 0x10,   // device -> scratchpad, 2-D strided; synchronous unless flags has kDmaAsync
+  kStore = 0x11,  // scratchpad -> device, same fields
+  kWait = 0x12,   // wait until the asynchronous transfers of every tag in mask a have landed
+  // PT array.
+  kMatmul = 0x20,  // C[M,N] (+)= A[M,K] @ B[K,N], fp32 accumulate
+  // SFP vector unit: every instruction works on a rows x cols block, rows packed in the scratchpad.
+  kConvert = 0x30,    // dst (dtype) = src (type in c), element by element
+  kUnary = 0x31,      // dst = f(src), f = UnaryFn in c
+  kBinary = 0x32,     // dst = f(src0, src1), f = BinaryFn in c[7:0], broadcast modes in flags
+  kSelect = 0x33,     // dst = mask ? src1 : src2 (mask bool), see field table below
+  kFma = 0x34,        // dst = src0 * src1 + src2
+  kReduce = 0x35,     // dst[rows] = f over each row of src[rows, cols], f = ReduceFn in c
+  kFill = 0x36,       // dst = value (double bits in c, converted to dtype)
+  kIota = 0x37,       // dst[i] = start + i * step (doubles in b and c), i = row * cols + col
+  kTranspose = 0x38,  // dst[cols, rows] = src[rows, cols]^T
 };
 
-enum class DType : uint8_t { kF32 = 0, kF16 = 1, kCount };
+/// Element types of the scratchpad and device memory. Bool is one byte holding 0 or 1.
+enum class DType : uint8_t { kF32 = 0, kF16 = 1, kBF16 = 2, kI32 = 3, kI8 = 4, kBool = 5, kI64 = 6, kCount };
 
 constexpr uint32_t dtype_size(DType t) {
-  return t == DType::kF32 ? 4 : 2;
+  switch (t) {
+    case DType::kF32:
+    case DType::kI32:
+      return 4;
+    case DType::kF16:
+    case DType::kBF16:
+      return 2;
+    case DType::kI64:
+      return 8;
+    default:
+      return 1;
+  }
+}
+constexpr bool dtype_is_float(DType t) {
+  return t == DType::kF32 || t == DType::kF16 || t == DType::kBF16;
+}
+constexpr const char* dtype_name(DType t) {
+  constexpr const char* names[] = {"f32", "f16", "bf16", "i32", "i8", "bool", "i64"};
+  return t < DType::kCount ? names[static_cast<uint8_t>(t)] : "invalid";
 }
 
-inline constexpr uint8_t kMatmulAccumulate = 1u << 0;  // add to C instead of overwriting it
-
-/// One 32-byte instruction. Field meaning by opcode:
-///   kLoad / kStore: a = scratchpad address; b = byte offset from argument slot `arg`;
-///                   c = device row stride in bytes; d = rows; e = bytes per row
-///                   (scratchpad rows are packed: row stride = e).
-///   kMatmul: a = scratchpad address of C (fp32, row-major M x N);
-///            b = A address (low 32 bits) | B address (high 32 bits), both row-major in `dtype`;
-///            c = M | K << 21 | N << 42; flags = kMatmulAccumulate or 0.
-///   kConvert: a = destination address (type `dtype`); b = source address; d = element count;
-///             e = source DType.
+/// One 32-byte instruction. `regs` names two scalar registers: bits 3..0 (`rd`) are added to the
+/// device address of LOAD and STORE; bits 7..4 (`rl`) are added to every scratchpad address
+/// of the instruction. Register 0 reads as zero, so regs = 0 means plain immediates.
 struct Instr {
   Op op;
   DType dtype;
-  uint8_t arg;
   uint8_t flags;
+  uint8_t regs;
   uint32_t a;
   uint64_t b;
   uint64_t c;
@@ -64,8 +101,33 @@ struct Instr {
 };
 static_assert(sizeof(Instr) == 32, "instruction is 32 bytes");
 
-inline constexpr uint64_t kMatmulDimMask = (1ull << 21) - 1;
+inline constexpr uint32_t kNumRegs = 16;
+constexpr uint8_t pack_regs(uint32_t rd, uint32_t rl) {
+  return static_cast<uint8_t>((rd & 15u) | (rl & 15u) << 4);
+}
+constexpr uint32_t reg_rd(uint8_t regs) {
+  return regs & 15u;
+}
+constexpr uint32_t reg_rl(uint8_t regs) {
+  return regs >> 4;
+}
 
+// BRANCH conditions (flags): compare r[d] with r[e].
+enum class Cond : uint8_t { kAlways = 0, kEq = 1, kNe = 2, kLtu = 3, kGeu = 4, kLt = 5, kGe = 6, kCount };
+
+// LOAD / STORE: flags bit 0 makes the transfer asynchronous; bits 7..4 are its tag.
+inline constexpr uint8_t kDmaAsync = 1u << 0;
+inline constexpr uint32_t kNumDmaTags = 16;
+constexpr uint8_t dma_flags(bool async, uint32_t tag) {
+  return static_cast<uint8_t>((async ? kDmaAsync : 0) | (tag & 15u) << 4);
+}
+constexpr uint32_t dma_tag(uint8_t flags) {
+  return flags >> 4;
+}
+
+// MATMUL: flags bit 0 adds to C instead of overwriting it.
+inline constexpr uint8_t kMatmulAccumulate = 1u << 0;
+inline constexpr uint64_t kMatmulDimMask = (1ull << 21) - 1;
 constexpr uint64_t pack_mkn(uint64_t m, uint64_t k, uint64_t n) {
   return m | (k << 21) | (n << 42);
 }
@@ -78,5 +140,117 @@ constexpr uint32_t unpack_k(uint64_t c) {
 constexpr uint32_t unpack_n(uint64_t c) {
   return static_cast<uint32_t>((c >> 42) & kMatmulDimMask);
 }
+
+/// How an SFP operand covers the rows x cols block: the whole block, one row repeated down the
+/// block (cols elements), one column repeated across it (rows elements), one element, or an
+/// immediate in the instruction (float32 bits for float types, int32 otherwise).
+enum class Bcast : uint8_t { kFull = 0, kRow = 1, kCol = 2, kScalar = 3, kImm = 4, kCount };
+/// BINARY flags: bits 2..0 the broadcast of src0, bits 5..3 that of src1.
+constexpr uint8_t bcast_flags(Bcast src0, Bcast src1) {
+  return static_cast<uint8_t>(static_cast<uint8_t>(src0) | static_cast<uint8_t>(src1) << 3);
+}
+constexpr Bcast bcast_src0(uint8_t flags) {
+  return static_cast<Bcast>(flags & 7u);
+}
+constexpr Bcast bcast_src1(uint8_t flags) {
+  return static_cast<Bcast>((flags >> 3) & 7u);
+}
+/// Elements an operand with broadcast `b` occupies in the scratchpad (0 for an immediate).
+constexpr uint64_t bcast_elements(Bcast b, uint64_t rows, uint64_t cols) {
+  return b == Bcast::kFull     ? rows * cols
+         : b == Bcast::kRow    ? cols
+         : b == Bcast::kCol    ? rows
+         : b == Bcast::kScalar ? 1
+                               : 0;
+}
+
+enum class UnaryFn : uint8_t {
+  kCopy = 0,  // simple: one lane-group per cycle
+  kNeg = 1,
+  kAbs = 2,
+  kRelu = 3,
+  kSign = 4,
+  kFloor = 5,
+  kCeil = 6,
+  kRound = 7,
+  kTrunc = 8,
+  kExp = 9,  // transcendental: sfp_transcendental_cycles per lane-group
+  kExp2 = 10,
+  kExpm1 = 11,
+  kLog = 12,
+  kLog2 = 13,
+  kLog1p = 14,
+  kSqrt = 15,
+  kRsqrt = 16,
+  kReciprocal = 17,
+  kTanh = 18,
+  kSigmoid = 19,
+  kErf = 20,
+  kGeluErf = 21,
+  kGeluTanh = 22,
+  kSilu = 23,
+  kSin = 24,
+  kCos = 25,         // (end of transcendental)
+  kLogicalNot = 26,  // simple; LogicalNot, IsNan and IsInf give bool
+  kBitwiseNot = 27,
+  kIsNan = 28,
+  kIsInf = 29,
+  kSquare = 30,
+  kCount
+};
+
+constexpr bool unary_is_bool(UnaryFn f) {
+  return f == UnaryFn::kLogicalNot || f == UnaryFn::kIsNan || f == UnaryFn::kIsInf;
+}
+
+enum class BinaryFn : uint8_t {
+  kAdd = 0,  // simple
+  kSub = 1,
+  kMul = 2,
+  kDiv = 3,  // transcendental (Div, Pow, Remainder, Fmod, FloorDiv, Atan2)
+  kMax = 4,
+  kMin = 5,
+  kPow = 6,
+  kRemainder = 7,
+  kFmod = 8,
+  kFloorDiv = 9,
+  kEq = 10,  // comparisons and logical functions give bool
+  kNe = 11,
+  kLt = 12,
+  kLe = 13,
+  kGt = 14,
+  kGe = 15,
+  kLogicalAnd = 16,
+  kLogicalOr = 17,
+  kLogicalXor = 18,
+  kBitAnd = 19,  // integer types only
+  kBitOr = 20,
+  kBitXor = 21,
+  kAtan2 = 22,
+  kCount
+};
+constexpr bool binary_is_compare(BinaryFn f) {
+  return f >= BinaryFn::kEq && f <= BinaryFn::kLogicalXor;
+}
+
+/// Row reductions. ArgMax and ArgMin write int64 indices (first occurrence; NaN wins).
+/// Sum, Max, Min and Prod write dtype; flags bit 0 (kReduceAccumulate) combines with dst.
+enum class ReduceFn : uint8_t { kSum, kMax, kMin, kProd, kArgMax, kArgMin, kCount };
+inline constexpr uint8_t kReduceAccumulate = 1u << 0;
+
+// SFP field use (all scratchpad addresses + r[rl]; d = rows, e = cols):
+//   CONVERT   a dst (dtype), b src, c source DType
+//   UNARY     a dst, b src, c UnaryFn, flags Bcast of src (2..0; not kImm); the result is dtype,
+//             or bool for LogicalNot, IsNan and IsInf
+//   BINARY    a dst, b src0 | src1 << 32, c BinaryFn | immediate << 32, flags broadcasts;
+//             the result is dtype, or bool for comparisons and logical functions
+//   SELECT    a dst, b mask | src1 << 32, c src2 | immediate << 32, flags Bcast of src1 (2..0)
+//             and of src2 (5..3); mask is a full block
+//   FMA       a dst, b src0 | src1 << 32, c src2, all full blocks
+//   REDUCE    a dst (rows elements), b src, c ReduceFn
+//   FILL      a dst, c value
+//   IOTA      a dst, b start, c step
+//   TRANSPOSE a dst, b src
+inline constexpr uint8_t kSelectImmBits = 32;
 
 }  // namespace spyre::hw

@@ -17,9 +17,12 @@ struct ChipConfig {
   uint32_t pt_simd = 8;          // fp16 FMA lanes per PE
   double fp32_rate = 0.25;       // fp32 matmul throughput relative to fp16
   uint32_t pt_fill_cycles = 24;  // pipeline fill and drain per matmul instruction
-  uint32_t sfp_lanes = 64;       // SFP elements per cycle per core
+  uint32_t sfp_lanes = 64;       // SFP 16-bit elements per cycle per core (wider types: fewer)
   uint32_t sfp_fill_cycles = 8;
-  uint32_t issue_cycles = 2;  // fixed cost of decoding one instruction
+  uint32_t sfp_transcendental_cycles = 4;  // cycles per lane-group of exp, log, tanh, divide, ...
+  uint32_t issue_cycles = 2;               // fixed cost of decoding one instruction
+  uint32_t scalar_cycles = 1;              // a scalar-register or branch instruction
+  uint32_t barrier_cycles = 32;            // from the last core's arrival to every core's release
 };
 
 struct RingConfig {

@@ -7,6 +7,7 @@
 #include <string>
 #include <vector>
 
+#include "spyre/compiler/ir.h"
 #include "spyre/hw/isa.h"
 
 namespace spyre::compiler {
@@ -27,6 +28,13 @@ struct Program {
 
 /// Assembles per-core instruction streams into a program image. Each stream gets a kEnd appended.
 Program assemble(std::string name, const std::vector<std::vector<hw::Instr>>& per_core, uint32_t num_args);
+/// Assembles one instruction stream that every one of `cores` cores runs from its start (SPMD).
+Program assemble_spmd(std::string name, std::vector<hw::Instr> code, uint32_t cores, uint32_t num_args);
+
+/// Compiles a graph into one program: its ops run in order, each split over the cores, with a
+/// barrier between consecutive ops. Throws std::invalid_argument naming the problem when an op
+/// cannot be compiled (a malformed graph, or a shape the lowering does not take).
+Program compile(const ir::Graph& graph, const Target& target);
 
 /// C = A @ B with A: M x K, B: K x N, C: M x N, all row-major with row strides in elements
 /// (lda >= K, ldb >= N, ldc >= N). Arguments: slot 0 = A, 1 = B, 2 = C (device addresses).

@@ -1,0 +1,53 @@
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
+#include "spyre/compiler/ir.h"
+
+namespace spyre::compiler::ir {
+namespace {
+
+std::string describe(const Op& op) {
+  if (op.family == Op::Family::kReduce) {
+    const Reduce& r = op.reduce;
+    return fmt::format("reduce{}/{}/{}>{}[{}]", static_cast<int>(r.fn), hw::dtype_name(r.compute), r.in, r.out,
+                       fmt::join(r.dims, ","));
+  }
+  const Pointwise& p = op.pointwise;
+  std::string s =
+      fmt::format("pw{}/{}/{}/{}/{}/{}/{}>{}", static_cast<int>(p.kind), static_cast<int>(p.unary),
+                  static_cast<int>(p.binary), hw::dtype_name(p.compute), p.start, p.step, p.inputs.size(), p.out);
+  for (const Operand& o : p.inputs) {
+    s += o.kind == Operand::Kind::kView ? fmt::format(",v{}", o.view) : fmt::format(",s{}", o.scalar);
+  }
+  return s;
+}
+
+}  // namespace
+
+int64_t View::numel() const {
+  int64_t n = 1;
+  for (int64_t s : sizes) n *= s;
+  return n;
+}
+
+std::string Graph::signature() const {
+  std::string s = fmt::format("args{}", num_args);
+  for (const View& v : views) {
+    s += fmt::format("|{}@{}+{}:{}:{}", hw::dtype_name(v.dtype), v.arg, v.offset, fmt::join(v.sizes, "x"),
+                     fmt::join(v.strides, ","));
+  }
+  for (const Op& op : ops) s += "|" + describe(op);
+  return s;
+}
+
+std::string Graph::name() const {
+  if (ops.empty()) return "empty";
+  const Op& op = ops.front();
+  const uint32_t out = op.family == Op::Family::kReduce ? op.reduce.out : op.pointwise.out;
+  const char* kind = op.family == Op::Family::kReduce ? "reduce" : "pointwise";
+  const View& v = views.at(out);
+  return fmt::format("{}{} {} [{}]", kind, ops.size() > 1 ? fmt::format(" +{}", ops.size() - 1) : "",
+                     hw::dtype_name(v.dtype), fmt::join(v.sizes, ","));
+}
+
+}  // namespace spyre::compiler::ir

@@ -1,0 +1,24 @@
+// One lowering per op family: each turns an IR op into a loop nest of tiles and the body that runs
+// per tile (loads, SFP or PT work, stores). compile.cpp schedules the kernels of a graph.
+#pragma once
+
+#include <optional>
+
+#include "../schedule/nest.h"
+#include "spyre/compiler/ir.h"
+#include "spyre/compiler/program.h"
+
+namespace spyre::compiler::lower {
+
+struct Kernel {
+  schedule::Nest nest;
+  schedule::Body body;
+  uint64_t half_bytes = 0;  // one scratchpad half (the body uses [r15, r15 + half_bytes))
+};
+
+/// nullopt when the op has nothing to do (an empty output). Throws std::invalid_argument naming
+/// the problem when the op cannot be lowered (the front door then takes another path).
+std::optional<Kernel> lower_pointwise(const ir::Graph& g, const ir::Pointwise& p, const Target& t);
+std::optional<Kernel> lower_reduce(const ir::Graph& g, const ir::Reduce& r, const Target& t);
+
+}  // namespace spyre::compiler::lower

@@ -1,0 +1,56 @@
+// Work division: a loop nest of tiles whose iterations ("items") are split into one contiguous
+// share per core. The emitted code is SPMD: every core runs the same instructions and derives its
+// share and its starting addresses from its rank, so program size does not grow with the problem
+// or with the core count.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <vector>
+
+#include "../emit/builder.h"
+
+namespace spyre::compiler::schedule {
+
+/// One operand of a nest: the argument slot of its buffer and its byte offset from it.
+struct NestOperand {
+  uint32_t arg = 0;
+  int64_t offset_bytes = 0;
+};
+
+/// One loop level: its trip count and how far each operand's address moves per iteration.
+struct Level {
+  uint64_t count = 1;
+  std::vector<int64_t> stride_bytes;  // one per operand
+};
+
+struct Nest {
+  std::vector<NestOperand> operands;
+  std::vector<Level> levels;  // outermost first
+  int tail_level = -1;        // the level whose last iteration runs the body with tail = true
+};
+
+inline constexpr uint32_t kMaxOperands = 4;
+inline constexpr uint32_t kMaxLevels = 6;
+
+// Registers of a nest's body: r[operand_reg(i)] is operand i's device address for the current
+// item; r[kBufferReg] the byte offset of the scratchpad half that this item uses (it alternates
+// between 0 and the half size, so a store may still drain from one half while the next item fills
+// the other). Other registers belong to the loop.
+constexpr uint32_t operand_reg(uint32_t i) {
+  return 1 + i;
+}
+inline constexpr uint32_t kBufferReg = 15;
+
+/// Emits the body once for full items and (when the nest has a tail level) once for tail items.
+using Body = std::function<void(emit::Builder&, bool tail)>;
+
+/// Appends the nest to `b`, split over `cores` cores; `half_bytes` is the size of one scratchpad
+/// half. After the last item every asynchronous transfer has landed. Throws std::invalid_argument
+/// when the nest has too many operands or levels.
+void emit_nest(emit::Builder& b, const Nest& nest, uint32_t cores, uint64_t half_bytes, const Body& body);
+
+/// Items in the nest (the product of its level counts).
+uint64_t nest_items(const Nest& nest);
+
+}  // namespace spyre::compiler::schedule

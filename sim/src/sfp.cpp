@@ -1,0 +1,632 @@
+#include "sfp.h"
+
+#include <cmath>
+#include <cstring>
+#include <limits>
+#include <vector>
+
+#define EIGEN_STACK_ALLOCATION_LIMIT 0
+#include <Eigen/Core>
+
+namespace spyre::sim {
+namespace {
+
+using hw::Bcast;
+using hw::DType;
+
+float bf16_to_f32(uint16_t h) {
+  const uint32_t bits = uint32_t{h} << 16;
+  float f;
+  std::memcpy(&f, &bits, 4);
+  return f;
+}
+
+uint16_t f32_to_bf16(float f) {
+  uint32_t bits;
+  std::memcpy(&bits, &f, 4);
+  if (std::isnan(f)) return 0x7fc0;
+  bits += 0x7fffu + ((bits >> 16) & 1u);  // round to nearest even
+  return static_cast<uint16_t>(bits >> 16);
+}
+
+// Whole-block conversions between a scratchpad type and the two compute types (fp32, int64).
+void to_f32(const void* src, DType t, uint64_t n, float* out) {
+  switch (t) {
+    case DType::kF32:
+      std::memcpy(out, src, n * 4);
+      return;
+    case DType::kF16: {
+      const auto* s = static_cast<const Eigen::half*>(src);
+      for (uint64_t i = 0; i < n; ++i) out[i] = static_cast<float>(s[i]);
+      return;
+    }
+    case DType::kBF16: {
+      const auto* s = static_cast<const uint16_t*>(src);
+      for (uint64_t i = 0; i < n; ++i) out[i] = bf16_to_f32(s[i]);
+      return;
+    }
+    case DType::kI32: {
+      const auto* s = static_cast<const int32_t*>(src);
+      for (uint64_t i = 0; i < n; ++i) out[i] = static_cast<float>(s[i]);
+      return;
+    }
+    case DType::kI64: {
+      const auto* s = static_cast<const int64_t*>(src);
+      for (uint64_t i = 0; i < n; ++i) out[i] = static_cast<float>(s[i]);
+      return;
+    }
+    case DType::kI8: {
+      const auto* s = static_cast<const int8_t*>(src);
+      for (uint64_t i = 0; i < n; ++i) out[i] = s[i];
+      return;
+    }
+    default: {
+      const auto* s = static_cast<const uint8_t*>(src);
+      for (uint64_t i = 0; i < n; ++i) out[i] = s[i] != 0 ? 1.0f : 0.0f;
+      return;
+    }
+  }
+}
+
+int64_t f32_to_int(float v) {
+  if (std::isnan(v)) return 0;
+  const float t = std::trunc(v);
+  if (t >= 9.2233720368547758e18f) return std::numeric_limits<int64_t>::max();
+  if (t <= -9.2233720368547758e18f) return std::numeric_limits<int64_t>::min();
+  return static_cast<int64_t>(t);
+}
+
+void from_f32(const float* in, DType t, uint64_t n, void* dst) {
+  switch (t) {
+    case DType::kF32:
+      std::memcpy(dst, in, n * 4);
+      return;
+    case DType::kF16: {
+      auto* d = static_cast<Eigen::half*>(dst);
+      for (uint64_t i = 0; i < n; ++i) d[i] = Eigen::half(in[i]);
+      return;
+    }
+    case DType::kBF16: {
+      auto* d = static_cast<uint16_t*>(dst);
+      for (uint64_t i = 0; i < n; ++i) d[i] = f32_to_bf16(in[i]);
+      return;
+    }
+    case DType::kI32: {
+      auto* d = static_cast<int32_t*>(dst);
+      for (uint64_t i = 0; i < n; ++i) d[i] = static_cast<int32_t>(f32_to_int(in[i]));
+      return;
+    }
+    case DType::kI64: {
+      auto* d = static_cast<int64_t*>(dst);
+      for (uint64_t i = 0; i < n; ++i) d[i] = f32_to_int(in[i]);
+      return;
+    }
+    case DType::kI8: {
+      auto* d = static_cast<int8_t*>(dst);
+      for (uint64_t i = 0; i < n; ++i) d[i] = static_cast<int8_t>(f32_to_int(in[i]));
+      return;
+    }
+    default: {
+      auto* d = static_cast<uint8_t*>(dst);
+      for (uint64_t i = 0; i < n; ++i) d[i] = in[i] != 0.0f;
+      return;
+    }
+  }
+}
+
+void to_i64(const void* src, DType t, uint64_t n, int64_t* out) {
+  switch (t) {
+    case DType::kI64:
+      std::memcpy(out, src, n * 8);
+      return;
+    case DType::kI32: {
+      const auto* s = static_cast<const int32_t*>(src);
+      for (uint64_t i = 0; i < n; ++i) out[i] = s[i];
+      return;
+    }
+    case DType::kI8: {
+      const auto* s = static_cast<const int8_t*>(src);
+      for (uint64_t i = 0; i < n; ++i) out[i] = s[i];
+      return;
+    }
+    case DType::kBool: {
+      const auto* s = static_cast<const uint8_t*>(src);
+      for (uint64_t i = 0; i < n; ++i) out[i] = s[i] != 0;
+      return;
+    }
+    default: {
+      std::vector<float> f(n);
+      to_f32(src, t, n, f.data());
+      for (uint64_t i = 0; i < n; ++i) out[i] = f32_to_int(f[i]);
+      return;
+    }
+  }
+}
+
+void from_i64(const int64_t* in, DType t, uint64_t n, void* dst) {
+  switch (t) {
+    case DType::kI64:
+      std::memcpy(dst, in, n * 8);
+      return;
+    case DType::kI32: {
+      auto* d = static_cast<int32_t*>(dst);
+      for (uint64_t i = 0; i < n; ++i) d[i] = static_cast<int32_t>(in[i]);
+      return;
+    }
+    case DType::kI8: {
+      auto* d = static_cast<int8_t*>(dst);
+      for (uint64_t i = 0; i < n; ++i) d[i] = static_cast<int8_t>(in[i]);
+      return;
+    }
+    case DType::kBool: {
+      auto* d = static_cast<uint8_t*>(dst);
+      for (uint64_t i = 0; i < n; ++i) d[i] = in[i] != 0;
+      return;
+    }
+    default: {
+      std::vector<float> f(n);
+      for (uint64_t i = 0; i < n; ++i) f[i] = static_cast<float>(in[i]);
+      from_f32(f.data(), t, n, dst);
+      return;
+    }
+  }
+}
+
+// An operand expanded to the whole rows x cols block, in a compute type.
+template <typename T>
+std::vector<T> expand(const void* src, DType t, Bcast b, uint32_t imm, uint64_t rows, uint64_t cols) {
+  const uint64_t n = rows * cols;
+  std::vector<T> out(n);
+  if (b == Bcast::kImm) {
+    T v;
+    if constexpr (std::is_same_v<T, float>) {
+      std::memcpy(&v, &imm, 4);
+    } else {
+      v = static_cast<int32_t>(imm);
+    }
+    std::fill(out.begin(), out.end(), v);
+    return out;
+  }
+  const uint64_t m = hw::bcast_elements(b, rows, cols);
+  std::vector<T> small(m);
+  if constexpr (std::is_same_v<T, float>) {
+    to_f32(src, t, m, small.data());
+  } else {
+    to_i64(src, t, m, small.data());
+  }
+  for (uint64_t r = 0; r < rows; ++r) {
+    for (uint64_t c = 0; c < cols; ++c) {
+      const uint64_t i = b == Bcast::kFull ? r * cols + c : b == Bcast::kRow ? c : b == Bcast::kCol ? r : 0;
+      out[r * cols + c] = small[i];
+    }
+  }
+  return out;
+}
+
+float unary_f(hw::UnaryFn f, float x) {
+  using hw::UnaryFn;
+  switch (f) {
+    case UnaryFn::kCopy:
+      return x;
+    case UnaryFn::kNeg:
+      return -x;
+    case UnaryFn::kAbs:
+      return std::fabs(x);
+    case UnaryFn::kRelu:
+      return std::isnan(x) ? x : (x > 0.0f ? x : 0.0f);
+    case UnaryFn::kSign:
+      return std::isnan(x) ? x : static_cast<float>((x > 0.0f) - (x < 0.0f));
+    case UnaryFn::kFloor:
+      return std::floor(x);
+    case UnaryFn::kCeil:
+      return std::ceil(x);
+    case UnaryFn::kRound:
+      return std::nearbyint(x);
+    case UnaryFn::kTrunc:
+      return std::trunc(x);
+    case UnaryFn::kExp:
+      return std::exp(x);
+    case UnaryFn::kExp2:
+      return std::exp2(x);
+    case UnaryFn::kExpm1:
+      return std::expm1(x);
+    case UnaryFn::kLog:
+      return std::log(x);
+    case UnaryFn::kLog2:
+      return std::log2(x);
+    case UnaryFn::kLog1p:
+      return std::log1p(x);
+    case UnaryFn::kSqrt:
+      return std::sqrt(x);
+    case UnaryFn::kRsqrt:
+      return 1.0f / std::sqrt(x);
+    case UnaryFn::kReciprocal:
+      return 1.0f / x;
+    case UnaryFn::kTanh:
+      return std::tanh(x);
+    case UnaryFn::kSigmoid:
+      return 1.0f / (1.0f + std::exp(-x));
+    case UnaryFn::kErf:
+      return std::erf(x);
+    case UnaryFn::kGeluErf:
+      return 0.5f * x * (1.0f + std::erf(x * 0.70710678118654752f));
+    case UnaryFn::kGeluTanh: {
+      const float inner = 0.79788456080286536f * (x + 0.044715f * x * x * x);
+      return 0.5f * x * (1.0f + std::tanh(inner));
+    }
+    case UnaryFn::kSilu:
+      return x / (1.0f + std::exp(-x));
+    case UnaryFn::kSin:
+      return std::sin(x);
+    case UnaryFn::kCos:
+      return std::cos(x);
+    case UnaryFn::kLogicalNot:
+      return x == 0.0f ? 1.0f : 0.0f;
+    case UnaryFn::kIsNan:
+      return std::isnan(x) ? 1.0f : 0.0f;
+    case UnaryFn::kIsInf:
+      return std::isinf(x) ? 1.0f : 0.0f;
+    case UnaryFn::kSquare:
+      return x * x;
+    default:
+      return std::numeric_limits<float>::quiet_NaN();
+  }
+}
+
+int64_t unary_i(hw::UnaryFn f, int64_t x) {
+  using hw::UnaryFn;
+  switch (f) {
+    case UnaryFn::kNeg:
+      return static_cast<int64_t>(0ull - static_cast<uint64_t>(x));
+    case UnaryFn::kAbs:
+      return x < 0 ? static_cast<int64_t>(0ull - static_cast<uint64_t>(x)) : x;
+    case UnaryFn::kRelu:
+      return x > 0 ? x : 0;
+    case UnaryFn::kSign:
+      return (x > 0) - (x < 0);
+    case UnaryFn::kLogicalNot:
+      return x == 0;
+    case UnaryFn::kBitwiseNot:
+      return ~x;
+    case UnaryFn::kIsNan:
+    case UnaryFn::kIsInf:
+      return 0;
+    case UnaryFn::kSquare:
+      return static_cast<int64_t>(static_cast<uint64_t>(x) * static_cast<uint64_t>(x));
+    default:  // copy, floor, ceil, round and trunc are the identity on integers
+      return x;
+  }
+}
+
+float binary_f(hw::BinaryFn f, float a, float b) {
+  using hw::BinaryFn;
+  switch (f) {
+    case BinaryFn::kAdd:
+      return a + b;
+    case BinaryFn::kSub:
+      return a - b;
+    case BinaryFn::kMul:
+      return a * b;
+    case BinaryFn::kDiv:
+      return a / b;
+    case BinaryFn::kMax:
+      return (std::isnan(a) || std::isnan(b)) ? std::numeric_limits<float>::quiet_NaN() : std::max(a, b);
+    case BinaryFn::kMin:
+      return (std::isnan(a) || std::isnan(b)) ? std::numeric_limits<float>::quiet_NaN() : std::min(a, b);
+    case BinaryFn::kPow:
+      return std::pow(a, b);
+    case BinaryFn::kRemainder: {
+      const float r = std::fmod(a, b);
+      return (r != 0.0f && ((r < 0.0f) != (b < 0.0f))) ? r + b : r;
+    }
+    case BinaryFn::kFmod:
+      return std::fmod(a, b);
+    case BinaryFn::kFloorDiv: {
+      if (b == 0.0f) return a / b;
+      const float mod = std::fmod(a, b);
+      float div = (a - mod) / b;
+      if (mod != 0.0f && ((b < 0.0f) != (mod < 0.0f))) div -= 1.0f;
+      if (div == 0.0f) return std::copysign(0.0f, a / b);
+      const float fl = std::floor(div);
+      return div - fl > 0.5f ? fl + 1.0f : fl;
+    }
+    case BinaryFn::kEq:
+      return a == b;
+    case BinaryFn::kNe:
+      return a != b;
+    case BinaryFn::kLt:
+      return a < b;
+    case BinaryFn::kLe:
+      return a <= b;
+    case BinaryFn::kGt:
+      return a > b;
+    case BinaryFn::kGe:
+      return a >= b;
+    case BinaryFn::kLogicalAnd:
+      return (a != 0.0f) && (b != 0.0f);
+    case BinaryFn::kLogicalOr:
+      return (a != 0.0f) || (b != 0.0f);
+    case BinaryFn::kLogicalXor:
+      return (a != 0.0f) != (b != 0.0f);
+    case BinaryFn::kAtan2:
+      return std::atan2(a, b);
+    default:
+      return std::numeric_limits<float>::quiet_NaN();
+  }
+}
+
+int64_t ipow(int64_t base, int64_t exp) {
+  if (exp < 0) return base == 1 ? 1 : (base == -1 ? ((exp & 1) ? -1 : 1) : 0);
+  uint64_t result = 1, b = static_cast<uint64_t>(base);
+  for (uint64_t e = static_cast<uint64_t>(exp); e; e >>= 1, b *= b) {
+    if (e & 1) result *= b;
+  }
+  return static_cast<int64_t>(result);
+}
+
+int64_t binary_i(hw::BinaryFn f, int64_t a, int64_t b) {
+  using hw::BinaryFn;
+  const auto ua = static_cast<uint64_t>(a), ub = static_cast<uint64_t>(b);
+  switch (f) {
+    case BinaryFn::kAdd:
+      return static_cast<int64_t>(ua + ub);
+    case BinaryFn::kSub:
+      return static_cast<int64_t>(ua - ub);
+    case BinaryFn::kMul:
+      return static_cast<int64_t>(ua * ub);
+    case BinaryFn::kDiv:  // integer division by zero gives 0 (the compiler checks divisors)
+      return b == 0 || (a == INT64_MIN && b == -1) ? 0 : a / b;
+    case BinaryFn::kMax:
+      return std::max(a, b);
+    case BinaryFn::kMin:
+      return std::min(a, b);
+    case BinaryFn::kPow:
+      return ipow(a, b);
+    case BinaryFn::kRemainder: {
+      if (b == 0 || b == -1) return 0;
+      const int64_t r = a % b;
+      return (r != 0 && ((r < 0) != (b < 0))) ? r + b : r;
+    }
+    case BinaryFn::kFmod:
+      return b == 0 || b == -1 ? 0 : a % b;
+    case BinaryFn::kFloorDiv: {
+      if (b == 0 || (a == INT64_MIN && b == -1)) return 0;
+      const int64_t q = a / b;
+      return (a % b != 0 && ((a < 0) != (b < 0))) ? q - 1 : q;
+    }
+    case BinaryFn::kEq:
+      return a == b;
+    case BinaryFn::kNe:
+      return a != b;
+    case BinaryFn::kLt:
+      return a < b;
+    case BinaryFn::kLe:
+      return a <= b;
+    case BinaryFn::kGt:
+      return a > b;
+    case BinaryFn::kGe:
+      return a >= b;
+    case BinaryFn::kLogicalAnd:
+      return a != 0 && b != 0;
+    case BinaryFn::kLogicalOr:
+      return a != 0 || b != 0;
+    case BinaryFn::kLogicalXor:
+      return (a != 0) != (b != 0);
+    case BinaryFn::kBitAnd:
+      return a & b;
+    case BinaryFn::kBitOr:
+      return a | b;
+    case BinaryFn::kBitXor:
+      return a ^ b;
+    default:
+      return 0;
+  }
+}
+
+}  // namespace
+
+void sfp_convert(void* dst, DType to, const void* src, DType from, uint64_t count) {
+  if (to == from) {
+    std::memmove(dst, src, count * hw::dtype_size(to));
+  } else if (hw::dtype_is_float(to) && hw::dtype_is_float(from)) {
+    std::vector<float> f(count);
+    to_f32(src, from, count, f.data());
+    from_f32(f.data(), to, count, dst);
+  } else if (hw::dtype_is_float(from)) {  // float -> integer or bool
+    std::vector<float> f(count);
+    to_f32(src, from, count, f.data());
+    from_f32(f.data(), to, count, dst);
+  } else {  // integer or bool -> anything
+    std::vector<int64_t> v(count);
+    to_i64(src, from, count, v.data());
+    from_i64(v.data(), to, count, dst);
+  }
+}
+
+void sfp_unary(hw::UnaryFn f, DType t, void* dst, const void* src, Bcast b, uint64_t rows, uint64_t cols) {
+  const DType out = hw::unary_is_bool(f) ? DType::kBool : t;
+  const uint64_t count = rows * cols;
+  if (hw::dtype_is_float(t)) {
+    std::vector<float> v = expand<float>(src, t, b, 0, rows, cols);
+    if (f != hw::UnaryFn::kCopy) {
+      for (float& x : v) x = unary_f(f, x);
+    }
+    from_f32(v.data(), out, count, dst);
+  } else {
+    std::vector<int64_t> v = expand<int64_t>(src, t, b, 0, rows, cols);
+    for (int64_t& x : v) x = unary_i(f, x);
+    from_i64(v.data(), out, count, dst);
+  }
+}
+
+void sfp_binary(hw::BinaryFn f, DType t, void* dst, const void* src0, Bcast b0, const void* src1, Bcast b1,
+                uint32_t imm, uint64_t rows, uint64_t cols) {
+  const uint64_t n = rows * cols;
+  const DType out = hw::binary_is_compare(f) ? DType::kBool : t;
+  if (hw::dtype_is_float(t)) {
+    std::vector<float> x = expand<float>(src0, t, b0, imm, rows, cols);
+    const std::vector<float> y = expand<float>(src1, t, b1, imm, rows, cols);
+    for (uint64_t i = 0; i < n; ++i) x[i] = binary_f(f, x[i], y[i]);
+    from_f32(x.data(), out, n, dst);
+  } else {
+    std::vector<int64_t> x = expand<int64_t>(src0, t, b0, imm, rows, cols);
+    const std::vector<int64_t> y = expand<int64_t>(src1, t, b1, imm, rows, cols);
+    for (uint64_t i = 0; i < n; ++i) x[i] = binary_i(f, x[i], y[i]);
+    from_i64(x.data(), out, n, dst);
+  }
+}
+
+void sfp_select(DType t, void* dst, const uint8_t* mask, const void* src1, Bcast b1, const void* src2, Bcast b2,
+                uint32_t imm, uint64_t rows, uint64_t cols) {
+  const uint64_t n = rows * cols;
+  if (hw::dtype_is_float(t)) {
+    std::vector<float> x = expand<float>(src1, t, b1, imm, rows, cols);
+    const std::vector<float> y = expand<float>(src2, t, b2, imm, rows, cols);
+    for (uint64_t i = 0; i < n; ++i) x[i] = mask[i] ? x[i] : y[i];
+    from_f32(x.data(), t, n, dst);
+  } else {
+    std::vector<int64_t> x = expand<int64_t>(src1, t, b1, imm, rows, cols);
+    const std::vector<int64_t> y = expand<int64_t>(src2, t, b2, imm, rows, cols);
+    for (uint64_t i = 0; i < n; ++i) x[i] = mask[i] ? x[i] : y[i];
+    from_i64(x.data(), t, n, dst);
+  }
+}
+
+void sfp_fma(DType t, void* dst, const void* src0, const void* src1, const void* src2, uint64_t count) {
+  if (hw::dtype_is_float(t)) {
+    std::vector<float> a(count), b(count), c(count);
+    to_f32(src0, t, count, a.data());
+    to_f32(src1, t, count, b.data());
+    to_f32(src2, t, count, c.data());
+    for (uint64_t i = 0; i < count; ++i) a[i] = std::fma(a[i], b[i], c[i]);
+    from_f32(a.data(), t, count, dst);
+  } else {
+    std::vector<int64_t> a(count), b(count), c(count);
+    to_i64(src0, t, count, a.data());
+    to_i64(src1, t, count, b.data());
+    to_i64(src2, t, count, c.data());
+    for (uint64_t i = 0; i < count; ++i)
+      a[i] = binary_i(hw::BinaryFn::kAdd, binary_i(hw::BinaryFn::kMul, a[i], b[i]), c[i]);
+    from_i64(a.data(), t, count, dst);
+  }
+}
+
+void sfp_reduce(hw::ReduceFn f, DType t, void* dst, const void* src, uint64_t rows, uint64_t cols, bool accumulate) {
+  using hw::ReduceFn;
+  const uint64_t n = rows * cols;
+  if (f == ReduceFn::kArgMax || f == ReduceFn::kArgMin) {
+    std::vector<double> v(n);
+    if (hw::dtype_is_float(t)) {
+      std::vector<float> fv(n);
+      to_f32(src, t, n, fv.data());
+      for (uint64_t i = 0; i < n; ++i) v[i] = fv[i];
+    } else {
+      std::vector<int64_t> iv(n);
+      to_i64(src, t, n, iv.data());
+      for (uint64_t i = 0; i < n; ++i) v[i] = static_cast<double>(iv[i]);
+    }
+    auto* out = static_cast<int64_t*>(dst);
+    const bool want_max = f == ReduceFn::kArgMax;
+    for (uint64_t r = 0; r < rows; ++r) {
+      uint64_t best = 0;
+      for (uint64_t c = 1; c < cols; ++c) {
+        const double x = v[r * cols + c], cur = v[r * cols + best];
+        if (std::isnan(cur)) break;
+        if (std::isnan(x) || (want_max ? x > cur : x < cur)) best = c;
+      }
+      out[r] = static_cast<int64_t>(best);
+    }
+    return;
+  }
+  if (hw::dtype_is_float(t)) {
+    std::vector<float> v(n);
+    to_f32(src, t, n, v.data());
+    std::vector<float> res(rows);
+    if (accumulate) to_f32(dst, t, rows, res.data());
+    for (uint64_t r = 0; r < rows; ++r) {
+      const float* row = v.data() + r * cols;
+      double acc = f == ReduceFn::kSum ? 0.0 : f == ReduceFn::kProd ? 1.0 : row[0];
+      for (uint64_t c = 0; c < cols; ++c) {
+        const double x = row[c];
+        if (f == ReduceFn::kSum) {
+          acc += x;
+        } else if (f == ReduceFn::kProd) {
+          acc *= x;
+        } else if (std::isnan(x) || std::isnan(acc)) {
+          acc = std::numeric_limits<double>::quiet_NaN();
+        } else {
+          acc = f == ReduceFn::kMax ? std::max(acc, x) : std::min(acc, x);
+        }
+      }
+      const float a = static_cast<float>(acc);
+      res[r] = accumulate ? binary_f(f == ReduceFn::kSum    ? hw::BinaryFn::kAdd
+                                     : f == ReduceFn::kProd ? hw::BinaryFn::kMul
+                                     : f == ReduceFn::kMax  ? hw::BinaryFn::kMax
+                                                            : hw::BinaryFn::kMin,
+                                     res[r], a)
+                          : a;
+    }
+    from_f32(res.data(), t, rows, dst);
+  } else {
+    std::vector<int64_t> v(n);
+    to_i64(src, t, n, v.data());
+    std::vector<int64_t> res(rows);
+    if (accumulate) to_i64(dst, t, rows, res.data());
+    const hw::BinaryFn combine = f == ReduceFn::kSum    ? hw::BinaryFn::kAdd
+                                 : f == ReduceFn::kProd ? hw::BinaryFn::kMul
+                                 : f == ReduceFn::kMax  ? hw::BinaryFn::kMax
+                                                        : hw::BinaryFn::kMin;
+    for (uint64_t r = 0; r < rows; ++r) {
+      const int64_t* row = v.data() + r * cols;
+      int64_t acc = f == ReduceFn::kSum ? 0 : f == ReduceFn::kProd ? 1 : row[0];
+      for (uint64_t c = 0; c < cols; ++c) acc = binary_i(combine, acc, row[c]);
+      res[r] = accumulate ? binary_i(combine, res[r], acc) : acc;
+    }
+    from_i64(res.data(), t, rows, dst);
+  }
+}
+
+void sfp_fill(DType t, void* dst, double value, uint64_t count) {
+  if (count == 0) return;
+  const uint32_t es = hw::dtype_size(t);
+  auto* d = static_cast<uint8_t*>(dst);
+  if (hw::dtype_is_float(t)) {
+    const float f = static_cast<float>(value);
+    from_f32(&f, t, 1, d);
+  } else {
+    const int64_t i = t == DType::kBool ? (value != 0.0) : static_cast<int64_t>(value);
+    from_i64(&i, t, 1, d);
+  }
+  for (uint64_t k = 1; k < count; ++k) std::memcpy(d + k * es, d, es);
+}
+
+void sfp_iota(DType t, void* dst, double start, double step, uint64_t count) {
+  if (hw::dtype_is_float(t)) {
+    std::vector<float> v(count);
+    for (uint64_t i = 0; i < count; ++i) v[i] = static_cast<float>(start + static_cast<double>(i) * step);
+    from_f32(v.data(), t, count, dst);
+  } else {
+    std::vector<int64_t> v(count);
+    for (uint64_t i = 0; i < count; ++i) v[i] = static_cast<int64_t>(start + static_cast<double>(i) * step);
+    from_i64(v.data(), t, count, dst);
+  }
+}
+
+void sfp_transpose(uint32_t es, void* dst, const void* src, uint64_t rows, uint64_t cols) {
+  auto* d = static_cast<uint8_t*>(dst);
+  const auto* s = static_cast<const uint8_t*>(src);
+  for (uint64_t r = 0; r < rows; ++r) {
+    for (uint64_t c = 0; c < cols; ++c) std::memcpy(d + (c * rows + r) * es, s + (r * cols + c) * es, es);
+  }
+}
+
+bool unary_is_transcendental(hw::UnaryFn f) {
+  return f >= hw::UnaryFn::kExp && f <= hw::UnaryFn::kCos;
+}
+
+bool binary_is_transcendental(hw::BinaryFn f) {
+  return f == hw::BinaryFn::kDiv || f == hw::BinaryFn::kPow || f == hw::BinaryFn::kAtan2 ||
+         f == hw::BinaryFn::kRemainder || f == hw::BinaryFn::kFmod || f == hw::BinaryFn::kFloorDiv;
+}
+
+}  // namespace spyre::sim

@@ -1,0 +1,42 @@
+// Functional model of the SFP vector unit: element-wise math, broadcasts, row reductions,
+// conversions, fill, iota and transposes on packed rows x cols blocks of scratchpad bytes.
+// Float types compute in fp32 and round once to the destination type (as PyTorch's CPU kernels
+// do for fp16 and bf16); integer types compute in wrapping 64-bit arithmetic.
+// Pure functions of their inputs: no SystemC, no timing (see core.cpp for the latency).
+#pragma once
+
+#include <cstdint>
+
+#include "spyre/hw/isa.h"
+
+namespace spyre::sim {
+
+/// Element-wise conversion (round to nearest even; float to integer truncates toward zero and
+/// saturates; anything to bool is "not zero").
+void sfp_convert(void* dst, hw::DType to, const void* src, hw::DType from, uint64_t count);
+
+/// `src` covers the rows x cols block with broadcast `b` (not kImm).
+void sfp_unary(hw::UnaryFn f, hw::DType t, void* dst, const void* src, hw::Bcast b, uint64_t rows, uint64_t cols);
+
+/// src0/src1 are ignored for kImm operands, which take `imm` (float32 or int32 bits).
+void sfp_binary(hw::BinaryFn f, hw::DType t, void* dst, const void* src0, hw::Bcast b0, const void* src1, hw::Bcast b1,
+                uint32_t imm, uint64_t rows, uint64_t cols);
+
+/// dst = mask ? src1 : src2, with broadcasts for src1 and src2 (mask is a full bool block).
+void sfp_select(hw::DType t, void* dst, const uint8_t* mask, const void* src1, hw::Bcast b1, const void* src2,
+                hw::Bcast b2, uint32_t imm, uint64_t rows, uint64_t cols);
+
+void sfp_fma(hw::DType t, void* dst, const void* src0, const void* src1, const void* src2, uint64_t count);
+
+/// One result per row; arg-reductions write int64. `accumulate` combines with dst.
+void sfp_reduce(hw::ReduceFn f, hw::DType t, void* dst, const void* src, uint64_t rows, uint64_t cols, bool accumulate);
+
+void sfp_fill(hw::DType t, void* dst, double value, uint64_t count);
+void sfp_iota(hw::DType t, void* dst, double start, double step, uint64_t count);
+void sfp_transpose(uint32_t elem_bytes, void* dst, const void* src, uint64_t rows, uint64_t cols);
+
+/// The SFP cost class of a function: 1 for simple ops, the transcendental factor otherwise.
+bool unary_is_transcendental(hw::UnaryFn f);
+bool binary_is_transcendental(hw::BinaryFn f);
+
+}  // namespace spyre::sim
