@@ -4,7 +4,6 @@
 // (matmul.cpp).
 #include <ATen/ATen.h>
 #include <ATen/EmptyTensor.h>
-#include <ATen/MemoryOverlap.h>
 #include <ATen/native/CPUFallback.h>
 #include <ATen/ops/_reshape_alias_native.h>
 #include <ATen/ops/as_strided_native.h>
@@ -19,6 +18,7 @@
 #include <string>
 
 #include "aten_util.h"
+#include "compute.h"
 #include "runtime.h"
 
 namespace spyre::backend {
@@ -74,9 +74,9 @@ const at::Tensor& resize_(const at::Tensor& self, c10::IntArrayRef size,
       TORCH_CHECK(!__builtin_mul_overflow(numel, static_cast<uint64_t>(s), &numel), "spyre: resize_: ", size,
                   " has too many elements");
     }
-    TORCH_CHECK(!__builtin_mul_overflow(static_cast<uint64_t>(impl->storage_offset()) + numel, self.itemsize(),
-                                        &needed),
-                "spyre: resize_: ", size, " needs more bytes than can be addressed");
+    TORCH_CHECK(
+        !__builtin_mul_overflow(static_cast<uint64_t>(impl->storage_offset()) + numel, self.itemsize(), &needed),
+        "spyre: resize_: ", size, " needs more bytes than can be addressed");
     if (numel > 0 && needed > self.storage().nbytes()) resize_storage_bytes(self.storage(), needed);
     impl->set_sizes_contiguous(size);
   }
@@ -89,27 +89,56 @@ bool same_dense_layout(const at::Tensor& a, const at::Tensor& b) {
   return a.sizes() == b.sizes() && a.dtype() == b.dtype() && a.is_contiguous() && b.is_contiguous();
 }
 
+// Copies between host and device move bytes in the source's dtype; conversions, broadcasts and
+// strided layouts are done by a copy kernel on the device (compute.cpp), as on silicon. Only dtypes
+// the device does not compute in (double, complex, ...) are converted on the host.
 at::Tensor copy_from(const at::Tensor& src, const at::Tensor& dst, bool /*non_blocking*/) {
   if (dst.numel() == 0) return dst;
+  const bool device_types = device_dtype(src.scalar_type()) && device_dtype(dst.scalar_type());
   if (src.is_cpu() && dst.is_privateuseone()) {
-    write_device(dst, src);
+    if (!device_types) {
+      write_device(dst, src);
+    } else if (same_dense_layout(src, dst)) {
+      write_device(dst, src);  // one DMA
+    } else {
+      const c10::DeviceGuard guard(dst.device());
+      const at::Tensor staged = at::empty(src.sizes(), dst.options().dtype(src.scalar_type()));
+      write_device(staged, src);
+      device_copy(dst, staged);
+    }
   } else if (src.is_privateuseone() && dst.is_cpu()) {
     if (same_dense_layout(src, dst)) {
       DeviceRuntime::get(src.device().index()).d2h(dst.data_ptr(), device_addr(src), dst.nbytes());
+    } else if (device_types && (!src.is_contiguous() || src.dtype() != dst.dtype())) {
+      const c10::DeviceGuard guard(src.device());
+      const at::Tensor packed = at::empty(src.sizes(), src.options().dtype(dst.scalar_type()));
+      device_copy(packed, src);
+      dst.copy_(read_device(packed));
     } else {
       dst.copy_(read_device(src));
     }
   } else {
     TORCH_CHECK(src.is_privateuseone() && dst.is_privateuseone(), "spyre: _copy_from between ", src.device(), " and ",
                 dst.device(), " is not supported");
-    // One DMA when both are plain and the ranges are disjoint; a partial overlap goes through the
-    // host, which reads all of the source before writing any of the destination.
-    const bool overlapping = at::get_overlap_status(src, dst) != at::MemOverlapStatus::No;
-    if (src.device() == dst.device() && same_dense_layout(src, dst) && !overlapping) {
+    if (src.device() != dst.device() || !device_types) {
+      write_device(dst, read_device(src));  // across cards, or a dtype the device does not compute in
+      return dst;
+    }
+    const c10::DeviceGuard guard(dst.device());
+    if (src.is_same(dst) || (device_addr(src) == device_addr(dst) && src.strides() == dst.strides() &&
+                             src.sizes() == dst.sizes() && src.dtype() == dst.dtype())) {
+      return dst;  // the same elements
+    }
+    // The storage ranges the two cover: disjoint ranges cannot overlap, whatever the strides.
+    const auto [src_at, src_bytes] = device_span(src);
+    const auto [dst_at, dst_bytes] = device_span(dst);
+    const bool disjoint = src_at + src_bytes <= dst_at || dst_at + dst_bytes <= src_at;
+    if (disjoint && same_dense_layout(src, dst)) {
       DeviceRuntime::get(dst.device().index()).d2d(device_addr(dst), device_addr(src), dst.nbytes());
-    } else {
-      // Conversions and strided or cross-device copies go through the host (see docs/user-guide.md).
-      write_device(dst, read_device(src));
+    } else if (disjoint) {
+      device_copy(dst, src);
+    } else {  // read all of the source before writing any of the destination
+      device_copy(dst, src.clone(at::MemoryFormat::Contiguous));
     }
   }
   return dst;

@@ -8,22 +8,12 @@
 #include <optional>
 
 #include "aten_util.h"
+#include "compute.h"
 #include "runtime.h"
 #include "spyre/compiler/program.h"
 
 namespace spyre::backend {
 namespace {
-
-std::optional<hw::DType> device_dtype(c10::ScalarType t) {
-  switch (t) {
-    case c10::ScalarType::Float:
-      return hw::DType::kF32;
-    case c10::ScalarType::Half:
-      return hw::DType::kF16;
-    default:
-      return std::nullopt;
-  }
-}
 
 // Row stride of a rows x cols matrix whose columns are unit-stride, or nullopt if it is not one.
 std::optional<int64_t> row_stride(const at::Tensor& t) {
@@ -49,7 +39,8 @@ at::Tensor& mm_out(const at::Tensor& a, const at::Tensor& b, at::Tensor& out) {
   TORCH_CHECK(a.device() == b.device() && a.device() == out.device(),
               "spyre: mm expects all tensors on one device, got ", a.device(), ", ", b.device(), " and out on ",
               out.device());
-  const std::optional<hw::DType> type = device_dtype(a.scalar_type());
+  std::optional<hw::DType> type = device_dtype(a.scalar_type());
+  if (type != hw::DType::kF32 && type != hw::DType::kF16 && type != hw::DType::kBF16) type = std::nullopt;
   constexpr int64_t kMaxDim = UINT32_MAX;  // the compiler's shapes are 32-bit
   if (!type || out.scalar_type() != a.scalar_type() || a.size(0) > kMaxDim || a.size(1) > kMaxDim ||
       b.size(1) > kMaxDim) {
@@ -61,7 +52,7 @@ at::Tensor& mm_out(const at::Tensor& a, const at::Tensor& b, at::Tensor& out) {
   if (out.sizes() != c10::IntArrayRef{m, n}) out.resize_({m, n});
   if (m == 0 || n == 0) return out;
   if (k == 0) {
-    write_device(out, at::zeros({m, n}, out.options().device(c10::kCPU)));
+    out.zero_();
     return out;
   }
   const at::Tensor A = row_stride(a) ? a : a.contiguous();

@@ -43,3 +43,7 @@ def _run(argv: list[str], env: dict[str, str] | None, timeout: int) -> subproces
     full_env = {k: v for k, v in os.environ.items() if not k.startswith(("SPYRE_", "TORCH_SPYRE_"))}
     full_env.update(env or {})
     return subprocess.run(argv, capture_output=True, text=True, env=full_env, timeout=timeout, cwd=ROOT)
+
+
+def pytest_addoption(parser):
+    parser.addoption("--slow", action="store_true", help="run the long tiers: every OpInfo sample, long soaks")

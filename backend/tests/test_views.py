@@ -10,8 +10,17 @@ import pytest
 import torch
 import torch_spyre
 
-# (name, function of a base tensor that mutates a view of it), run through the CPU fallback (ops the
-# device has no kernel for).
+# (name, function of a base tensor that mutates a view of it). The first group has native kernels;
+# the second runs through the CPU fallback (ops the device has no kernel for), so both paths that
+# write into a strided view are covered.
+NATIVE_CASES = [
+    ("strided add_", lambda b: b[::2].add_(1)),
+    ("column fill_", lambda b: b.t()[0].fill_(5)),
+    ("offset mul_", lambda b: b.view(-1)[3:9].mul_(3)),
+    ("neg out= strided", lambda b: torch.neg(b[:, 1].clone(), out=b[:, 0])),
+    ("add out= transposed", lambda b: torch.add(b.t().clone(), 2, out=b.t())),
+    ("zero_ on a column block", lambda b: b[:, 1:3].zero_()),
+]
 FALLBACK_CASES = [
     ("strided lgamma_", lambda b: b[::2].lgamma_()),
     ("column digamma_", lambda b: b.t()[1].digamma_()),
@@ -33,6 +42,12 @@ def _check(fn) -> None:
     torch.testing.assert_close(dev.cpu(), cpu, rtol=1e-5, atol=1e-6)
 
 
+@pytest.mark.parametrize("name,fn", NATIVE_CASES, ids=[c[0] for c in NATIVE_CASES])
+def test_native_writes_into_views(name, fn):
+    torch_spyre.set_cpu_fallback("error")
+    _check(fn)
+
+
 @pytest.mark.parametrize("name,fn", FALLBACK_CASES, ids=[c[0] for c in FALLBACK_CASES])
 def test_fallback_writes_into_views(name, fn):
     torch_spyre.set_cpu_fallback("allow")
@@ -41,7 +56,6 @@ def test_fallback_writes_into_views(name, fn):
 
 def test_issue_examples():
     """The three cases from the bug report, spelled as a user would."""
-    torch_spyre.set_cpu_fallback("allow")
     b = torch.zeros(6, device="spyre")
     b[::2].add_(1)
     assert b.cpu().tolist() == [1, 0, 1, 0, 1, 0]
@@ -50,6 +64,7 @@ def test_issue_examples():
     m.t()[0].fill_(5)
     assert m.cpu().tolist() == [[5, 0, 0], [5, 0, 0], [5, 0, 0]]
 
+    torch_spyre.set_cpu_fallback("allow")
     x = torch.tensor([1.0, 2.0, 3.0])
     c = torch.zeros(6, device="spyre")
     torch.lgamma(x.to("spyre"), out=c[::2])

@@ -393,14 +393,18 @@ bool Core::sfp(const hw::Instr& in) {
       break;
     }
     case hw::Op::kReduce: {
-      const auto f = static_cast<hw::ReduceFn>(in.c);
-      if (in.c >= static_cast<uint64_t>(hw::ReduceFn::kCount) || cols == 0) return false;
+      const auto f = static_cast<hw::ReduceFn>(in.c & 0xff);
+      if ((in.c & 0xff) >= static_cast<uint64_t>(hw::ReduceFn::kCount) || (in.c >> 8 & 0xffffff) != 0 || cols == 0 ||
+          (in.flags & ~hw::kReduceAccumulate) != 0) {
+        return false;
+      }
       const bool arg = f == hw::ReduceFn::kArgMax || f == hw::ReduceFn::kArgMin;
-      if (arg && (in.flags & hw::kReduceAccumulate)) return false;
       uint8_t* dst = lx(in, in.a, rows * (arg ? 8 : es));
       const uint8_t* src = lx(in, in.b, n * es);
-      if (!dst || !src) return false;
-      sfp_reduce(f, t, dst, src, rows, cols, in.flags & hw::kReduceAccumulate);
+      uint8_t* best = arg ? lx(in, hi(in.c), rows * es) : nullptr;
+      if (!dst || !src || (arg && !best) || (!arg && hi(in.c) != 0)) return false;
+      sfp_reduce(f, t, dst, src, rows, cols, in.flags & hw::kReduceAccumulate, best,
+                 static_cast<int64_t>(regs_[hw::reg_rd(in.regs)]));
       name = "reduce";
       break;
     }

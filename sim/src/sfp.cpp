@@ -511,30 +511,50 @@ void sfp_fma(DType t, void* dst, const void* src0, const void* src1, const void*
   }
 }
 
-void sfp_reduce(hw::ReduceFn f, DType t, void* dst, const void* src, uint64_t rows, uint64_t cols, bool accumulate) {
+void sfp_reduce(hw::ReduceFn f, DType t, void* dst, const void* src, uint64_t rows, uint64_t cols, bool accumulate,
+                void* best, int64_t base) {
   using hw::ReduceFn;
   const uint64_t n = rows * cols;
   if (f == ReduceFn::kArgMax || f == ReduceFn::kArgMin) {
-    std::vector<double> v(n);
-    if (hw::dtype_is_float(t)) {
-      std::vector<float> fv(n);
-      to_f32(src, t, n, fv.data());
-      for (uint64_t i = 0; i < n; ++i) v[i] = fv[i];
-    } else {
-      std::vector<int64_t> iv(n);
-      to_i64(src, t, n, iv.data());
-      for (uint64_t i = 0; i < n; ++i) v[i] = static_cast<double>(iv[i]);
-    }
+    // Values compared in double: exact for every element type the SFP holds (int64 up to 2**53).
+    const auto widen = [&](const void* p, uint64_t count) {
+      std::vector<double> v(count);
+      if (hw::dtype_is_float(t)) {
+        std::vector<float> fv(count);
+        to_f32(p, t, count, fv.data());
+        for (uint64_t i = 0; i < count; ++i) v[i] = fv[i];
+      } else {
+        std::vector<int64_t> iv(count);
+        to_i64(p, t, count, iv.data());
+        for (uint64_t i = 0; i < count; ++i) v[i] = static_cast<double>(iv[i]);
+      }
+      return v;
+    };
+    const std::vector<double> v = widen(src, n);
+    std::vector<double> kept = accumulate ? widen(best, rows) : std::vector<double>(rows);
     auto* out = static_cast<int64_t*>(dst);
     const bool want_max = f == ReduceFn::kArgMax;
+    const auto better = [&](double x, double cur) {
+      return !std::isnan(cur) && (std::isnan(x) || (want_max ? x > cur : x < cur));
+    };
     for (uint64_t r = 0; r < rows; ++r) {
-      uint64_t best = 0;
+      uint64_t j = 0;
       for (uint64_t c = 1; c < cols; ++c) {
-        const double x = v[r * cols + c], cur = v[r * cols + best];
-        if (std::isnan(cur)) break;
-        if (std::isnan(x) || (want_max ? x > cur : x < cur)) best = c;
+        if (better(v[r * cols + c], v[r * cols + j])) j = c;
       }
-      out[r] = static_cast<int64_t>(best);
+      const double x = v[r * cols + j];
+      if (!accumulate || better(x, kept[r])) {
+        kept[r] = x;
+        out[r] = base + static_cast<int64_t>(j);
+      }
+    }
+    if (hw::dtype_is_float(t)) {
+      std::vector<float> fk(kept.begin(), kept.end());
+      from_f32(fk.data(), t, rows, best);
+    } else {
+      std::vector<int64_t> ik(rows);
+      for (uint64_t r = 0; r < rows; ++r) ik[r] = static_cast<int64_t>(kept[r]);
+      from_i64(ik.data(), t, rows, best);
     }
     return;
   }

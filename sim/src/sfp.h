@@ -28,8 +28,10 @@ void sfp_select(hw::DType t, void* dst, const uint8_t* mask, const void* src1, h
 
 void sfp_fma(hw::DType t, void* dst, const void* src0, const void* src1, const void* src2, uint64_t count);
 
-/// One result per row; arg-reductions write int64. `accumulate` combines with dst.
-void sfp_reduce(hw::ReduceFn f, hw::DType t, void* dst, const void* src, uint64_t rows, uint64_t cols, bool accumulate);
+/// One result per row; `accumulate` combines with dst. Arg-reductions write int64 indices offset
+/// by `base` and keep the rows' best values in `best` (dtype t), see hw::ReduceFn.
+void sfp_reduce(hw::ReduceFn f, hw::DType t, void* dst, const void* src, uint64_t rows, uint64_t cols, bool accumulate,
+                void* best, int64_t base);
 
 void sfp_fill(hw::DType t, void* dst, double value, uint64_t count);
 void sfp_iota(hw::DType t, void* dst, double start, double step, uint64_t count);

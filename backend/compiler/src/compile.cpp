@@ -26,12 +26,12 @@ Program compile(const ir::Graph& g, const Target& t) {
     if (k) kernels.push_back(std::move(*k));
   }
   uint64_t most = 1;
-  for (const lower::Kernel& k : kernels) most = std::max(most, schedule::nest_items(k.nest));
+  for (const lower::Kernel& k : kernels) most = std::max(most, schedule::nest_units(k.nest));
   const auto cores = static_cast<uint32_t>(std::min<uint64_t>(std::max<uint32_t>(t.cores, 1), most));
   emit::Builder b;
   for (size_t i = 0; i < kernels.size(); ++i) {
     if (i > 0) b.emit(emit::instr(hw::Op::kBarrier));
-    schedule::emit_nest(b, kernels[i].nest, cores, kernels[i].half_bytes, kernels[i].body);
+    schedule::emit_nest(b, kernels[i].nest, cores, kernels[i].body);
   }
   return assemble_spmd(g.name(), b.finish(), cores, g.num_args);
 }

@@ -13,7 +13,6 @@ namespace spyre::compiler::lower {
 struct Kernel {
   schedule::Nest nest;
   schedule::Body body;
-  uint64_t half_bytes = 0;  // one scratchpad half (the body uses [r15, r15 + half_bytes))
 };
 
 /// nullopt when the op has nothing to do (an empty output). Throws std::invalid_argument naming

@@ -174,7 +174,7 @@ std::optional<Kernel> lower_pointwise(const ir::Graph& g, const ir::Pointwise& p
   }
 
   Kernel k;
-  k.half_bytes = half;
+  k.nest.half_bytes = half;
   for (const ir::View* v : views) {
     k.nest.operands.push_back({v->arg, v->offset * static_cast<int64_t>(hw::dtype_size(v->dtype))});
   }

@@ -1,5 +1,6 @@
 #include "nest.h"
 
+#include <algorithm>
 #include <stdexcept>
 
 #include <fmt/format.h>
@@ -15,7 +16,7 @@ constexpr uint32_t kTmp = 6;
 constexpr uint32_t kLo = 7;  // first item of this core (kLo + 1 is clobbered by RANK)
 constexpr uint32_t kHi = 8;
 constexpr uint32_t counter_reg(uint32_t level) {
-  return 9 + level;
+  return level_reg(level);
 }
 
 }  // namespace
@@ -26,26 +27,43 @@ uint64_t nest_items(const Nest& nest) {
   return n;
 }
 
-void emit_nest(Builder& b, const Nest& nest, uint32_t cores, uint64_t half_bytes, const Body& body) {
+uint64_t serial_items(const Nest& nest) {
+  uint64_t n = 1;
+  for (size_t l = nest.levels.size() - std::min<size_t>(nest.serial_levels, nest.levels.size()); l < nest.levels.size();
+       ++l) {
+    n *= nest.levels[l].count;
+  }
+  return n;
+}
+
+uint64_t nest_units(const Nest& nest) {
+  return nest_items(nest) / serial_items(nest);
+}
+
+void emit_nest(Builder& b, const Nest& nest, uint32_t cores, const Body& body) {
   const auto ops = static_cast<uint32_t>(nest.operands.size());
   const auto levels = static_cast<uint32_t>(nest.levels.size());
   if (ops > kMaxOperands || levels > kMaxLevels) {
     throw std::invalid_argument(fmt::format("compiler: a loop nest of {} operands and {} levels exceeds {} and {}", ops,
                                             levels, kMaxOperands, kMaxLevels));
   }
-  const uint64_t items = nest_items(nest);
+  const uint64_t units = nest_units(nest), serial = serial_items(nest);
   const Builder::Label done = b.label(), loop = b.label();
 
-  // This core's share [lo, hi) of the items: lo = rank * items / cores.
+  // This core's share of the units [lo, hi): lo = rank * units / cores; each unit is `serial` items.
   b.emit(emit::rank(kLo));
-  b.emit(emit::muli(kHi, kLo, static_cast<int64_t>(items)));
-  b.emit(emit::addi(kHi, kHi, static_cast<int64_t>(items)));
+  b.emit(emit::muli(kHi, kLo, static_cast<int64_t>(units)));
+  b.emit(emit::addi(kHi, kHi, static_cast<int64_t>(units)));
   b.emit(emit::divu(kHi, kHi, cores));
-  b.emit(emit::muli(kLo, kLo, static_cast<int64_t>(items)));
+  b.emit(emit::muli(kLo, kLo, static_cast<int64_t>(units)));
   b.emit(emit::divu(kLo, kLo, cores));
   b.emit(emit::muli(kTmp, kLo, -1));
   b.emit(emit::add(kLeft, kHi, kTmp));
   b.branch(hw::Cond::kEq, kLeft, 0, done);
+  if (serial > 1) {
+    b.emit(emit::muli(kLeft, kLeft, static_cast<int64_t>(serial)));
+    b.emit(emit::muli(kLo, kLo, static_cast<int64_t>(serial)));
+  }
 
   // Loop counters of item lo, innermost level fastest; then the operands' addresses.
   uint64_t inner = 1;
@@ -65,7 +83,7 @@ void emit_nest(Builder& b, const Nest& nest, uint32_t cores, uint64_t half_bytes
       b.emit(emit::add(operand_reg(i), operand_reg(i), kTmp));
     }
   }
-  b.emit(emit::li(kBufferReg, 0));
+  b.emit(emit::li(kBufferReg, nest.fixed_bytes));
 
   b.bind(loop);
   if (nest.tail_level >= 0) {
@@ -82,7 +100,7 @@ void emit_nest(Builder& b, const Nest& nest, uint32_t cores, uint64_t half_bytes
     body(b, false);
   }
   b.emit(emit::muli(kTmp, kBufferReg, -1));
-  b.emit(emit::addi(kBufferReg, kTmp, static_cast<int64_t>(half_bytes)));
+  b.emit(emit::addi(kBufferReg, kTmp, static_cast<int64_t>(2 * nest.fixed_bytes + nest.half_bytes)));
   b.emit(emit::addi(kLeft, kLeft, -1));
   b.branch(hw::Cond::kEq, kLeft, 0, done);
   // Odometer: step the innermost level; on wrap, rewind it and carry into the next one out.

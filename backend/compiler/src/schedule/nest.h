@@ -26,31 +26,41 @@ struct Level {
 
 struct Nest {
   std::vector<NestOperand> operands;
-  std::vector<Level> levels;  // outermost first
-  int tail_level = -1;        // the level whose last iteration runs the body with tail = true
+  std::vector<Level> levels;   // outermost first
+  int tail_level = -1;         // the level whose last iteration runs the body with tail = true
+  uint32_t serial_levels = 0;  // the innermost levels that one core runs whole (an accumulation)
+  // Scratchpad: [0, fixed_bytes) keeps its contents across items (accumulators); after it, two
+  // halves of half_bytes alternate between items, so a store may still drain from one half while
+  // the next item fills the other.
+  uint64_t fixed_bytes = 0;
+  uint64_t half_bytes = 0;
 };
 
 inline constexpr uint32_t kMaxOperands = 4;
-inline constexpr uint32_t kMaxLevels = 6;
+inline constexpr uint32_t kMaxLevels = 5;
 
 // Registers of a nest's body: r[operand_reg(i)] is operand i's device address for the current
-// item; r[kBufferReg] the byte offset of the scratchpad half that this item uses (it alternates
-// between 0 and the half size, so a store may still drain from one half while the next item fills
-// the other). Other registers belong to the loop.
+// item; r[kBufferReg] the scratchpad address of the half that this item uses; r[level_reg(l)] the
+// iteration of level l; r[kBodyReg] is free for the body. Other registers belong to the loop.
 constexpr uint32_t operand_reg(uint32_t i) {
   return 1 + i;
 }
+constexpr uint32_t level_reg(uint32_t level) {
+  return 9 + level;
+}
+inline constexpr uint32_t kBodyReg = 14;
 inline constexpr uint32_t kBufferReg = 15;
 
 /// Emits the body once for full items and (when the nest has a tail level) once for tail items.
 using Body = std::function<void(emit::Builder&, bool tail)>;
 
-/// Appends the nest to `b`, split over `cores` cores; `half_bytes` is the size of one scratchpad
-/// half. After the last item every asynchronous transfer has landed. Throws std::invalid_argument
-/// when the nest has too many operands or levels.
-void emit_nest(emit::Builder& b, const Nest& nest, uint32_t cores, uint64_t half_bytes, const Body& body);
+/// Appends the nest to `b`, split over `cores` cores. After the last item every asynchronous
+/// transfer has landed. Throws std::invalid_argument when the nest has too many operands or levels.
+void emit_nest(emit::Builder& b, const Nest& nest, uint32_t cores, const Body& body);
 
 /// Items in the nest (the product of its level counts).
 uint64_t nest_items(const Nest& nest);
+/// Shares the nest can be divided into (items / the serial levels' items).
+uint64_t nest_units(const Nest& nest);
 
 }  // namespace spyre::compiler::schedule

@@ -233,8 +233,11 @@ constexpr bool binary_is_compare(BinaryFn f) {
   return f >= BinaryFn::kEq && f <= BinaryFn::kLogicalXor;
 }
 
-/// Row reductions. ArgMax and ArgMin write int64 indices (first occurrence; NaN wins).
-/// Sum, Max, Min and Prod write dtype; flags bit 0 (kReduceAccumulate) combines with dst.
+/// Row reductions. Sum, Max, Min and Prod write dtype; with flags bit 0 (kReduceAccumulate) they
+/// combine with what dst holds. ArgMax and ArgMin write int64 indices (first occurrence; NaN wins)
+/// and keep each row's best value at the scratchpad address in c[63:32]; the index of the block's
+/// first column is r[rd], and with kReduceAccumulate a block's best replaces the kept one only
+/// when strictly better, so a row split into column blocks reduces block by block.
 enum class ReduceFn : uint8_t { kSum, kMax, kMin, kProd, kArgMax, kArgMin, kCount };
 inline constexpr uint8_t kReduceAccumulate = 1u << 0;
 
@@ -247,7 +250,7 @@ inline constexpr uint8_t kReduceAccumulate = 1u << 0;
 //   SELECT    a dst, b mask | src1 << 32, c src2 | immediate << 32, flags Bcast of src1 (2..0)
 //             and of src2 (5..3); mask is a full block
 //   FMA       a dst, b src0 | src1 << 32, c src2, all full blocks
-//   REDUCE    a dst (rows elements), b src, c ReduceFn
+//   REDUCE    a dst (rows elements), b src, c ReduceFn | best values << 32 (arg reductions)
 //   FILL      a dst, c value
 //   IOTA      a dst, b start, c step
 //   TRANSPOSE a dst, b src

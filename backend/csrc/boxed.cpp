@@ -1,0 +1,88 @@
+#include "boxed.h"
+
+#include <torch/library.h>
+
+#include <deque>
+#include <mutex>
+
+#include "aten_util.h"
+
+namespace spyre::backend {
+
+BoxedCall::BoxedCall(const c10::OperatorHandle& op, torch::jit::Stack* stack)
+    : op_(op), stack_(stack), n_(op.schema().arguments().size()) {
+  std::string name = op.schema().name();
+  if (const auto colon = name.rfind("::"); colon != std::string::npos) name = name.substr(colon + 2);
+  inplace_ = !name.empty() && name.back() == '_' && name.front() != '_';
+  if (inplace_) name.pop_back();
+  base_ = std::move(name);
+}
+
+const c10::IValue* BoxedCall::get(std::string_view name) const {
+  const auto& args = op_.schema().arguments();
+  for (size_t i = 0; i < args.size(); ++i) {
+    if (args[i].name() == name) {
+      const c10::IValue& v = at(i);
+      return v.isNone() ? nullptr : &v;
+    }
+  }
+  return nullptr;
+}
+
+std::optional<at::Tensor> BoxedCall::out() const {
+  const c10::IValue* v = get("out");
+  if (!v) return std::nullopt;
+  return v->toTensor();
+}
+
+void BoxedCall::finish(const at::Tensor& result) {
+  torch::jit::drop(*stack_, n_);
+  torch::jit::push(*stack_, result);
+}
+
+void BoxedCall::finish(std::initializer_list<at::Tensor> results) {
+  torch::jit::drop(*stack_, n_);
+  for (const at::Tensor& t : results) torch::jit::push(*stack_, t);
+}
+
+void BoxedCall::fall_back() {
+  run_on_cpu(op_, stack_);
+}
+
+namespace {
+
+// A boxed kernel chosen at run time (torch's makeFromBoxedFunction wants it at compile time).
+struct Functor final : c10::OperatorKernel {
+  explicit Functor(BoxedKernel* k) : kernel(k) {}
+  void operator()(const c10::OperatorHandle& op, c10::DispatchKeySet, torch::jit::Stack* stack) { kernel(op, stack); }
+  BoxedKernel* kernel;
+};
+
+}  // namespace
+
+void register_boxed(const std::vector<std::string>& names, const std::vector<std::string>& overloads,
+                    BoxedKernel* kernel) {
+  // Libraries must outlive the registrations they hold.
+  static std::mutex mu;
+  static std::deque<torch::Library> libs;
+  const std::lock_guard lock(mu);
+  auto& lib = libs.emplace_back(torch::Library::IMPL, "aten", c10::DispatchKey::PrivateUse1, __FILE__, __LINE__);
+  for (const std::string& name : names) {
+    for (const std::string& overload : overloads) {
+      if (!c10::Dispatcher::singleton().findSchema({"aten::" + name, overload})) continue;
+      const std::string full = overload.empty() ? name : name + "." + overload;
+      lib.impl(full.c_str(), torch::CppFunction::makeFromBoxedFunctor(std::make_unique<Functor>(kernel)));
+    }
+  }
+}
+
+std::vector<std::string> with_inplace(const std::vector<std::string>& names) {
+  std::vector<std::string> all;
+  for (const std::string& n : names) {
+    all.push_back(n);
+    all.push_back(n + "_");
+  }
+  return all;
+}
+
+}  // namespace spyre::backend

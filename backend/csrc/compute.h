@@ -1,0 +1,62 @@
+// The eager front door of the kernel compiler: turns ATen tensors into IR views, builds one-op
+// graphs and launches them (compiled once per signature, then cached). Include only from ATen
+// translation units.
+#pragma once
+
+#include <ATen/core/Tensor.h>
+
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "spyre/compiler/ir.h"
+
+namespace spyre::backend {
+
+namespace ir = compiler::ir;
+
+/// The device element type of a torch dtype, or nullopt when the device does not compute in it
+/// (such ops take the CPU fallback).
+std::optional<hw::DType> device_dtype(c10::ScalarType t);
+
+/// A graph being built for one launch: every tensor added becomes a launch argument (its first
+/// element's address) and a view of it.
+class Launch {
+ public:
+  /// Adds `t` (a spyre tensor) as a view; returns the view's index. Equal tensors share a view.
+  uint32_t view(const at::Tensor& t);
+  /// Adds `t` viewed with other sizes and strides (elements), e.g. a broadcast or a permutation.
+  uint32_t view(const at::Tensor& t, c10::IntArrayRef sizes, c10::IntArrayRef strides);
+  /// A device temporary for this launch (fp32 unless told), alive until the launch is queued; the
+  /// queue is in order, so work queued later that reuses its memory runs after this launch.
+  at::Tensor scratch(c10::IntArrayRef sizes, const at::Tensor& like, at::ScalarType type = at::kFloat);
+  ir::Graph& graph() { return graph_; }
+  void pointwise(ir::Pointwise p) {
+    ir::Op op;
+    op.family = ir::Op::Family::kPointwise;
+    op.pointwise = std::move(p);
+    graph_.ops.push_back(std::move(op));
+  }
+  void reduce(ir::Reduce r) {
+    ir::Op op;
+    op.family = ir::Op::Family::kReduce;
+    op.reduce = std::move(r);
+    graph_.ops.push_back(std::move(op));
+  }
+  /// Compiles (or finds in the cache) and queues the program on its device's queue. Throws
+  /// std::invalid_argument when the compiler rejects the graph (callers fall back), c10::Error for
+  /// device errors.
+  void run();
+
+ private:
+  ir::Graph graph_;
+  std::vector<uint64_t> args_;
+  std::vector<at::Tensor> scratch_;
+  int device_ = -1;
+};
+
+/// Copies `src` into `dst` on the device (same device): any strides, broadcasting `src` to `dst`'s
+/// shape, converting dtype. False when a dtype is not a device type (the caller copies another way).
+bool device_copy(const at::Tensor& dst, const at::Tensor& src);
+
+}  // namespace spyre::backend
