@@ -13,6 +13,7 @@
 #include <c10/core/DeviceGuard.h>
 #include <torch/library.h>
 
+#include <map>
 #include <mutex>
 #include <set>
 #include <string>
@@ -164,6 +165,9 @@ at::Tensor& set_source_storage_offset(at::Tensor& self, c10::Storage source, int
   return at::cpu::set_(self, std::move(source), offset, size, stride);
 }
 
+std::mutex g_counts_mu;
+std::map<std::string, uint64_t> g_counts;  // ATen operator -> calls that ran on the CPU
+
 void cpu_fallback(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
   const c10::OperatorName& name = op.schema().operator_name();
   switch (fallback_mode()) {
@@ -185,6 +189,10 @@ void cpu_fallback(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
     }
     case FallbackMode::kAllow:
       break;
+  }
+  {
+    const std::lock_guard lock(g_counts_mu);
+    ++g_counts[c10::toString(name)];
   }
   at::native::cpu_fallback(op, stack);
 }
@@ -233,6 +241,13 @@ std::pair<uint64_t, uint64_t> device_span(const at::Tensor& t) {
 
 void run_on_cpu(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
   cpu_fallback(op, stack);
+}
+
+std::map<std::string, uint64_t> fallback_counts(bool reset) {
+  const std::lock_guard lock(g_counts_mu);
+  std::map<std::string, uint64_t> out = g_counts;
+  if (reset) g_counts.clear();
+  return out;
 }
 
 TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {

@@ -20,6 +20,8 @@ class BoxedCall {
   /// The op's base name without namespace, overload or trailing underscore: "add" for add_.Tensor.
   const std::string& base() const { return base_; }
   const std::string& overload() const { return op_.schema().overload_name(); }
+  /// "aten::add_.Tensor": how traces and messages name the call.
+  std::string name() const { return c10::toString(op_.schema().operator_name()); }
   /// True for the in-place variant (add_), which writes its first argument.
   bool inplace() const { return inplace_; }
   /// The out= tensor, if this is an out variant.

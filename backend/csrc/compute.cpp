@@ -61,13 +61,13 @@ at::Tensor Launch::scratch(c10::IntArrayRef sizes, const at::Tensor& like, at::S
   return scratch_.emplace_back(at::empty(sizes, like.options().dtype(type)));
 }
 
-void Launch::run() {
+void Launch::run(const std::string& op) {
   TORCH_CHECK(device_ >= 0, "spyre: internal: a launch without device tensors");
   graph_.num_args = static_cast<uint32_t>(args_.size());
   TORCH_CHECK(args_.size() <= hw::kMaxLaunchArgs, "spyre: a kernel needs too many tensors (", args_.size(), ")");
   const c10::DeviceGuard guard(c10::Device(c10::DeviceType::PrivateUse1, static_cast<c10::DeviceIndex>(device_)));
   DeviceRuntime& rt = DeviceRuntime::get(device_);
-  rt.launch(graph_.signature(), [&] { return compiler::compile(graph_, rt.target()); }, args_);
+  rt.launch(graph_.signature(), [&] { return compiler::compile(graph_, rt.target()); }, args_, op);
 }
 
 bool device_copy(const at::Tensor& dst, const at::Tensor& src) {
@@ -81,7 +81,7 @@ bool device_copy(const at::Tensor& dst, const at::Tensor& src) {
   p.inputs = {ir::Operand::of(l.view(src))};
   p.out = l.view(dst);
   l.pointwise(std::move(p));
-  l.run();
+  l.run("aten::copy_");
   return true;
 }
 

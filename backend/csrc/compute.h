@@ -43,10 +43,11 @@ class Launch {
     op.reduce = std::move(r);
     graph_.ops.push_back(std::move(op));
   }
-  /// Compiles (or finds in the cache) and queues the program on its device's queue. Throws
+  /// Compiles (or finds in the cache) and queues the program on its device's queue, labelled with
+  /// the ATen operator `op` in the trace. Throws
   /// std::invalid_argument when the compiler rejects the graph (callers fall back), c10::Error for
   /// device errors.
-  void run();
+  void run(const std::string& op);
 
  private:
   ir::Graph graph_;

@@ -71,8 +71,9 @@ at::Tensor& mm_out(const at::Tensor& a, const at::Tensor& b, at::Tensor& out) {
   DeviceRuntime& rt = DeviceRuntime::get(a.device().index());
   const std::string key =
       c10::str("mm/", static_cast<int>(*type), "/", m, "x", k, "x", n, "/", spec.lda, ",", spec.ldb, ",", spec.ldc);
-  rt.launch(key, [&] { return compiler::compile_matmul(spec, rt.target()); },
-            {device_addr(A), device_addr(B), device_addr(C)});
+  rt.launch(
+      key, [&] { return compiler::compile_matmul(spec, rt.target()); },
+      {device_addr(A), device_addr(B), device_addr(C)}, "aten::mm");
   if (!C.is_same(out)) out.copy_(C);
   return out;
 }

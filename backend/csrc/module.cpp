@@ -109,6 +109,18 @@ PYBIND11_MODULE(_C, m) {
     return memory_stats(index);
     END_HANDLE_TH_ERRORS_PYBIND
   });
+  m.def("_program_cache_stats", [](int index) {
+    HANDLE_TH_ERRORS
+    const spyre::backend::ProgramCacheStats s = DeviceRuntime::get(index).program_cache_stats();
+    py::dict d;
+    d["entries"] = s.entries;
+    d["bytes"] = s.bytes;
+    d["hits"] = s.hits;
+    d["misses"] = s.misses;
+    d["evictions"] = s.evictions;
+    return d;
+    END_HANDLE_TH_ERRORS_PYBIND
+  });
   m.def("_write_reports", [] {
     HANDLE_TH_ERRORS
     std::string trace, stats;
@@ -122,6 +134,8 @@ PYBIND11_MODULE(_C, m) {
     END_HANDLE_TH_ERRORS_PYBIND
   });
   m.def("_get_cpu_fallback", [] { return mode_name(spyre::backend::fallback_mode()); });
+  m.def(
+      "_fallback_counts", [](bool reset) { return spyre::backend::fallback_counts(reset); }, py::arg("reset") = false);
   m.def("_is_in_bad_fork", [] { return spyre::driver::Driver::forked_child(); });
   m.def("_submit_raw_descriptor", [](int index, const py::bytes& raw) {
     HANDLE_TH_ERRORS

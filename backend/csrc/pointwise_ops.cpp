@@ -92,7 +92,7 @@ std::optional<at::Tensor> output(const BoxedCall& c, const at::Tensor& like, c10
 // Launches `l` and returns `out`, or falls back to the CPU when the compiler does not take it.
 void finish(BoxedCall& c, Launch& l, const at::Tensor& out) {
   try {
-    l.run();
+    l.run(c.name());
   } catch (const std::invalid_argument&) {
     c.fall_back();
     return;

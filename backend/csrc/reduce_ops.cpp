@@ -129,7 +129,7 @@ bool launch_with(BoxedCall& c, const at::Tensor& self, const std::vector<int64_t
     Launch l;
     build(l, in);
     try {
-      l.run();
+      l.run(c.name());
       return true;
     } catch (const std::invalid_argument&) {
     }

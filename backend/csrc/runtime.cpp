@@ -86,7 +86,19 @@ DeviceRuntime& DeviceRuntime::get(int index) {
   return *g_runtimes[index];
 }
 
-DeviceRuntime::DeviceRuntime(int index, driver::Device* device) : index_(index), device_(device) {
+// Programs kept per device: TORCH_SPYRE_PROGRAM_CACHE entries (default 4096), at most 512 MiB.
+size_t program_cache_entries() {
+  const char* env = std::getenv("TORCH_SPYRE_PROGRAM_CACHE");
+  if (!env || !*env) return 4096;
+  char* end = nullptr;
+  const unsigned long long n = std::strtoull(env, &end, 10);
+  TORCH_CHECK_VALUE(end && *end == 0 && n >= 1,
+                    "torch_spyre: TORCH_SPYRE_PROGRAM_CACHE must be a positive count, not '", env, "'");
+  return static_cast<size_t>(n);
+}
+
+DeviceRuntime::DeviceRuntime(int index, driver::Device* device)
+    : index_(index), device_(device), programs_(program_cache_entries(), 512ull << 20) {
   SPYRE_CHECK(device_->create_queue(kQueueEntries, &queue_));
 }
 
@@ -163,38 +175,59 @@ void DeviceRuntime::d2d(uint64_t dst, uint64_t src, uint64_t n) {
   SPYRE_CHECK(queue_->copy(src, dst, n, 0, &seq));
 }
 
-void DeviceRuntime::launch(const std::string& key, const std::function<compiler::Program()>& build,
-                           const std::vector<uint64_t>& args) {
-  Loaded prog{};
-  bool found = false;
+// The device copy of an op name, written once per name and kept: there are a few hundred at most.
+uint64_t DeviceRuntime::label(const std::string& op) {
+  if (op.empty()) return 0;
   {
     std::lock_guard lock(mu_);
-    if (auto it = programs_.find(key); it != programs_.end()) {
-      prog = it->second;
-      found = true;
-    }
+    if (const auto it = labels_.find(op); it != labels_.end()) return it->second;
   }
-  if (!found) {
+  const std::string text = op.substr(0, hw::kMaxLabelBytes - 1);
+  const uint64_t addr = alloc(text.size() + 1);
+  h2d(addr, text.c_str(), text.size() + 1);
+  std::lock_guard lock(mu_);
+  const auto [it, inserted] = labels_.emplace(op, addr);
+  if (!inserted) free(addr);  // another thread wrote it meanwhile
+  return it->second;
+}
+
+void DeviceRuntime::launch(const std::string& key, const std::function<compiler::Program()>& build,
+                           const std::vector<uint64_t>& args, const std::string& op) {
+  std::optional<LoadedProgram> found;
+  {
+    std::lock_guard lock(mu_);
+    found = programs_.find(key);
+  }
+  LoadedProgram prog{};
+  if (found) {
+    prog = *found;
+  } else {
     const compiler::Program p = build();
     TORCH_INTERNAL_ASSERT(p.num_args <= args.size(), "spyre: program ", p.name, " needs ", p.num_args, " arguments");
-    prog = Loaded{alloc(p.image.size()), p.image.size(), p.core_mask};
-    h2d(prog.addr, p.image.data(), p.image.size());
-    std::unique_lock lock(mu_);
-    const auto [it, inserted] = programs_.emplace(key, prog);
-    if (!inserted) {  // another thread loaded the same program meanwhile: use its copy
-      const uint64_t mine = prog.addr;
-      prog = it->second;
-      lock.unlock();
-      free(mine);  // safe: the queue is in order, so our upload lands before anything reuses it
+    const LoadedProgram mine{alloc(p.image.size()), p.image.size(), p.core_mask};
+    h2d(mine.addr, p.image.data(), p.image.size());
+    std::vector<LoadedProgram> evicted;
+    {
+      std::lock_guard lock(mu_);
+      evicted = programs_.insert(key, mine, &prog);
     }
+    // Safe to free at once: the queue is in order, so work already queued with these programs (or
+    // our upload) runs before anything queued later reuses the memory.
+    if (prog.addr != mine.addr) free(mine.addr);  // another thread loaded the same program meanwhile
+    for (const LoadedProgram& e : evicted) free(e.addr);
   }
   TORCH_CHECK(args.size() <= hw::kMaxLaunchArgs, "spyre: too many launch arguments (", args.size(), ")");
   const uint64_t args_bytes = args.size() * sizeof(uint64_t);
   const uint64_t args_addr = alloc(hw::kMaxLaunchArgs * sizeof(uint64_t));
   h2d(args_addr, args.data(), args_bytes);
   uint64_t seq = 0;
-  SPYRE_CHECK(queue_->launch(prog.addr, prog.size, args_addr, args_bytes, prog.core_mask, &seq));
+  SPYRE_CHECK(queue_->launch(prog.addr, prog.size, args_addr, args_bytes, prog.core_mask, label(op), &seq));
   queue_->on_complete(seq, [this, args_addr] { (void)device_->free(args_addr); });
+}
+
+ProgramCacheStats DeviceRuntime::program_cache_stats() {
+  std::lock_guard lock(mu_);
+  return programs_.stats();
 }
 
 void DeviceRuntime::synchronize() {

@@ -12,6 +12,7 @@
 
 #include <c10/core/Storage.h>
 
+#include "program_cache.h"
 #include "spyre/compiler/program.h"
 #include "spyre/driver/device.h"
 
@@ -46,10 +47,13 @@ class DeviceRuntime {
   /// Device -> device copy on this card. Asynchronous.
   void d2d(uint64_t dst, uint64_t src, uint64_t n);
 
-  /// Launches the program cached under `key` (compiled by `build` on first use) with `args`.
-  /// Asynchronous.
+  /// Launches the program cached under `key` (compiled by `build` on first use) with `args`,
+  /// labelled `op` in the trace (the ATen operator). Asynchronous.
   void launch(const std::string& key, const std::function<compiler::Program()>& build,
-              const std::vector<uint64_t>& args);
+              const std::vector<uint64_t>& args, const std::string& op);
+
+  /// Entries, bytes, hits, misses and evictions of the program cache.
+  ProgramCacheStats program_cache_stats();
 
   /// Waits for all work. A device error is raised here (and the queue is reset so the device
   /// stays usable).
@@ -62,15 +66,11 @@ class DeviceRuntime {
   std::mutex& host_rmw_mutex() { return rmw_mu_; }
 
  private:
-  struct Loaded {
-    uint64_t addr;
-    uint64_t size;
-    uint64_t core_mask;
-  };
   DeviceRuntime(int index, driver::Device* device);
   std::unique_ptr<driver::HostBuffer> take_staging(uint64_t n);
   void give_back(std::unique_ptr<driver::HostBuffer> b);
   void wait(uint64_t seq);
+  uint64_t label(const std::string& op);
 
   int index_;
   driver::Device* device_;
@@ -78,7 +78,8 @@ class DeviceRuntime {
   std::mutex mu_;
   std::multimap<uint64_t, std::unique_ptr<driver::HostBuffer>> staging_;  // by size
   uint64_t staging_bytes_ = 0;
-  std::map<std::string, Loaded> programs_;
+  ProgramCache programs_;
+  std::map<std::string, uint64_t> labels_;  // op name -> its NUL-terminated copy in device memory
   std::mutex rmw_mu_;
 };
 
@@ -88,6 +89,9 @@ void resize_storage_bytes(const c10::Storage& storage, size_t bytes);
 /// The calling thread's current device index (default 0).
 int current_device();
 void set_current_device(int index);
+
+/// Calls per ATen operator that ran through the CPU fallback since the last reset.
+std::map<std::string, uint64_t> fallback_counts(bool reset);
 
 /// How ops without a Spyre kernel are handled.
 enum class FallbackMode { kAllow, kWarn, kError };

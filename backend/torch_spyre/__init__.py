@@ -24,12 +24,13 @@ import torch  # noqa: E402
 
 from . import _C  # noqa: E402
 from . import device_module as _device_module  # noqa: E402
-from ._fallback import get_cpu_fallback, set_cpu_fallback  # noqa: E402
+from ._fallback import fallback_counts, get_cpu_fallback, set_cpu_fallback  # noqa: E402
 from .sim import device_cycles, device_info, write_reports  # noqa: E402
 
 __all__ = [
     "device_cycles",
     "device_info",
+    "fallback_counts",
     "get_cpu_fallback",
     "set_cpu_fallback",
     "write_reports",

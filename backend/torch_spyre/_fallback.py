@@ -23,3 +23,12 @@ def set_cpu_fallback(mode: str) -> None:
 def get_cpu_fallback() -> str:
     """Returns the current CPU fallback mode: ``"allow"``, ``"warn"`` or ``"error"``."""
     return _C._get_cpu_fallback()
+
+
+def fallback_counts(reset: bool = False) -> dict[str, int]:
+    """Calls per ATen operator that ran on the CPU fallback in this process (since the last reset).
+
+    An empty dict means everything ran natively. ``reset=True`` clears the counts after reading.
+    The test suite prints them at its end, so that what still falls back is visible.
+    """
+    return dict(_C._fallback_counts(reset))

@@ -17,3 +17,14 @@ def submit_raw_descriptor(raw: bytes, device: torch.device | str | int | None = 
     fails only its own queue; the device stays usable.
     """
     return _C._submit_raw_descriptor(_index(device), bytes(raw))
+
+
+def program_cache_info(device: torch.device | str | int | None = None) -> dict:
+    """The device's cache of compiled programs: ``entries``, ``bytes`` (device memory they hold),
+    ``hits``, ``misses`` and ``evictions``.
+
+    An eager op compiles once per signature (op, shapes, strides, dtypes) and is then launched from
+    the cache. The cache keeps the ``$TORCH_SPYRE_PROGRAM_CACHE`` most recently used programs
+    (default 4096, and at most 512 MiB); an evicted program's device memory is freed.
+    """
+    return _C._program_cache_stats(_index(device))

@@ -151,7 +151,7 @@ Status Queue::copy(uint64_t src, uint64_t dst, uint64_t size, uint8_t flags, uin
 }
 
 Status Queue::launch(uint64_t program, uint64_t program_size, uint64_t args, uint64_t args_size, uint64_t core_mask,
-                     uint64_t* seq) {
+                     uint64_t label, uint64_t* seq) {
   hw::Descriptor d{};
   d.opcode = hw::Opcode::kLaunch;
   d.launch.program = program;
@@ -159,6 +159,7 @@ Status Queue::launch(uint64_t program, uint64_t program_size, uint64_t args, uin
   d.launch.args = args;
   d.launch.args_size = args_size;
   d.launch.core_mask = core_mask;
+  d.launch.label = label;
   std::unique_lock lock(mu_);
   return submit_locked(lock, d, seq);
 }

@@ -197,7 +197,7 @@ TEST_CASE("a matmul program runs on the cores and matches a CPU reference") {
     const uint64_t dargs = alloc(sizeof args);
     upload(*q, dargs, args, sizeof args);
     uint64_t seq = 0;
-    REQUIRE(q->launch(dprog, prog.image.size(), dargs, sizeof args, prog.core_mask, &seq).ok());
+    REQUIRE(q->launch(dprog, prog.image.size(), dargs, sizeof args, prog.core_mask, 0, &seq).ok());
     const driver::Status s = q->wait(seq);
     REQUIRE_MESSAGE(s.ok(), s.message());
     std::vector<uint8_t> out(uint64_t{m} * n * es);

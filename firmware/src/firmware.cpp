@@ -39,7 +39,8 @@ Verdict validate_copy(const hw::Descriptor& d, const Limits& lim) {
 Verdict validate_launch(const hw::Descriptor& d, const Limits& lim) {
   const hw::LaunchArgs& l = d.launch;
   if (d.flags != 0) return fail(ErrorCode::kBadFlags, Field::kFlags);
-  if (l.reserved != 0) return fail(ErrorCode::kReservedNonZero, Field::kReserved);
+  if (l.label != 0 && !in_device(l.label, 1, lim.dev_mem_size))
+    return fail(ErrorCode::kOutOfRange, Field::kLaunchLabel);
   if (l.program % hw::kProgramAlign != 0) return fail(ErrorCode::kBadAlignment, Field::kLaunchProgram);
   if (l.program_size < sizeof(hw::ProgramHeader) || l.program_size % sizeof(hw::Instr) != 0 ||
       l.program_size > hw::kMaxProgramBytes) {
@@ -105,6 +106,12 @@ Verdict validate_program(const hw::ProgramHeader& h, const hw::LaunchArgs& l) {
   const uint64_t code_end = static_cast<uint64_t>(h.instr_offset) + sizeof(hw::Instr) * uint64_t{h.num_instrs};
   if (h.instr_offset % sizeof(hw::Instr) != 0 || h.instr_offset < table_end || code_end > l.program_size) {
     return fail(ErrorCode::kBadProgram, Field::kLaunchProgramSize);
+  }
+  const uint64_t name_end = uint64_t{h.name_offset} + h.name_size;
+  if (h.name_size >= hw::kMaxLabelBytes ||
+      (h.name_size > 0 && (h.name_offset < code_end || name_end > l.program_size)) || h.reserved[0] != 0 ||
+      h.reserved[1] != 0) {
+    return fail(ErrorCode::kBadProgram, Field::kLaunchProgram);
   }
   return {};
 }

@@ -148,6 +148,9 @@ TEST_CASE("each malformed field is named") {
   d = launch(64, 4096, 1);
   d.launch.args_size = 8 * 17;
   cases.push_back({d, ErrorCode::kBadSize, Field::kLaunchArgsSize});
+  d = launch(64, 4096, 1);
+  d.launch.label = mem;
+  cases.push_back({d, ErrorCode::kOutOfRange, Field::kLaunchLabel});
   d = hw::Descriptor{};
   d.opcode = static_cast<hw::Opcode>(200);
   cases.push_back({d, ErrorCode::kBadOpcode, Field::kOpcode});
@@ -177,6 +180,21 @@ TEST_CASE("program headers are checked against the launch") {
   bad = h;
   bad.num_instrs = 11;  // runs past program_size
   CHECK(fw::validate_program(bad, l).field == Field::kLaunchProgramSize);
+  // A name lies after the code, inside the program, and is shorter than a label.
+  hw::LaunchArgs named = l;
+  named.program_size += 32;
+  bad = h;
+  bad.name_offset = 64 + 10 * 32;
+  bad.name_size = 20;
+  CHECK(fw::validate_program(bad, named).ok());
+  bad.name_size = 40;  // past program_size
+  CHECK(fw::validate_program(bad, named).field == Field::kLaunchProgram);
+  bad.name_offset = 64;  // inside the code
+  bad.name_size = 8;
+  CHECK(fw::validate_program(bad, named).field == Field::kLaunchProgram);
+  bad = h;
+  bad.reserved[1] = 1;
+  CHECK(fw::validate_program(bad, l).field == Field::kLaunchProgram);
 }
 
 TEST_CASE("the firmware runs a ring: completions, fence, head, interrupts") {

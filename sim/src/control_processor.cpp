@@ -1,5 +1,8 @@
 #include "control_processor.h"
 
+#include <algorithm>
+#include <cstring>
+
 #include <fmt/format.h>
 
 namespace spyre::sim {
@@ -60,14 +63,35 @@ fw::Verdict ControlProcessor::launch(uint64_t program, uint64_t args, uint64_t a
   return {};
 }
 
+std::string ControlProcessor::read_label(uint64_t addr) const {
+  char buf[hw::kMaxLabelBytes] = {};
+  const uint64_t n = std::min<uint64_t>(sizeof buf - 1, memory_.size() - std::min(addr, memory_.size()));
+  memory_.read(addr, buf, n);
+  return std::string(buf, strnlen(buf, n));
+}
+
 void ControlProcessor::command_done(uint32_t queue, const hw::Descriptor& d, const hw::Completion& c) {
   wait(clock_.cycles(config_.firmware.command_cycles));
   const char* name = hw::opcode_name(d.opcode);
   ++stats_.commands[name];
   if (c.error != hw::ErrorCode::kOk) ++stats_.command_errors;
   const uint32_t track = trace_.track(card_, fmt::format("queue {:02}", queue));
-  trace_.slice(track, c.error == hw::ErrorCode::kOk ? name : "error", c.start_cycle, clock_.now_cycles(),
-               {{"seq", d.seq}, {"error", static_cast<uint64_t>(c.error)}, {"field", static_cast<uint64_t>(c.field)}});
+  // A launch is named by its program and tagged with the host op that queued it: debug information
+  // read without timing, as a debugger reads symbols.
+  std::string slice = c.error == hw::ErrorCode::kOk ? name : "error";
+  std::string op;
+  if (d.opcode == hw::Opcode::kLaunch && c.error == hw::ErrorCode::kOk) {
+    hw::ProgramHeader h{};
+    memory_.read(d.launch.program, &h, sizeof h);
+    if (h.name_size > 0) {
+      slice.assign(h.name_size, '\0');
+      memory_.read(d.launch.program + h.name_offset, slice.data(), h.name_size);
+    }
+    if (d.launch.label != 0) op = read_label(d.launch.label);
+  }
+  trace_.slice(track, slice, c.start_cycle, clock_.now_cycles(),
+               {{"seq", d.seq}, {"error", static_cast<uint64_t>(c.error)}, {"field", static_cast<uint64_t>(c.field)}},
+               op);
 }
 
 }  // namespace spyre::sim

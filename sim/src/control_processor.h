@@ -32,6 +32,8 @@ class ControlProcessor : public sc_core::sc_module, private fw::Hal {
   fw::Verdict launch(uint64_t program, uint64_t args, uint64_t args_size, uint64_t core_mask) override;
   void raise_msix(uint32_t vector) override { endpoint_.raise_msix(vector); }
   uint64_t now_cycles() override { return clock_.now_cycles(); }
+  /// The NUL-terminated label at `addr` (at most kMaxLabelBytes - 1 characters).
+  std::string read_label(uint64_t addr) const;
   void wait_for_work() override { wait(endpoint_.work_event()); }
   void command_done(uint32_t queue, const hw::Descriptor& d, const hw::Completion& c) override;
 

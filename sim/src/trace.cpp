@@ -9,7 +9,7 @@
 
 namespace spyre::sim {
 
-uint32_t Trace::intern(const char* s) {
+uint32_t Trace::intern(const std::string& s) {
   auto [it, inserted] = string_ids_.try_emplace(s, static_cast<uint32_t>(strings_.size()));
   if (inserted) strings_.emplace_back(s);
   return it->second;
@@ -21,14 +21,14 @@ uint32_t Trace::track(uint32_t card, const std::string& name) {
   return it->second;
 }
 
-void Trace::slice(uint32_t track, const char* name, uint64_t start, uint64_t end,
-                  std::initializer_list<std::pair<const char*, uint64_t>> args) {
+void Trace::slice(uint32_t track, const std::string& name, uint64_t start, uint64_t end,
+                  std::initializer_list<std::pair<const char*, uint64_t>> args, const std::string& op) {
   if (config_.output.trace_path.empty()) return;
   if (events_.size() >= config_.output.max_trace_events) {
     ++dropped_;
     return;
   }
-  Event e{track, intern(name), start, end > start ? end - start : 0, 0, {}};
+  Event e{track, intern(name), start, end > start ? end - start : 0, 0, {}, op.empty() ? 0 : intern(op) + 1};
   for (const auto& [k, v] : args) {
     if (e.nargs == 3) break;
     e.args[e.nargs++] = {intern(k), v};
@@ -73,6 +73,7 @@ void Trace::write(const std::string& path) const {
                static_cast<double>(e.start) * us_per_cycle, static_cast<double>(e.dur) * us_per_cycle, e.dur);
     for (uint32_t a = 0; a < e.nargs; ++a)
       fmt::print(f.get(), ",\"{}\":{}", strings_[e.args[a].first], e.args[a].second);
+    if (e.op != 0) fmt::print(f.get(), ",\"op\":{}", nlohmann::json(strings_[e.op - 1]).dump());
     std::fputs("}}", f.get());
   }
   std::fputs("\n]}\n", f.get());

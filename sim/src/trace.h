@@ -20,9 +20,10 @@ class Trace {
   /// Returns the id of the track `name` on card `card`, creating it on first use.
   uint32_t track(uint32_t card, const std::string& name);
 
-  /// Records a complete slice [start, end) in cycles. `args` are small numeric annotations.
-  void slice(uint32_t track, const char* name, uint64_t start, uint64_t end,
-             std::initializer_list<std::pair<const char*, uint64_t>> args = {});
+  /// Records a complete slice [start, end) in cycles. `args` are small numeric annotations;
+  /// `op`, when not empty, names the host operation that caused the slice (args.op).
+  void slice(uint32_t track, const std::string& name, uint64_t start, uint64_t end,
+             std::initializer_list<std::pair<const char*, uint64_t>> args = {}, const std::string& op = {});
 
   bool instructions() const { return config_.output.trace_instructions; }
   uint64_t dropped() const { return dropped_; }
@@ -38,12 +39,13 @@ class Trace {
     uint64_t dur;
     uint32_t nargs;
     std::pair<uint32_t, uint64_t> args[3];
+    uint32_t op;  // interned string + 1, or 0 for none
   };
   struct Track {
     uint32_t card;
     std::string name;
   };
-  uint32_t intern(const char* s);
+  uint32_t intern(const std::string& s);
 
   const Config& config_;
   std::vector<Track> tracks_;

@@ -17,15 +17,22 @@ Program image(std::string name, const std::vector<uint32_t>& entry, const std::v
   const uint64_t table = sizeof h + 4ull * entry.size();
   h.instr_offset = static_cast<uint32_t>((table + sizeof(hw::Instr) - 1) / sizeof(hw::Instr) * sizeof(hw::Instr));
   h.num_instrs = static_cast<uint32_t>(code.size());
+  // The name follows the code, padded to a whole instruction so that the image stays a multiple of 32.
+  if (name.size() >= hw::kMaxLabelBytes) name.resize(hw::kMaxLabelBytes - 1);
+  const uint64_t code_end = h.instr_offset + code.size() * sizeof(hw::Instr);
+  h.name_offset = name.empty() ? 0 : static_cast<uint32_t>(code_end);
+  h.name_size = static_cast<uint32_t>(name.size());
+  const uint64_t name_room = (name.size() + sizeof(hw::Instr) - 1) / sizeof(hw::Instr) * sizeof(hw::Instr);
 
   Program p;
-  p.name = std::move(name);
   p.num_args = num_args;
   p.core_mask = entry.size() == 64 ? ~0ull : (1ull << entry.size()) - 1;
-  p.image.assign(h.instr_offset + code.size() * sizeof(hw::Instr), 0);
+  p.image.assign(code_end + name_room, 0);
   std::memcpy(p.image.data(), &h, sizeof h);
   std::memcpy(p.image.data() + sizeof h, entry.data(), entry.size() * 4);
   std::memcpy(p.image.data() + h.instr_offset, code.data(), code.size() * sizeof(hw::Instr));
+  std::memcpy(p.image.data() + code_end, name.data(), name.size());
+  p.name = std::move(name);
   return p;
 }
 

@@ -71,9 +71,10 @@ class Queue {
 
   /// Submits a DMA copy; `flags` are hw::kCopySrcHost / hw::kCopyDstHost. Returns its sequence number.
   Status copy(uint64_t src, uint64_t dst, uint64_t size, uint8_t flags, uint64_t* seq);
-  /// Submits a program launch on `core_mask`.
+  /// Submits a program launch on `core_mask`. `label` is the device address of a NUL-terminated
+  /// name for traces (the host operation), or 0.
   Status launch(uint64_t program, uint64_t program_size, uint64_t args, uint64_t args_size, uint64_t core_mask,
-                uint64_t* seq);
+                uint64_t label, uint64_t* seq);
   /// Submits a descriptor exactly as given (only `seq` is assigned). The card validates it; a
   /// malformed one completes with an error and puts this queue, and only this queue, in error.
   Status submit_raw(const hw::Descriptor& d, uint64_t* seq);

@@ -5,6 +5,7 @@
 #include <cstdint>
 
 #include "spyre/hw/errors.h"
+#include "spyre/hw/isa.h"
 
 namespace spyre::hw {
 
@@ -54,7 +55,7 @@ struct LaunchArgs {
   uint64_t args;          // device address of the u64 argument block (8-byte aligned)
   uint64_t args_size;     // bytes, a multiple of 8, at most kMaxLaunchArgs * 8
   uint64_t core_mask;     // bit i runs the program on core i
-  uint64_t reserved;
+  uint64_t label;         // device address of a NUL-terminated label for traces (the host op), or 0
 };
 
 struct TimestampArgs {

@@ -35,6 +35,7 @@ enum class Field : uint16_t {
   kLaunchArgsSize,
   kLaunchCoreMask,
   kTimestampDst,
+  kLaunchLabel,
   kCount
 };
 
@@ -99,6 +100,8 @@ constexpr const char* field_name(Field f) {
       return "launch.core_mask";
     case Field::kTimestampDst:
       return "timestamp.dst";
+    case Field::kLaunchLabel:
+      return "launch.label";
     default:
       return "unknown";
   }

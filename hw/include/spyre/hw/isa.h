@@ -9,13 +9,15 @@ namespace spyre::hw {
 
 inline constexpr uint32_t kProgramMagic = 0x50595053;  // "SPYP"
 inline constexpr uint16_t kIsaVersion = 2;
-inline constexpr uint32_t kProgramAlign = 64;  // program start alignment in device memory
+inline constexpr uint32_t kProgramAlign = 64;    // program start alignment in device memory
+inline constexpr uint32_t kMaxLabelBytes = 256;  // a program name or launch label, NUL included
 
 /// Program layout in device memory:
 ///   ProgramHeader (32 bytes)
 ///   uint32_t entry[num_entries]   entry[r] = index of the first instruction of the r-th core in the launch mask
 ///   padding to instr_offset       (a multiple of 32)
 ///   Instr[num_instrs]
+///   name[name_size]               the program's name for traces (not NUL-terminated), optional
 /// Several entries may name the same instruction: a program written once for every core (SPMD)
 /// reads its rank with RANK and picks its share of the work.
 struct ProgramHeader {
@@ -24,7 +26,9 @@ struct ProgramHeader {
   uint16_t num_entries;  // must equal the number of cores in the launch's core mask
   uint32_t num_instrs;
   uint32_t instr_offset;  // byte offset of the first instruction from the program start
-  uint32_t reserved[4];
+  uint32_t name_offset;   // byte offset of the name from the program start (0 when name_size is 0)
+  uint32_t name_size;     // bytes of name, less than kMaxLabelBytes
+  uint32_t reserved[2];
 };
 static_assert(sizeof(ProgramHeader) == 32, "program header is 32 bytes");
 
