@@ -1,7 +1,7 @@
 // ATen registrations of the Spyre device that are not compute: tensor creation, views, resizing,
 // copies between host and device (with dtype and stride conversion), .item(), and the CPU
 // fallback for every operator without a Spyre kernel. Compute kernels live in their own files
-// (matmul.cpp).
+// (pointwise_ops.cpp, reduce_ops.cpp, matmul.cpp).
 #include <ATen/ATen.h>
 #include <ATen/EmptyTensor.h>
 #include <ATen/native/CPUFallback.h>

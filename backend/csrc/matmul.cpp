@@ -1,5 +1,5 @@
-// Lowering of aten::mm to the Spyre kernel compiler: float32 and float16 run as tile-ISA programs
-// on the cores; other dtypes take the CPU fallback (which honours TORCH_SPYRE_CPU_FALLBACK).
+// Lowering of aten::mm to the Spyre kernel compiler: float32, float16 and bfloat16 run as tile-ISA
+// programs on the cores; other dtypes take the CPU fallback (which honours TORCH_SPYRE_CPU_FALLBACK).
 #include <ATen/ATen.h>
 #include <c10/core/DeviceGuard.h>
 #include <c10/util/StringUtil.h>

@@ -176,11 +176,20 @@ void reduce_kernel(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
   }
   int64_t count = 1;
   for (int64_t d : dims) count *= self.size(d);
+  // fp16 and bf16 accumulate in fp32 (as torch does) and round once into the result.
   const hw::DType t = *device_dtype(type);
+  const bool narrow = t == hw::DType::kF16 || t == hw::DType::kBF16;
+  const hw::DType compute = narrow ? hw::DType::kF32 : t;
   if (launch_with(c, self, dims, [&](Launch& l, const ReduceInput& in) {
         const uint32_t o = keepdim_view(l, out, self, dims, in.perm);
-        l.reduce(reduction(row.fn, t, l.view(in.tensor), o, in.dims));
-        if (row.mean) l.pointwise(scale(o, t, 1.0 / static_cast<double>(count)));
+        const bool direct = !narrow && !row.mean;
+        const uint32_t acc = direct ? o : l.view(l.scratch(keepdim_sizes(in.tensor, in.dims), self, at::kFloat));
+        l.reduce(reduction(row.fn, compute, l.view(in.tensor), acc, in.dims));
+        if (!direct) {
+          ir::Pointwise p = scale(acc, compute, row.mean ? 1.0 / static_cast<double>(count) : 1.0);
+          p.out = o;
+          l.pointwise(p);
+        }
       })) {
     c.finish(out);
   }

@@ -32,7 +32,7 @@ NATIVE = {
     "softmax", "log_softmax",
 }  # fmt: skip
 
-DTYPES = [torch.float32, torch.float16, torch.bfloat16, torch.int32, torch.int64, torch.bool]
+DTYPES = [torch.float32, torch.float16, torch.bfloat16, torch.int32, torch.int8, torch.int64, torch.bool]
 DEFAULT_SAMPLES = 6
 
 

@@ -155,8 +155,51 @@ void Core::timed(uint64_t begin, uint64_t cycles, uint64_t& stat, const char* na
   if (trace_.instructions()) trace_.slice(track_, name, begin, end, {{"elements", elements}});
 }
 
+namespace {
+
+// The flag bits each opcode defines; any other set bit is a fault.
+uint8_t allowed_flags(hw::Op op) {
+  switch (op) {
+    case hw::Op::kBranch:
+      return 0x07;  // hw::Cond
+    case hw::Op::kLoad:
+    case hw::Op::kStore:
+      return hw::kDmaAsync | 0xf0;
+    case hw::Op::kMatmul:
+      return hw::kMatmulAccumulate;
+    case hw::Op::kUnary:
+      return 0x07;  // Bcast of src
+    case hw::Op::kBinary:
+    case hw::Op::kSelect:
+      return 0x3f;  // two Bcast fields
+    case hw::Op::kReduce:
+      return hw::kReduceAccumulate;
+    default:
+      return 0;
+  }
+}
+
+// Functions defined only for float or only for integer types (the compiler never mixes them).
+bool type_ok(const hw::Instr& in) {
+  const bool is_float = hw::dtype_is_float(in.dtype);
+  if (in.op == hw::Op::kUnary) {
+    const auto f = static_cast<hw::UnaryFn>(in.c);
+    if (f == hw::UnaryFn::kBitwiseNot) return !is_float;
+    if (unary_is_transcendental(f)) return is_float;
+  }
+  if (in.op == hw::Op::kBinary) {
+    const auto f = static_cast<hw::BinaryFn>(in.c & 0xff);
+    if (f == hw::BinaryFn::kBitAnd || f == hw::BinaryFn::kBitOr || f == hw::BinaryFn::kBitXor) return !is_float;
+    if (f == hw::BinaryFn::kAtan2) return is_float;
+  }
+  return true;
+}
+
+}  // namespace
+
 bool Core::execute(const hw::Instr& in, uint32_t& pc) {
   ++stats_.instructions;
+  if ((in.flags & ~allowed_flags(in.op)) != 0 || !type_ok(in)) return false;
   const uint64_t begin = clock_.now_cycles();
   uint64_t* r = regs_;
   const auto reg_ok = [](uint32_t i) { return i > 0 && i < hw::kNumRegs; };  // r0 is read-only zero
@@ -250,9 +293,10 @@ bool Core::execute(const hw::Instr& in, uint32_t& pc) {
     }
     case hw::Op::kMatmul: {
       const uint32_t m = hw::unpack_m(in.c), k = hw::unpack_k(in.c), n = hw::unpack_n(in.c);
-      if (!hw::dtype_is_float(in.dtype) || m == 0 || k == 0 || n == 0 || in.a % 4 != 0) return false;
+      if (!hw::dtype_is_float(in.dtype) || m == 0 || k == 0 || n == 0) return false;
       const uint64_t es = hw::dtype_size(in.dtype);
       uint8_t* c = lx(in, in.a, uint64_t{m} * n * 4);
+      if (c && (c - lx_.data()) % 4 != 0) return false;  // the fp32 accumulator is word aligned
       const uint8_t* a = lx(in, static_cast<uint32_t>(in.b), uint64_t{m} * k * es);
       const uint8_t* b = lx(in, in.b >> 32, uint64_t{k} * n * es);
       if (!a || !b || !c) return false;
@@ -272,7 +316,7 @@ bool Core::dma(const hw::Instr& in) {
   const uint64_t row_bytes = in.e;
   const uint64_t total = rows * row_bytes;
   uint8_t* buf = lx(in, in.a, total);
-  if (rows == 0 || row_bytes == 0 || !buf || (in.flags & ~(hw::kDmaAsync | 0xf0)) != 0) return false;
+  if (rows == 0 || row_bytes == 0 || !buf) return false;
   // Address arithmetic that wraps around would land somewhere valid: fault instead.
   uint64_t base = 0, span = 0, last = 0;
   if (__builtin_add_overflow(regs_[hw::reg_rd(in.regs)], in.b, &base) ||
@@ -366,7 +410,7 @@ bool Core::sfp(const hw::Instr& in) {
       const uint8_t* s0 = operand(lo(in.b), hw::bcast_src0(in.flags));
       const uint8_t* s1 = operand(hi(in.b), hw::bcast_src1(in.flags));
       uint8_t* dst = lx(in, in.a, n * (hw::binary_is_compare(f) ? 1 : es));
-      if (bad || !dst || in.flags >> 6) return false;
+      if (bad || !dst) return false;
       sfp_binary(f, t, dst, s0, hw::bcast_src0(in.flags), s1, hw::bcast_src1(in.flags), hi(in.c), rows, cols);
       transcendental = binary_is_transcendental(f);
       name = "binary";
@@ -377,7 +421,7 @@ bool Core::sfp(const hw::Instr& in) {
       const uint8_t* s1 = operand(hi(in.b), hw::bcast_src0(in.flags));
       const uint8_t* s2 = operand(lo(in.c), hw::bcast_src1(in.flags));
       uint8_t* dst = lx(in, in.a, n * es);
-      if (bad || !mask || !dst || in.flags >> 6) return false;
+      if (bad || !mask || !dst) return false;
       sfp_select(t, dst, mask, s1, hw::bcast_src0(in.flags), s2, hw::bcast_src1(in.flags), hi(in.c), rows, cols);
       name = "select";
       break;
@@ -394,8 +438,7 @@ bool Core::sfp(const hw::Instr& in) {
     }
     case hw::Op::kReduce: {
       const auto f = static_cast<hw::ReduceFn>(in.c & 0xff);
-      if ((in.c & 0xff) >= static_cast<uint64_t>(hw::ReduceFn::kCount) || (in.c >> 8 & 0xffffff) != 0 || cols == 0 ||
-          (in.flags & ~hw::kReduceAccumulate) != 0) {
+      if ((in.c & 0xff) >= static_cast<uint64_t>(hw::ReduceFn::kCount) || (in.c >> 8 & 0xffffff) != 0 || cols == 0) {
         return false;
       }
       const bool arg = f == hw::ReduceFn::kArgMax || f == hw::ReduceFn::kArgMin;

@@ -1,5 +1,6 @@
 #include "sfp.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <limits>
@@ -93,7 +94,8 @@ void from_f32(const float* in, DType t, uint64_t n, void* dst) {
     }
     case DType::kI32: {
       auto* d = static_cast<int32_t*>(dst);
-      for (uint64_t i = 0; i < n; ++i) d[i] = static_cast<int32_t>(f32_to_int(in[i]));
+      for (uint64_t i = 0; i < n; ++i)
+        d[i] = static_cast<int32_t>(std::clamp<int64_t>(f32_to_int(in[i]), INT32_MIN, INT32_MAX));
       return;
     }
     case DType::kI64: {
@@ -103,7 +105,8 @@ void from_f32(const float* in, DType t, uint64_t n, void* dst) {
     }
     case DType::kI8: {
       auto* d = static_cast<int8_t*>(dst);
-      for (uint64_t i = 0; i < n; ++i) d[i] = static_cast<int8_t>(f32_to_int(in[i]));
+      for (uint64_t i = 0; i < n; ++i)
+        d[i] = static_cast<int8_t>(std::clamp<int64_t>(f32_to_int(in[i]), INT8_MIN, INT8_MAX));
       return;
     }
     default: {

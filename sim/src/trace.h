@@ -62,7 +62,7 @@ struct CoreStats {
   uint64_t instructions = 0;
   uint64_t busy_cycles = 0;     // from program start to end
   uint64_t compute_cycles = 0;  // PT and SFP instructions
-  uint64_t memory_cycles = 0;   // waiting for loads and stores
+  uint64_t memory_cycles = 0;   // waiting: synchronous loads and stores, WAIT and BARRIER
   uint64_t flops = 0;
   uint64_t bytes_loaded = 0;
   uint64_t bytes_stored = 0;
