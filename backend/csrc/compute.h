@@ -37,6 +37,12 @@ class Launch {
     op.pointwise = std::move(p);
     graph_.ops.push_back(std::move(op));
   }
+  void matmul(ir::Matmul m) {
+    ir::Op op;
+    op.family = ir::Op::Family::kMatmul;
+    op.matmul = std::move(m);
+    graph_.ops.push_back(std::move(op));
+  }
   void reduce(ir::Reduce r) {
     ir::Op op;
     op.family = ir::Op::Family::kReduce;

@@ -1,93 +1,145 @@
-// Lowering of aten::mm to the Spyre kernel compiler: float32, float16 and bfloat16 run as tile-ISA
-// programs on the cores; other dtypes take the CPU fallback (which honours TORCH_SPYRE_CPU_FALLBACK).
+// The matmul family on the device, registered by table: mm, bmm, addmm, baddbmm, mv and dot (and
+// through them torch's matmul, linear, einsum and @), in float32, float16 and bfloat16 with fp32
+// accumulation. Each call is one compiled program: PT-array tiles with the scale and the bias in
+// the epilogue. Other dtypes take the CPU fallback (which honours TORCH_SPYRE_CPU_FALLBACK).
 #include <ATen/ATen.h>
-#include <c10/core/DeviceGuard.h>
-#include <c10/util/StringUtil.h>
+#include <ATen/native/Resize.h>
 #include <torch/library.h>
 
-#include <optional>
+#include <map>
+#include <stdexcept>
 
-#include "aten_util.h"
+#include "boxed.h"
 #include "compute.h"
-#include "runtime.h"
-#include "spyre/compiler/program.h"
 
 namespace spyre::backend {
 namespace {
 
-// Row stride of a rows x cols matrix whose columns are unit-stride, or nullopt if it is not one.
-std::optional<int64_t> row_stride(const at::Tensor& t) {
-  const int64_t rows = t.size(0), cols = t.size(1);
-  if (cols > 1 && t.stride(1) != 1) return std::nullopt;
-  if (rows == 1) return cols;
-  return t.stride(0) >= cols ? std::optional<int64_t>(t.stride(0)) : std::nullopt;
-}
+struct MatmulRow {
+  int dims;          // of the first matrix operand: 2 (mm), 3 (bmm), 1 for mv's vector and dot
+  bool bias;         // the first argument is the bias (addmm, baddbmm)
+  bool vector_left;  // dot: the left operand is a vector too
+};
 
-at::Tensor& mm_out_fallback(const at::Tensor& a, const at::Tensor& b, at::Tensor& out) {
-  static const c10::OperatorHandle op = c10::Dispatcher::singleton().findSchemaOrThrow("aten::mm", "out");
-  torch::jit::Stack stack{a, b, out};
-  run_on_cpu(op, &stack);
-  return out;
-}
+const std::map<std::string, MatmulRow, std::less<>> kMatmul = {
+    {"mm", {2, false, false}},     {"bmm", {3, false, false}}, {"addmm", {2, true, false}},
+    {"baddbmm", {3, true, false}}, {"mv", {1, false, false}},  {"dot", {1, false, true}},
+};
 
-at::Tensor& mm_out(const at::Tensor& a, const at::Tensor& b, at::Tensor& out) {
-  TORCH_CHECK(a.dim() == 2 && b.dim() == 2, "spyre: mm expects 2-D tensors, got ", a.dim(), "-D and ", b.dim(), "-D");
-  TORCH_CHECK(a.size(1) == b.size(0), "mat1 and mat2 shapes cannot be multiplied (", a.size(0), "x", a.size(1), " and ",
-              b.size(0), "x", b.size(1), ")");
+void matmul_kernel(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
+  BoxedCall c(op, stack);
+  const MatmulRow& row = kMatmul.at(c.base());
+  const size_t first = row.bias ? 1 : 0;
+  // The PT array reads an operand tile along one contiguous dim; one with none is packed first.
+  const auto packed = [](const at::Tensor& t) {
+    const bool no_unit_dim = t.dim() >= 2 && t.size(-1) > 1 && t.size(-2) > 1 && t.stride(-1) != 1 && t.stride(-2) != 1;
+    return no_unit_dim ? t.contiguous() : t;
+  };
+  at::Tensor a = packed(c.at(first).toTensor()), b = packed(c.at(first + 1).toTensor());
+  const std::optional<at::Tensor> bias = row.bias ? std::optional<at::Tensor>(c.at(0).toTensor()) : std::nullopt;
+  const double beta = c.get("beta") ? c.get("beta")->toScalar().toDouble() : 1.0;
+  const double alpha = c.get("alpha") ? c.get("alpha")->toScalar().toDouble() : 1.0;
   TORCH_CHECK(a.scalar_type() == b.scalar_type(), "expected m1 and m2 to have the same dtype, but got: ", a.dtype(),
               " != ", b.dtype());
-  TORCH_CHECK(a.device() == b.device() && a.device() == out.device(),
-              "spyre: mm expects all tensors on one device, got ", a.device(), ", ", b.device(), " and out on ",
-              out.device());
-  std::optional<hw::DType> type = device_dtype(a.scalar_type());
-  if (type != hw::DType::kF32 && type != hw::DType::kF16 && type != hw::DType::kBF16) type = std::nullopt;
-  constexpr int64_t kMaxDim = UINT32_MAX;  // the compiler's shapes are 32-bit
-  if (!type || out.scalar_type() != a.scalar_type() || a.size(0) > kMaxDim || a.size(1) > kMaxDim ||
-      b.size(1) > kMaxDim) {
-    return mm_out_fallback(a, b, out);
+  TORCH_CHECK(b.is_privateuseone() && (!bias || bias->is_privateuseone()),
+              "Expected all tensors to be on the same device, but found at least two devices");
+  // Shapes as [batch, M, K] @ [batch, K, N]; vectors become one-row or one-column matrices.
+  std::vector<int64_t> out_sizes;
+  if (c.base() == "mv") {
+    TORCH_CHECK(a.dim() == 2 && b.dim() == 1, "vector + matrix @ vector expected, got ", a.dim(), ", ", b.dim());
+    TORCH_CHECK(a.size(1) == b.size(0), "size mismatch, got input (", a.size(0), "), mat (", a.size(0), "x", a.size(1),
+                "), vec (", b.size(0), ")");
+    out_sizes = {a.size(0)};
+  } else if (row.vector_left) {
+    TORCH_CHECK(a.dim() == 1 && b.dim() == 1, "1D tensors expected, but got ", a.dim(), "D and ", b.dim(), "D tensors");
+    TORCH_CHECK(a.size(0) == b.size(0), "inconsistent tensor size, expected tensor [", a.size(0), "] and src [",
+                b.size(0), "] to have the same number of elements, but got ", a.size(0), " and ", b.size(0),
+                " elements respectively");
+  } else {
+    TORCH_CHECK(a.dim() == row.dims && b.dim() == row.dims, c.base(), ": expected ", row.dims, "-D tensors, got ",
+                a.dim(), "-D and ", b.dim(), "-D");
+    TORCH_CHECK(a.size(-1) == b.size(-2), "mat1 and mat2 shapes cannot be multiplied (", a.size(-2), "x", a.size(-1),
+                " and ", b.size(-2), "x", b.size(-1), ")");
+    if (row.dims == 3) {
+      TORCH_CHECK(a.size(0) == b.size(0), "batch1 and batch2 must have same number of batches, got ", a.size(0),
+                  " and ", b.size(0));
+      out_sizes = {a.size(0), a.size(1), b.size(2)};
+    } else {
+      out_sizes = {a.size(0), b.size(1)};
+    }
+  }
+  const at::ScalarType type = a.scalar_type();
+  if (type != at::kFloat && type != at::kHalf && type != at::kBFloat16) return c.fall_back();
+  if (bias) {
+    TORCH_CHECK(bias->scalar_type() == type, c.base(), ": expected self and mat2 to have the same dtype");
+    TORCH_CHECK(at::infer_size(bias->sizes(), out_sizes) == c10::IntArrayRef(out_sizes), c.base(),
+                ": the bias of shape ", bias->sizes(), " does not broadcast to ", out_sizes);
   }
 
-  const c10::DeviceGuard guard(a.device());
-  const int64_t m = a.size(0), k = a.size(1), n = b.size(1);
-  if (out.sizes() != c10::IntArrayRef{m, n}) out.resize_({m, n});
-  if (m == 0 || n == 0) return out;
-  if (k == 0) {
-    out.zero_();
-    return out;
+  at::Tensor out;
+  if (c.inplace()) {
+    out = *bias;
+    TORCH_CHECK(out.sizes() == c10::IntArrayRef(out_sizes), c.base(), "_: self must have the output's shape ",
+                out_sizes);
+  } else if (std::optional<at::Tensor> o = c.out()) {
+    out = *o;
+    TORCH_CHECK(out.scalar_type() == type, c.base(), ": expected out to be ", type, ", got ", out.scalar_type());
+    at::native::resize_output(out, out_sizes);
+  } else {
+    out = at::empty(out_sizes, a.options());
   }
-  const at::Tensor A = row_stride(a) ? a : a.contiguous();
-  const at::Tensor B = row_stride(b) ? b : b.contiguous();
-  const bool aliased = out.is_alias_of(a) || out.is_alias_of(b);
-  at::Tensor C = (!aliased && row_stride(out)) ? out : at::empty({m, n}, a.options());
+  if (out.numel() == 0) return c.finish(out);
+  const int64_t K = a.size(-1);
+  const bool use_bias = bias && beta != 0.0;
+  if (K == 0) {  // no products: the result is beta * bias, or zeros
+    if (use_bias) {
+      out.copy_(bias->expand(out_sizes));
+      if (beta != 1.0) out.mul_(beta);
+    } else {
+      out.zero_();
+    }
+    return c.finish(out);
+  }
+  // The compiler writes rows of the output contiguously and must not read what it writes (other
+  // than the bias of an in-place addmm_, tile by tile); otherwise it works on a fresh buffer.
+  const bool direct = (out.dim() == 0 || out.size(-1) == 1 || out.stride(-1) == 1) && !out.is_alias_of(a) &&
+                      !out.is_alias_of(b) && (!bias || out.is_same(*bias) || !out.is_alias_of(*bias));
+  const at::Tensor target = direct ? out : at::empty(out_sizes, a.options());
 
-  compiler::MatmulSpec spec;
-  spec.m = static_cast<uint32_t>(m);
-  spec.k = static_cast<uint32_t>(k);
-  spec.n = static_cast<uint32_t>(n);
-  spec.in = spec.out = *type;
-  spec.lda = static_cast<uint64_t>(*row_stride(A));
-  spec.ldb = static_cast<uint64_t>(*row_stride(B));
-  spec.ldc = static_cast<uint64_t>(*row_stride(C));
-  DeviceRuntime& rt = DeviceRuntime::get(a.device().index());
-  const std::string key =
-      c10::str("mm/", static_cast<int>(*type), "/", m, "x", k, "x", n, "/", spec.lda, ",", spec.ldb, ",", spec.ldc);
-  rt.launch(
-      key, [&] { return compiler::compile_matmul(spec, rt.target()); },
-      {device_addr(A), device_addr(B), device_addr(C)}, "aten::mm");
-  if (!C.is_same(out)) out.copy_(C);
-  return out;
+  Launch l;
+  ir::Matmul mm;
+  mm.compute = *device_dtype(type);
+  mm.alpha = alpha;
+  mm.beta = beta;
+  if (c.base() == "mv") {
+    mm.a = l.view(a);
+    mm.b = l.view(b, {b.size(0), 1}, {b.stride(0), 1});
+    mm.out = l.view(target, {a.size(0), 1}, {target.stride(0), 1});
+  } else if (row.vector_left) {
+    mm.a = l.view(a, {1, K}, {K * a.stride(0), a.stride(0)});
+    mm.b = l.view(b, {K, 1}, {b.stride(0), 1});
+    mm.out = l.view(target, {1, 1}, {1, 1});
+  } else {
+    mm.a = l.view(a);
+    mm.b = l.view(b);
+    mm.out = l.view(target);
+  }
+  if (use_bias) mm.bias = l.view(*bias);  // addmm and baddbmm: broadcast by the compiler
+  l.matmul(mm);
+  try {
+    l.run(c.name());
+  } catch (const std::invalid_argument&) {
+    return c.fall_back();
+  }
+  if (!direct) out.copy_(target);
+  c.finish(out);
 }
 
-at::Tensor mm(const at::Tensor& a, const at::Tensor& b) {
-  at::Tensor out = at::empty({0}, a.options());
-  return mm_out(a, b, out);
-}
+const bool g_registered = [] {
+  register_boxed({"mm", "bmm", "mv", "dot"}, {"", "out"}, &matmul_kernel);
+  register_boxed(with_inplace({"addmm", "baddbmm"}), {"", "out"}, &matmul_kernel);
+  return true;
+}();
 
 }  // namespace
-
-TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
-  m.impl("mm", TORCH_FN(mm));
-  m.impl("mm.out", TORCH_FN(mm_out));
-}
-
 }  // namespace spyre::backend

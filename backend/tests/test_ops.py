@@ -10,6 +10,7 @@ from __future__ import annotations
 import pytest
 import torch
 import torch_spyre
+from conftest import run_python
 from torch.testing._internal.common_methods_invocations import op_db
 
 # OpInfo names (and variant names) that run natively on spyre.
@@ -30,7 +31,11 @@ NATIVE = {
     "sum", "prod", "mean", "amax", "amin", "max.reduction_with_dim", "max.reduction_no_dim",
     "min.reduction_with_dim", "min.reduction_no_dim", "argmax", "argmin", "var", "std",
     "softmax", "log_softmax",
+    # matmul family (float types: integer matmuls take the CPU fallback, docs/user-guide.md)
+    "mm", "bmm", "addmm", "addmm.decomposed", "baddbmm", "mv", "dot", "matmul", "nn.functional.linear",
+    "einsum", "inner",
 }  # fmt: skip
+FLOAT_ONLY = {"mm", "bmm", "addmm", "baddbmm", "mv", "dot", "matmul", "nn.functional.linear", "einsum", "inner"}
 
 DTYPES = [torch.float32, torch.float16, torch.bfloat16, torch.int32, torch.int8, torch.int64, torch.bool]
 DEFAULT_SAMPLES = 6
@@ -45,7 +50,7 @@ CASES = [
     pytest.param(op, dtype, id=f"{_full_name(op)}-{str(dtype).removeprefix('torch.')}")
     for op in OPS
     for dtype in DTYPES
-    if dtype in op.supported_dtypes("cpu")
+    if dtype in op.supported_dtypes("cpu") and (dtype.is_floating_point or op.name not in FLOAT_ONLY)
 ]
 
 
@@ -187,3 +192,33 @@ def test_large_tensors_span_many_tiles_and_cores(cpu_gen):
     _compare(d.t() + 1, x.t() + 1, None)
     _compare(d.sum(0), x.sum(0), None)
     _compare(torch.log_softmax(d, -1), torch.log_softmax(x, -1), None)
+
+
+def test_small_scratchpad_and_fewer_cores(tmp_path):
+    """Programs compiled for a 256 KiB scratchpad and 16 cores run and give CPU's results."""
+    config = tmp_path / "small.json"
+    config.write_text('{"chip": {"lx_bytes": 262144, "cores": 16}}')
+    code = """
+import torch, torch_spyre
+torch_spyre.set_cpu_fallback("error")
+g = torch.Generator().manual_seed(0)
+a, b = torch.randn(300, 700, generator=g), torch.randn(700, 130, generator=g)
+x = torch.randn(64, 40_000, generator=g)
+da, db, dx = a.to("spyre"), b.to("spyre"), x.to("spyre")
+assert torch_spyre.device_info()["lx_bytes"] == 262144 and torch_spyre.device_info()["cores"] == 16
+checks = [
+    ((da @ db).cpu(), a @ b),
+    ((da.half() @ db.half()).float().cpu(), (a.half().float() @ b.half().float())),
+    (torch.softmax(dx, -1).cpu(), torch.softmax(x, -1)),
+    (dx.sum(0).cpu(), x.sum(0)),
+    (dx.argmax(-1).cpu(), x.argmax(-1)),
+    ((dx * 2 + dx.t().contiguous().t()).cpu(), x * 2 + x),
+    (torch.addmm(db[0], da, db).cpu(), torch.addmm(b[0], a, b)),
+]
+for got, want in checks:
+    torch.testing.assert_close(got, want, rtol=2e-3, atol=2e-3)
+print("ok")
+"""
+    proc = run_python(code, env={"SPYRE_CONFIG": str(config)})
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.strip() == "ok"

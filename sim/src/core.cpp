@@ -26,10 +26,11 @@ Ring make_ring(const Config& c) {
 
 void LaunchBarrier::arrive() {
   const uint64_t generation = generation_;
-  if (++arrived_ >= active_) {
-    release();
-  }
-  while (generation_ == generation) sc_core::wait(released_);
+  if (++arrived_ >= active_) release();
+  // Every core, the last to arrive included, continues when the release reaches it.
+  do {
+    sc_core::wait(released_);
+  } while (generation_ == generation);
 }
 
 void LaunchBarrier::depart() {
@@ -109,27 +110,23 @@ void Core::thread() {
 
 fw::Verdict Core::run() {
   // The firmware checked the header against the launch; the core checks what it executes.
+  // Each fetch depends on the one before, so each is issued when the previous one has landed:
+  // booking them ahead would make the memory server queue other cores' fetches behind them.
+  const auto fetch = [this](uint64_t addr, void* dst, uint64_t n) {
+    sc_core::sc_time delay = sc_core::SC_ZERO_TIME;
+    const bool ok = tlm_access(mem, tlm::TLM_READ_COMMAND, addr, static_cast<uint8_t*>(dst), n, delay);
+    wait(delay);
+    return ok;
+  };
   hw::ProgramHeader h{};
-  sc_core::sc_time delay = sc_core::SC_ZERO_TIME;
-  if (!tlm_access(mem, tlm::TLM_READ_COMMAND, program_, reinterpret_cast<uint8_t*>(&h), sizeof h, delay))
-    return fault(0);
+  if (!fetch(program_, &h, sizeof h)) return fault(0);
   uint32_t entry = 0;
-  if (rank_ >= h.num_entries || !tlm_access(mem, tlm::TLM_READ_COMMAND, program_ + sizeof h + 4ull * rank_,
-                                            reinterpret_cast<uint8_t*>(&entry), 4, delay)) {
-    return fault(0);
-  }
+  if (rank_ >= h.num_entries || !fetch(program_ + sizeof h + 4ull * rank_, &entry, 4)) return fault(0);
   args_.assign(num_args_, 0);
-  if (num_args_ > 0 && !tlm_access(mem, tlm::TLM_READ_COMMAND, args_addr_, reinterpret_cast<uint8_t*>(args_.data()),
-                                   num_args_ * 8ull, delay)) {
-    return fault(0);
-  }
+  if (num_args_ > 0 && !fetch(args_addr_, args_.data(), num_args_ * 8ull)) return fault(0);
   if (entry >= h.num_instrs) return fault(entry);
   code_.resize(h.num_instrs);
-  if (!tlm_access(mem, tlm::TLM_READ_COMMAND, program_ + h.instr_offset, reinterpret_cast<uint8_t*>(code_.data()),
-                  code_.size() * sizeof(hw::Instr), delay)) {
-    return fault(entry);
-  }
-  wait(delay);
+  if (!fetch(program_ + h.instr_offset, code_.data(), code_.size() * sizeof(hw::Instr))) return fault(entry);
   std::fill(std::begin(regs_), std::end(regs_), 0);
   std::fill(std::begin(tag_done_), std::end(tag_done_), sc_core::SC_ZERO_TIME);
   uint32_t pc = entry;

@@ -69,6 +69,17 @@ void to_f32(const void* src, DType t, uint64_t n, float* out) {
   }
 }
 
+// A double narrowed to fp32 rounding to odd: inexact results keep an odd last bit, so that a
+// second rounding to fp16 or bf16 gives the correctly rounded value of the double.
+float round_to_odd(double x) {
+  float f = static_cast<float>(x);
+  if (static_cast<double>(f) == x || !std::isfinite(x) || !std::isfinite(f)) return f;
+  uint32_t bits;
+  std::memcpy(&bits, &f, 4);
+  if ((bits & 1u) == 0) f = std::nextafter(f, static_cast<float>(x > static_cast<double>(f) ? INFINITY : -INFINITY));
+  return f;
+}
+
 int64_t f32_to_int(float v) {
   if (std::isnan(v)) return 0;
   const float t = std::trunc(v);
@@ -251,11 +262,12 @@ float unary_f(hw::UnaryFn f, float x) {
       return 1.0f / (1.0f + std::exp(-x));
     case UnaryFn::kErf:
       return std::erf(x);
+    // The forms without 1 + f(x), which cancels to 0 for large negative x.
     case UnaryFn::kGeluErf:
-      return 0.5f * x * (1.0f + std::erf(x * 0.70710678118654752f));
-    case UnaryFn::kGeluTanh: {
+      return 0.5f * x * std::erfc(-x * 0.70710678118654752f);
+    case UnaryFn::kGeluTanh: {  // 0.5 x (1 + tanh(u)) = x * sigmoid(2u)
       const float inner = 0.79788456080286536f * (x + 0.044715f * x * x * x);
-      return 0.5f * x * (1.0f + std::tanh(inner));
+      return x / (1.0f + std::exp(-2.0f * inner));
     }
     case UnaryFn::kSilu:
       return x / (1.0f + std::exp(-x));
@@ -614,7 +626,7 @@ void sfp_fill(DType t, void* dst, double value, uint64_t count) {
   const uint32_t es = hw::dtype_size(t);
   auto* d = static_cast<uint8_t*>(dst);
   if (hw::dtype_is_float(t)) {
-    const float f = static_cast<float>(value);
+    const float f = t == DType::kF32 ? static_cast<float>(value) : round_to_odd(value);
     from_f32(&f, t, 1, d);
   } else {
     const int64_t i = t == DType::kBool ? (value != 0.0) : static_cast<int64_t>(value);
@@ -626,7 +638,10 @@ void sfp_fill(DType t, void* dst, double value, uint64_t count) {
 void sfp_iota(DType t, void* dst, double start, double step, uint64_t count) {
   if (hw::dtype_is_float(t)) {
     std::vector<float> v(count);
-    for (uint64_t i = 0; i < count; ++i) v[i] = static_cast<float>(start + static_cast<double>(i) * step);
+    for (uint64_t i = 0; i < count; ++i) {
+      const double x = start + static_cast<double>(i) * step;
+      v[i] = t == DType::kF32 ? static_cast<float>(x) : round_to_odd(x);
+    }
     from_f32(v.data(), t, count, dst);
   } else {
     std::vector<int64_t> v(count);

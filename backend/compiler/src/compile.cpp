@@ -20,9 +20,18 @@ Program compile(const ir::Graph& g, const Target& t) {
   }
   std::vector<lower::Kernel> kernels;
   for (const ir::Op& op : g.ops) {
-    std::optional<lower::Kernel> k = op.family == ir::Op::Family::kPointwise
-                                         ? lower::lower_pointwise(g, op.pointwise, t)
-                                         : lower::lower_reduce(g, op.reduce, t);
+    std::optional<lower::Kernel> k;
+    switch (op.family) {
+      case ir::Op::Family::kPointwise:
+        k = lower::lower_pointwise(g, op.pointwise, t);
+        break;
+      case ir::Op::Family::kReduce:
+        k = lower::lower_reduce(g, op.reduce, t);
+        break;
+      case ir::Op::Family::kMatmul:
+        k = lower::lower_matmul(g, op.matmul, t);
+        break;
+    }
     if (k) kernels.push_back(std::move(*k));
   }
   uint64_t most = 1;
@@ -34,6 +43,29 @@ Program compile(const ir::Graph& g, const Target& t) {
     schedule::emit_nest(b, kernels[i].nest, cores, kernels[i].body);
   }
   return assemble_spmd(g.name(), b.finish(), cores, g.num_args);
+}
+
+Program compile_matmul(const MatmulSpec& s, const Target& t) {
+  if (s.m == 0 || s.k == 0 || s.n == 0) {
+    throw std::invalid_argument(fmt::format("compile_matmul: empty shape {}x{}x{}", s.m, s.k, s.n));
+  }
+  if (s.lda < s.k || s.ldb < s.n || s.ldc < s.n) {
+    throw std::invalid_argument(fmt::format("compile_matmul: row strides lda={} ldb={} ldc={} too small for {}x{}x{}",
+                                            s.lda, s.ldb, s.ldc, s.m, s.k, s.n));
+  }
+  ir::Graph g;
+  g.num_args = 3;
+  const auto view = [&](uint32_t arg, int64_t rows, int64_t cols, uint64_t ld, hw::DType t) {
+    return g.add_view(ir::View{arg, 0, {rows, cols}, {static_cast<int64_t>(ld), 1}, t});
+  };
+  ir::Op op;
+  op.family = ir::Op::Family::kMatmul;
+  op.matmul.a = view(0, s.m, s.k, s.lda, s.in);
+  op.matmul.b = view(1, s.k, s.n, s.ldb, s.in);
+  op.matmul.out = view(2, s.m, s.n, s.ldc, s.out);
+  op.matmul.compute = s.in;
+  g.ops.push_back(op);
+  return compile(g, t);
 }
 
 }  // namespace spyre::compiler

@@ -1,3 +1,6 @@
+#include <functional>
+#include <numeric>
+
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
@@ -7,6 +10,10 @@ namespace spyre::compiler::ir {
 namespace {
 
 std::string describe(const Op& op) {
+  if (op.family == Op::Family::kMatmul) {
+    const Matmul& m = op.matmul;
+    return fmt::format("mm/{}/{}@{}>{}+{}/{}/{}", hw::dtype_name(m.compute), m.a, m.b, m.out, m.bias, m.alpha, m.beta);
+  }
   if (op.family == Op::Family::kReduce) {
     const Reduce& r = op.reduce;
     return fmt::format("reduce{}/{}/{}>{}[{}]", static_cast<int>(r.fn), hw::dtype_name(r.compute), r.in, r.out,
@@ -43,6 +50,14 @@ std::string Graph::signature() const {
 std::string Graph::name() const {
   if (ops.empty()) return "empty";
   const Op& op = ops.front();
+  if (op.family == Op::Family::kMatmul) {
+    const std::vector<int64_t>& a = views.at(op.matmul.a).sizes;
+    const std::vector<int64_t>& o = views.at(op.matmul.out).sizes;
+    const int64_t batch = std::accumulate(o.begin(), o.end() - 2, int64_t{1}, std::multiplies<>());
+    return fmt::format("{}mm {} {}{}x{}x{}{}", batch > 1 ? "b" : "", hw::dtype_name(op.matmul.compute),
+                       batch > 1 ? fmt::format("{}x", batch) : "", o[o.size() - 2], a.back(), o.back(),
+                       op.matmul.bias >= 0 ? " +bias" : "");
+  }
   const uint32_t out = op.family == Op::Family::kReduce ? op.reduce.out : op.pointwise.out;
   const char* kind = op.family == Op::Family::kReduce ? "reduce" : "pointwise";
   const View& v = views.at(out);

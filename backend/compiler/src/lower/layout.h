@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstdint>
+#include <cstring>
 #include <vector>
 
 #include "spyre/compiler/ir.h"
@@ -24,6 +25,14 @@ std::vector<int64_t> broadcast_strides(const ir::View& v, const std::vector<int6
 
 /// Drops unit dims and merges neighbours that are contiguous for every operand.
 Space simplify(Space s);
+
+/// The fp32 bits of `x`, for SFP immediates.
+inline uint32_t f32_bits(double x) {
+  const float f = static_cast<float>(x);
+  uint32_t bits;
+  std::memcpy(&bits, &f, 4);
+  return bits;
+}
 
 /// Scratchpad bump allocator: 128-byte (one stick) aligned regions.
 class LxPlan {

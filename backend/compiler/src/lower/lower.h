@@ -19,5 +19,6 @@ struct Kernel {
 /// the problem when the op cannot be lowered (the front door then takes another path).
 std::optional<Kernel> lower_pointwise(const ir::Graph& g, const ir::Pointwise& p, const Target& t);
 std::optional<Kernel> lower_reduce(const ir::Graph& g, const ir::Reduce& r, const Target& t);
+std::optional<Kernel> lower_matmul(const ir::Graph& g, const ir::Matmul& m, const Target& t);
 
 }  // namespace spyre::compiler::lower

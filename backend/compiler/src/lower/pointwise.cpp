@@ -197,7 +197,8 @@ std::optional<Kernel> lower_pointwise(const ir::Graph& g, const ir::Pointwise& p
   const int64_t tail_rows = rows_all - static_cast<int64_t>(row_tiles - 1) * tr;
   const bool col_tail = col_level >= 0 && tail_cols != tc;
   const bool row_tail = row_level >= 0 && tail_rows != tr;
-  k.nest.tail_level = col_tail ? col_level : (row_tail ? row_level : -1);
+  if (col_tail) k.nest.tail_levels.push_back(static_cast<uint32_t>(col_level));
+  if (row_tail) k.nest.tail_levels.push_back(static_cast<uint32_t>(row_level));
 
   // Scratchpad plan of one half, sized for a full tile.
   const uint64_t tile = static_cast<uint64_t>(tr * tc);
@@ -212,9 +213,10 @@ std::optional<Kernel> lower_pointwise(const ir::Graph& g, const ir::Pointwise& p
   const ir::Pointwise op = p;
   const DType out_type = out.dtype;
   const int64_t out_row = row_stride(out_slot), out_col = col_stride(out_slot);
-  k.body = [=](emit::Builder& b, bool tail) {
-    const auto rows = static_cast<uint32_t>(tail && row_tail ? tail_rows : tr);
-    const auto cols = static_cast<uint32_t>(tail && col_tail ? tail_cols : tc);
+  k.body = [=](emit::Builder& b, uint32_t tails) {
+    const uint32_t col_bit = col_tail ? 1u : 0u, row_bit = row_tail ? (col_tail ? 2u : 1u) : 0u;
+    const auto rows = static_cast<uint32_t>((tails & row_bit) ? tail_rows : tr);
+    const auto cols = static_cast<uint32_t>((tails & col_bit) ? tail_cols : tc);
     std::vector<Input> x = in;
     // Loads.
     bool loaded = false;

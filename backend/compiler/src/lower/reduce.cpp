@@ -118,12 +118,12 @@ std::optional<Kernel> lower_reduce(const ir::Graph& g, const ir::Reduce& r, cons
   const int64_t tail_cols = red - static_cast<int64_t>(col_tiles - 1) * tc;
   if (row_tiles > 1) {
     add_level(row_tiles, sk * tr, ok * tr);
-    if (tail_rows != tr) k.nest.tail_level = static_cast<int>(k.nest.levels.size()) - 1;
+    if (tail_rows != tr) k.nest.tail_levels.push_back(static_cast<uint32_t>(k.nest.levels.size()) - 1);
   }
   const auto col_level = static_cast<uint32_t>(k.nest.levels.size());
   if (split) {
     add_level(col_tiles, sr * tc, 0);
-    k.nest.tail_level = static_cast<int>(col_level);  // the last column tile stores the result
+    k.nest.tail_levels.push_back(col_level);  // the last column tile stores the result
     k.nest.serial_levels = 1;
   }
 
@@ -143,8 +143,9 @@ std::optional<Kernel> lower_reduce(const ir::Graph& g, const ir::Reduce& r, cons
   const uint32_t rl = split ? 0 : kBufferReg;
   const DType in_type = in.dtype, compute = r.compute, out_type = out.dtype;
   const hw::ReduceFn fn = r.fn;
-  const bool row_tail = k.nest.tail_level >= 0 && !split;
-  k.body = [=](emit::Builder& b, bool tail) {
+  const bool row_tail = !k.nest.tail_levels.empty() && !split;
+  k.body = [=](emit::Builder& b, uint32_t tails) {
+    const bool tail = tails != 0;
     const auto rows = static_cast<uint32_t>(tail && row_tail ? tail_rows : tr);
     const auto cols = static_cast<uint32_t>(tail && split ? tail_cols : tc);
     switch (move) {

@@ -43,7 +43,7 @@ uint64_t nest_units(const Nest& nest) {
 void emit_nest(Builder& b, const Nest& nest, uint32_t cores, const Body& body) {
   const auto ops = static_cast<uint32_t>(nest.operands.size());
   const auto levels = static_cast<uint32_t>(nest.levels.size());
-  if (ops > kMaxOperands || levels > kMaxLevels) {
+  if (ops > kMaxOperands || levels > kMaxLevels || nest.tail_levels.size() > kMaxTailLevels) {
     throw std::invalid_argument(fmt::format("compiler: a loop nest of {} operands and {} levels exceeds {} and {}", ops,
                                             levels, kMaxOperands, kMaxLevels));
   }
@@ -86,19 +86,24 @@ void emit_nest(Builder& b, const Nest& nest, uint32_t cores, const Body& body) {
   b.emit(emit::li(kBufferReg, nest.fixed_bytes));
 
   b.bind(loop);
-  if (nest.tail_level >= 0) {
-    const Builder::Label tail = b.label(), next = b.label();
-    const auto t = static_cast<uint32_t>(nest.tail_level);
+  // A decision tree on the tail levels' counters picks the body variant of this item.
+  const Builder::Label next = b.label();
+  const std::function<void(size_t, uint32_t)> dispatch = [&](size_t i, uint32_t tails) {
+    if (i == nest.tail_levels.size()) {
+      body(b, tails);
+      b.jump(next);
+      return;
+    }
+    const uint32_t t = nest.tail_levels[i];
+    const Builder::Label last = b.label();
     b.emit(emit::li(kTmp, nest.levels[t].count - 1));
-    b.branch(hw::Cond::kEq, counter_reg(t), kTmp, tail);
-    body(b, false);
-    b.jump(next);
-    b.bind(tail);
-    body(b, true);
-    b.bind(next);
-  } else {
-    body(b, false);
-  }
+    b.branch(hw::Cond::kEq, counter_reg(t), kTmp, last);
+    dispatch(i + 1, tails);
+    b.bind(last);
+    dispatch(i + 1, tails | 1u << i);
+  };
+  dispatch(0, 0);
+  b.bind(next);
   b.emit(emit::muli(kTmp, kBufferReg, -1));
   b.emit(emit::addi(kBufferReg, kTmp, static_cast<int64_t>(2 * nest.fixed_bytes + nest.half_bytes)));
   b.emit(emit::addi(kLeft, kLeft, -1));

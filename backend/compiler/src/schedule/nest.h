@@ -26,8 +26,10 @@ struct Level {
 
 struct Nest {
   std::vector<NestOperand> operands;
-  std::vector<Level> levels;   // outermost first
-  int tail_level = -1;         // the level whose last iteration runs the body with tail = true
+  std::vector<Level> levels;  // outermost first
+  // Levels whose last iteration runs a separate body variant (a partial tile): bit i of the body's
+  // `tails` is set on the last iteration of tail_levels[i]. At most kMaxTailLevels.
+  std::vector<uint32_t> tail_levels;
   uint32_t serial_levels = 0;  // the innermost levels that one core runs whole (an accumulation)
   // Scratchpad: [0, fixed_bytes) keeps its contents across items (accumulators); after it, two
   // halves of half_bytes alternate between items, so a store may still drain from one half while
@@ -38,6 +40,7 @@ struct Nest {
 
 inline constexpr uint32_t kMaxOperands = 4;
 inline constexpr uint32_t kMaxLevels = 5;
+inline constexpr uint32_t kMaxTailLevels = 3;
 
 // Registers of a nest's body: r[operand_reg(i)] is operand i's device address for the current
 // item; r[kBufferReg] the scratchpad address of the half that this item uses; r[level_reg(l)] the
@@ -51,8 +54,8 @@ constexpr uint32_t level_reg(uint32_t level) {
 inline constexpr uint32_t kBodyReg = 14;
 inline constexpr uint32_t kBufferReg = 15;
 
-/// Emits the body once for full items and (when the nest has a tail level) once for tail items.
-using Body = std::function<void(emit::Builder&, bool tail)>;
+/// Emits the body once per combination of tail levels at their last iteration (bit i: tail_levels[i]).
+using Body = std::function<void(emit::Builder&, uint32_t tails)>;
 
 /// Appends the nest to `b`, split over `cores` cores. After the last item every asynchronous
 /// transfer has landed. Throws std::invalid_argument when the nest has too many operands or levels.

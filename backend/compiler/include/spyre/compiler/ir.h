@@ -65,10 +65,21 @@ struct Reduce {
   std::vector<int64_t> dims;
 };
 
+/// out = alpha * (a @ b) + beta * bias over the last two dims ([..., M, K] @ [..., K, N]), batched
+/// over the leading dims, which broadcast (as do bias's dims). The PT array takes `compute` (f32, f16
+/// or bf16) and accumulates in fp32; the epilogue runs in fp32 and rounds once into out.
+struct Matmul {
+  uint32_t a = 0, b = 0, out = 0;
+  int64_t bias = -1;  // a view index, or -1 for none
+  double alpha = 1, beta = 1;
+  hw::DType compute = hw::DType::kF32;
+};
+
 struct Op {
-  enum class Family : uint8_t { kPointwise, kReduce } family = Family::kPointwise;
+  enum class Family : uint8_t { kPointwise, kReduce, kMatmul } family = Family::kPointwise;
   Pointwise pointwise;
   Reduce reduce;
+  Matmul matmul;
 };
 
 /// Views and the ops that read and write them, in program order. Ops run one after another,

@@ -12,10 +12,14 @@
 
 namespace spyre::compiler {
 
-/// What the compiler needs to know about the device.
+/// What the compiler needs to know about the device. Cores and scratchpad size decide what is
+/// legal; the rates (defaults: the public Spyre figures) only steer the choice of tile sizes.
 struct Target {
   uint32_t cores = 32;
   uint64_t lx_bytes = 2u << 20;
+  double load_bytes_per_cycle = 128;  // into the cores, all together (the ring, one direction)
+  double pt_macs_per_cycle = 1024;    // fp16 multiply-adds per cycle per core (2 corelets of 8x8x8)
+  double fp32_rate = 0.25;            // fp32 PT throughput relative to fp16
 };
 
 /// A compiled program: the bytes to load into device memory and how to launch them.

@@ -1,0 +1,292 @@
+// Matmul family: mm, bmm, addmm, baddbmm and everything built on them. The output is tiled into
+// tm x tn blocks (the items of the nest, over batch, row and column tiles, divided over the cores);
+// each block accumulates its K dimension in tk steps in an fp32 accumulator, with the A and B tiles
+// of the next step loading (asynchronously, into the other of two buffers) while the PT array works
+// on the current one. Transposed operands load along their contiguous dim and are transposed in the
+// scratchpad. The epilogue scales, adds the bias, rounds once and stores asynchronously.
+// Tile sizes come from the target's scratchpad, so every size the config accepts works.
+#include <algorithm>
+#include <cmath>
+#include <stdexcept>
+
+#include <fmt/format.h>
+
+#include "layout.h"
+#include "lower.h"
+
+namespace spyre::compiler::lower {
+namespace {
+
+using hw::Bcast;
+using hw::DType;
+using schedule::operand_reg;
+
+// DMA tags: the A and B loads of buffer i are tags 2i and 2i + 1; stores have their own.
+constexpr uint32_t kTagStore = 4;
+constexpr uint32_t tag_a(int i) {
+  return 2u * static_cast<uint32_t>(i);
+}
+constexpr uint32_t tag_b(int i) {
+  return 2u * static_cast<uint32_t>(i) + 1;
+}
+// Body registers: A and B cursors (free once the nest's prologue has run), steps left, a temp.
+constexpr uint32_t kCurA = 7, kCurB = 8, kSteps = schedule::kBodyReg, kTmp = 6;
+
+struct Operand {
+  bool transposed = false;  // the tile loads along its contiguous dim and is transposed in place
+  int64_t outer = 0;        // stride (elements) of the tile's row dim as the PT array reads it
+  int64_t inner = 0;        // stride of its column dim
+};
+
+// A [rows x cols] operand with strides (s_rows, s_cols): rows of contiguous columns, or transposed.
+Operand layout_of(int64_t rows, int64_t cols, int64_t s_rows, int64_t s_cols, const char* what) {
+  if (s_cols == 1 || cols == 1) return {false, s_rows, s_cols};
+  if (s_rows == 1 || rows == 1) return {true, s_rows, s_cols};
+  throw std::invalid_argument(fmt::format("compiler: matmul operand {} has no contiguous dim", what));
+}
+
+Bcast bias_mode(int64_t s_rows, int64_t s_cols, int64_t rows, int64_t cols) {
+  const bool same_row = s_rows == 0 || rows == 1, same_col = s_cols == 0 || cols == 1;
+  if (!same_col && s_cols != 1) throw std::invalid_argument("compiler: matmul bias columns are not contiguous");
+  if (same_row && same_col) return Bcast::kScalar;
+  if (same_row) return Bcast::kRow;
+  if (same_col) return Bcast::kCol;
+  return Bcast::kFull;
+}
+
+}  // namespace
+
+std::optional<Kernel> lower_matmul(const ir::Graph& g, const ir::Matmul& mm, const Target& t) {
+  const ir::View& a = g.views.at(mm.a);
+  const ir::View& b = g.views.at(mm.b);
+  const ir::View& out = g.views.at(mm.out);
+  const size_t nd = out.sizes.size();
+  if (nd < 2 || a.sizes.size() < 2 || b.sizes.size() < 2) throw std::invalid_argument("compiler: matmul needs 2-d");
+  if (!hw::dtype_is_float(mm.compute) || a.dtype != mm.compute || b.dtype != mm.compute) {
+    throw std::invalid_argument("compiler: matmul operands must both have the (float) compute type");
+  }
+  const int64_t M = out.sizes[nd - 2], N = out.sizes[nd - 1], K = a.sizes.back();
+  if (a.sizes[a.sizes.size() - 2] != M || b.sizes[b.sizes.size() - 2] != K || b.sizes.back() != N) {
+    throw std::invalid_argument("compiler: matmul shapes do not agree");
+  }
+  if (M == 0 || N == 0) return std::nullopt;
+  if (K == 0 && mm.bias < 0) throw std::invalid_argument("compiler: an empty matmul is a fill");
+  if (out.strides[nd - 1] != 1 && N != 1) throw std::invalid_argument("compiler: matmul output rows not contiguous");
+
+  // Batch dims: the output's leading ones; a, b and the bias broadcast to them.
+  const std::vector<int64_t> batch(out.sizes.begin(), out.sizes.end() - 2);
+  const auto batch_strides = [&](const ir::View& v) {
+    ir::View lead{v.arg, 0, {v.sizes.begin(), v.sizes.end() - 2}, {v.strides.begin(), v.strides.end() - 2}, v.dtype};
+    return broadcast_strides(lead, batch);
+  };
+  const std::vector<int64_t> ba = batch_strides(a), bb = batch_strides(b);
+  const int64_t sa_m = a.strides[a.sizes.size() - 2], sa_k = a.strides.back();
+  const int64_t sb_k = b.strides[b.sizes.size() - 2], sb_n = b.strides.back();
+  const Operand A = layout_of(M, K, sa_m, sa_k, "a");
+  const Operand B = layout_of(K, N, sb_k, sb_n, "b");
+  const bool has_bias = mm.bias >= 0 && mm.beta != 0;
+  const ir::View* bias = has_bias ? &g.views.at(static_cast<size_t>(mm.bias)) : nullptr;
+  std::vector<int64_t> bias_full;
+  if (bias) bias_full = broadcast_strides(*bias, out.sizes);
+  const Bcast bias_bc = bias ? bias_mode(bias_full[nd - 2], bias_full[nd - 1], M, N) : Bcast::kFull;
+
+  // Tile sizes: the largest that fit the scratchpad (fp32 accumulator, two buffers per operand
+  // plus their transposes, the output and bias tiles).
+  const uint64_t es = hw::dtype_size(mm.compute), es_o = hw::dtype_size(out.dtype);
+  const uint64_t es_bias = bias ? hw::dtype_size(bias->dtype) : 0;
+  int64_t tm = std::min<int64_t>(M, 256), tn = std::min<int64_t>(N, 256), tk = std::min<int64_t>(K, 128);
+  const auto need = [&] {
+    const uint64_t m = static_cast<uint64_t>(tm), n = static_cast<uint64_t>(tn), k = static_cast<uint64_t>(tk);
+    return m * n * 4 + (2 + (A.transposed ? 1 : 0)) * m * k * es + (2 + (B.transposed ? 1 : 0)) * k * n * es +
+           m * n * es_o + (bias ? m * n * (es_bias + 4) : 0) + 16 * 128;
+  };
+  while (need() > t.lx_bytes) {
+    if (tk >= tm && tk >= tn && tk > 8) {
+      tk = (tk + 1) / 2;
+    } else if (tm >= tn && tm > 8) {
+      tm = (tm + 1) / 2;
+    } else if (tn > 8) {
+      tn = (tn + 1) / 2;
+    } else {
+      throw std::invalid_argument("compiler: scratchpad too small for a matmul tile");
+    }
+  }
+
+  // Work division: smaller blocks give more cores work but load A and B more often. Estimate each
+  // choice as the slower of its loads (all cores share the ring) and its busiest core's PT time,
+  // and keep the fastest (the largest blocks on a tie).
+  int64_t blocks = 1;
+  for (int64_t s : batch) blocks *= s;
+  const double macs_per_cycle = t.pt_macs_per_cycle * (mm.compute == DType::kF32 ? t.fp32_rate : 1.0);
+  const auto estimate = [&](int64_t bm, int64_t bn) {
+    const double m_tiles = static_cast<double>((M + bm - 1) / bm), n_tiles = static_cast<double>((N + bn - 1) / bn);
+    const double tiles = static_cast<double>(blocks) * m_tiles * n_tiles;
+    const double bytes =
+        static_cast<double>(blocks) * static_cast<double>(K * es) * (m_tiles * n_tiles * static_cast<double>(bm + bn));
+    const double per_core = std::ceil(tiles / t.cores) * static_cast<double>(bm * bn * K) / macs_per_cycle;
+    return std::max(bytes / t.load_bytes_per_cycle, per_core);
+  };
+  double best = estimate(tm, tn);
+  const int64_t fit_m = tm, fit_n = tn;
+  for (int64_t bm = fit_m; bm >= 16; bm = bm > 16 ? (bm + 1) / 2 : 0) {
+    for (int64_t bn = fit_n; bn >= 16; bn = bn > 16 ? (bn + 1) / 2 : 0) {
+      if (estimate(bm, bn) < 0.97 * best) {
+        best = estimate(bm, bn);
+        tm = bm;
+        tn = bn;
+      }
+    }
+  }
+
+  Kernel k;
+  k.nest.operands = {{a.arg, a.offset * static_cast<int64_t>(es)},
+                     {b.arg, b.offset * static_cast<int64_t>(es)},
+                     {out.arg, out.offset * static_cast<int64_t>(es_o)}};
+  if (bias) k.nest.operands.push_back({bias->arg, bias->offset * static_cast<int64_t>(es_bias)});
+  const auto level = [&](uint64_t count, int64_t sa, int64_t sb, int64_t so, int64_t sbias) {
+    schedule::Level l{count,
+                      {sa * static_cast<int64_t>(es), sb * static_cast<int64_t>(es), so * static_cast<int64_t>(es_o)}};
+    if (bias) l.stride_bytes.push_back(sbias * static_cast<int64_t>(es_bias));
+    k.nest.levels.push_back(std::move(l));
+  };
+  for (size_t d = 0; d < batch.size(); ++d) {
+    if (batch[d] > 1) level(static_cast<uint64_t>(batch[d]), ba[d], bb[d], out.strides[d], bias ? bias_full[d] : 0);
+  }
+  const uint64_t m_tiles = static_cast<uint64_t>((M + tm - 1) / tm), n_tiles = static_cast<uint64_t>((N + tn - 1) / tn);
+  const int64_t m_tail = M - static_cast<int64_t>(m_tiles - 1) * tm,
+                n_tail = N - static_cast<int64_t>(n_tiles - 1) * tn;
+  uint32_t m_bit = 0, n_bit = 0;
+  if (m_tiles > 1) {
+    level(m_tiles, tm * sa_m, 0, tm * out.strides[nd - 2], bias ? tm * bias_full[nd - 2] : 0);
+    if (m_tail != tm) {
+      m_bit = 1u << k.nest.tail_levels.size();
+      k.nest.tail_levels.push_back(static_cast<uint32_t>(k.nest.levels.size() - 1));
+    }
+  }
+  if (n_tiles > 1) {
+    level(n_tiles, 0, tn * sb_n, tn * out.strides[nd - 1], bias ? tn * bias_full[nd - 1] : 0);
+    if (n_tail != tn) {
+      n_bit = 1u << k.nest.tail_levels.size();
+      k.nest.tail_levels.push_back(static_cast<uint32_t>(k.nest.levels.size() - 1));
+    }
+  }
+  // One fixed layout (no halves): the body double-buffers the K steps itself.
+  LxPlan lx;
+  const uint64_t tile_a = static_cast<uint64_t>(tm * tk) * es, tile_b = static_cast<uint64_t>(tk * tn) * es;
+  const uint32_t acc = lx.take(static_cast<uint64_t>(tm * tn) * 4);
+  const uint32_t abuf[2] = {lx.take(tile_a), lx.take(tile_a)}, bbuf[2] = {lx.take(tile_b), lx.take(tile_b)};
+  const uint32_t at = A.transposed ? lx.take(tile_a) : 0, bt = B.transposed ? lx.take(tile_b) : 0;
+  const uint32_t outc = lx.take(static_cast<uint64_t>(tm * tn) * es_o);
+  const uint32_t braw = bias ? lx.take(static_cast<uint64_t>(tm * tn) * es_bias) : 0;
+  const uint32_t bf32 = bias ? lx.take(static_cast<uint64_t>(tm * tn) * 4) : 0;
+
+  const DType compute = mm.compute, out_type = out.dtype, bias_type = bias ? bias->dtype : DType::kF32;
+  const int64_t full_steps = K / tk, k_tail = K % tk;
+  const int64_t so_m = out.strides[nd - 2];
+  const int64_t sbias_m = bias ? bias_full[nd - 2] : 0;
+  const double alpha = mm.alpha, beta = mm.beta;
+  k.body = [=](emit::Builder& bld, uint32_t tails) {
+    const auto mt = static_cast<uint32_t>((tails & m_bit) ? m_tail : tm);
+    const auto nt = static_cast<uint32_t>((tails & n_bit) ? n_tail : tn);
+    // Loads step `kt` deep at the cursors into buffer `i`.
+    const auto load = [&](int i, uint32_t kt) {
+      if (A.transposed) {  // kt rows of mt, along K
+        bld.emit(emit::dma(hw::Op::kLoad, kCurA, 0, abuf[i], 0, static_cast<uint64_t>(A.inner) * es, kt,
+                           static_cast<uint32_t>(mt * es), true, tag_a(i)));
+      } else {
+        bld.emit(emit::dma(hw::Op::kLoad, kCurA, 0, abuf[i], 0, static_cast<uint64_t>(A.outer) * es, mt,
+                           static_cast<uint32_t>(kt * es), true, tag_a(i)));
+      }
+      if (B.transposed) {  // nt rows of kt, along N
+        bld.emit(emit::dma(hw::Op::kLoad, kCurB, 0, bbuf[i], 0, static_cast<uint64_t>(B.inner) * es, nt,
+                           static_cast<uint32_t>(kt * es), true, tag_b(i)));
+      } else {
+        bld.emit(emit::dma(hw::Op::kLoad, kCurB, 0, bbuf[i], 0, static_cast<uint64_t>(B.outer) * es, kt,
+                           static_cast<uint32_t>(nt * es), true, tag_b(i)));
+      }
+    };
+    const auto advance = [&] {
+      bld.emit(emit::addi(kCurA, kCurA, tk * sa_k * static_cast<int64_t>(es)));
+      bld.emit(emit::addi(kCurB, kCurB, tk * sb_k * static_cast<int64_t>(es)));
+    };
+    const auto multiply = [&](int i, uint32_t kt) {
+      bld.emit(emit::wait_tags(1u << tag_a(i) | 1u << tag_b(i)));
+      uint32_t pa = abuf[i], pb = bbuf[i];
+      if (A.transposed) {
+        bld.emit(emit::sfp(hw::Op::kTranspose, compute, 0, at, abuf[i], 0, kt, mt));
+        pa = at;
+      }
+      if (B.transposed) {
+        bld.emit(emit::sfp(hw::Op::kTranspose, compute, 0, bt, bbuf[i], 0, nt, kt));
+        pb = bt;
+      }
+      hw::Instr in = emit::instr(hw::Op::kMatmul);
+      in.dtype = compute;
+      in.flags = hw::kMatmulAccumulate;
+      in.a = acc;
+      in.b = emit::pack2(pa, pb);
+      in.c = hw::pack_mkn(mt, kt, nt);
+      bld.emit(in);
+    };
+
+    bld.emit(emit::sfp(hw::Op::kFill, DType::kF32, 0, acc, 0, emit::double_bits(0.0), mt, nt));
+    bld.emit(emit::addi(kCurA, operand_reg(0), 0));
+    bld.emit(emit::addi(kCurB, operand_reg(1), 0));
+    if (full_steps > 0) {
+      // Two steps per trip, one per buffer; the next step loads while this one multiplies.
+      const auto kt = static_cast<uint32_t>(tk);
+      const emit::Builder::Label loop = bld.label(), done = bld.label();
+      bld.emit(emit::li(kSteps, static_cast<uint64_t>(full_steps)));
+      load(0, kt);
+      bld.bind(loop);
+      for (int i = 0; i < 2; ++i) {
+        const emit::Builder::Label last = bld.label();
+        bld.emit(emit::li(kTmp, 1));
+        bld.branch(hw::Cond::kEq, kSteps, kTmp, last);
+        advance();
+        load(1 - i, kt);
+        bld.bind(last);
+        multiply(i, kt);
+        bld.emit(emit::addi(kSteps, kSteps, -1));
+        bld.branch(hw::Cond::kEq, kSteps, 0, done);
+      }
+      bld.jump(loop);
+      bld.bind(done);
+      if (k_tail > 0) advance();
+    }
+    if (k_tail > 0) {
+      load(0, static_cast<uint32_t>(k_tail));
+      multiply(0, static_cast<uint32_t>(k_tail));
+    }
+
+    // Epilogue in fp32: alpha, beta * bias, then one rounding into the output type.
+    if (alpha != 1.0) {
+      bld.emit(emit::sfp(hw::Op::kBinary, DType::kF32, 0, acc, emit::pack2(acc, 0),
+                         static_cast<uint64_t>(hw::BinaryFn::kMul) | uint64_t{f32_bits(alpha)} << 32, mt, nt,
+                         hw::bcast_flags(Bcast::kFull, Bcast::kImm)));
+    }
+    if (bias) {
+      const uint32_t rows = bias_bc == Bcast::kRow || bias_bc == Bcast::kScalar ? 1 : mt;
+      const uint32_t cols = bias_bc == Bcast::kCol || bias_bc == Bcast::kScalar ? 1 : nt;
+      const uint32_t eb = static_cast<uint32_t>(es_bias);
+      bld.emit(emit::dma(hw::Op::kLoad, operand_reg(3), 0, braw, 0, static_cast<uint64_t>(sbias_m) * eb, rows,
+                         cols * eb, false, 0));
+      const auto count = static_cast<uint32_t>(hw::bcast_elements(bias_bc, mt, nt));
+      bld.emit(emit::sfp(hw::Op::kConvert, DType::kF32, 0, bf32, braw, static_cast<uint64_t>(bias_type), 1, count));
+      if (beta != 1.0) {
+        bld.emit(emit::sfp(hw::Op::kBinary, DType::kF32, 0, bf32, emit::pack2(bf32, 0),
+                           static_cast<uint64_t>(hw::BinaryFn::kMul) | uint64_t{f32_bits(beta)} << 32, 1, count,
+                           hw::bcast_flags(Bcast::kFull, Bcast::kImm)));
+      }
+      bld.emit(emit::sfp(hw::Op::kBinary, DType::kF32, 0, acc, emit::pack2(acc, bf32),
+                         static_cast<uint64_t>(hw::BinaryFn::kAdd), mt, nt, hw::bcast_flags(Bcast::kFull, bias_bc)));
+    }
+    bld.emit(emit::wait_tags(1u << kTagStore));  // the previous block's store still reads outc
+    bld.emit(emit::sfp(hw::Op::kConvert, out_type, 0, outc, acc, static_cast<uint64_t>(DType::kF32), mt, nt));
+    bld.emit(emit::dma(hw::Op::kStore, operand_reg(2), 0, outc, 0, static_cast<uint64_t>(so_m) * es_o, mt,
+                       static_cast<uint32_t>(nt * es_o), true, kTagStore));
+  };
+  return k;
+}
+
+}  // namespace spyre::compiler::lower

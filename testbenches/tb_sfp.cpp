@@ -1,0 +1,1036 @@
+// Testbench of the tile ISA v2 instructions on AI cores, each checked against something the model
+// does not compute:
+// - SFP functions (CONVERT, UNARY, BINARY with every broadcast, SELECT, FMA, REDUCE with NaNs and
+//   accumulation over column blocks, FILL, IOTA, TRANSPOSE) against goldens computed here in
+//   double precision from the semantics in spyre/hw/isa.h and docs/hardware-interface.md, rounded
+//   once as IEEE 754 says; number formats are encoded and decoded here, and data enters and leaves
+//   the scratchpad only by DMA;
+// - scalar loops, DIVU/REMU and RANK against known values; launch start, BARRIER and async DMA
+//   against timing written out from the config; faults against the instruction that must fault;
+// - SFP latency against issue + ceil(n / per_cycle) * factor + fill from the config.
+#define DOCTEST_CONFIG_IMPLEMENT
+#include <doctest/doctest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <iomanip>
+#include <iterator>
+#include <limits>
+#include <memory>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "../backend/compiler/src/emit/builder.h"
+#include "core.h"
+#include "device_memory.h"
+#include "spyre/compiler/program.h"
+#include "trace.h"
+
+using namespace spyre;
+using namespace spyre::sim;
+namespace emit = spyre::compiler::emit;
+using hw::Bcast;
+using hw::BinaryFn;
+using hw::DType;
+using hw::Op;
+using hw::ReduceFn;
+using hw::UnaryFn;
+
+namespace {
+
+constexpr uint32_t kCores = 4;
+constexpr uint64_t kProgram = 0x10000, kArgs = 0x8000, kIn = 0x100000, kOut = 0x800000;
+// Scratchpad regions for operands and results.
+constexpr uint32_t kX = 0x0, kY = 0x10000, kZ = 0x20000, kD = 0x40000, kE = 0x80000, kIdx = 0x100000;
+constexpr DType kAllTypes[] = {DType::kF32, DType::kF16,  DType::kBF16, DType::kI32,
+                               DType::kI8,  DType::kBool, DType::kI64};
+constexpr double kNan = std::numeric_limits<double>::quiet_NaN(), kInf = std::numeric_limits<double>::infinity();
+
+template <typename... A>
+std::string cat(const A&... a) {
+  std::ostringstream s;
+  s << std::setprecision(17);
+  (s << ... << a);
+  return s.str();
+}
+
+// ---- Number formats, from IEEE 754 (independent of the model's conversions) -----------------
+
+struct Format {
+  int p, emin, emax;  // significand bits, exponents of the smallest normal and of the largest value
+};
+Format format(DType t) {
+  return t == DType::kF16 ? Format{11, -14, 15} : t == DType::kBF16 ? Format{8, -126, 127} : Format{24, -126, 127};
+}
+// The spacing of the values of float type t around finite x.
+double ulp(DType t, double x) {
+  int e = 0;
+  std::frexp(x, &e);
+  return std::ldexp(1.0, std::max(e - 1, format(t).emin) - (format(t).p - 1));
+}
+// x rounded once to float type t: to nearest, ties to even.
+double round_to(DType t, double x) {
+  if (!std::isfinite(x) || x == 0) return x;
+  const double r = std::nearbyint(x / ulp(t, x)) * ulp(t, x);
+  const double max = std::ldexp(2.0 - std::ldexp(1.0, 1 - format(t).p), format(t).emax);
+  return std::fabs(r) > max ? std::copysign(kInf, x) : r;
+}
+// Two's complement truncation to an integer type's width (bool: nonzero is 1).
+int64_t wrap(DType t, int64_t v) {
+  return t == DType::kI32    ? int64_t{static_cast<int32_t>(v)}
+         : t == DType::kI8   ? int64_t{static_cast<int8_t>(v)}
+         : t == DType::kBool ? int64_t{v != 0}
+                             : v;
+}
+// A float to an integer type: truncated toward zero, NaN to 0, saturated at the type's range.
+int64_t float_to_int(DType t, double v) {
+  const double x = std::isnan(v) ? 0 : std::trunc(v);
+  const int64_t lo = t == DType::kI8 ? INT8_MIN : t == DType::kI32 ? INT32_MIN : INT64_MIN;
+  const int64_t hi = t == DType::kI8 ? INT8_MAX : t == DType::kI32 ? INT32_MAX : INT64_MAX;
+  return x <= static_cast<double>(lo) ? lo : x >= static_cast<double>(hi) ? hi : static_cast<int64_t>(x);
+}
+
+uint16_t f16_bits(double v) {
+  const uint16_t sign = std::signbit(v) ? 0x8000 : 0;
+  const double a = std::fabs(v);
+  if (std::isnan(v)) return 0x7e00;
+  if (std::isinf(v)) return sign | 0x7c00;
+  if (a < std::ldexp(1.0, -14)) return sign | static_cast<uint16_t>(std::ldexp(a, 24));  // subnormal
+  int e = 0;
+  std::frexp(a, &e);
+  return sign | static_cast<uint16_t>((e + 14) << 10) | static_cast<uint16_t>(std::ldexp(a, 11 - e) - 1024);
+}
+double f16_value(uint16_t h) {
+  const int e = h >> 10 & 31, m = h & 1023;
+  const double v = e == 0 ? std::ldexp(m, -24) : e == 31 ? (m ? kNan : kInf) : std::ldexp(1024 + m, e - 25);
+  return h & 0x8000 ? -v : v;
+}
+
+void put_int(DType t, std::vector<uint8_t>& b, size_t i, int64_t v) {
+  const int64_t w = wrap(t, v);
+  std::memcpy(b.data() + i * hw::dtype_size(t), &w, hw::dtype_size(t));  // little-endian: the low bytes
+}
+// Writes v, a value of type t, as element i of b.
+void put(DType t, std::vector<uint8_t>& b, size_t i, double v) {
+  uint8_t* p = b.data() + i * hw::dtype_size(t);
+  const float f = static_cast<float>(v);
+  uint32_t u;
+  std::memcpy(&u, &f, 4);
+  const uint16_t half = t == DType::kF16 ? f16_bits(v) : static_cast<uint16_t>(u >> 16);
+  if (t == DType::kF32) {
+    std::memcpy(p, &f, 4);
+  } else if (t == DType::kF16 || t == DType::kBF16) {
+    std::memcpy(p, &half, 2);
+  } else {
+    put_int(t, b, i, t == DType::kBool ? v != 0 : static_cast<int64_t>(v));
+  }
+}
+int64_t get_int(DType t, const std::vector<uint8_t>& b, size_t i) {
+  const uint8_t* p = b.data() + i * hw::dtype_size(t);
+  int64_t v = 0;
+  std::memcpy(&v, p, hw::dtype_size(t));
+  return t == DType::kI32 ? static_cast<int32_t>(v) : t == DType::kI8 ? static_cast<int8_t>(v) : v;
+}
+double get(DType t, const std::vector<uint8_t>& b, size_t i) {
+  const uint8_t* p = b.data() + i * hw::dtype_size(t);
+  uint32_t u = 0;
+  std::memcpy(&u, p, hw::dtype_is_float(t) ? hw::dtype_size(t) : 0);
+  float f;
+  const uint32_t bits = t == DType::kBF16 ? u << 16 : u;
+  std::memcpy(&f, &bits, 4);
+  return t == DType::kF16 ? f16_value(static_cast<uint16_t>(u)) : hw::dtype_is_float(t) ? double{f} : get_int(t, b, i);
+}
+// Values as type t holds them: floats rounded once, integers truncated toward zero and wrapped.
+std::vector<uint8_t> pack(DType t, const std::vector<double>& v) {
+  std::vector<uint8_t> b(v.size() * hw::dtype_size(t));
+  for (size_t i = 0; i < v.size(); ++i) put(t, b, i, hw::dtype_is_float(t) ? round_to(t, v[i]) : v[i]);
+  return b;
+}
+std::vector<double> unpack(DType t, const std::vector<uint8_t>& b) {
+  std::vector<double> v(b.size() / hw::dtype_size(t));
+  for (size_t i = 0; i < v.size(); ++i) v[i] = get(t, b, i);
+  return v;
+}
+// Whether got equals want rounded to t, within `ulps` units in the last place; NaN matches NaN.
+bool close(DType t, double got, double want, double ulps = 0) {
+  if (std::isnan(got) || std::isnan(want)) return std::isnan(got) && std::isnan(want);
+  if (hw::dtype_is_float(t)) want = round_to(t, want);
+  if (std::isinf(got) || std::isinf(want) || !hw::dtype_is_float(t)) return got == want;
+  return std::fabs(got - want) <= ulps * ulp(t, want);
+}
+// Durations in cycles that agree within `slack` cycles: each instruction more in a program costs
+// about 0.23 cycles of LPDDR5 bandwidth when the core fetches it.
+bool near(double a, double b, double slack = 1) {
+  return std::fabs(a - b) <= slack;
+}
+// Records a failed element with its inputs; only the first few of a test case are printed.
+void expect(bool ok, int& failures, const std::string& what) {
+  if (!ok && ++failures <= 6) FAIL_CHECK(what);
+}
+
+// ---- The cores ------------------------------------------------------------------------------
+
+struct Harness {
+  Config config = [] {
+    Config c;
+    c.output.trace_instructions = false;
+    return c;
+  }();
+  Trace trace{config};
+  DeviceMemory memory{"memory", config};
+  Ring ring = make_ring(config);
+  Clock clock{config.chip.clock_mhz};
+  LaunchBarrier barrier{clock.cycles(config.chip.barrier_cycles)};
+  CoreStats stats[kCores];
+  std::vector<std::unique_ptr<Core>> cores;
+  sc_core::sc_time start, done[kCores];  // when the last launch started and each core stopped
+
+  Harness() {
+    for (uint32_t i = 0; i < kCores; ++i) {
+      cores.push_back(
+          std::make_unique<Core>(("core" + std::to_string(i)).c_str(), 0, i, config, ring, trace, stats[i]));
+      cores[i]->mem.bind(memory.socket);
+      sc_core::sc_spawn([this, i] {
+        for (;;) {
+          sc_core::wait(cores[i]->done_event());
+          done[i] = sc_core::sc_time_stamp();
+        }
+      });
+    }
+    sc_core::sc_start(sc_core::SC_ZERO_TIME);
+  }
+
+  // Cycles from the start of the last launch until core i stopped (fractional: no rounding).
+  double stopped(uint32_t i) const { return (done[i] - start).to_seconds() * config.chip.clock_mhz * 1e6; }
+
+  // Launches `p` on cores 0.. (rank = core) with `args`; returns the cycles until the last one stopped.
+  double run(const compiler::Program& p, std::vector<uint64_t> args = {kIn, kOut}) {
+    const auto n = static_cast<uint32_t>(__builtin_popcountll(p.core_mask));
+    memory.write(kProgram, p.image.data(), p.image.size());
+    if (!args.empty()) memory.write(kArgs, args.data(), args.size() * 8);
+    start = sc_core::sc_time_stamp();
+    barrier.reset(n);
+    for (uint32_t i = 0; i < n; ++i) cores[i]->start(kProgram, kArgs, args.size() * 8, i, n, &barrier);
+    sc_core::sc_start();
+    double end = 0;
+    for (uint32_t i = 0; i < n; ++i) {
+      REQUIRE_FALSE(cores[i]->busy());
+      end = std::max(end, stopped(i));
+    }
+    return end;
+  }
+};
+Harness* h = nullptr;
+
+struct Input {
+  uint32_t lx;
+  std::vector<uint8_t> bytes;
+};
+struct Output {
+  uint32_t lx;
+  uint64_t bytes;
+};
+
+// Runs `code` on core 0 after loading each input into the scratchpad (outputs are first filled
+// with 0xa5 so that stale data cannot pass); returns the bytes of each output afterwards.
+std::vector<std::vector<uint8_t>> on_core(std::vector<Input> inputs, const std::vector<hw::Instr>& code,
+                                          const std::vector<Output>& outputs) {
+  std::vector<hw::Instr> prog{emit::arg(1, 0), emit::arg(2, 1)};
+  for (const Output& o : outputs) inputs.insert(inputs.begin(), Input{o.lx, std::vector<uint8_t>(o.bytes, 0xa5)});
+  uint64_t at = 0;
+  for (const Input& in : inputs) {
+    const auto n = static_cast<uint32_t>(in.bytes.size());
+    h->memory.write(kIn + at, in.bytes.data(), n);
+    prog.push_back(emit::dma(Op::kLoad, 1, 0, in.lx, at, 0, 1, n, false, 0));
+    at += (n + 63) / 64 * 64;
+  }
+  prog.insert(prog.end(), code.begin(), code.end());
+  at = 0;
+  for (const Output& o : outputs) {
+    prog.push_back(emit::dma(Op::kStore, 2, 0, o.lx, at, 0, 1, static_cast<uint32_t>(o.bytes), false, 0));
+    at += (o.bytes + 63) / 64 * 64;
+  }
+  h->run(compiler::assemble("tb_sfp", {prog}, 2));
+  CHECK_MESSAGE(h->cores[0]->result().ok(), "core fault at instruction ", h->cores[0]->result().detail & 0xffffff);
+  std::vector<std::vector<uint8_t>> result;
+  at = 0;
+  for (const Output& o : outputs) {
+    result.emplace_back(o.bytes);
+    h->memory.read(kOut + at, result.back().data(), o.bytes);
+    at += (o.bytes + 63) / 64 * 64;
+  }
+  return result;
+}
+
+hw::Instr sfp(Op op, DType t, uint32_t dst, uint64_t b, uint64_t c, uint32_t rows, uint32_t cols, uint8_t flags = 0) {
+  return emit::sfp(op, t, 0, dst, b, c, rows, cols, flags);
+}
+uint64_t f32_imm(float f) {
+  uint32_t u;
+  std::memcpy(&u, &f, 4);
+  return uint64_t{u} << 32;
+}
+
+// ---- Goldens, from the semantics in isa.h and docs/hardware-interface.md ----------------------
+
+// How close a float result must be to the formula: the exact result rounded once; a few ulps; or
+// a few ulps of the formula at an argument one fp32 rounding away (the documented fp32 kernel
+// scales the argument before erfc or exp, and GELU amplifies that error up to x^2 times).
+enum Tol { kExact, kUlps, kArgUlps };
+// Every UnaryFn in order: its name, the documented formula in double, and its tolerance.
+struct UnaryRef {
+  const char* name;
+  double (*f)(double);
+  Tol tol;
+};
+constexpr double kPi = 3.14159265358979323846;
+const UnaryRef kUnary[] = {
+    {"copy", [](double x) { return x; }, kExact},
+    {"neg", [](double x) { return -x; }, kExact},
+    {"abs", [](double x) { return std::fabs(x); }, kExact},
+    {"relu", [](double x) { return std::isnan(x) ? x
+                                   : x > 0       ? x
+                                                 : 0.0; }, kExact},
+    {"sign", [](double x) { return std::isnan(x) ? x : (x > 0) - (x < 0); }, kExact},
+    {"floor", [](double x) { return std::floor(x); }, kExact},
+    {"ceil", [](double x) { return std::ceil(x); }, kExact},
+    {"round", [](double x) { return std::nearbyint(x); }, kExact},  // half to even
+    {"trunc", [](double x) { return std::trunc(x); }, kExact},
+    {"exp", [](double x) { return std::exp(x); }, kUlps},
+    {"exp2", [](double x) { return std::exp2(x); }, kUlps},
+    {"expm1", [](double x) { return std::expm1(x); }, kUlps},
+    {"log", [](double x) { return std::log(x); }, kUlps},
+    {"log2", [](double x) { return std::log2(x); }, kUlps},
+    {"log1p", [](double x) { return std::log1p(x); }, kUlps},
+    {"sqrt", [](double x) { return std::sqrt(x); }, kExact},
+    {"rsqrt", [](double x) { return 1 / std::sqrt(x); }, kUlps},
+    {"reciprocal", [](double x) { return 1 / x; }, kExact},
+    {"tanh", [](double x) { return std::tanh(x); }, kUlps},
+    {"sigmoid", [](double x) { return 1 / (1 + std::exp(-x)); }, kUlps},
+    {"erf", [](double x) { return std::erf(x); }, kUlps},
+    // 0.5 x (1 + erf(x / sqrt 2)) and 0.5 x (1 + tanh(u)), without the cancellation of 1 + f in double.
+    {"gelu", [](double x) { return 0.5 * x * std::erfc(-x / std::sqrt(2.0)); }, kArgUlps},
+    {"gelu_tanh", [](double x) { return x / (1 + std::exp(-2 * std::sqrt(2 / kPi) * (x + 0.044715 * x * x * x))); },
+     kArgUlps},
+    {"silu", [](double x) { return x / (1 + std::exp(-x)); }, kUlps},
+    {"sin", [](double x) { return std::sin(x); }, kUlps},
+    {"cos", [](double x) { return std::cos(x); }, kUlps},
+    {"logical_not", [](double x) -> double { return x == 0; }, kExact},
+    {"bitwise_not", nullptr, kExact},  // integer types only
+    {"isnan", [](double x) -> double { return std::isnan(x); }, kExact},
+    {"isinf", [](double x) -> double { return std::isinf(x); }, kExact},
+    {"square", [](double x) { return x * x; }, kExact}};
+static_assert(std::size(kUnary) == static_cast<size_t>(UnaryFn::kCount));
+// Whether an f32 result g is within `ulps` of the formula somewhere between x (1 - 2^-24) and x (1 + 2^-24).
+bool near_shifted(const UnaryRef& u, double x, double g, double ulps) {
+  const double lo = u.f(x * (1 - 0x1p-24)), hi = u.f(x * (1 + 0x1p-24));
+  return std::isfinite(x) && !std::isnan(g) &&
+         close(DType::kF32, g, std::clamp(g, std::min(lo, hi), std::max(lo, hi)), ulps);
+}
+const UnaryRef& unary(UnaryFn f) {
+  return kUnary[static_cast<int>(f)];
+}
+
+// Every BinaryFn in order, the same way; comparisons and logical functions give 1 or 0 (bool).
+struct BinaryRef {
+  const char* name;
+  double (*f)(double, double);
+  bool exact;
+};
+double nan_or(double a, double b, double v) {  // NaN propagates through Max and Min
+  return std::isnan(a) || std::isnan(b) ? kNan : v;
+}
+double python_mod(double a, double b) {  // the sign of the divisor
+  const double r = std::fmod(a, b);
+  return r != 0 && (r < 0) != (b < 0) ? r + b : r;
+}
+const BinaryRef kBinary[] = {{"add", [](double a, double b) { return a + b; }, true},
+                             {"sub", [](double a, double b) { return a - b; }, true},
+                             {"mul", [](double a, double b) { return a * b; }, true},
+                             {"div", [](double a, double b) { return a / b; }, true},
+                             {"max", [](double a, double b) { return nan_or(a, b, std::max(a, b)); }, true},
+                             {"min", [](double a, double b) { return nan_or(a, b, std::min(a, b)); }, true},
+                             {"pow", [](double a, double b) { return std::pow(a, b); }, false},
+                             {"remainder", python_mod, true},
+                             {"fmod", [](double a, double b) { return std::fmod(a, b); }, true},
+                             {"floordiv", [](double a, double b) { return std::floor(a / b); }, true},
+                             {"eq", [](double a, double b) -> double { return a == b; }, true},
+                             {"ne", [](double a, double b) -> double { return a != b; }, true},
+                             {"lt", [](double a, double b) -> double { return a < b; }, true},
+                             {"le", [](double a, double b) -> double { return a <= b; }, true},
+                             {"gt", [](double a, double b) -> double { return a > b; }, true},
+                             {"ge", [](double a, double b) -> double { return a >= b; }, true},
+                             {"logical_and", [](double a, double b) -> double { return a != 0 && b != 0; }, true},
+                             {"logical_or", [](double a, double b) -> double { return a != 0 || b != 0; }, true},
+                             {"logical_xor", [](double a, double b) -> double { return (a != 0) != (b != 0); }, true},
+                             {"bitand", nullptr, true},  // integer types only
+                             {"bitor", nullptr, true},
+                             {"bitxor", nullptr, true},
+                             {"atan2", [](double a, double b) { return std::atan2(a, b); }, false}};
+static_assert(std::size(kBinary) == static_cast<size_t>(BinaryFn::kCount));
+const BinaryRef& binary(BinaryFn f) {
+  return kBinary[static_cast<int>(f)];
+}
+
+// Integer functions as documented: by zero, Div, FloorDiv, Remainder and Fmod give 0; Pow with a
+// negative exponent gives 0 unless the base is 1 or -1. Wrapping at 64 bits.
+int64_t binary_int_ref(BinaryFn f, int64_t a, int64_t b) {
+  const bool division =
+      f == BinaryFn::kDiv || f == BinaryFn::kFloorDiv || f == BinaryFn::kRemainder || f == BinaryFn::kFmod;
+  if (division && b == 0) return 0;
+  uint64_t power = 1;
+  switch (f) {
+    case BinaryFn::kDiv:
+      return a / b;
+    case BinaryFn::kFloorDiv:
+      return a / b - (a % b != 0 && (a < 0) != (b < 0));
+    case BinaryFn::kRemainder:
+      return a % b != 0 && (a % b < 0) != (b < 0) ? a % b + b : a % b;
+    case BinaryFn::kFmod:
+      return a % b;
+    case BinaryFn::kPow:
+      if (b < 0) return a == 1 ? 1 : a == -1 ? (b % 2 ? -1 : 1) : 0;
+      for (int64_t k = 0; k < b; ++k) power *= static_cast<uint64_t>(a);
+      return static_cast<int64_t>(power);
+    case BinaryFn::kBitAnd:
+      return a & b;
+    case BinaryFn::kBitOr:
+      return a | b;
+    case BinaryFn::kBitXor:
+      return a ^ b;
+    default:
+      return static_cast<int64_t>(binary(f).f(static_cast<double>(a), static_cast<double>(b)));
+  }
+}
+
+// The value of an operand with broadcast `b` at (r, c) of a block `cols` wide, as isa.h defines it.
+double at(Bcast b, const std::vector<double>& v, double imm, uint32_t r, uint32_t c, uint32_t cols) {
+  return b == Bcast::kFull     ? v[r * cols + c]
+         : b == Bcast::kRow    ? v[c]
+         : b == Bcast::kCol    ? v[r]
+         : b == Bcast::kScalar ? v[0]
+                               : imm;
+}
+
+// Stores r[reg] (0 .. 4095) as a u32 at device r[base] + offset: the scratchpad holds 0, 1, 2, ...
+// as i32 at kIdx (see iota_index), and r[reg] * 4 picks the element.
+void store_reg(std::vector<hw::Instr>& code, uint32_t reg, uint32_t base, uint64_t offset) {
+  code.push_back(emit::muli(15, reg, 4));
+  code.push_back(emit::dma(Op::kStore, base, 15, kIdx, offset, 0, 1, 4, false, 0));
+}
+hw::Instr iota_index() {
+  return sfp(Op::kIota, DType::kI32, kIdx, emit::double_bits(0), emit::double_bits(1), 1, 4096);
+}
+// 4096 f32 exponentials: 2 + 4096 / 32 * 4 + 8 = 522 cycles with the default config.
+hw::Instr exp_block() {
+  return sfp(Op::kUnary, DType::kF32, kD, kX, static_cast<uint64_t>(UnaryFn::kExp), 64, 64);
+}
+
+}  // namespace
+
+// ---- SFP functions --------------------------------------------------------------------------
+
+TEST_CASE("UNARY and BINARY: every function on f32, f16, bf16 (the formula in double, rounded once) and i32") {
+  const double as[] = {-3.5, -2, -0.75, 0, 0.5, 1, 2, 3, 7.25, kInf, kNan};
+  const double bs[] = {-2, -0.5, 0, 0.5, 1.5, 2, 3, -kInf, kNan};
+  const int64_t ias[] = {-7, -1, 0, 1, 3, 100, INT32_MAX, INT32_MIN};
+  const int64_t ibs[] = {-3, -1, 0, 1, 2, 7};
+  for (const DType t : {DType::kF32, DType::kF16, DType::kBF16, DType::kI32}) {
+    const bool is_float = hw::dtype_is_float(t);
+    std::vector<double> x, a, b;  // UNARY inputs; BINARY pairs
+    if (is_float) {
+      for (int k = 0; k <= 48; ++k) x.push_back(-6 + 0.25 * k);  // includes the ties of round
+      for (double v : {0.1, -0.1, 1e-3, -1e-3, 1e-6, 20.0, -20.0, 88.0, 100.0, -0.0, kInf, -kInf, kNan}) x.push_back(v);
+      for (double u : as) {
+        for (double v : bs) a.push_back(u), b.push_back(v);
+      }
+    } else {
+      x = {0, 1, -1, 7, -7, 46341, INT32_MIN, INT32_MAX};
+      for (int64_t u : ias) {
+        for (int64_t v : ibs) a.push_back(static_cast<double>(u)), b.push_back(static_cast<double>(v));
+      }
+    }
+    x = unpack(t, pack(t, x)), a = unpack(t, pack(t, a)), b = unpack(t, pack(t, b));
+    const auto nx = static_cast<uint32_t>(x.size()), n = static_cast<uint32_t>(a.size());
+    // Functions outside their types fault: transcendental UNARYs and Atan2 need floats, the bitwise ones integers.
+    std::vector<uint8_t> unary_fns, binary_fns;
+    for (uint8_t f = 0; f < static_cast<uint8_t>(UnaryFn::kCount); ++f) {
+      const bool transcendental = f >= static_cast<uint8_t>(UnaryFn::kExp) && f <= static_cast<uint8_t>(UnaryFn::kCos);
+      if (is_float ? f != static_cast<uint8_t>(UnaryFn::kBitwiseNot) : !transcendental) unary_fns.push_back(f);
+    }
+    for (uint8_t f = 0; f < static_cast<uint8_t>(BinaryFn::kCount); ++f) {
+      if (is_float ? kBinary[f].f != nullptr : f != static_cast<uint8_t>(BinaryFn::kAtan2)) binary_fns.push_back(f);
+    }
+    std::vector<hw::Instr> code;
+    std::vector<Output> outs;
+    for (uint8_t f : unary_fns) {
+      code.push_back(sfp(Op::kUnary, t, kD + f * 0x1000, kX, f, 1, nx));
+      outs.push_back({kD + f * 0x1000u, nx * (hw::unary_is_bool(UnaryFn(f)) ? 1 : hw::dtype_size(t))});
+    }
+    for (uint8_t f : binary_fns) {
+      code.push_back(sfp(Op::kBinary, t, kE + f * 0x1000, emit::pack2(kY, kZ), f, 1, n));
+      outs.push_back({kE + f * 0x1000u, n * (hw::binary_is_compare(BinaryFn(f)) ? 1 : hw::dtype_size(t))});
+    }
+    const auto got = on_core({{kX, pack(t, x)}, {kY, pack(t, a)}, {kZ, pack(t, b)}}, code, outs);
+    int failures = 0;
+    const double ulps = t == DType::kF32 ? 4 : 1;  // for the functions that need not round exactly
+    for (size_t i = 0; i < unary_fns.size(); ++i) {
+      const auto f = static_cast<UnaryFn>(unary_fns[i]);
+      const DType out = hw::unary_is_bool(f) ? DType::kBool : t;
+      for (uint32_t j = 0; j < nx; ++j) {
+        const int64_t v = is_float ? 0 : static_cast<int64_t>(x[j]);  // integers: exact in int64
+        const double want = is_float                    ? unary(f).f(x[j])
+                            : f == UnaryFn::kBitwiseNot ? wrap(out, ~v)
+                            : f == UnaryFn::kSquare     ? wrap(out, v * v)
+                                                        : wrap(out, static_cast<int64_t>(unary(f).f(x[j])));
+        const double g = get(out, got[i], j);
+        const bool arg_ok = unary(f).tol == kArgUlps && t == DType::kF32 && near_shifted(unary(f), x[j], g, ulps);
+        expect(arg_ok || close(out, g, want, unary(f).tol == kExact ? 0 : ulps), failures,
+               cat("UNARY ", unary(f).name, " ", hw::dtype_name(t), " x=", x[j], ": want ",
+                   hw::dtype_is_float(out) ? round_to(out, want) : want, " got ", g));
+      }
+    }
+    for (size_t i = 0; i < binary_fns.size(); ++i) {
+      const auto f = static_cast<BinaryFn>(binary_fns[i]);
+      const DType out = hw::binary_is_compare(f) ? DType::kBool : t;
+      for (uint32_t j = 0; j < n; ++j) {
+        // Python's // and % of infinities are not what floor(a / b) and fmod give: not checked.
+        const bool python = f == BinaryFn::kRemainder || f == BinaryFn::kFloorDiv;
+        if (python && (std::isinf(a[j]) || std::isinf(b[j]))) continue;
+        const double want = is_float
+                                ? binary(f).f(a[j], b[j])
+                                : wrap(out, binary_int_ref(f, static_cast<int64_t>(a[j]), static_cast<int64_t>(b[j])));
+        const double g = get(out, got[unary_fns.size() + i], j);
+        expect(close(out, g, want, binary(f).exact ? 0 : ulps), failures,
+               cat("BINARY ", binary(f).name, " ", hw::dtype_name(t), " a=", a[j], " b=", b[j], ": want ",
+                   hw::dtype_is_float(out) ? round_to(out, want) : want, " got ", g));
+      }
+    }
+    CHECK(failures == 0);
+  }
+}
+
+TEST_CASE("BINARY, SELECT and UNARY read every broadcast mode of every operand as documented") {
+  const uint32_t rows = 3, cols = 5;
+  const double imm = 0.25;
+  const Bcast modes[] = {Bcast::kFull, Bcast::kRow, Bcast::kCol, Bcast::kScalar, Bcast::kImm};
+  // Operand s in mode m lives at base_s + m * 0x100 and holds distinct values.
+  const auto data = [&](int s, Bcast m) {
+    std::vector<double> v(hw::bcast_elements(m, rows, cols));
+    for (size_t k = 0; k < v.size(); ++k) v[k] = (s ? -1 : 1) * (100.0 * static_cast<int>(m) + k + 1);
+    return v;
+  };
+  const uint32_t base[] = {kX, kY};
+  std::vector<Input> inputs{{kZ, {1, 0, 0, 2, 1, 0, 1, 0, 0, 1, 1, 1, 0, 0, 0}}};  // SELECT mask: non-zero is true
+  for (int s : {0, 1}) {
+    for (int m = 0; m < 4; ++m) inputs.push_back({base[s] + m * 0x100, pack(DType::kF32, data(s, modes[m]))});
+  }
+  std::vector<hw::Instr> code;
+  std::vector<Output> outs;
+  for (int i = 0; i < 25; ++i) {
+    const Bcast b0 = modes[i / 5], b1 = modes[i % 5];
+    const uint64_t srcs = emit::pack2(kX + static_cast<int>(b0) * 0x100, kY + static_cast<int>(b1) * 0x100);
+    code.push_back(sfp(Op::kBinary, DType::kF32, kD + i * 0x100, srcs,
+                       static_cast<uint64_t>(BinaryFn::kSub) | f32_imm(0.25f), rows, cols, hw::bcast_flags(b0, b1)));
+    code.push_back(sfp(Op::kSelect, DType::kF32, kE + i * 0x100, emit::pack2(kZ, static_cast<uint32_t>(srcs)),
+                       (srcs >> 32) | f32_imm(0.25f), rows, cols, hw::bcast_flags(b0, b1)));
+    outs.push_back({kD + i * 0x100u, rows * cols * 4});
+    outs.push_back({kE + i * 0x100u, rows * cols * 4});
+  }
+  for (int m = 0; m < 4; ++m) {
+    code.push_back(sfp(Op::kUnary, DType::kF32, kZ + 0x1000 + m * 0x100, kX + m * 0x100,
+                       static_cast<uint64_t>(UnaryFn::kNeg), rows, cols, static_cast<uint8_t>(m)));
+    outs.push_back({kZ + 0x1000u + m * 0x100u, rows * cols * 4});
+  }
+  const auto got = on_core(inputs, code, outs);
+  int failures = 0;
+  for (int i = 0; i < 29; ++i) {
+    const Bcast b0 = modes[i < 25 ? i / 5 : i - 25], b1 = modes[i % 5];
+    const std::vector<double> bin = unpack(DType::kF32, got[i < 25 ? 2 * i : 50 + i - 25]);
+    const std::vector<double> sel = i < 25 ? unpack(DType::kF32, got[2 * i + 1]) : bin;
+    for (uint32_t r = 0; r < rows; ++r) {
+      for (uint32_t c = 0; c < cols; ++c) {
+        const double x = at(b0, data(0, b0), imm, r, c, cols), y = at(b1, data(1, b1), imm, r, c, cols);
+        const size_t k = r * cols + c;
+        if (i >= 25) {
+          expect(bin[k] == -x, failures, cat("UNARY neg src ", static_cast<int>(b0), " at ", k, ": got ", bin[k]));
+          continue;
+        }
+        expect(bin[k] == x - y, failures,
+               cat("BINARY sub bcast ", static_cast<int>(b0), "/", static_cast<int>(b1), " at ", k, ": want ", x - y,
+                   " got ", bin[k]));
+        const double want = inputs[0].bytes[k] ? x : y;
+        expect(sel[k] == want, failures,
+               cat("SELECT bcast ", static_cast<int>(b0), "/", static_cast<int>(b1), " at ", k, ": want ", want,
+                   " got ", sel[k]));
+      }
+    }
+  }
+  CHECK(failures == 0);
+  // Integer immediates are int32, sign-extended.
+  const auto i32 =
+      on_core({{kX, pack(DType::kI32, {5, -5, 1000})}, {kZ, {1, 0, 1}}},
+              {sfp(Op::kBinary, DType::kI32, kD, kX, static_cast<uint64_t>(BinaryFn::kAdd) | uint64_t{0xfffffff9} << 32,
+                   1, 3, hw::bcast_flags(Bcast::kFull, Bcast::kImm)),
+               sfp(Op::kSelect, DType::kI32, kE, emit::pack2(kZ, kX), uint64_t{0xfffffff9} << 32, 1, 3,
+                   hw::bcast_flags(Bcast::kFull, Bcast::kImm))},
+              {{kD, 12}, {kE, 12}});
+  CHECK(unpack(DType::kI32, i32[0]) == std::vector<double>{-2, -12, 993});
+  CHECK(unpack(DType::kI32, i32[1]) == std::vector<double>{5, -7, 1000});
+}
+
+TEST_CASE("FMA rounds once, and wraps on i32") {
+  struct Case {
+    DType t;
+    std::vector<double> a, b, c;
+  };
+  const double f32_eps = std::ldexp(1.0, -12), f16_eps = std::ldexp(1.0, -6);
+  const Case cases[] = {
+      {DType::kF32, {1 + f32_eps, 0.1, 3, -2.5}, {1 + f32_eps, 10, -4, 0.5}, {-(1 + 2 * f32_eps), -1, 1, 0}},
+      {DType::kF16, {1 + f16_eps, 3, -2.5}, {1 + f16_eps, -4, 0.5}, {-(1 + 2 * f16_eps), 1, 0}},
+      {DType::kBF16, {1 + 1.0 / 64, 3}, {1 + 1.0 / 64, -4}, {-(1 + 2.0 / 64), 1}},
+      {DType::kI32, {3, -7, 65536}, {4, 6, 65536}, {1, 2, 5}}};
+  for (const Case& k : cases) {
+    const auto n = static_cast<uint32_t>(k.a.size());
+    const auto got = on_core({{kX, pack(k.t, k.a)}, {kY, pack(k.t, k.b)}, {kZ, pack(k.t, k.c)}},
+                             {sfp(Op::kFma, k.t, kD, emit::pack2(kX, kY), kZ, 1, n)}, {{kD, n * hw::dtype_size(k.t)}});
+    const std::vector<double> a = unpack(k.t, pack(k.t, k.a)), b = unpack(k.t, pack(k.t, k.b)),
+                              c = unpack(k.t, pack(k.t, k.c));
+    for (uint32_t j = 0; j < n; ++j) {
+      CAPTURE(std::string(hw::dtype_name(k.t)));
+      CAPTURE(j);
+      if (hw::dtype_is_float(k.t)) {
+        CHECK(get(k.t, got[0], j) == round_to(k.t, a[j] * b[j] + c[j]));  // exact in double for these inputs
+      } else {
+        CHECK(get_int(k.t, got[0], j) ==
+              wrap(k.t, static_cast<int64_t>(a[j]) * static_cast<int64_t>(b[j]) + static_cast<int64_t>(c[j])));
+      }
+    }
+  }
+}
+
+namespace {
+// Rows for REDUCE: plain values, NaNs (first one wins the arg reductions), ties (first wins),
+// the best value in the second half of the row, a NaN in each half.
+const std::vector<std::vector<double>> kReduceRows = {
+    {3, -1, 7, 2, 7, -5, 0.5, 4}, {1, kNan, 9, -2, kNan, 3, 0, 1}, {-1, -1, -3, -3, 2, 2, -3, 2},
+    {0, 1, 2, 3, 4, kNan, 6, 7},  {kNan, 0, 0, 0, kNan, 9, 9, 9},  {-0.25, 8, 1500, -2, 16, 2, 1e-3, 3}};
+struct RowRef {
+  double sum = 0, prod = 1, max, min;
+  int64_t argmax, argmin;
+};
+RowRef reduce_ref(const std::vector<double>& row) {
+  RowRef r;
+  for (double x : row) r.sum += x, r.prod *= x;
+  const auto first_nan = std::find_if(row.begin(), row.end(), [](double x) { return std::isnan(x); });
+  const double hi = *std::max_element(row.begin(), row.end()), lo = *std::min_element(row.begin(), row.end());
+  const bool nan = first_nan != row.end();
+  r.max = nan ? kNan : hi;
+  r.min = nan ? kNan : lo;
+  r.argmax = (nan ? first_nan : std::find(row.begin(), row.end(), hi)) - row.begin();
+  r.argmin = (nan ? first_nan : std::find(row.begin(), row.end(), lo)) - row.begin();
+  return r;
+}
+hw::Instr reduce(ReduceFn f, DType t, uint32_t dst, uint32_t src, uint32_t best, uint32_t rows, uint32_t cols,
+                 bool acc = false, uint32_t base_reg = 0) {
+  hw::Instr i = sfp(Op::kReduce, t, dst, src, static_cast<uint64_t>(f) | uint64_t{best} << 32, rows, cols,
+                    acc ? hw::kReduceAccumulate : 0);
+  i.regs = hw::pack_regs(base_reg, 0);
+  return i;
+}
+}  // namespace
+
+TEST_CASE("REDUCE: sum, max, min, prod, argmax, argmin with NaNs and ties, over whole rows or two column blocks") {
+  for (const auto& [t, blocks] :
+       {std::pair{DType::kF32, 1u}, {DType::kF16, 1u}, {DType::kF32, 2u}, {DType::kF16, 2u}}) {
+    CAPTURE(std::string(hw::dtype_name(t)));
+    CAPTURE(blocks);
+    const uint32_t rows = static_cast<uint32_t>(kReduceRows.size()), cols = 8 / blocks, es = hw::dtype_size(t);
+    // Block k holds columns [k * cols, (k + 1) * cols) of every row. The second block accumulates
+    // into the first's results, with its column base in r[5].
+    std::vector<Input> inputs;
+    std::vector<hw::Instr> code = {emit::li(5, cols)};
+    for (uint32_t k = 0; k < blocks; ++k) {
+      std::vector<double> part;
+      for (const auto& row : kReduceRows) part.insert(part.end(), row.begin() + k * cols, row.begin() + (k + 1) * cols);
+      inputs.push_back({kX + k * 0x1000, pack(t, part)});
+      for (uint32_t f = 0; f < 6; ++f) {
+        const uint32_t dst = f < 4 ? kD + f * 0x100 : kE + (f - 4) * 0x100, best = f < 4 ? 0 : kZ + (f - 4) * 0x100;
+        code.push_back(
+            reduce(static_cast<ReduceFn>(f), t, dst, kX + k * 0x1000, best, rows, cols, k > 0, k > 0 ? 5 : 0));
+      }
+    }
+    // Sum, max, min, prod; then argmax, its best values, argmin, its best values.
+    std::vector<Output> outs;
+    for (uint32_t f = 0; f < 4; ++f) outs.push_back({kD + f * 0x100, rows * es});
+    for (uint32_t f = 0; f < 2; ++f) outs.insert(outs.end(), {{kE + f * 0x100, rows * 8}, {kZ + f * 0x100, rows * es}});
+    const auto got = on_core(inputs, code, outs);
+    for (uint32_t r = 0; r < rows; ++r) {
+      CAPTURE(r);
+      const std::vector<double> row = unpack(t, pack(t, kReduceRows[r]));
+      const RowRef want = reduce_ref(row);
+      CHECK(close(t, get(t, got[0], r), want.sum, 1));
+      CHECK(close(t, get(t, got[1], r), want.max));
+      CHECK(close(t, get(t, got[2], r), want.min));
+      CHECK(close(t, get(t, got[3], r), want.prod, 1));
+      CHECK(get_int(DType::kI64, got[4], r) == want.argmax);
+      CHECK(close(t, get(t, got[5], r), row[want.argmax]));
+      CHECK(get_int(DType::kI64, got[6], r) == want.argmin);
+      CHECK(close(t, get(t, got[7], r), row[want.argmin]));
+    }
+  }
+}
+
+TEST_CASE("CONVERT between every pair of types: rounding once to nearest even, truncation, saturation, bool") {
+  // 1 + 2^-8 is a bf16 tie (to 1), 1 + 3 * 2^-9 rounds up, 1 + 2^-7 + 2^-8 is a tie to the even 1 + 2^-6;
+  // 1 + 2^-11 and 1 + 3 * 2^-11 are the same for f16.
+  const double tie8 = std::ldexp(1, -8), tie11 = std::ldexp(1, -11);
+  const std::vector<double> floats = {
+      0,     -0.0,  1,    -1,   2.75,  -2.75,    100.5,          -129.5,       300.25,    65519,         65520,
+      70000, 3e9,   -3e9, 1e20, -1e20, 1 + tie8, 1 + 1.5 * tie8, 1 + 3 * tie8, 1 + tie11, 1 + 3 * tie11, 6e-8,
+      kInf,  -kInf, kNan};
+  // Through fp32, 2^24 + 2^16 + 1 becomes 2^24 + 2^16 and then the bf16 tie 2^24 (documented).
+  const std::vector<int64_t> ints = {0,        1,         -1,        127,           128,
+                                     -129,     300,       65519,     70000,         16777217,
+                                     16842753, INT32_MAX, INT32_MIN, 1099511627777, -1099511627777};
+  int failures = 0;
+  for (const DType from : kAllTypes) {
+    const bool from_float = hw::dtype_is_float(from);
+    const size_t n = from_float ? floats.size() : from == DType::kBool ? 2 : ints.size();
+    std::vector<uint8_t> src = from_float ? pack(from, floats) : std::vector<uint8_t>(n * hw::dtype_size(from));
+    for (size_t i = 0; !from_float && i < n; ++i) put_int(from, src, i, ints[i]);  // wrapped to the source type
+    std::vector<hw::Instr> code;
+    std::vector<Output> outs;
+    for (size_t k = 0; k < std::size(kAllTypes); ++k) {
+      code.push_back(sfp(Op::kConvert, kAllTypes[k], kD + k * 0x1000, kX, static_cast<uint64_t>(from), 1, n));
+      outs.push_back({static_cast<uint32_t>(kD + k * 0x1000), n * hw::dtype_size(kAllTypes[k])});
+    }
+    const auto got = on_core({{kX, src}}, code, outs);
+    for (size_t k = 0; k < std::size(kAllTypes); ++k) {
+      const DType to = kAllTypes[k];
+      for (size_t i = 0; i < n; ++i) {
+        const double v = from_float ? get(from, src, i) : static_cast<double>(get_int(from, src, i));  // exact
+        const std::string what = cat("CONVERT ", hw::dtype_name(from), " -> ", hw::dtype_name(to), " of ", v);
+        if (hw::dtype_is_float(to)) {
+          // Integers reach f16 and bf16 through fp32, as documented.
+          const double want = round_to(to, from_float || to == DType::kF32 ? v : round_to(DType::kF32, v));
+          const double g = get(to, got[k], i);
+          expect((std::isnan(g) && std::isnan(want)) || (g == want && std::signbit(g) == std::signbit(want)), failures,
+                 cat(what, ": want ", want, " got ", g));
+        } else {
+          const int64_t want = to == DType::kBool ? v != 0
+                               : from_float       ? float_to_int(to, v)
+                                                  : wrap(to, get_int(from, src, i));
+          expect(get_int(to, got[k], i) == want, failures, cat(what, ": want ", want, " got ", get_int(to, got[k], i)));
+        }
+      }
+    }
+  }
+  CHECK(failures == 0);
+}
+
+TEST_CASE("FILL and IOTA convert their double values once; TRANSPOSE moves every element size") {
+  const std::vector<double> fills = {2.75, -3.75, 0.0, 1 + std::ldexp(1, -8) + std::ldexp(1, -40),
+                                     1 + std::ldexp(1, -11) + std::ldexp(1, -40)};
+  int failures = 0;
+  for (const DType t : kAllTypes) {
+    const uint32_t es = hw::dtype_size(t);
+    const double start = hw::dtype_is_float(t) ? -1.5 : -4, step = hw::dtype_is_float(t) ? 0.25 : 3;
+    std::vector<hw::Instr> code;
+    std::vector<Output> outs;
+    for (size_t k = 0; k < fills.size(); ++k) {
+      code.push_back(sfp(Op::kFill, t, kD + k * 0x100, 0, emit::double_bits(fills[k]), 1, 8));
+      outs.push_back({static_cast<uint32_t>(kD + k * 0x100), 8 * es});
+    }
+    code.push_back(sfp(Op::kIota, t, kE, emit::double_bits(start), emit::double_bits(step), 3, 5));
+    outs.push_back({kE, 15 * es});
+    const auto got = on_core({}, code, outs);
+    const auto want_of = [&](double v) {
+      return hw::dtype_is_float(t) ? round_to(t, v)
+             : t == DType::kBool   ? v != 0
+                                   : static_cast<double>(float_to_int(t, v));
+    };
+    for (size_t k = 0; k <= fills.size(); ++k) {
+      for (uint32_t i = 0; i < (k < fills.size() ? 8 : 15); ++i) {
+        const double v = k < fills.size() ? fills[k] : start + i * step;
+        expect(get(t, got[k], i) == want_of(v), failures,
+               cat(k < fills.size() ? "FILL " : "IOTA ", hw::dtype_name(t), " element ", i, " of ", v, ": want ",
+                   want_of(v), " got ", get(t, got[k], i)));
+      }
+    }
+  }
+  CHECK(failures == 0);
+  for (const DType t : {DType::kF32, DType::kF16, DType::kI8, DType::kI64}) {
+    const uint32_t rows = 3, cols = 5;
+    std::vector<double> v(rows * cols);
+    for (size_t k = 0; k < v.size(); ++k) v[k] = static_cast<double>(k) - 7;
+    const auto got = on_core({{kX, pack(t, v)}}, {sfp(Op::kTranspose, t, kD, kX, 0, rows, cols)},
+                             {{kD, rows * cols * hw::dtype_size(t)}});
+    std::vector<double> want(v.size());
+    for (uint32_t r = 0; r < rows; ++r)
+      for (uint32_t c = 0; c < cols; ++c) want[c * rows + r] = v[r * cols + c];
+    CAPTURE(std::string(hw::dtype_name(t)));
+    CHECK(unpack(t, got[0]) == want);
+  }
+}
+
+// ---- Scalar registers, control and multi-core launches ------------------------------------
+
+TEST_CASE("a BRANCH loop stores a block per iteration at a register-advanced address; DIVU and REMU") {
+  constexpr uint64_t kBlocks = kOut + 0x10000;
+  const std::vector<uint8_t> zeros(8 * 256, 0);
+  h->memory.write(kBlocks, zeros.data(), zeros.size());
+  emit::Builder b;
+  b.emit(emit::arg(2, 1));
+  b.emit(iota_index());
+  b.emit(sfp(Op::kFill, DType::kF32, kX, 0, emit::double_bits(3.5), 1, 64));
+  b.emit(emit::li(3, 0));             // i
+  b.emit(emit::li(4, 5));             // iterations
+  b.emit(emit::addi(5, 2, 0x10000));  // device address of block i
+  b.emit(emit::li(6, 0));             // sum of 7 per iteration
+  const auto loop = b.label();
+  b.bind(loop);
+  b.emit(emit::dma(Op::kStore, 5, 0, kX, 0, 0, 1, 256, false, 0));
+  b.emit(emit::addi(5, 5, 256));
+  b.emit(emit::addi(6, 6, 7));
+  b.emit(emit::addi(3, 3, 1));
+  b.branch(hw::Cond::kLtu, 3, 4, loop);
+  b.emit(emit::li(7, ~uint64_t{0}));
+  b.emit(emit::divu(8, 7, uint64_t{1} << 62));  // unsigned: 3
+  b.emit(emit::remu(9, 7, 1000));               // 18446744073709551615 % 1000 = 615
+  b.emit(emit::li(10, 1000));
+  b.emit(emit::divu(11, 10, 7));
+  b.emit(emit::remu(12, 10, 7));
+  std::vector<hw::Instr> code = b.finish();
+  const uint32_t regs[] = {3, 6, 8, 9, 11, 12};
+  for (uint32_t k = 0; k < std::size(regs); ++k) store_reg(code, regs[k], 2, 4 * k);
+  h->run(compiler::assemble("loop", {code}, 2));
+  REQUIRE(h->cores[0]->result().ok());
+  std::vector<uint32_t> values(6);
+  h->memory.read(kOut, values.data(), 6 * 4);
+  CHECK(values ==
+        std::vector<uint32_t>{5, 35, 3, 615, 142, 6});  // i, the sum, ~0 / 2^62, ~0 % 1000, 1000 / 7, 1000 % 7
+  std::vector<float> blocks(8 * 64);
+  h->memory.read(kBlocks, blocks.data(), blocks.size() * 4);
+  for (size_t k = 0; k < blocks.size(); ++k) CHECK_MESSAGE(blocks[k] == (k < 5 * 64 ? 3.5f : 0.0f), "float ", k);
+}
+
+TEST_CASE("RANK gives each core of a launch its rank and the number of cores") {
+  std::vector<hw::Instr> code = {emit::arg(2, 1), iota_index(), emit::rank(5), emit::muli(7, 5, 8), emit::add(7, 7, 2)};
+  store_reg(code, 5, 7, 0);
+  store_reg(code, 6, 7, 4);
+  const std::vector<uint32_t> poison(2 * kCores, 0xdead);
+  h->memory.write(kOut, poison.data(), poison.size() * 4);
+  h->run(compiler::assemble_spmd("rank", code, kCores, 2));
+  std::vector<uint32_t> got(2 * kCores);
+  h->memory.read(kOut, got.data(), got.size() * 4);
+  for (uint32_t r = 0; r < kCores; ++r) {
+    CAPTURE(r);
+    CHECK(h->cores[r]->result().ok());
+    CHECK(got[2 * r] == r);
+    CHECK(got[2 * r + 1] == kCores);
+  }
+}
+
+TEST_CASE("the cores of a launch start together") {
+  // Each core reads its program header, entry, arguments and code (about 200 bytes): four cores
+  // hardly load LPDDR5, so each should start within a few cycles of a core launched alone.
+  const double alone = h->run(compiler::assemble_spmd("empty", {}, 1, 2));
+  h->run(compiler::assemble_spmd("empty", {}, kCores, 2));
+  for (uint32_t r = 0; r < kCores; ++r) {
+    CAPTURE(r);
+    CHECK(h->stopped(r) <= alone + 8);
+  }
+}
+
+TEST_CASE("BARRIER releases every core barrier_cycles after the last arrival") {
+  const double barrier = h->config.chip.barrier_cycles;
+  const std::vector<hw::Instr> work(4, exp_block());
+  std::vector<hw::Instr> slow = work;
+  slow.push_back(emit::instr(Op::kBarrier));
+  // Core 0 arrives after its work (measured in a launch of the same shape without the barrier);
+  // core 1 arrives at once and waits for it.
+  h->run(compiler::assemble("work", {work, {}}, 2));
+  const double arrival = h->stopped(0);
+  h->run(compiler::assemble("barrier", {slow, {emit::instr(Op::kBarrier)}}, 2));
+  CHECK(h->cores[0]->result().ok());
+  CHECK(h->cores[1]->result().ok());
+  CAPTURE(arrival);
+  CAPTURE(h->stopped(0));
+  CAPTURE(h->stopped(1));
+  CHECK(h->stopped(1) + 1 >= arrival + barrier);
+  CHECK(h->stopped(1) <= arrival + barrier + 1);
+  CHECK(near(h->stopped(0), h->stopped(1)));  // the last to arrive is released with the others
+  // After the barrier both cores store; and a core that ENDs without arriving releases the other.
+  std::vector<hw::Instr> after = {emit::arg(2, 1),
+                                  emit::instr(Op::kBarrier),
+                                  emit::rank(5),
+                                  sfp(Op::kFill, DType::kF32, kX, 0, emit::double_bits(9.5), 1, 16),
+                                  emit::muli(6, 5, 64),
+                                  emit::add(6, 6, 2),
+                                  emit::dma(Op::kStore, 6, 0, kX, 0, 0, 1, 64, false, 0)};
+  const std::vector<float> zeros(32, 0.0f);
+  h->memory.write(kOut, zeros.data(), zeros.size() * 4);
+  std::vector<hw::Instr> slow_after = work;
+  slow_after.insert(slow_after.end(), after.begin(), after.end());
+  h->run(compiler::assemble("both store", {slow_after, after}, 2));
+  std::vector<float> stored(32);
+  h->memory.read(kOut, stored.data(), stored.size() * 4);
+  CHECK(h->cores[0]->result().ok());
+  CHECK(h->cores[1]->result().ok());
+  CHECK(std::count(stored.begin(), stored.end(), 9.5f) == 32);
+  h->memory.write(kOut, zeros.data(), zeros.size() * 4);
+  h->run(compiler::assemble("one leaves", {after, {exp_block()}}, 2));
+  h->memory.read(kOut, stored.data(), stored.size() * 4);
+  CHECK(h->cores[0]->result().ok());
+  CHECK(h->cores[1]->result().ok());
+  CHECK(std::count(stored.begin(), stored.begin() + 16, 9.5f) == 16);
+  CHECK(h->stopped(0) >= h->stopped(1) + barrier);
+}
+
+TEST_CASE("an async LOAD overlaps SFP work: about max(load, compute) instead of the sum") {
+  // 256 KiB: about 2100 cycles on the ring and LPDDR5; four 4096-element exps: 4 x 522 cycles.
+  const hw::Instr sync_load = emit::dma(Op::kLoad, 1, 0, kX, 0, 2048, 128, 2048, false, 0);
+  hw::Instr async_load = sync_load;
+  async_load.flags = hw::dma_flags(true, 3);
+  const std::vector<hw::Instr> compute(
+      4, sfp(Op::kUnary, DType::kF32, kE, kE + 0x10000, static_cast<uint64_t>(UnaryFn::kExp), 64, 64));
+  const auto program = [&](std::vector<hw::Instr> pre, bool with_compute, std::vector<hw::Instr> post) {
+    std::vector<hw::Instr> code{emit::arg(1, 0)};
+    code.insert(code.end(), pre.begin(), pre.end());
+    if (with_compute) code.insert(code.end(), compute.begin(), compute.end());
+    code.insert(code.end(), post.begin(), post.end());
+    return h->run(compiler::assemble("dma", {code}, 2));
+  };
+  const double base = program({}, false, {});
+  const double load = program({sync_load}, false, {}) - base;
+  const double work = program({}, true, {}) - base;
+  const double serial = program({sync_load}, true, {}) - base;
+  const double overlapped = program({async_load}, true, {emit::wait_tags(1u << 3)}) - base;
+  CAPTURE(load);
+  CAPTURE(work);
+  CAPTURE(overlapped);
+  CAPTURE(serial);
+  const ChipConfig& c = h->config.chip;
+  const double issue = c.issue_cycles;
+  CHECK(load > 2000);
+  CHECK(near(work, 4 * (issue + 4096 / 32 * c.sfp_transcendental_cycles + c.sfp_fill_cycles)));
+  CHECK(serial + 1 >= load + work);
+  // The async LOAD's issue, then the work, then the WAIT's issue, unless the load lands later.
+  CHECK(near(overlapped, std::max(load, issue + work + issue), 2));
+  CHECK(overlapped + work / 2 < serial);
+  // A WAIT with nothing outstanding costs its issue cycles only, after a sync load or a drained tag.
+  CHECK(near(program({sync_load}, false, {emit::wait_tags(0xffff)}) - base - load, issue));
+  const double one_wait = program({async_load}, true, {emit::wait_tags(1u << 3)});
+  CHECK(near(program({async_load}, true, {emit::wait_tags(1u << 3), emit::wait_tags(1u << 3)}) - one_wait, issue));
+  // The data is there after the WAIT.
+  std::vector<uint8_t> data(128 * 2048);
+  for (size_t k = 0; k < data.size(); ++k) data[k] = static_cast<uint8_t>(k * 7 + 1);
+  h->memory.write(kIn, data.data(), data.size());
+  std::vector<uint8_t> back(data.size());
+  program({async_load}, true,
+          {emit::wait_tags(1u << 3), emit::arg(2, 1), emit::dma(Op::kStore, 2, 0, kX, 0, 2048, 128, 2048, false, 0)});
+  h->memory.read(kOut, back.data(), back.size());
+  CHECK(back == data);
+}
+
+TEST_CASE("faults stop the core with kCoreFault naming the core and the instruction") {
+  const uint32_t lx = static_cast<uint32_t>(h->config.chip.lx_bytes);
+  hw::Instr past_end = emit::instr(Op::kBranch);
+  past_end.a = 1000;
+  hw::Instr bad_cond = emit::instr(Op::kBranch);
+  bad_cond.flags = static_cast<uint8_t>(hw::Cond::kCount);
+  hw::Instr bad_flags = emit::dma(Op::kLoad, 1, 0, 0, 0, 0, 1, 64, false, 0);
+  bad_flags.flags = 0x2;
+  hw::Instr bad_store_flags = emit::dma(Op::kStore, 1, 0, 0, 0, 0, 1, 64, true, 0);
+  bad_store_flags.flags |= 0x4;
+  const auto fn = [](auto f) { return static_cast<uint64_t>(f); };
+  const struct {
+    const char* what;
+    std::vector<hw::Instr> code;
+  } cases[] = {
+      {"UNARY dst past the scratchpad", {sfp(Op::kUnary, DType::kF32, lx - 16, 0, fn(UnaryFn::kExp), 1, 64)}},
+      {"BINARY src1 past the scratchpad", {sfp(Op::kBinary, DType::kF32, 0, emit::pack2(0, lx - 4), 0, 3, 5)}},
+      {"SELECT mask past the scratchpad", {sfp(Op::kSelect, DType::kF32, 0, emit::pack2(lx - 4, 0), 0, 3, 5)}},
+      {"REDUCE best values past the scratchpad", {sfp(Op::kReduce, DType::kF32, 0, 0, 4 | uint64_t{lx} << 32, 2, 4)}},
+      {"TRANSPOSE src past the scratchpad", {sfp(Op::kTranspose, DType::kF16, 0, lx - 8, 0, 2, 4)}},
+      {"CONVERT i64 src past the scratchpad", {sfp(Op::kConvert, DType::kF32, 0, lx - 16, fn(DType::kI64), 1, 4)}},
+      {"FILL pushed past the scratchpad by r[rl]",
+       {emit::li(5, lx - 8), emit::sfp(Op::kFill, DType::kF32, 5, 0, 0, emit::double_bits(1), 1, 4)}},
+      {"UNARY with an immediate source", {sfp(Op::kUnary, DType::kF32, 0, 0x100, 0, 1, 4, fn(Bcast::kImm))}},
+      {"UNARY with a bad function", {sfp(Op::kUnary, DType::kF32, 0, 0x100, fn(UnaryFn::kCount), 1, 4)}},
+      {"BINARY with a bad function", {sfp(Op::kBinary, DType::kF32, 0, 0x100, fn(BinaryFn::kCount), 1, 4)}},
+      {"BINARY with broadcast mode 5", {sfp(Op::kBinary, DType::kF32, 0, 0x100, 0, 1, 4, 5)}},
+      {"REDUCE with no columns", {sfp(Op::kReduce, DType::kF32, 0, 0x100, 0, 1, 0)}},
+      {"TRANSPOSE in place", {sfp(Op::kTranspose, DType::kF32, 0x100, 0x100, 0, 2, 2)}},
+      {"LI to r0", {emit::li(0, 5)}},
+      {"ADDI to r0", {emit::addi(0, 5, 1)}},
+      {"RANK into r15 (r16 does not exist)", {emit::rank(15)}},
+      {"DIVU by zero", {emit::divu(7, 5, 0)}},
+      {"REMU by zero", {emit::remu(7, 5, 0)}},
+      {"BRANCH past the program", {past_end}},
+      {"BRANCH with condition 7", {bad_cond}},
+      {"WAIT on tag 16", {emit::wait_tags(1u << 16)}},
+      {"ARG past the argument block", {emit::arg(7, 2)}},
+      {"LOAD with a reserved flag bit", {bad_flags}},
+      {"async STORE with a reserved flag bit", {bad_store_flags}},
+  };
+  for (const auto& k : cases) {
+    CAPTURE(k.what);
+    std::vector<hw::Instr> code = {emit::arg(1, 0), emit::li(5, 1)};
+    code.insert(code.end(), k.code.begin(), k.code.end());
+    h->run(compiler::assemble("fault", {code}, 2));
+    CHECK(h->cores[0]->result().error == hw::ErrorCode::kCoreFault);
+    CHECK(h->cores[0]->result().detail == code.size() - 1);  // core 0, the last instruction
+  }
+  // On core 1 of a launch: core 0's stream is instructions 0..1 (with its END), core 1's 2..3.
+  h->run(compiler::assemble("fault", {{emit::li(5, 1)}, {emit::li(5, 1), emit::divu(6, 5, 0)}}, 2));
+  CHECK(h->cores[0]->result().ok());
+  CHECK(h->cores[1]->result().error == hw::ErrorCode::kCoreFault);
+  CHECK(h->cores[1]->result().detail == (1u << 24 | 3));
+}
+
+TEST_CASE("one SFP instruction takes issue + ceil(n / per_cycle) * factor + fill cycles") {
+  const ChipConfig& c = h->config.chip;
+  const struct {
+    Op op;
+    uint64_t fn;
+    bool transcendental;
+  } ops[] = {{Op::kUnary, static_cast<uint64_t>(UnaryFn::kRelu), false},
+             {Op::kUnary, static_cast<uint64_t>(UnaryFn::kExp), true},
+             {Op::kBinary, static_cast<uint64_t>(BinaryFn::kAdd), false},
+             {Op::kBinary, static_cast<uint64_t>(BinaryFn::kDiv), true}};
+  for (const DType t : {DType::kF32, DType::kF16}) {
+    for (const auto& [rows, cols] : {std::pair{10u, 100u}, std::pair{64u, 64u}, std::pair{1u, 33u}}) {
+      for (const auto& o : ops) {
+        CAPTURE(std::string(hw::dtype_name(t)));
+        CAPTURE(rows * cols);
+        CAPTURE(o.fn);
+        const hw::Instr in = sfp(o.op, t, kD, o.op == Op::kUnary ? kX : emit::pack2(kX, kY), o.fn, rows, cols);
+        const double delta =
+            h->run(compiler::assemble("two", {{in, in}}, 0)) - h->run(compiler::assemble("one", {{in}}, 0));
+        const uint64_t per_cycle = c.sfp_lanes * 2 / std::max<uint32_t>(hw::dtype_size(t), 2);
+        const uint64_t want =
+            c.issue_cycles +
+            (rows * cols + per_cycle - 1) / per_cycle * (o.transcendental ? c.sfp_transcendental_cycles : 1) +
+            c.sfp_fill_cycles;
+        CAPTURE(delta);
+        CAPTURE(want);
+        CHECK(near(delta, want));
+      }
+    }
+  }
+  // With the default config written out: an f16 exp of 4096 elements takes 2 + 4096 / 64 * 4 + 8 cycles.
+  const hw::Instr exp16 = sfp(Op::kUnary, DType::kF16, kD, kX, static_cast<uint64_t>(UnaryFn::kExp), 64, 64);
+  CHECK(near(h->run(compiler::assemble("two", {{exp16, exp16}}, 0)) - h->run(compiler::assemble("one", {{exp16}}, 0)),
+             266));
+}
+
+extern "C" int sc_main(int argc, char* argv[]) {
+  Harness harness;
+  h = &harness;
+  doctest::Context context(argc, argv);
+  return context.run();
+}
