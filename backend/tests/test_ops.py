@@ -34,6 +34,10 @@ NATIVE = {
     # matmul family (float types: integer matmuls take the CPU fallback, docs/user-guide.md)
     "mm", "bmm", "addmm", "addmm.decomposed", "baddbmm", "mv", "dot", "matmul", "nn.functional.linear",
     "einsum", "inner",
+    # expressions (one fused pass each)
+    "addcmul", "addcdiv", "lerp", "isinf", "isposinf", "isneginf", "isfinite",
+    # indexing
+    "index_select", "gather", "scatter", "scatter_add", "index_add", "nn.functional.embedding",
 }  # fmt: skip
 FLOAT_ONLY = {"mm", "bmm", "addmm", "baddbmm", "mv", "dot", "matmul", "nn.functional.linear", "einsum", "inner"}
 

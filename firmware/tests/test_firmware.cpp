@@ -168,7 +168,7 @@ TEST_CASE("each malformed field is named") {
 }
 
 TEST_CASE("program headers are checked against the launch") {
-  hw::ProgramHeader h{hw::kProgramMagic, hw::kIsaVersion, 2, 10, 64, {}};
+  hw::ProgramHeader h{hw::kProgramMagic, hw::kIsaVersion, 2, 10, 64, 0, 0, {}};
   const hw::LaunchArgs l{64, 64 + 10 * 32, 0, 0, 0b11, 0};
   CHECK(fw::validate_program(h, l).ok());
   hw::ProgramHeader bad = h;

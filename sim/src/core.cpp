@@ -141,8 +141,12 @@ fw::Verdict Core::run() {
 
 uint8_t* Core::lx(const hw::Instr& in, uint64_t addr, uint64_t n) {
   const uint64_t at = addr + regs_[hw::reg_rl(in.regs)];
-  if (at < addr || at > lx_.size() || n > lx_.size() - at) return nullptr;
-  return lx_.data() + at;
+  return at < addr ? nullptr : lx_at(at, n);
+}
+
+uint8_t* Core::lx_at(uint64_t addr, uint64_t n) {
+  if (addr > lx_.size() || n > lx_.size() - addr) return nullptr;
+  return lx_.data() + addr;
 }
 
 void Core::timed(uint64_t begin, uint64_t cycles, uint64_t& stat, const char* name, uint64_t elements) {
@@ -161,7 +165,10 @@ uint8_t allowed_flags(hw::Op op) {
       return 0x07;  // hw::Cond
     case hw::Op::kLoad:
     case hw::Op::kStore:
+    case hw::Op::kGather:
       return hw::kDmaAsync | 0xf0;
+    case hw::Op::kScatter:
+      return hw::kDmaAsync | hw::kScatterAdd | hw::kScatterMul | 0xf0;
     case hw::Op::kMatmul:
       return hw::kMatmulAccumulate;
     case hw::Op::kUnary:
@@ -274,6 +281,9 @@ bool Core::execute(const hw::Instr& in, uint32_t& pc) {
     case hw::Op::kLoad:
     case hw::Op::kStore:
       return dma(in);
+    case hw::Op::kGather:
+    case hw::Op::kScatter:
+      return indirect(in);
     case hw::Op::kWait: {
       if (in.a >> hw::kNumDmaTags) return false;
       sc_core::sc_time until = sc_core::sc_time_stamp() + clock_.cycles(config_.chip.issue_cycles);
@@ -311,8 +321,7 @@ bool Core::dma(const hw::Instr& in) {
   const bool load = in.op == hw::Op::kLoad;
   const uint64_t rows = in.d;
   const uint64_t row_bytes = in.e;
-  const uint64_t total = rows * row_bytes;
-  uint8_t* buf = lx(in, in.a, total);
+  uint8_t* buf = lx(in, in.a, rows * row_bytes);
   if (rows == 0 || row_bytes == 0 || !buf) return false;
   // Address arithmetic that wraps around would land somewhere valid: fault instead.
   uint64_t base = 0, span = 0, last = 0;
@@ -321,31 +330,80 @@ bool Core::dma(const hw::Instr& in) {
       __builtin_add_overflow(last, row_bytes, &last)) {
     return false;
   }
+  std::vector<uint64_t> addrs(rows);
+  for (uint64_t r = 0; r < rows; ++r) addrs[r] = base + r * in.c;
+  return transfer(in, addrs, buf, row_bytes, load ? Move::kRead : Move::kWrite);
+}
+
+bool Core::indirect(const hw::Instr& in) {
+  // Every index is checked before any byte moves, so a bad one faults with memory untouched.
+  const uint64_t rows = in.d, row_bytes = in.e, stride = in.c & 0xffffffffu;
+  uint8_t* buf = lx_at(in.a, rows * row_bytes);
+  const uint8_t* idx = lx_at(in.c >> 32, rows * 8);
+  const bool add = in.op == hw::Op::kScatter && (in.flags & (hw::kScatterAdd | hw::kScatterMul));
+  if ((in.flags & hw::kScatterAdd) && (in.flags & hw::kScatterMul)) return false;
+  if (rows == 0 || row_bytes == 0 || !buf || !idx) return false;
+  if (add && (in.dtype >= hw::DType::kCount || row_bytes % hw::dtype_size(in.dtype))) {
+    return false;
+  }
+  const uint64_t limit = regs_[hw::reg_rl(in.regs)];
+  uint64_t base = 0;
+  if (__builtin_add_overflow(regs_[hw::reg_rd(in.regs)], in.b, &base)) return false;
+  std::vector<uint64_t> addrs(rows);
+  for (uint64_t r = 0; r < rows; ++r) {
+    int64_t i;
+    std::memcpy(&i, idx + 8 * r, 8);
+    uint64_t off = 0;
+    if (i < 0 || static_cast<uint64_t>(i) >= limit || __builtin_mul_overflow(static_cast<uint64_t>(i), stride, &off) ||
+        __builtin_add_overflow(base, off, &addrs[r])) {
+      return false;
+    }
+  }
+  return transfer(in, addrs, buf, row_bytes,
+                  in.op == hw::Op::kGather ? Move::kRead : (add ? Move::kAccumulate : Move::kWrite));
+}
+
+bool Core::transfer(const hw::Instr& in, const std::vector<uint64_t>& addrs, uint8_t* buf, uint64_t row_bytes,
+                    Move move) {
   // The data moves now; its time is booked on the memory and ring servers from the issue cycle.
-  // Rows are issued back to back: memory bandwidth spaces them, its latency is paid once.
+  // Rows are issued back to back: memory bandwidth spaces them, its latency is paid once. An
+  // accumulating row is read and written at the memory (two LPDDR5 accesses, one ring transfer).
   const uint64_t begin = clock_.now_cycles();
   const sc_core::sc_time issue = clock_.cycles(config_.chip.issue_cycles);
   const sc_core::sc_time now = sc_core::sc_time_stamp();
+  const uint64_t total = addrs.size() * row_bytes;
   sc_core::sc_time mem_delay = issue;
-  for (uint64_t r = 0; r < rows; ++r) {
+  std::vector<uint8_t> row(move == Move::kAccumulate ? row_bytes : 0);
+  for (size_t r = 0; r < addrs.size(); ++r) {
+    uint8_t* data = buf + r * row_bytes;
     sc_core::sc_time row_delay = issue;
-    if (!tlm_access(mem, load ? tlm::TLM_READ_COMMAND : tlm::TLM_WRITE_COMMAND, base + r * in.c, buf + r * row_bytes,
-                    row_bytes, row_delay)) {
-      return false;
+    if (move == Move::kAccumulate) {
+      if (!tlm_access(mem, tlm::TLM_READ_COMMAND, addrs[r], row.data(), row_bytes, row_delay)) return false;
+      const uint64_t n = row_bytes / hw::dtype_size(in.dtype);
+      const hw::BinaryFn fn = (in.flags & hw::kScatterMul) ? hw::BinaryFn::kMul : hw::BinaryFn::kAdd;
+      sfp_binary(fn, in.dtype, row.data(), row.data(), hw::Bcast::kFull, data, hw::Bcast::kFull, 0, 1, n);
+      data = row.data();
     }
+    const tlm::tlm_command cmd = move == Move::kRead ? tlm::TLM_READ_COMMAND : tlm::TLM_WRITE_COMMAND;
+    if (!tlm_access(mem, cmd, addrs[r], data, row_bytes, row_delay)) return false;
     mem_delay = std::max(mem_delay, row_delay);
   }
+  const bool load = move == Move::kRead;
   BandwidthServer& link = load ? ring_.to_cores : ring_.from_cores;
   const sc_core::sc_time done = std::max(now + mem_delay, link.reserve(now + issue, total) + ring_.latency);
   (load ? stats_.bytes_loaded : stats_.bytes_stored) += total;
-  const char* name = load ? "load" : "store";
+  const char* name = in.op == hw::Op::kGather    ? "gather"
+                     : in.op == hw::Op::kScatter ? "scatter"
+                     : load                      ? "load"
+                                                 : "store";
   if (in.flags & hw::kDmaAsync) {
     sc_core::sc_time& tag = tag_done_[hw::dma_tag(in.flags)];
     tag = std::max(tag, done);
     wait(issue);
-    if (trace_.instructions())
-      trace_.slice(track_, load ? "load issue" : "store issue", begin, clock_.now_cycles(),
+    if (trace_.instructions()) {
+      trace_.slice(track_, std::string(name) + " issue", begin, clock_.now_cycles(),
                    {{"bytes", total}, {"tag", hw::dma_tag(in.flags)}});
+    }
     return true;
   }
   wait(done - now);

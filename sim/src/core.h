@@ -74,9 +74,16 @@ class Core : public sc_core::sc_module {
   /// Executes one instruction; a branch sets `pc`, anything else leaves it. False on a fault.
   bool execute(const hw::Instr& in, uint32_t& pc);
   bool dma(const hw::Instr& in);
+  bool indirect(const hw::Instr& in);
+  enum class Move { kRead, kWrite, kAccumulate };
+  /// Moves rows of `row_bytes` between `buf` and the device addresses `addrs`, timed on the memory
+  /// and ring servers (asynchronously if the instruction says so). False on a memory error.
+  bool transfer(const hw::Instr& in, const std::vector<uint64_t>& addrs, uint8_t* buf, uint64_t row_bytes, Move move);
   bool sfp(const hw::Instr& in);
   /// Scratchpad pointer for `n` bytes at `addr` + r[rl] of `in`; nullptr when out of range.
   uint8_t* lx(const hw::Instr& in, uint64_t addr, uint64_t n);
+  /// Scratchpad pointer for `n` bytes at absolute `addr`; nullptr when out of range.
+  uint8_t* lx_at(uint64_t addr, uint64_t n);
   uint64_t sfp_cycles(uint64_t elements, hw::DType t, bool transcendental) const;
   void timed(uint64_t begin_cycle, uint64_t cycles, uint64_t& stat, const char* name, uint64_t elements);
   fw::Verdict fault(uint32_t pc) const {

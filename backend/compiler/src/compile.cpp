@@ -31,6 +31,9 @@ Program compile(const ir::Graph& g, const Target& t) {
       case ir::Op::Family::kMatmul:
         k = lower::lower_matmul(g, op.matmul, t);
         break;
+      case ir::Op::Family::kIndex:
+        k = lower::lower_index(g, op.index, t);
+        break;
     }
     if (k) kernels.push_back(std::move(*k));
   }

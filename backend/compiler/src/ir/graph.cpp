@@ -10,6 +10,10 @@ namespace spyre::compiler::ir {
 namespace {
 
 std::string describe(const Op& op) {
+  if (op.family == Op::Family::kIndex) {
+    const Index& x = op.index;
+    return fmt::format("idx{}/{}/{}/{}", static_cast<int>(x.kind), x.table, x.index, x.rows);
+  }
   if (op.family == Op::Family::kMatmul) {
     const Matmul& m = op.matmul;
     return fmt::format("mm/{}/{}@{}>{}+{}/{}/{}", hw::dtype_name(m.compute), m.a, m.b, m.out, m.bias, m.alpha, m.beta);
@@ -26,10 +30,26 @@ std::string describe(const Op& op) {
   for (const Operand& o : p.inputs) {
     s += o.kind == Operand::Kind::kView ? fmt::format(",v{}", o.view) : fmt::format(",s{}", o.scalar);
   }
+  for (const Step& st : p.steps) {
+    s += fmt::format(";{}/{}/{}/{}/{}({})", static_cast<int>(st.kind), static_cast<int>(st.unary),
+                     static_cast<int>(st.binary), st.start, st.step, fmt::join(st.args, ","));
+  }
   return s;
 }
 
 }  // namespace
+
+std::vector<Step> Pointwise::expression() const {
+  if (!steps.empty()) return steps;
+  Step s;
+  s.kind = kind;
+  s.unary = unary;
+  s.binary = binary;
+  s.start = start;
+  s.step = step;
+  for (size_t i = 0; i < inputs.size(); ++i) s.args.push_back(static_cast<int32_t>(i));
+  return {s};
+}
 
 int64_t View::numel() const {
   int64_t n = 1;
@@ -57,6 +77,12 @@ std::string Graph::name() const {
     return fmt::format("{}mm {} {}{}x{}x{}{}", batch > 1 ? "b" : "", hw::dtype_name(op.matmul.compute),
                        batch > 1 ? fmt::format("{}x", batch) : "", o[o.size() - 2], a.back(), o.back(),
                        op.matmul.bias >= 0 ? " +bias" : "");
+  }
+  if (op.family == Op::Family::kIndex) {
+    static const char* const kinds[] = {"gather", "scatter", "scatter_add", "scatter_mul"};
+    const View& v = views.at(op.index.rows);
+    return fmt::format("{} {} [{}]", kinds[static_cast<int>(op.index.kind)], hw::dtype_name(v.dtype),
+                       fmt::join(v.sizes, ","));
   }
   const uint32_t out = op.family == Op::Family::kReduce ? op.reduce.out : op.pointwise.out;
   const char* kind = op.family == Op::Family::kReduce ? "reduce" : "pointwise";

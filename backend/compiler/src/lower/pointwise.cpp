@@ -1,8 +1,11 @@
 // Pointwise family: copies, unary and binary math, select, fma, fill and iota over any strides,
-// with broadcasting and type conversion. The iteration space is simplified to as few dims as
-// possible; the innermost dim is tiled into columns, the next into rows, the rest are loop levels.
-// Per tile: asynchronous loads of every view, conversion to the compute type, one SFP instruction,
-// conversion to the output type, and an asynchronous store that drains while the next tile runs.
+// with broadcasting and type conversion, and expressions of several of them evaluated in one pass
+// (an elementwise chain fused: each input is loaded once, each intermediate stays in the
+// scratchpad). The iteration space is simplified to as few dims as possible; the innermost dim is
+// tiled into columns, the next into rows, the rest are loop levels. Per tile: asynchronous loads of
+// every view, conversion to the compute type, one SFP instruction per step, conversion to the
+// output type, and an asynchronous store that drains while the next tile runs.
+#include <array>
 #include <cmath>
 #include <cstring>
 #include <stdexcept>
@@ -39,7 +42,16 @@ struct Input {
   double scalar = 0;
   int64_t row_stride = 0, col_stride = 0;  // elements
   Move move = Move::kBlock;
-  uint32_t raw = 0, conv = 0;  // scratchpad: as loaded, and in the compute type (or expanded)
+  uint32_t raw = 0, conv = 0;  // scratchpad: as loaded, and in the compute type (or filled)
+};
+
+// Where an operand of a step is in the scratchpad, how it covers the tile, and its type. An
+// immediate has imm set (and no address).
+struct Value {
+  uint32_t addr = 0;
+  Bcast bcast = Bcast::kFull;
+  DType type = DType::kF32;
+  std::optional<uint32_t> imm;
 };
 
 Move classify(int64_t row_stride, int64_t col_stride, int64_t rows, int64_t cols) {
@@ -74,10 +86,10 @@ std::optional<uint32_t> immediate(double x, DType t) {
   return static_cast<uint32_t>(static_cast<int32_t>(x));
 }
 
-DType result_type(const ir::Pointwise& p) {
-  if (p.kind == ir::PointwiseKind::kBinary && hw::binary_is_compare(p.binary)) return DType::kBool;
-  if (p.kind == ir::PointwiseKind::kUnary && hw::unary_is_bool(p.unary)) return DType::kBool;
-  return p.compute;
+DType step_type(const ir::Step& st, DType compute) {
+  if (st.kind == ir::PointwiseKind::kBinary && hw::binary_is_compare(st.binary)) return DType::kBool;
+  if (st.kind == ir::PointwiseKind::kUnary && hw::unary_is_bool(st.unary)) return DType::kBool;
+  return compute;
 }
 
 size_t arity(ir::PointwiseKind k) {
@@ -98,16 +110,30 @@ size_t arity(ir::PointwiseKind k) {
 }  // namespace
 
 std::optional<Kernel> lower_pointwise(const ir::Graph& g, const ir::Pointwise& p, const Target& t) {
-  if (p.inputs.size() != arity(p.kind)) {
-    throw std::invalid_argument(
-        fmt::format("compiler: pointwise op takes {} inputs, got {}", arity(p.kind), p.inputs.size()));
+  const std::vector<ir::Step> steps = p.expression();
+  for (size_t j = 0; j < steps.size(); ++j) {
+    if (steps[j].args.size() != arity(steps[j].kind)) {
+      throw std::invalid_argument(fmt::format("compiler: pointwise step {} takes {} arguments, got {}", j,
+                                              arity(steps[j].kind), steps[j].args.size()));
+    }
+    for (int32_t a : steps[j].args) {
+      if ((a >= 0 && static_cast<size_t>(a) >= p.inputs.size()) || (a < 0 && static_cast<size_t>(-1 - a) >= j)) {
+        throw std::invalid_argument(fmt::format("compiler: pointwise step {} names a missing argument {}", j, a));
+      }
+    }
   }
+  if (steps.empty()) throw std::invalid_argument("compiler: a pointwise op needs a step");
   const ir::View& out = g.views.at(p.out);
   for (int64_t s : out.sizes) {
     if (s == 0) return std::nullopt;
   }
-  const DType compute = p.compute;
-  const DType result = result_type(p);
+  // An expression of several instructions keeps fp16 and bf16 intermediates in fp32 and rounds
+  // once at the end, as torch's CPU kernels do; a single instruction already computes in fp32.
+  const bool several = steps.size() > 1 || steps[0].kind == ir::PointwiseKind::kFma;
+  const DType compute = several && (p.compute == DType::kF16 || p.compute == DType::kBF16) ? DType::kF32 : p.compute;
+  std::vector<DType> types;
+  for (const ir::Step& st : steps) types.push_back(step_type(st, compute));
+  const DType result = types.back();
 
   // The iteration space: the output's shape, one stride vector per view operand (inputs, then out).
   Space space;
@@ -131,8 +157,9 @@ std::optional<Kernel> lower_pointwise(const ir::Graph& g, const ir::Pointwise& p
   const auto out_slot = static_cast<uint32_t>(views.size());
   views.push_back(&out);
   space.strides.push_back(out.strides);
-  if (p.kind == ir::PointwiseKind::kSelect && (!in[0].view || in[0].dtype != DType::kBool)) {
-    throw std::invalid_argument("compiler: select needs a bool mask view");
+  if (views.size() > schedule::kMaxOperands) {
+    throw std::invalid_argument(
+        fmt::format("compiler: a pointwise op of {} tensors exceeds {}", views.size(), schedule::kMaxOperands));
   }
   space = simplify(space);
   if (space.sizes.empty()) {  // one element
@@ -156,21 +183,28 @@ std::optional<Kernel> lower_pointwise(const ir::Graph& g, const ir::Pointwise& p
     x.move = classify(x.row_stride, x.col_stride, rows_all, cols_all);
     elems |= x.move == Move::kElems;
   }
-  if (p.kind == ir::PointwiseKind::kIota && nd != 1) throw std::invalid_argument("compiler: iota needs a 1-d output");
+  for (const ir::Step& st : steps) {
+    if (st.kind == ir::PointwiseKind::kIota && nd != 1)
+      throw std::invalid_argument("compiler: iota needs a 1-d output");
+  }
 
-  // Tile size: every buffer of one tile must fit in half the scratchpad.
-  const uint64_t es_c = hw::dtype_size(compute), es_r = hw::dtype_size(result), es_o = hw::dtype_size(out.dtype);
-  uint64_t per_elem = es_r + (result != out.dtype ? es_o : 0);
-  for (const Input& x : in) per_elem += (x.view ? hw::dtype_size(x.dtype) : 0) + std::max<uint64_t>(es_c, 1);
+  // Tile size: every buffer of one tile must fit in half the scratchpad: per input as loaded and
+  // converted, per step its result and an operand conversion, and the converted output.
+  const uint64_t es_c = std::max<uint64_t>(hw::dtype_size(compute), 1), es_o = hw::dtype_size(out.dtype);
+  uint64_t per_elem = es_o;
+  for (const Input& x : in) per_elem += (x.view ? hw::dtype_size(x.dtype) : 0) + es_c;
+  per_elem += steps.size() * 4 * es_c;
   const uint64_t half = t.lx_bytes / 2;
-  const uint64_t slack = 128 * (2 * in.size() + 3);
+  const uint64_t slack = 128 * (2 * in.size() + 2 * steps.size() + 4);
   if (half <= slack + 64 * per_elem) throw std::invalid_argument("compiler: scratchpad too small for a pointwise tile");
   uint64_t budget = (half - slack) / per_elem;
   if (budget >= 64) budget = budget / 64 * 64;
   const int64_t tc = std::min<int64_t>(cols_all, static_cast<int64_t>(budget));
   const int64_t tr = (elems || tc < cols_all) ? 1 : std::min<int64_t>(rows_all, static_cast<int64_t>(budget) / tc);
-  if (p.kind == ir::PointwiseKind::kIota && tc != cols_all) {
-    throw std::invalid_argument("compiler: iota output larger than one tile");
+  for (const ir::Step& st : steps) {
+    if (st.kind == ir::PointwiseKind::kIota && tc != cols_all) {
+      throw std::invalid_argument("compiler: iota output larger than one tile");
+    }
   }
 
   Kernel k;
@@ -205,22 +239,28 @@ std::optional<Kernel> lower_pointwise(const ir::Graph& g, const ir::Pointwise& p
   LxPlan lx;
   for (Input& x : in) {
     if (x.view) x.raw = lx.take(tile * hw::dtype_size(x.dtype));
-    x.conv = lx.take(tile * std::max<uint64_t>(es_c, 1));
+    x.conv = lx.take(tile * es_c);
   }
-  const uint32_t res = lx.take(tile * es_r);
+  // Per step: its result, and one scratch buffer per argument (conversions and expansions).
+  std::vector<uint32_t> res(steps.size());
+  std::vector<std::array<uint32_t, 3>> tmp(steps.size());
+  for (size_t j = 0; j < steps.size(); ++j) {
+    res[j] = lx.take(tile * es_c);
+    for (uint32_t& b : tmp[j]) b = lx.take(tile * es_c);
+  }
   const uint32_t outc = lx.take(tile * es_o);
 
-  const ir::Pointwise op = p;
   const DType out_type = out.dtype;
   const int64_t out_row = row_stride(out_slot), out_col = col_stride(out_slot);
   k.body = [=](emit::Builder& b, uint32_t tails) {
     const uint32_t col_bit = col_tail ? 1u : 0u, row_bit = row_tail ? (col_tail ? 2u : 1u) : 0u;
     const auto rows = static_cast<uint32_t>((tails & row_bit) ? tail_rows : tr);
     const auto cols = static_cast<uint32_t>((tails & col_bit) ? tail_cols : tc);
-    std::vector<Input> x = in;
+    const auto sfp = [&](hw::Op op, DType type, uint32_t dst, uint64_t bf, uint64_t cf, uint32_t r, uint32_t c,
+                         uint8_t flags = 0) { b.emit(emit::sfp(op, type, kBufferReg, dst, bf, cf, r, c, flags)); };
     // Loads.
     bool loaded = false;
-    for (const Input& v : x) {
+    for (const Input& v : in) {
       if (!v.view) continue;
       const uint32_t es = hw::dtype_size(v.dtype);
       const uint32_t rd = operand_reg(v.slot);
@@ -246,84 +286,121 @@ std::optional<Kernel> lower_pointwise(const ir::Graph& g, const ir::Pointwise& p
       loaded = true;
     }
     if (loaded) b.emit(emit::wait_tags(1u << kLoadTag));
-    // Conversion to the compute type (the mask of a select stays bool); constants.
-    std::optional<uint32_t> imm;  // at most one immediate per instruction
-    for (size_t i = 0; i < x.size(); ++i) {
-      Input& v = x[i];
-      const bool is_mask = op.kind == ir::PointwiseKind::kSelect && i == 0;
+    // The inputs as values: views in the compute type (bool ones also as loaded, for masks),
+    // constants as immediates where they fit, else filled into their buffer once.
+    std::vector<Value> as_compute(in.size()), as_loaded(in.size());
+    std::vector<bool> filled(in.size(), false);
+    for (size_t i = 0; i < in.size(); ++i) {
+      const Input& v = in[i];
       if (!v.view) {
-        const std::optional<uint32_t> bits = immediate(v.scalar, compute);
-        if (bits && !imm && op.kind != ir::PointwiseKind::kFma) {
-          imm = bits;
-          v.move = Move::kScalar;
-          v.raw = UINT32_MAX;  // marks the immediate
-        } else {
-          b.emit(emit::sfp(hw::Op::kFill, compute, kBufferReg, v.conv, 0, emit::double_bits(v.scalar), 1, 1));
-          v.raw = v.conv;
-          v.move = Move::kScalar;
-        }
+        as_compute[i] = Value{v.conv, Bcast::kScalar, compute, immediate(v.scalar, compute)};
         continue;
       }
-      const uint64_t n = hw::bcast_elements(bcast_of(v.move), rows, cols);
-      if (!is_mask && v.dtype != compute) {
-        b.emit(emit::sfp(hw::Op::kConvert, compute, kBufferReg, v.conv, v.raw, static_cast<uint64_t>(v.dtype), 1,
-                         static_cast<uint32_t>(n)));
-        v.raw = v.conv;
-      }
-    }
-    const auto bc = [&](const Input& v) { return v.raw == UINT32_MAX ? Bcast::kImm : bcast_of(v.move); };
-    const auto addr = [&](const Input& v) { return v.raw == UINT32_MAX ? 0u : v.raw; };
-    // Operands that the instruction needs as full tiles are expanded into their conv buffer.
-    const auto full = [&](Input& v, DType t) {
-      if (bc(v) == Bcast::kFull) return;
-      if (bc(v) == Bcast::kImm) {
-        float f;
-        std::memcpy(&f, &*imm, 4);
-        b.emit(emit::sfp(hw::Op::kFill, t, kBufferReg, v.conv, 0,
-                         emit::double_bits(hw::dtype_is_float(t) ? f : static_cast<int32_t>(*imm)), rows, cols));
+      const Bcast bc = bcast_of(v.move);
+      as_loaded[i] = Value{v.raw, bc, v.dtype, std::nullopt};
+      if (v.dtype == compute) {
+        as_compute[i] = as_loaded[i];
       } else {
-        b.emit(emit::sfp(hw::Op::kUnary, t, kBufferReg, v.conv, addr(v), static_cast<uint64_t>(hw::UnaryFn::kCopy),
-                         rows, cols, static_cast<uint8_t>(bc(v))));
+        const auto n = static_cast<uint32_t>(hw::bcast_elements(bc, rows, cols));
+        sfp(hw::Op::kConvert, compute, v.conv, v.raw, static_cast<uint64_t>(v.dtype), 1, n);
+        as_compute[i] = Value{v.conv, bc, compute, std::nullopt};
       }
-      v.raw = v.conv;
-      v.move = Move::kBlock;
-    };
-    const uint64_t imm_bits = imm ? uint64_t{*imm} << 32 : 0;
-    switch (op.kind) {
-      case ir::PointwiseKind::kCopy:
-        b.emit(emit::sfp(hw::Op::kUnary, compute, kBufferReg, res, addr(x[0]),
-                         static_cast<uint64_t>(hw::UnaryFn::kCopy), rows, cols, static_cast<uint8_t>(bc(x[0]))));
-        break;
-      case ir::PointwiseKind::kUnary:
-        if (bc(x[0]) == Bcast::kImm) full(x[0], compute);
-        b.emit(emit::sfp(hw::Op::kUnary, compute, kBufferReg, res, addr(x[0]), static_cast<uint64_t>(op.unary), rows,
-                         cols, static_cast<uint8_t>(bc(x[0]))));
-        break;
-      case ir::PointwiseKind::kBinary:
-        b.emit(emit::sfp(hw::Op::kBinary, compute, kBufferReg, res, emit::pack2(addr(x[0]), addr(x[1])),
-                         static_cast<uint64_t>(op.binary) | imm_bits, rows, cols, hw::bcast_flags(bc(x[0]), bc(x[1]))));
-        break;
-      case ir::PointwiseKind::kSelect:
-        full(x[0], DType::kBool);
-        b.emit(emit::sfp(hw::Op::kSelect, compute, kBufferReg, res, emit::pack2(addr(x[0]), addr(x[1])),
-                         addr(x[2]) | imm_bits, rows, cols, hw::bcast_flags(bc(x[1]), bc(x[2]))));
-        break;
-      case ir::PointwiseKind::kFma:
-        for (Input& v : x) full(v, compute);
-        b.emit(emit::sfp(hw::Op::kFma, compute, kBufferReg, res, emit::pack2(addr(x[0]), addr(x[1])), addr(x[2]), rows,
-                         cols));
-        break;
-      case ir::PointwiseKind::kFill:
-        b.emit(emit::sfp(hw::Op::kFill, compute, kBufferReg, res, 0, emit::double_bits(op.start), rows, cols));
-        break;
-      case ir::PointwiseKind::kIota:
-        b.emit(emit::sfp(hw::Op::kIota, compute, kBufferReg, res, emit::double_bits(op.start),
-                         emit::double_bits(op.step), rows, cols));
-        break;
     }
-    uint32_t final_buf = res;
+    std::vector<Value> results(steps.size());
+    // Argument `k` of step j: in memory (a constant's buffer filled on first use), of type `want`;
+    // a conversion goes to the argument's own scratch buffer.
+    const auto fetch = [&](size_t j, size_t k, DType want, bool allow_imm) -> Value {
+      const int32_t arg = steps[j].args[k];
+      const uint32_t scratch = tmp[j][k];
+      if (arg < 0) {
+        Value v = results[static_cast<size_t>(-1 - arg)];
+        if (v.type != want) {  // a bool result used as a number, or a number as a mask
+          sfp(hw::Op::kConvert, want, scratch, v.addr, static_cast<uint64_t>(v.type), rows, cols);
+          v = Value{scratch, Bcast::kFull, want, std::nullopt};
+        }
+        return v;
+      }
+      const auto i = static_cast<size_t>(arg);
+      if (want == DType::kBool && in[i].view && in[i].dtype == DType::kBool) return as_loaded[i];
+      Value v = as_compute[i];
+      if (!in[i].view) {
+        if (allow_imm && v.imm) return v;
+        if (!filled[i]) {
+          sfp(hw::Op::kFill, compute, in[i].conv, 0, emit::double_bits(in[i].scalar), 1, 1);
+          filled[i] = true;
+        }
+        v.imm.reset();
+      }
+      if (v.type != want) {
+        sfp(hw::Op::kConvert, want, scratch, v.addr, static_cast<uint64_t>(v.type), 1,
+            static_cast<uint32_t>(hw::bcast_elements(v.bcast, rows, cols)));
+        v = Value{scratch, v.bcast, want, std::nullopt};
+      }
+      return v;
+    };
+    // Argument k of step j as a whole tile (the instructions without broadcasts take only those).
+    const auto full = [&](size_t j, size_t k, Value v) {
+      if (v.bcast == Bcast::kFull && !v.imm) return v;
+      sfp(hw::Op::kUnary, v.type, tmp[j][k], v.addr, static_cast<uint64_t>(hw::UnaryFn::kCopy), rows, cols,
+          static_cast<uint8_t>(v.bcast));
+      return Value{tmp[j][k], Bcast::kFull, v.type, std::nullopt};
+    };
+    const auto bc = [](const Value& v) { return v.imm ? Bcast::kImm : v.bcast; };
+    for (size_t j = 0; j < steps.size(); ++j) {
+      const ir::Step& st = steps[j];
+      const DType type = types[j];
+      const uint32_t dst = res[j];
+      switch (st.kind) {
+        case ir::PointwiseKind::kCopy:
+        case ir::PointwiseKind::kUnary: {
+          const Value x = fetch(j, 0, compute, false);
+          const hw::UnaryFn fn = st.kind == ir::PointwiseKind::kCopy ? hw::UnaryFn::kCopy : st.unary;
+          sfp(hw::Op::kUnary, compute, dst, x.addr, static_cast<uint64_t>(fn), rows, cols,
+              static_cast<uint8_t>(x.bcast));
+          break;
+        }
+        case ir::PointwiseKind::kBinary: {  // one immediate at most: the first argument's if both are
+          const Value x = fetch(j, 0, compute, true);
+          const Value y = fetch(j, 1, compute, !x.imm);
+          const uint32_t imm = x.imm ? *x.imm : (y.imm ? *y.imm : 0);
+          sfp(hw::Op::kBinary, compute, dst, emit::pack2(x.addr, y.addr),
+              static_cast<uint64_t>(st.binary) | uint64_t{imm} << 32, rows, cols, hw::bcast_flags(bc(x), bc(y)));
+          break;
+        }
+        case ir::PointwiseKind::kSelect: {
+          const Value mask = full(j, 0, fetch(j, 0, DType::kBool, false));
+          const Value x = fetch(j, 1, compute, true);
+          const Value y = fetch(j, 2, compute, !x.imm);
+          const uint32_t imm = x.imm ? *x.imm : (y.imm ? *y.imm : 0);
+          sfp(hw::Op::kSelect, compute, dst, emit::pack2(mask.addr, x.addr), y.addr | uint64_t{imm} << 32, rows, cols,
+              hw::bcast_flags(bc(x), bc(y)));
+          break;
+        }
+        case ir::PointwiseKind::kFma: {
+          // a * b, then + c: two SFP instructions, so that b and c may be broadcast or immediate.
+          const Value a = full(j, 0, fetch(j, 0, compute, false));
+          const Value bb = fetch(j, 1, compute, true);
+          sfp(hw::Op::kBinary, compute, dst, emit::pack2(a.addr, bb.addr),
+              static_cast<uint64_t>(hw::BinaryFn::kMul) | uint64_t{bb.imm.value_or(0)} << 32, rows, cols,
+              hw::bcast_flags(Bcast::kFull, bc(bb)));
+          const Value c = fetch(j, 2, compute, true);
+          sfp(hw::Op::kBinary, compute, dst, emit::pack2(dst, c.addr),
+              static_cast<uint64_t>(hw::BinaryFn::kAdd) | uint64_t{c.imm.value_or(0)} << 32, rows, cols,
+              hw::bcast_flags(Bcast::kFull, bc(c)));
+          break;
+        }
+        case ir::PointwiseKind::kFill:
+          sfp(hw::Op::kFill, compute, dst, 0, emit::double_bits(st.start), rows, cols);
+          break;
+        case ir::PointwiseKind::kIota:
+          sfp(hw::Op::kIota, compute, dst, emit::double_bits(st.start), emit::double_bits(st.step), rows, cols);
+          break;
+      }
+      results[j] = Value{dst, Bcast::kFull, type, std::nullopt};
+    }
+    uint32_t final_buf = res.back();
     if (out_type != result) {
-      b.emit(emit::sfp(hw::Op::kConvert, out_type, kBufferReg, outc, res, static_cast<uint64_t>(result), rows, cols));
+      sfp(hw::Op::kConvert, out_type, outc, res.back(), static_cast<uint64_t>(result), rows, cols);
       final_buf = outc;
     }
     // The previous tile's store drains from the other half; wait for it before queueing this one,

@@ -47,9 +47,11 @@ enum class Op : uint8_t {
   kDivu = 0x0a,     // r[a] = r[d] / b (unsigned; b = 0 faults)
   kRemu = 0x0b,     // r[a] = r[d] % b (unsigned; b = 0 faults)
   // Data movement between device memory and the scratchpad.
-  kLoad = 0x10,   // device -> scratchpad, 2-D strided; synchronous unless flags has kDmaAsync
-  kStore = 0x11,  // scratchpad -> device, same fields
-  kWait = 0x12,   // wait until the asynchronous transfers of every tag in mask a have landed
+  kLoad = 0x10,     // device -> scratchpad, 2-D strided; synchronous unless flags has kDmaAsync
+  kStore = 0x11,    // scratchpad -> device, same fields
+  kWait = 0x12,     // wait until the asynchronous transfers of every tag in mask a have landed
+  kGather = 0x13,   // rows of a device table chosen by an index vector -> scratchpad (indirect DMA)
+  kScatter = 0x14,  // scratchpad rows -> rows of a device table chosen by an index vector (or added)
   // PT array.
   kMatmul = 0x20,  // C[M,N] (+)= A[M,K] @ B[K,N], fp32 accumulate
   // SFP vector unit: every instruction works on a rows x cols block, rows packed in the scratchpad.
@@ -119,7 +121,7 @@ constexpr uint32_t reg_rl(uint8_t regs) {
 // BRANCH conditions (flags): compare r[d] with r[e].
 enum class Cond : uint8_t { kAlways = 0, kEq = 1, kNe = 2, kLtu = 3, kGeu = 4, kLt = 5, kGe = 6, kCount };
 
-// LOAD / STORE: flags bit 0 makes the transfer asynchronous; bits 7..4 are its tag.
+// LOAD / STORE / GATHER / SCATTER: flags bit 0 makes the transfer asynchronous; bits 7..4 are its tag.
 inline constexpr uint8_t kDmaAsync = 1u << 0;
 inline constexpr uint32_t kNumDmaTags = 16;
 constexpr uint8_t dma_flags(bool async, uint32_t tag) {
@@ -128,6 +130,16 @@ constexpr uint8_t dma_flags(bool async, uint32_t tag) {
 constexpr uint32_t dma_tag(uint8_t flags) {
   return flags >> 4;
 }
+
+// GATHER and SCATTER (indirect DMA). The index vector is int64, in the scratchpad; index i names
+// the table row at r[rd] + b + index[i] * stride, and must be in [0, r[rb]), or the core faults.
+// regs = rd | rb << 4 (scratchpad addresses are absolute: no rl). Fields: a scratchpad rows (d rows
+// of e bytes, packed), c = stride (bits 31..0) | scratchpad address of the index vector (63..32).
+// SCATTER with kScatterAdd adds each row into the table in `dtype` (rounding once per element; rows
+// named twice accumulate in index order) instead of overwriting it; kScatterMul multiplies. On bool
+// rows they are logical or and and.
+inline constexpr uint8_t kScatterAdd = 1u << 1;
+inline constexpr uint8_t kScatterMul = 1u << 2;
 
 // MATMUL: flags bit 0 adds to C instead of overwriting it.
 inline constexpr uint8_t kMatmulAccumulate = 1u << 0;

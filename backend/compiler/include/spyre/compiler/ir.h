@@ -45,6 +45,22 @@ enum class PointwiseKind : uint8_t {
   kIota,    // out[i] = start + i * step over the output's elements in row-major order (1-D output)
 };
 
+/// One step of a pointwise expression. An argument names an input of the op (i >= 0) or the result
+/// of an earlier step (step_ref(j)). Comparisons, logical functions and IsNan give bool; every other
+/// step gives the op's compute type.
+struct Step {
+  PointwiseKind kind = PointwiseKind::kCopy;
+  hw::UnaryFn unary = hw::UnaryFn::kCopy;
+  hw::BinaryFn binary = hw::BinaryFn::kAdd;
+  std::vector<int32_t> args;
+  double start = 0, step = 1;  // kFill uses start as the value; kIota both
+};
+constexpr int32_t step_ref(uint32_t j) {
+  return -1 - static_cast<int32_t>(j);
+}
+
+/// An elementwise op: one step (the fields below, over `inputs` in order) or an expression of
+/// several (`steps`, evaluated per element in one pass over the data; the last step is the result).
 struct Pointwise {
   PointwiseKind kind = PointwiseKind::kCopy;
   hw::UnaryFn unary = hw::UnaryFn::kCopy;
@@ -53,6 +69,48 @@ struct Pointwise {
   std::vector<Operand> inputs;
   uint32_t out = 0;
   double start = 0, step = 1;  // kFill uses start as the value; kIota both
+  std::vector<Step> steps;
+
+  /// The expression: `steps`, or the single step the other fields describe.
+  std::vector<Step> expression() const;
+};
+
+/// Builds a multi-step pointwise op: each call returns the argument naming what it added.
+///   Expr e(hw::DType::kF32);
+///   const int32_t x = e.input(Operand::of(v)), s = e.unary(hw::UnaryFn::kSigmoid, x);
+///   graph.ops.push_back(... e.done(out) ...);   // x * sigmoid(x)
+class Expr {
+ public:
+  explicit Expr(hw::DType compute) { p_.compute = compute; }
+  int32_t input(Operand o) {
+    p_.inputs.push_back(o);
+    return static_cast<int32_t>(p_.inputs.size() - 1);
+  }
+  int32_t constant(double x) { return input(Operand::constant(x)); }
+  int32_t unary(hw::UnaryFn f, int32_t a) { return add(PointwiseKind::kUnary, {a}, f, hw::BinaryFn::kAdd); }
+  int32_t binary(hw::BinaryFn f, int32_t a, int32_t b) {
+    return add(PointwiseKind::kBinary, {a, b}, hw::UnaryFn::kCopy, f);
+  }
+  int32_t select(int32_t mask, int32_t a, int32_t b) {
+    return add(PointwiseKind::kSelect, {mask, a, b}, hw::UnaryFn::kCopy, hw::BinaryFn::kAdd);
+  }
+  /// The op writing the last step's result to view `out`.
+  Pointwise done(uint32_t out) {
+    p_.out = out;
+    return p_;
+  }
+
+ private:
+  int32_t add(PointwiseKind kind, std::vector<int32_t> args, hw::UnaryFn u, hw::BinaryFn b) {
+    Step s;
+    s.kind = kind;
+    s.unary = u;
+    s.binary = b;
+    s.args = std::move(args);
+    p_.steps.push_back(std::move(s));
+    return step_ref(static_cast<uint32_t>(p_.steps.size() - 1));
+  }
+  Pointwise p_;
 };
 
 /// out = f over `dims` of in; out has in's shape with the reduced dims of size 1 (keepdim form).
@@ -75,11 +133,25 @@ struct Matmul {
   hw::DType compute = hw::DType::kF32;
 };
 
+/// Rows chosen by an index vector (indirect DMA). `table` is [B..., R, C...], `index` is int64
+/// [B..., n] (its batch dims may broadcast) and `rows` is [B..., n, C...]; the trailing C dims are
+/// contiguous in table and rows.
+///   kGather:     rows[b, i] = table[b, index[b, i]]
+///   kScatter:    table[b, index[b, i]] = rows[b, i]   (a row named twice gets one of its values)
+///   kScatterAdd: table[b, index[b, i]] += rows[b, i]  (in table's type, in index order per core)
+///   kScatterMul: table[b, index[b, i]] *= rows[b, i]
+/// An index outside [0, R) faults the core (the launch fails; nothing is written).
+struct Index {
+  enum class Kind : uint8_t { kGather, kScatter, kScatterAdd, kScatterMul } kind = Kind::kGather;
+  uint32_t table = 0, index = 0, rows = 0;
+};
+
 struct Op {
-  enum class Family : uint8_t { kPointwise, kReduce, kMatmul } family = Family::kPointwise;
+  enum class Family : uint8_t { kPointwise, kReduce, kMatmul, kIndex } family = Family::kPointwise;
   Pointwise pointwise;
   Reduce reduce;
   Matmul matmul;
+  Index index;
 };
 
 /// Views and the ops that read and write them, in program order. Ops run one after another,

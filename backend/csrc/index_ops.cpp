@@ -1,0 +1,325 @@
+// Indexing ops on the device: index_select (and so embedding), gather, scatter, scatter_add,
+// index_add, embedding_dense_backward, and the nll_loss pair built on them. Each becomes an IR
+// index op (indirect DMA: rows chosen by an int64 index vector, every index bounds-checked by the
+// core) on views arranged so that the indexed dim is the table's row dim. Ops the device does not
+// take (other dtypes, options it does not model) run on the CPU fallback.
+#include <ATen/ATen.h>
+#include <ATen/WrapDimUtils.h>
+#include <ATen/native/Resize.h>
+#include <torch/library.h>
+
+#include <stdexcept>
+
+#include "boxed.h"
+#include "compute.h"
+
+namespace spyre::backend {
+namespace {
+
+using Kind = ir::Index::Kind;
+
+// Indices as int64 on the device: int32 ones are converted by a copy kernel (into a scratch).
+at::Tensor int64_indices(Launch& l, const at::Tensor& idx) {
+  TORCH_CHECK(idx.scalar_type() == at::kLong || idx.scalar_type() == at::kInt,
+              "index must be an int64 or int32 tensor, got ", idx.scalar_type());
+  if (idx.scalar_type() == at::kLong) return idx;
+  const at::Tensor wide = l.scratch(idx.sizes(), idx, at::kLong);
+  ir::Pointwise p;
+  p.kind = ir::PointwiseKind::kCopy;
+  p.compute = hw::DType::kI64;
+  p.inputs = {ir::Operand::of(l.view(idx))};
+  p.out = l.view(wide);
+  l.pointwise(p);
+  return wide;
+}
+
+// Views of `t` as [dims before `dim`..., size(dim), the rest flattened] when the rest is contiguous;
+// nullopt otherwise (the caller packs it first).
+std::optional<std::pair<std::vector<int64_t>, std::vector<int64_t>>> rows_view(const at::Tensor& t, int64_t dim) {
+  std::vector<int64_t> sizes(t.sizes().begin(), t.sizes().begin() + dim + 1);
+  std::vector<int64_t> strides(t.strides().begin(), t.strides().begin() + dim + 1);
+  int64_t inner = 1, expect = 1;
+  for (int64_t d = t.dim(); d-- > dim + 1;) {
+    if (t.size(d) != 1 && t.stride(d) != expect) return std::nullopt;
+    expect *= t.size(d);
+    inner *= t.size(d);
+  }
+  sizes.push_back(inner);
+  strides.push_back(1);
+  return std::make_pair(sizes, strides);
+}
+
+// A 0-dim tensor as the 1-element vector the kernels index.
+at::Tensor one_d(const at::Tensor& t) {
+  return t.dim() == 0 ? t.view({1}) : t;
+}
+
+void run_or_fall_back(BoxedCall& c, Launch& l, const at::Tensor& result) {
+  try {
+    l.run(c.name());
+  } catch (const std::invalid_argument&) {
+    return c.fall_back();
+  }
+  c.finish(result);
+}
+
+uint32_t index_op(Launch& l, Kind kind, uint32_t table, uint32_t index, uint32_t rows) {
+  ir::Index x;
+  x.kind = kind;
+  x.table = table;
+  x.index = index;
+  x.rows = rows;
+  ir::Op op;
+  op.family = ir::Op::Family::kIndex;
+  op.index = x;
+  l.graph().ops.push_back(op);
+  return rows;
+}
+
+// index_select(self, dim, index): out[..., i, ...] = self[..., index[i], ...].
+void index_select_kernel(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
+  BoxedCall c(op, stack);
+  at::Tensor self = c.at(0).toTensor();
+  const int64_t dim = at::maybe_wrap_dim(c.at(1).toInt(), std::max<int64_t>(self.dim(), 1));
+  const at::Tensor index = c.at(2).toTensor();
+  TORCH_CHECK(index.dim() <= 1, "index_select(): Index is supposed to be a vector");
+  if (!device_dtype(self.scalar_type()) || !index.is_privateuseone()) return c.fall_back();
+  std::vector<int64_t> out_sizes = self.sizes().vec();
+  if (self.dim() > 0) out_sizes[static_cast<size_t>(dim)] = index.numel();
+  at::Tensor out;
+  if (std::optional<at::Tensor> o = c.out()) {
+    out = *o;
+    at::native::resize_output(out, out_sizes);
+  } else {
+    out = at::empty(out_sizes, self.options());
+  }
+  if (out.numel() == 0) return c.finish(out);
+  self = one_d(self);
+  if (!rows_view(self, dim)) self = self.contiguous();
+  const at::Tensor target = rows_view(one_d(out), dim) ? one_d(out) : at::empty(one_d(out).sizes(), self.options());
+  Launch l;
+  const at::Tensor idx = int64_indices(l, index.reshape({-1}));
+  const auto [ts, tt] = *rows_view(self, dim);
+  const auto [rs, rt] = *rows_view(target, dim);
+  // The index vector is shared by every leading position: stride 0 over those dims.
+  std::vector<int64_t> is(ts.begin(), ts.end() - 2), it(is.size(), 0);
+  is.push_back(idx.numel());
+  it.push_back(idx.stride(0));
+  index_op(l, Kind::kGather, l.view(self, ts, tt), l.view(idx, is, it), l.view(target, rs, rt));
+  try {
+    l.run(c.name());
+  } catch (const std::invalid_argument&) {
+    return c.fall_back();
+  }
+  if (!target.is_same(one_d(out))) one_d(out).copy_(target);
+  c.finish(out);
+}
+
+// gather(self, dim, index) and scatter / scatter_add(self, dim, index, src): per-element indices,
+// as rows of one element along `dim` (moved last, which only changes strides).
+void element_kernel(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
+  BoxedCall c(op, stack);
+  const std::string& base = c.base();
+  const at::Tensor self = c.at(0).toTensor();
+  const int64_t dim = at::maybe_wrap_dim(c.at(1).toInt(), std::max<int64_t>(self.dim(), 1));
+  const at::Tensor index = c.at(2).toTensor();
+  const bool gather = base == "gather";
+  std::string reduce = base == "scatter_add" ? "add" : "";
+  if (const c10::IValue* r = c.get("reduce")) reduce = r->toStringRef();
+  if (!device_dtype(self.scalar_type()) || !index.is_privateuseone() ||
+      (c.get("sparse_grad") && c.get("sparse_grad")->toBool())) {
+    return c.fall_back();
+  }
+  TORCH_CHECK(reduce.empty() || reduce == "add" || reduce == "multiply", base,
+              "(): reduce argument must be either add or multiply, got ", reduce);
+  TORCH_CHECK(index.numel() == 0 || one_d(index).dim() == one_d(self).dim(), base,
+              "(): Index tensor must have the same number of dimensions as input tensor");
+  at::Tensor out;
+  at::Tensor src;
+  if (gather) {
+    out = c.out() ? *c.out() : at::empty(index.sizes(), self.options());
+    if (c.out()) at::native::resize_output(out, index.sizes());
+    if (index.numel() == 0) return c.finish(out);
+  } else {
+    if (index.numel() == 0) return c.finish(c.inplace() ? self : (c.out() ? c.out()->copy_(self) : self.clone()));
+    out = c.inplace() ? self : (c.out() ? *c.out() : self.clone());
+    if (!c.inplace() && c.out()) {
+      at::native::resize_output(out, self.sizes());
+      out.copy_(self);
+    }
+    const c10::IValue& v = c.at(3);
+    if (v.isTensor()) {
+      src = one_d(v.toTensor());
+      TORCH_CHECK(src.scalar_type() == self.scalar_type(), base, "(): Expected self.dtype to be equal to src.dtype");
+      // Only the positions the index covers are read.
+      for (int64_t d = 0; d < one_d(index).dim(); ++d) src = src.narrow(d, 0, one_d(index).size(d));
+    } else {
+      src = at::full({}, v.toScalar(), self.options()).expand(one_d(index).sizes());
+    }
+  }
+  if (index.numel() == 0) return c.finish(out);
+  Launch l;
+  const at::Tensor idx = int64_indices(l, one_d(index)).movedim(dim, -1);
+  const at::Tensor table = one_d(gather ? self : out).movedim(dim, -1);
+  const at::Tensor rows = (gather ? one_d(out) : src).movedim(dim, -1);
+  // Rows of one element: [batch..., n, 1] against the table's [batch..., R, 1].
+  const auto with_unit = [](const at::Tensor& t, c10::IntArrayRef lead_sizes) {
+    std::vector<int64_t> sizes(lead_sizes.begin(), lead_sizes.end()), strides(t.strides().begin(), t.strides().end());
+    sizes.push_back(1);
+    strides.push_back(1);
+    return std::make_pair(sizes, strides);
+  };
+  std::vector<int64_t> table_sizes = idx.sizes().vec();
+  table_sizes.back() = table.size(-1);
+  const auto [ts, tt] = with_unit(table, table_sizes);
+  const auto [rs, rt] = with_unit(rows, idx.sizes());
+  const Kind kind = gather                 ? Kind::kGather
+                    : reduce == "add"      ? Kind::kScatterAdd
+                    : reduce == "multiply" ? Kind::kScatterMul
+                                           : Kind::kScatter;
+  index_op(l, kind, l.view(table, ts, tt), l.view(idx), l.view(rows, rs, rt));
+  run_or_fall_back(c, l, out);
+}
+
+// index_add(self, dim, index, source, alpha): self[..., index[i], ...] += alpha * source[..., i, ...].
+void index_add_kernel(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
+  BoxedCall c(op, stack);
+  const at::Tensor self = c.at(0).toTensor();
+  const int64_t dim = at::maybe_wrap_dim(c.at(1).toInt(), std::max<int64_t>(self.dim(), 1));
+  const at::Tensor index = c.at(2).toTensor();
+  at::Tensor source = c.at(3).toTensor();
+  const double alpha = c.get("alpha") ? c.get("alpha")->toScalar().toDouble() : 1.0;
+  if (!device_dtype(self.scalar_type()) || !index.is_privateuseone()) return c.fall_back();
+  TORCH_CHECK(source.scalar_type() == self.scalar_type(), "index_add_(): self and source must have the same dtype");
+  const at::Tensor result = c.inplace() ? self : (c.out() ? *c.out() : self.clone());
+  if (!c.inplace() && c.out()) {
+    at::native::resize_output(result, self.sizes());
+    result.copy_(self);
+  }
+  if (index.numel() == 0) return c.finish(result);
+  const at::Tensor out = one_d(result);
+  source = one_d(source);
+  TORCH_CHECK(rows_view(out, dim), "index_add_(): the destination's trailing dims must be contiguous");
+  Launch l;
+  const at::Tensor idx = int64_indices(l, index.reshape({-1}));
+  if (alpha != 1.0 || !rows_view(source, dim)) {  // scaled (and packed) rows in a scratch
+    const at::Tensor scaled = l.scratch(source.sizes(), source, source.scalar_type());
+    ir::Pointwise p;
+    p.kind = ir::PointwiseKind::kBinary;
+    p.binary = hw::BinaryFn::kMul;
+    p.compute = *device_dtype(source.scalar_type());
+    p.inputs = {ir::Operand::of(l.view(source)), ir::Operand::constant(alpha)};
+    p.out = l.view(scaled);
+    l.pointwise(p);
+    source = scaled;
+  }
+  const auto [ts, tt] = *rows_view(out, dim);
+  const auto [rs, rt] = *rows_view(source, dim);
+  std::vector<int64_t> is(ts.begin(), ts.end() - 2), it(is.size(), 0);
+  is.push_back(idx.numel());
+  it.push_back(idx.stride(0));
+  index_op(l, Kind::kScatterAdd, l.view(out, ts, tt), l.view(idx, is, it), l.view(source, rs, rt));
+  run_or_fall_back(c, l, result);
+}
+
+// embedding_renorm_(self, indices, max_norm, norm_type): the rows the indices name, scaled in place
+// to a norm of at most max_norm (gather the rows, their norms, a scale, scatter them back).
+void embedding_renorm_kernel(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
+  BoxedCall c(op, stack);
+  const at::Tensor self = c.at(0).toTensor();
+  const at::Tensor indices = c.at(1).toTensor();
+  const double max_norm = c.at(2).toDouble(), p = c.at(3).toDouble();
+  if (!at::isFloatingType(self.scalar_type()) || !device_dtype(self.scalar_type()) || self.dim() != 2 ||
+      !rows_view(self, 0)) {
+    return c.fall_back();
+  }
+  if (indices.numel() == 0) return c.finish(self);
+  Launch l;
+  const at::Tensor idx = int64_indices(l, indices.reshape({-1}));
+  const int64_t n = idx.numel(), D = self.size(1);
+  const at::Tensor rows = l.scratch({n, D}, self, self.scalar_type());
+  const at::Tensor norm = l.scratch({n, 1}, self);
+  const uint32_t table = l.view(self), r = l.view(rows), nv = l.view(norm), iv = l.view(idx);
+  index_op(l, Kind::kGather, table, iv, r);
+  {  // |x|^p summed over the row, then ^(1/p)
+    ir::Expr e(hw::DType::kF32);
+    e.binary(hw::BinaryFn::kPow, e.unary(hw::UnaryFn::kAbs, e.input(ir::Operand::of(r))), e.constant(p));
+    const at::Tensor powered = l.scratch({n, D}, self);
+    const uint32_t pw = l.view(powered);
+    l.pointwise(e.done(pw));
+    ir::Reduce sum;
+    sum.fn = hw::ReduceFn::kSum;
+    sum.in = pw;
+    sum.out = nv;
+    sum.dims = {1};
+    l.reduce(sum);
+  }
+  {  // scale = norm > max_norm ? max_norm / (norm + 1e-7) : 1, applied to the rows
+    ir::Expr e(hw::DType::kF32);
+    const int32_t x = e.input(ir::Operand::of(r));
+    const int32_t nrm = e.binary(hw::BinaryFn::kPow, e.input(ir::Operand::of(nv)), e.constant(1.0 / p));
+    const int32_t scale =
+        e.binary(hw::BinaryFn::kDiv, e.constant(max_norm), e.binary(hw::BinaryFn::kAdd, nrm, e.constant(1e-7)));
+    e.binary(hw::BinaryFn::kMul, x,
+             e.select(e.binary(hw::BinaryFn::kGt, nrm, e.constant(max_norm)), scale, e.constant(1.0)));
+    l.pointwise(e.done(r));
+  }
+  index_op(l, Kind::kScatter, table, iv, r);
+  run_or_fall_back(c, l, self);
+}
+
+// embedding_dense_backward(grad, indices, num_weights, padding_idx, scale_grad_by_freq): the rows of
+// grad added into a zero table at their indices, skipping padding_idx.
+void embedding_backward_kernel(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
+  BoxedCall c(op, stack);
+  const at::Tensor grad = c.at(0).toTensor();
+  const at::Tensor indices = c.at(1).toTensor();
+  const int64_t num_weights = c.at(2).toInt(), padding_idx = c.at(3).toInt();
+  if (c.at(4).toBool() || !device_dtype(grad.scalar_type()) || !at::isFloatingType(grad.scalar_type())) {
+    return c.fall_back();  // scale_grad_by_freq is not modelled
+  }
+  const int64_t D = grad.size(-1);
+  at::Tensor out = at::empty({num_weights, D}, grad.options());
+  out.zero_();
+  if (indices.numel() == 0) return c.finish(out);
+  Launch l;
+  const at::Tensor idx = int64_indices(l, indices.reshape({-1}));
+  at::Tensor rows = grad.reshape({-1, D});
+  if (padding_idx >= 0) {  // zero the rows of the padding index before adding
+    const at::Tensor masked = l.scratch(rows.sizes(), rows, rows.scalar_type());
+    const at::Tensor is_pad = l.scratch({idx.numel(), 1}, rows, at::kBool);
+    ir::Pointwise eq;
+    eq.kind = ir::PointwiseKind::kBinary;
+    eq.binary = hw::BinaryFn::kEq;
+    eq.compute = hw::DType::kI64;
+    eq.inputs = {ir::Operand::of(l.view(idx, {idx.numel(), 1}, {idx.stride(0), 0})),
+                 ir::Operand::constant(static_cast<double>(padding_idx))};
+    eq.out = l.view(is_pad);
+    l.pointwise(eq);
+    ir::Pointwise sel;
+    sel.kind = ir::PointwiseKind::kSelect;
+    sel.compute = *device_dtype(rows.scalar_type());
+    sel.inputs = {ir::Operand::of(l.view(is_pad)), ir::Operand::constant(0.0), ir::Operand::of(l.view(rows))};
+    sel.out = l.view(masked);
+    l.pointwise(sel);
+    rows = masked;
+  }
+  index_op(l, Kind::kScatterAdd, l.view(out), l.view(idx), l.view(rows));
+  run_or_fall_back(c, l, out);
+}
+
+const bool g_registered = [] {
+  register_boxed({"index_select"}, {"", "out"}, &index_select_kernel);
+  register_boxed({"gather"}, {"", "out"}, &element_kernel);
+  register_boxed(
+      with_inplace({"scatter", "scatter_add"}),
+      {"", "src", "value", "src_out", "value_out", "out", "reduce", "value_reduce", "reduce_out", "value_reduce_out"},
+      &element_kernel);
+  register_boxed(with_inplace({"index_add"}), {"", "out"}, &index_add_kernel);
+  register_boxed({"embedding_dense_backward"}, {""}, &embedding_backward_kernel);
+  register_boxed({"embedding_renorm_"}, {""}, &embedding_renorm_kernel);
+  return true;
+}();
+
+}  // namespace
+}  // namespace spyre::backend

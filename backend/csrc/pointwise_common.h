@@ -1,0 +1,42 @@
+// What the elementwise ATen kernels share: operands as ATen passes them (spyre tensors, Python
+// numbers, 0-dim CPU tensors), torch's type promotion over them, and where a result goes
+// (functional, in-place or out=). Include only from ATen translation units.
+#pragma once
+
+#include <ATen/core/Tensor.h>
+
+#include <initializer_list>
+#include <optional>
+#include <vector>
+
+#include "boxed.h"
+#include "compute.h"
+
+namespace spyre::backend {
+
+/// An operand: a spyre tensor, or a scalar (a Python number or a 0-dim CPU tensor).
+struct Value {
+  std::optional<at::Tensor> tensor;
+  c10::Scalar scalar;
+};
+
+/// Throws torch's device-mismatch error for a CPU tensor of more than 0 dims.
+Value value_of(const c10::IValue& v);
+/// The IR operand of `v` in launch `l`: a view of its tensor, or a constant.
+ir::Operand operand(Launch& l, const Value& v);
+/// at::result_type over two operands.
+at::ScalarType promote(const Value& a, const Value& b);
+/// True when the device computes in every type given.
+bool on_device(std::initializer_list<at::ScalarType> types);
+/// The broadcast shape of the tensor operands.
+std::vector<int64_t> broadcast_shape(const std::vector<const Value*>& values);
+/// Where a result goes: a new tensor like `like` (functional), the first argument (in-place) or
+/// out= (resized), with torch's checks (shape, cast, overlap). Nullopt when the output's dtype is
+/// not a device type (the caller falls back).
+std::optional<at::Tensor> output(const BoxedCall& c, const at::Tensor& like, c10::IntArrayRef shape,
+                                 at::ScalarType result, const std::vector<const Value*>& inputs);
+/// Launches `l` and returns `out` on the stack, or falls back to the CPU when the compiler does
+/// not take it.
+void finish(BoxedCall& c, Launch& l, const at::Tensor& out);
+
+}  // namespace spyre::backend
