@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Runs every test: C++ unit tests and SystemC testbenches (CTest), then the PyTorch tests (pytest),
-# then the linters. Expects scripts/bootstrap.sh to have run.
+# then the linters. Expects scripts/bootstrap.sh to have run. Arguments go to pytest: `--slow` adds
+# the long tiers (every OpInfo sample).
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$ROOT"
@@ -9,7 +10,7 @@ echo "== C++ tests and SystemC testbenches (ctest)"
 ctest --test-dir build --output-on-failure
 
 echo "== PyTorch device tests (pytest)"
-.venv/bin/python -m pytest -q
+.venv/bin/python -m pytest -q "$@"
 
 echo "== lint (ruff)"
 .venv/bin/ruff check backend scripts benchmarks
