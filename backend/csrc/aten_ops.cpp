@@ -250,8 +250,18 @@ std::map<std::string, uint64_t> fallback_counts(bool reset) {
   return out;
 }
 
+// Autograd asks for "efficient" zero tensors (a ZeroTensor on CUDA); a plain zero-filled tensor
+// has the same values.
+at::Tensor efficient_zero_tensor(c10::IntArrayRef size, std::optional<c10::ScalarType> dtype,
+                                 std::optional<c10::Layout> layout, std::optional<c10::Device> device,
+                                 std::optional<bool> pin_memory) {
+  at::Tensor t = empty_memory_format(size, dtype, layout, device, pin_memory, std::nullopt);
+  return t.zero_();
+}
+
 TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
   m.impl("empty.memory_format", TORCH_FN(empty_memory_format));
+  m.impl("_efficientzerotensor", TORCH_FN(efficient_zero_tensor));
   m.impl("empty_strided", TORCH_FN(empty_strided));
   m.impl("as_strided", TORCH_FN(as_strided));
   m.impl("view", TORCH_FN(at::native::view));

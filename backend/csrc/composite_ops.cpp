@@ -1,7 +1,8 @@
 // Elementwise ops that are expressions of several SFP functions, registered by table: activation
 // backwards, addcmul, addcdiv, lerp and the isinf family. A row names the tensor arguments and the
 // type rule, and builds the expression; the compiler evaluates it in one pass over the data (each
-// input loaded once, intermediates in the scratchpad), so each call is one launch.
+// input loaded once, intermediates in the scratchpad), so each call is one launch. Ops that torch
+// decomposes itself (silu_backward, isfinite) need no row: their parts are native.
 #include <ATen/ATen.h>
 #include <torch/library.h>
 
@@ -67,15 +68,6 @@ void gelu_backward(Expr& e, const std::vector<int32_t>& in, const BoxedCall& c) 
 
 const std::map<std::string, CompositeRow, std::less<>> kComposite = {
     {"gelu_backward", {{"grad_output", "self"}, CompositeRow::kPromote, gelu_backward}},
-    {"silu_backward",  // g * s * (1 + x * (1 - s)), s = sigmoid(x)
-     {{"grad_output", "self"},
-      CompositeRow::kPromote,
-      [](Expr& e, const std::vector<int32_t>& in, const BoxedCall&) {
-        const int32_t s = e.unary(UnaryFn::kSigmoid, in[1]);
-        const int32_t d = e.binary(BinaryFn::kAdd, e.constant(1.0),
-                                   e.binary(BinaryFn::kMul, in[1], e.binary(BinaryFn::kSub, e.constant(1.0), s)));
-        e.binary(BinaryFn::kMul, in[0], e.binary(BinaryFn::kMul, s, d));
-      }}},
     {"sigmoid_backward",  // g * y * (1 - y)
      {{"grad_output", "output"},
       CompositeRow::kPromote,
@@ -137,13 +129,6 @@ const std::map<std::string, CompositeRow, std::less<>> kComposite = {
       [](Expr& e, const std::vector<int32_t>& in, const BoxedCall&) {
         e.binary(BinaryFn::kEq, in[0], e.constant(-INFINITY));
       }}},
-    {"isfinite",  // neither inf nor nan
-     {{"self"},
-      CompositeRow::kBool,
-      [](Expr& e, const std::vector<int32_t>& in, const BoxedCall&) {
-        e.unary(UnaryFn::kLogicalNot,
-                e.binary(BinaryFn::kLogicalOr, e.unary(UnaryFn::kIsInf, in[0]), e.unary(UnaryFn::kIsNan, in[0])));
-      }}},
 };
 
 void composite_kernel(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
@@ -165,7 +150,7 @@ void composite_kernel(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
   if (!on_device({result, compute})) return c.fall_back();
   if (row.rule == CompositeRow::kBool && !at::isFloatingType(common)) {  // integers are finite
     at::Tensor out = at::empty(like.sizes(), like.options().dtype(at::kBool));
-    out.fill_(c.base() == "isfinite");
+    out.fill_(false);
     return c.finish(out);
   }
   std::vector<int64_t> shape;
@@ -187,11 +172,11 @@ void composite_kernel(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
 }
 
 const bool g_registered = [] {
-  register_boxed({"gelu_backward", "silu_backward", "sigmoid_backward", "tanh_backward", "threshold_backward"},
-                 {"", "grad_input"}, &composite_kernel);
+  register_boxed({"gelu_backward", "sigmoid_backward", "tanh_backward", "threshold_backward"}, {"", "grad_input"},
+                 &composite_kernel);
   register_boxed(with_inplace({"addcmul", "addcdiv", "lerp"}),
                  {"", "out", "Scalar", "Tensor", "Scalar_out", "Tensor_out"}, &composite_kernel);
-  register_boxed({"isinf", "isposinf", "isneginf", "isfinite"}, {"", "out"}, &composite_kernel);
+  register_boxed({"isinf", "isposinf", "isneginf"}, {"", "out"}, &composite_kernel);
   return true;
 }();
 

@@ -36,7 +36,7 @@ const std::map<std::string, UnaryRow, std::less<>> kUnary = {
     {"relu", {UnaryFn::kRelu, UnaryRow::kSame}},       {"sign", {UnaryFn::kSign, UnaryRow::kSame}},
     {"floor", {UnaryFn::kFloor, UnaryRow::kSame}},     {"ceil", {UnaryFn::kCeil, UnaryRow::kSame}},
     {"round", {UnaryFn::kRound, UnaryRow::kSame}},     {"trunc", {UnaryFn::kTrunc, UnaryRow::kSame}},
-    {"square", {UnaryFn::kSquare, UnaryRow::kSame}},   {"exp", {UnaryFn::kExp, UnaryRow::kToFloat}},
+    {"sgn", {UnaryFn::kSign, UnaryRow::kSame}},        {"exp", {UnaryFn::kExp, UnaryRow::kToFloat}},
     {"exp2", {UnaryFn::kExp2, UnaryRow::kToFloat}},    {"expm1", {UnaryFn::kExpm1, UnaryRow::kToFloat}},
     {"log", {UnaryFn::kLog, UnaryRow::kToFloat}},      {"log2", {UnaryFn::kLog2, UnaryRow::kToFloat}},
     {"log1p", {UnaryFn::kLog1p, UnaryRow::kToFloat}},  {"sqrt", {UnaryFn::kSqrt, UnaryRow::kToFloat}},
@@ -67,7 +67,6 @@ void unary_kernel(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
   at::ScalarType result = in;
   if (row.rule == UnaryRow::kToFloat && integral) result = c10::typeMetaToScalarType(at::get_default_dtype());
   if (row.rule == UnaryRow::kToBool) result = at::kBool;
-  if (fn == UnaryFn::kSquare && in == at::kBool) result = at::kLong;  // square is pow(x, 2), which promotes bool
   const Value x{self, {}};
   const std::optional<at::Tensor> out = output(c, self, self.sizes(), result, {&x});
   if (!out) return c.fall_back();

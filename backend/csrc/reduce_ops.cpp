@@ -330,7 +330,49 @@ void softmax_kernel(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
   }
 }
 
+// _softmax_backward_data(g, y, dim, input_dtype): y * (g - sum(g * y)); and
+// _log_softmax_backward_data: g - exp(y) * sum(g). In fp32, one rounding into the result.
+void softmax_backward_kernel(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
+  BoxedCall c(op, stack);
+  const at::Tensor g = c.at(0).toTensor().contiguous(), y = c.at(1).toTensor().contiguous();
+  const int64_t dim = at::maybe_wrap_dim(c.at(2).toInt(), std::max<int64_t>(y.dim(), 1));
+  const at::ScalarType type = c.at(3).toScalarType();
+  const bool log = c.base() == "_log_softmax_backward_data";
+  if (!device_dtype(type) || !device_dtype(y.scalar_type()) || !device_dtype(g.scalar_type())) return c.fall_back();
+  at::Tensor out = result_tensor(c, log ? "out" : "grad_input", y, y.sizes(), type);
+  if (out.numel() == 0) return c.finish(out);
+  Launch l;
+  const std::vector<int64_t> dims = y.dim() == 0 ? std::vector<int64_t>{} : std::vector<int64_t>{dim};
+  const uint32_t gv = l.view(g), yv = l.view(y), s = l.view(l.scratch(keepdim_sizes(y, dims), y));
+  const uint32_t o = l.view(out);
+  ir::Expr e(hw::DType::kF32);
+  if (log) {
+    l.reduce(reduction(ReduceFn::kSum, hw::DType::kF32, gv, s, dims));
+    const int32_t gi = e.input(ir::Operand::of(gv)), yi = e.input(ir::Operand::of(yv));
+    const int32_t si = e.input(ir::Operand::of(s));
+    e.binary(BinaryFn::kSub, gi, e.binary(BinaryFn::kMul, e.unary(hw::UnaryFn::kExp, yi), si));
+  } else {
+    const uint32_t gy = l.view(l.scratch(y.sizes(), y));
+    ir::Expr prod(hw::DType::kF32);
+    prod.binary(BinaryFn::kMul, prod.input(ir::Operand::of(gv)), prod.input(ir::Operand::of(yv)));
+    l.pointwise(prod.done(gy));
+    l.reduce(reduction(ReduceFn::kSum, hw::DType::kF32, gy, s, dims));
+    const int32_t gi = e.input(ir::Operand::of(gv)), yi = e.input(ir::Operand::of(yv));
+    const int32_t si = e.input(ir::Operand::of(s));
+    e.binary(BinaryFn::kMul, yi, e.binary(BinaryFn::kSub, gi, si));
+  }
+  l.pointwise(e.done(o));
+  try {
+    l.run(c.name());
+  } catch (const std::invalid_argument&) {
+    return c.fall_back();
+  }
+  c.finish(out);
+}
+
 const bool g_registered = [] {
+  register_boxed({"_softmax_backward_data"}, {"", "out"}, &softmax_backward_kernel);
+  register_boxed({"_log_softmax_backward_data"}, {"", "out"}, &softmax_backward_kernel);
   register_boxed({"sum"}, {"", "dim_IntList", "IntList_out", "out"}, &reduce_kernel);
   register_boxed({"prod"}, {"", "dim_int", "int_out", "out"}, &reduce_kernel);
   register_boxed({"mean"}, {"", "dim", "out", "dtype_out"}, &reduce_kernel);

@@ -377,8 +377,10 @@ bool Core::transfer(const hw::Instr& in, const std::vector<uint64_t>& addrs, uin
   for (size_t r = 0; r < addrs.size(); ++r) {
     uint8_t* data = buf + r * row_bytes;
     sc_core::sc_time row_delay = issue;
-    if (move == Move::kAccumulate) {
-      if (!tlm_access(mem, tlm::TLM_READ_COMMAND, addrs[r], row.data(), row_bytes, row_delay)) return false;
+    if (move == Move::kAccumulate) {  // read and write both booked from the issue: latency once
+      sc_core::sc_time read_delay = issue;
+      if (!tlm_access(mem, tlm::TLM_READ_COMMAND, addrs[r], row.data(), row_bytes, read_delay)) return false;
+      mem_delay = std::max(mem_delay, read_delay);
       const uint64_t n = row_bytes / hw::dtype_size(in.dtype);
       const hw::BinaryFn fn = (in.flags & hw::kScatterMul) ? hw::BinaryFn::kMul : hw::BinaryFn::kAdd;
       sfp_binary(fn, in.dtype, row.data(), row.data(), hw::Bcast::kFull, data, hw::Bcast::kFull, 0, 1, n);
@@ -515,8 +517,9 @@ bool Core::sfp(const hw::Instr& in) {
       std::memcpy(&y, &in.c, 8);
       if (in.op == hw::Op::kFill) {
         sfp_fill(t, dst, y, n);
-      } else {
-        sfp_iota(t, dst, x, y, n);
+      } else {  // element i is start + (r[rd] + i) * step: a block of a longer sequence
+        const auto first = static_cast<double>(static_cast<int64_t>(regs_[hw::reg_rd(in.regs)]));
+        sfp_iota(t, dst, x + first * y, y, n);
       }
       name = in.op == hw::Op::kFill ? "fill" : "iota";
       break;

@@ -201,11 +201,6 @@ std::optional<Kernel> lower_pointwise(const ir::Graph& g, const ir::Pointwise& p
   if (budget >= 64) budget = budget / 64 * 64;
   const int64_t tc = std::min<int64_t>(cols_all, static_cast<int64_t>(budget));
   const int64_t tr = (elems || tc < cols_all) ? 1 : std::min<int64_t>(rows_all, static_cast<int64_t>(budget) / tc);
-  for (const ir::Step& st : steps) {
-    if (st.kind == ir::PointwiseKind::kIota && tc != cols_all) {
-      throw std::invalid_argument("compiler: iota output larger than one tile");
-    }
-  }
 
   Kernel k;
   k.nest.half_bytes = half;
@@ -392,9 +387,16 @@ std::optional<Kernel> lower_pointwise(const ir::Graph& g, const ir::Pointwise& p
         case ir::PointwiseKind::kFill:
           sfp(hw::Op::kFill, compute, dst, 0, emit::double_bits(st.start), rows, cols);
           break;
-        case ir::PointwiseKind::kIota:
-          sfp(hw::Op::kIota, compute, dst, emit::double_bits(st.start), emit::double_bits(st.step), rows, cols);
+        case ir::PointwiseKind::kIota: {  // a 1-d output: its column tile gives the first index
+          hw::Instr in = emit::sfp(hw::Op::kIota, compute, kBufferReg, dst, emit::double_bits(st.start),
+                                   emit::double_bits(st.step), rows, cols);
+          if (col_level >= 0) {
+            b.emit(emit::muli(schedule::kBodyReg, schedule::level_reg(static_cast<uint32_t>(col_level)), tc));
+            in.regs = hw::pack_regs(schedule::kBodyReg, kBufferReg);
+          }
+          b.emit(in);
           break;
+        }
       }
       results[j] = Value{dst, Bcast::kFull, type, std::nullopt};
     }

@@ -62,7 +62,7 @@ enum class Op : uint8_t {
   kFma = 0x34,        // dst = src0 * src1 + src2
   kReduce = 0x35,     // dst[rows] = f over each row of src[rows, cols], f = ReduceFn in c
   kFill = 0x36,       // dst = value (double bits in c, converted to dtype)
-  kIota = 0x37,       // dst[i] = start + i * step (doubles in b and c), i = row * cols + col
+  kIota = 0x37,       // dst[i] = start + (r[rd] + i) * step (doubles in b and c), i = row * cols + col
   kTranspose = 0x38,  // dst[cols, rows] = src[rows, cols]^T
 };
 

@@ -1,0 +1,246 @@
+// Testbench of the control side of an AI core (tile ISA v2), each result checked against
+// something the model does not compute:
+// - scalar loops, DIVU/REMU and RANK against values written out here;
+// - launch start, BARRIER and asynchronous DMA against timing written out from the config;
+// - faults against the instruction that must fault, and the core that ran it.
+#define DOCTEST_CONFIG_IMPLEMENT
+#include <doctest/doctest.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <iterator>
+#include <string>
+#include <vector>
+
+#include "core_harness.h"
+
+using namespace spyre;
+using namespace spyre::tb;
+using hw::Bcast;
+using hw::BinaryFn;
+using hw::DType;
+using hw::Op;
+using hw::UnaryFn;
+
+// ---- Scalar registers, control and multi-core launches ------------------------------------
+
+TEST_CASE("a BRANCH loop stores a block per iteration at a register-advanced address; DIVU and REMU") {
+  constexpr uint64_t kBlocks = kOut + 0x10000;
+  const std::vector<uint8_t> zeros(8 * 256, 0);
+  h->memory.write(kBlocks, zeros.data(), zeros.size());
+  emit::Builder b;
+  b.emit(emit::arg(2, 1));
+  b.emit(iota_index());
+  b.emit(sfp(Op::kFill, DType::kF32, kX, 0, emit::double_bits(3.5), 1, 64));
+  b.emit(emit::li(3, 0));             // i
+  b.emit(emit::li(4, 5));             // iterations
+  b.emit(emit::addi(5, 2, 0x10000));  // device address of block i
+  b.emit(emit::li(6, 0));             // sum of 7 per iteration
+  const auto loop = b.label();
+  b.bind(loop);
+  b.emit(emit::dma(Op::kStore, 5, 0, kX, 0, 0, 1, 256, false, 0));
+  b.emit(emit::addi(5, 5, 256));
+  b.emit(emit::addi(6, 6, 7));
+  b.emit(emit::addi(3, 3, 1));
+  b.branch(hw::Cond::kLtu, 3, 4, loop);
+  b.emit(emit::li(7, ~uint64_t{0}));
+  b.emit(emit::divu(8, 7, uint64_t{1} << 62));  // unsigned: 3
+  b.emit(emit::remu(9, 7, 1000));               // 18446744073709551615 % 1000 = 615
+  b.emit(emit::li(10, 1000));
+  b.emit(emit::divu(11, 10, 7));
+  b.emit(emit::remu(12, 10, 7));
+  std::vector<hw::Instr> code = b.finish();
+  const uint32_t regs[] = {3, 6, 8, 9, 11, 12};
+  for (uint32_t k = 0; k < std::size(regs); ++k) store_reg(code, regs[k], 2, 4 * k);
+  h->run(compiler::assemble("loop", {code}, 2));
+  REQUIRE(h->cores[0]->result().ok());
+  std::vector<uint32_t> values(6);
+  h->memory.read(kOut, values.data(), 6 * 4);
+  CHECK(values ==
+        std::vector<uint32_t>{5, 35, 3, 615, 142, 6});  // i, the sum, ~0 / 2^62, ~0 % 1000, 1000 / 7, 1000 % 7
+  std::vector<float> blocks(8 * 64);
+  h->memory.read(kBlocks, blocks.data(), blocks.size() * 4);
+  for (size_t k = 0; k < blocks.size(); ++k) CHECK_MESSAGE(blocks[k] == (k < 5 * 64 ? 3.5f : 0.0f), "float ", k);
+}
+
+TEST_CASE("RANK gives each core of a launch its rank and the number of cores") {
+  std::vector<hw::Instr> code = {emit::arg(2, 1), iota_index(), emit::rank(5), emit::muli(7, 5, 8), emit::add(7, 7, 2)};
+  store_reg(code, 5, 7, 0);
+  store_reg(code, 6, 7, 4);
+  const std::vector<uint32_t> poison(2 * kCores, 0xdead);
+  h->memory.write(kOut, poison.data(), poison.size() * 4);
+  h->run(compiler::assemble_spmd("rank", code, kCores, 2));
+  std::vector<uint32_t> got(2 * kCores);
+  h->memory.read(kOut, got.data(), got.size() * 4);
+  for (uint32_t r = 0; r < kCores; ++r) {
+    CAPTURE(r);
+    CHECK(h->cores[r]->result().ok());
+    CHECK(got[2 * r] == r);
+    CHECK(got[2 * r + 1] == kCores);
+  }
+}
+
+TEST_CASE("the cores of a launch start together") {
+  // Each core reads its program header, entry, arguments and code (about 200 bytes): four cores
+  // hardly load LPDDR5, so each should start within a few cycles of a core launched alone.
+  const double alone = h->run(compiler::assemble_spmd("empty", {}, 1, 2));
+  h->run(compiler::assemble_spmd("empty", {}, kCores, 2));
+  for (uint32_t r = 0; r < kCores; ++r) {
+    CAPTURE(r);
+    CHECK(h->stopped(r) <= alone + 8);
+  }
+}
+
+TEST_CASE("BARRIER releases every core barrier_cycles after the last arrival") {
+  const double barrier = h->config.chip.barrier_cycles;
+  const std::vector<hw::Instr> work(4, exp_block());
+  std::vector<hw::Instr> slow = work;
+  slow.push_back(emit::instr(Op::kBarrier));
+  // Core 0 arrives after its work (measured in a launch of the same shape without the barrier);
+  // core 1 arrives at once and waits for it.
+  h->run(compiler::assemble("work", {work, {}}, 2));
+  const double arrival = h->stopped(0);
+  h->run(compiler::assemble("barrier", {slow, {emit::instr(Op::kBarrier)}}, 2));
+  CHECK(h->cores[0]->result().ok());
+  CHECK(h->cores[1]->result().ok());
+  CAPTURE(arrival);
+  CAPTURE(h->stopped(0));
+  CAPTURE(h->stopped(1));
+  CHECK(h->stopped(1) + 1 >= arrival + barrier);
+  CHECK(h->stopped(1) <= arrival + barrier + 1);
+  CHECK(near(h->stopped(0), h->stopped(1)));  // the last to arrive is released with the others
+  // After the barrier both cores store; and a core that ENDs without arriving releases the other.
+  std::vector<hw::Instr> after = {emit::arg(2, 1),
+                                  emit::instr(Op::kBarrier),
+                                  emit::rank(5),
+                                  sfp(Op::kFill, DType::kF32, kX, 0, emit::double_bits(9.5), 1, 16),
+                                  emit::muli(6, 5, 64),
+                                  emit::add(6, 6, 2),
+                                  emit::dma(Op::kStore, 6, 0, kX, 0, 0, 1, 64, false, 0)};
+  const std::vector<float> zeros(32, 0.0f);
+  h->memory.write(kOut, zeros.data(), zeros.size() * 4);
+  std::vector<hw::Instr> slow_after = work;
+  slow_after.insert(slow_after.end(), after.begin(), after.end());
+  h->run(compiler::assemble("both store", {slow_after, after}, 2));
+  std::vector<float> stored(32);
+  h->memory.read(kOut, stored.data(), stored.size() * 4);
+  CHECK(h->cores[0]->result().ok());
+  CHECK(h->cores[1]->result().ok());
+  CHECK(std::count(stored.begin(), stored.end(), 9.5f) == 32);
+  h->memory.write(kOut, zeros.data(), zeros.size() * 4);
+  h->run(compiler::assemble("one leaves", {after, {exp_block()}}, 2));
+  h->memory.read(kOut, stored.data(), stored.size() * 4);
+  CHECK(h->cores[0]->result().ok());
+  CHECK(h->cores[1]->result().ok());
+  CHECK(std::count(stored.begin(), stored.begin() + 16, 9.5f) == 16);
+  CHECK(h->stopped(0) >= h->stopped(1) + barrier);
+}
+
+TEST_CASE("an async LOAD overlaps SFP work: about max(load, compute) instead of the sum") {
+  // 256 KiB: about 2100 cycles on the ring and LPDDR5; four 4096-element exps: 4 x 522 cycles.
+  const hw::Instr sync_load = emit::dma(Op::kLoad, 1, 0, kX, 0, 2048, 128, 2048, false, 0);
+  hw::Instr async_load = sync_load;
+  async_load.flags = hw::dma_flags(true, 3);
+  const std::vector<hw::Instr> compute(
+      4, sfp(Op::kUnary, DType::kF32, kE, kE + 0x10000, static_cast<uint64_t>(UnaryFn::kExp), 64, 64));
+  const auto program = [&](std::vector<hw::Instr> pre, bool with_compute, std::vector<hw::Instr> post) {
+    std::vector<hw::Instr> code{emit::arg(1, 0)};
+    code.insert(code.end(), pre.begin(), pre.end());
+    if (with_compute) code.insert(code.end(), compute.begin(), compute.end());
+    code.insert(code.end(), post.begin(), post.end());
+    return h->run(compiler::assemble("dma", {code}, 2));
+  };
+  const double base = program({}, false, {});
+  const double load = program({sync_load}, false, {}) - base;
+  const double work = program({}, true, {}) - base;
+  const double serial = program({sync_load}, true, {}) - base;
+  const double overlapped = program({async_load}, true, {emit::wait_tags(1u << 3)}) - base;
+  CAPTURE(load);
+  CAPTURE(work);
+  CAPTURE(overlapped);
+  CAPTURE(serial);
+  const sim::ChipConfig& c = h->config.chip;
+  const double issue = c.issue_cycles;
+  CHECK(load > 2000);
+  CHECK(near(work, 4 * (issue + 4096 / 32 * c.sfp_transcendental_cycles + c.sfp_fill_cycles)));
+  CHECK(serial + 1 >= load + work);
+  // The async LOAD's issue, then the work, then the WAIT's issue, unless the load lands later.
+  CHECK(near(overlapped, std::max(load, issue + work + issue), 2));
+  CHECK(overlapped + work / 2 < serial);
+  // A WAIT with nothing outstanding costs its issue cycles only, after a sync load or a drained tag.
+  CHECK(near(program({sync_load}, false, {emit::wait_tags(0xffff)}) - base - load, issue));
+  const double one_wait = program({async_load}, true, {emit::wait_tags(1u << 3)});
+  CHECK(near(program({async_load}, true, {emit::wait_tags(1u << 3), emit::wait_tags(1u << 3)}) - one_wait, issue));
+  // The data is there after the WAIT.
+  std::vector<uint8_t> data(128 * 2048);
+  for (size_t k = 0; k < data.size(); ++k) data[k] = static_cast<uint8_t>(k * 7 + 1);
+  h->memory.write(kIn, data.data(), data.size());
+  std::vector<uint8_t> back(data.size());
+  program({async_load}, true,
+          {emit::wait_tags(1u << 3), emit::arg(2, 1), emit::dma(Op::kStore, 2, 0, kX, 0, 2048, 128, 2048, false, 0)});
+  h->memory.read(kOut, back.data(), back.size());
+  CHECK(back == data);
+}
+
+TEST_CASE("faults stop the core with kCoreFault naming the core and the instruction") {
+  const uint32_t lx = static_cast<uint32_t>(h->config.chip.lx_bytes);
+  hw::Instr past_end = emit::instr(Op::kBranch);
+  past_end.a = 1000;
+  hw::Instr bad_cond = emit::instr(Op::kBranch);
+  bad_cond.flags = static_cast<uint8_t>(hw::Cond::kCount);
+  hw::Instr bad_flags = emit::dma(Op::kLoad, 1, 0, 0, 0, 0, 1, 64, false, 0);
+  bad_flags.flags = 0x2;
+  hw::Instr bad_store_flags = emit::dma(Op::kStore, 1, 0, 0, 0, 0, 1, 64, true, 0);
+  bad_store_flags.flags |= 0x4;
+  const auto fn = [](auto f) { return static_cast<uint64_t>(f); };
+  const struct {
+    const char* what;
+    std::vector<hw::Instr> code;
+  } cases[] = {
+      {"UNARY dst past the scratchpad", {sfp(Op::kUnary, DType::kF32, lx - 16, 0, fn(UnaryFn::kExp), 1, 64)}},
+      {"BINARY src1 past the scratchpad", {sfp(Op::kBinary, DType::kF32, 0, emit::pack2(0, lx - 4), 0, 3, 5)}},
+      {"SELECT mask past the scratchpad", {sfp(Op::kSelect, DType::kF32, 0, emit::pack2(lx - 4, 0), 0, 3, 5)}},
+      {"REDUCE best values past the scratchpad", {sfp(Op::kReduce, DType::kF32, 0, 0, 4 | uint64_t{lx} << 32, 2, 4)}},
+      {"TRANSPOSE src past the scratchpad", {sfp(Op::kTranspose, DType::kF16, 0, lx - 8, 0, 2, 4)}},
+      {"CONVERT i64 src past the scratchpad", {sfp(Op::kConvert, DType::kF32, 0, lx - 16, fn(DType::kI64), 1, 4)}},
+      {"FILL pushed past the scratchpad by r[rl]",
+       {emit::li(5, lx - 8), emit::sfp(Op::kFill, DType::kF32, 5, 0, 0, emit::double_bits(1), 1, 4)}},
+      {"UNARY with an immediate source", {sfp(Op::kUnary, DType::kF32, 0, 0x100, 0, 1, 4, fn(Bcast::kImm))}},
+      {"UNARY with a bad function", {sfp(Op::kUnary, DType::kF32, 0, 0x100, fn(UnaryFn::kCount), 1, 4)}},
+      {"BINARY with a bad function", {sfp(Op::kBinary, DType::kF32, 0, 0x100, fn(BinaryFn::kCount), 1, 4)}},
+      {"BINARY with broadcast mode 5", {sfp(Op::kBinary, DType::kF32, 0, 0x100, 0, 1, 4, 5)}},
+      {"REDUCE with no columns", {sfp(Op::kReduce, DType::kF32, 0, 0x100, 0, 1, 0)}},
+      {"TRANSPOSE in place", {sfp(Op::kTranspose, DType::kF32, 0x100, 0x100, 0, 2, 2)}},
+      {"LI to r0", {emit::li(0, 5)}},
+      {"ADDI to r0", {emit::addi(0, 5, 1)}},
+      {"RANK into r15 (r16 does not exist)", {emit::rank(15)}},
+      {"DIVU by zero", {emit::divu(7, 5, 0)}},
+      {"REMU by zero", {emit::remu(7, 5, 0)}},
+      {"BRANCH past the program", {past_end}},
+      {"BRANCH with condition 7", {bad_cond}},
+      {"WAIT on tag 16", {emit::wait_tags(1u << 16)}},
+      {"ARG past the argument block", {emit::arg(7, 2)}},
+      {"LOAD with a reserved flag bit", {bad_flags}},
+      {"async STORE with a reserved flag bit", {bad_store_flags}},
+  };
+  for (const auto& k : cases) {
+    CAPTURE(k.what);
+    std::vector<hw::Instr> code = {emit::arg(1, 0), emit::li(5, 1)};
+    code.insert(code.end(), k.code.begin(), k.code.end());
+    h->run(compiler::assemble("fault", {code}, 2));
+    CHECK(h->cores[0]->result().error == hw::ErrorCode::kCoreFault);
+    CHECK(h->cores[0]->result().detail == code.size() - 1);  // core 0, the last instruction
+  }
+  // On core 1 of a launch: core 0's stream is instructions 0..1 (with its END), core 1's 2..3.
+  h->run(compiler::assemble("fault", {{emit::li(5, 1)}, {emit::li(5, 1), emit::divu(6, 5, 0)}}, 2));
+  CHECK(h->cores[0]->result().ok());
+  CHECK(h->cores[1]->result().error == hw::ErrorCode::kCoreFault);
+  CHECK(h->cores[1]->result().detail == (1u << 24 | 3));
+}
+
+extern "C" int sc_main(int argc, char* argv[]) {
+  Harness harness;
+  h = &harness;
+  doctest::Context context(argc, argv);
+  return context.run();
+}
