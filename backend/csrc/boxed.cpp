@@ -23,7 +23,8 @@ const c10::IValue* BoxedCall::get(std::string_view name) const {
   for (size_t i = 0; i < args.size(); ++i) {
     if (args[i].name() == name) {
       const c10::IValue& v = at(i);
-      return v.isNone() ? nullptr : &v;
+      // Autograd passes an absent optional tensor as an undefined one.
+      return v.isNone() || (v.isTensor() && !v.toTensor().defined()) ? nullptr : &v;
     }
   }
   return nullptr;

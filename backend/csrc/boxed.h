@@ -29,7 +29,8 @@ class BoxedCall {
 
   size_t size() const { return n_; }
   const c10::IValue& at(size_t i) const { return (*stack_)[stack_->size() - n_ + i]; }
-  /// The argument named `name`, or nullptr when the schema has none (or it is None).
+  /// The argument named `name`, or nullptr when the schema has none (or it is None, or an
+  /// undefined tensor).
   const c10::IValue* get(std::string_view name) const;
 
   /// Pops the arguments and pushes `result` as the return value.

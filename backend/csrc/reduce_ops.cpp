@@ -141,11 +141,17 @@ bool launch_with(BoxedCall& c, const at::Tensor& self, const std::vector<int64_t
 struct ReduceRow {
   ReduceFn fn;
   bool mean = false;
+  bool logical = false;  // all / any: of "not zero", with a bool result
 };
 
 const std::map<std::string, ReduceRow, std::less<>> kReduce = {
-    {"sum", {ReduceFn::kSum}},  {"prod", {ReduceFn::kProd}}, {"mean", {ReduceFn::kSum, true}},
-    {"amax", {ReduceFn::kMax}}, {"amin", {ReduceFn::kMin}},
+    {"sum", {ReduceFn::kSum}},
+    {"prod", {ReduceFn::kProd}},
+    {"mean", {ReduceFn::kSum, true}},
+    {"amax", {ReduceFn::kMax}},
+    {"amin", {ReduceFn::kMin}},
+    {"all", {ReduceFn::kMin, false, true}},
+    {"any", {ReduceFn::kMax, false, true}},
 };
 
 // sum, prod, mean (dtype=, dim=, keepdim=), amax, amin.
@@ -162,8 +168,9 @@ void reduce_kernel(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
   } else if ((row.fn == ReduceFn::kSum || row.fn == ReduceFn::kProd) && at::isIntegralType(type, true)) {
     type = at::kLong;
   }
+  if (row.logical) type = self.scalar_type() == at::kByte ? at::kByte : at::kBool;
   if (const c10::IValue* o = c.get("out"); o && !c.get("dtype")) type = o->toTensor().scalar_type();
-  const bool extremum = row.fn == ReduceFn::kMax || row.fn == ReduceFn::kMin;
+  const bool extremum = (row.fn == ReduceFn::kMax || row.fn == ReduceFn::kMin) && !row.logical;
   if (!device_dtype(type) || !device_dtype(self.scalar_type()) || (row.mean && !at::isFloatingType(type)) ||
       (extremum && self.numel() == 0)) {
     return c.fall_back();  // torch's own errors for empty max and integer mean come from the CPU kernel
@@ -171,7 +178,8 @@ void reduce_kernel(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
   at::Tensor out = result_tensor(c, "out", self, result_sizes(self, dims, keepdim), type);
   if (out.numel() == 0) return c.finish(out);
   if (self.numel() == 0) {  // an empty sum or product: the identity
-    out.fill_(row.mean ? std::numeric_limits<double>::quiet_NaN() : (row.fn == ReduceFn::kProd ? 1.0 : 0.0));
+    const bool one = row.fn == ReduceFn::kProd || (row.logical && row.fn == ReduceFn::kMin);  // prod, all
+    out.fill_(row.mean ? std::numeric_limits<double>::quiet_NaN() : (one ? 1.0 : 0.0));
     return c.finish(out);
   }
   int64_t count = 1;
@@ -377,6 +385,7 @@ const bool g_registered = [] {
   register_boxed({"prod"}, {"", "dim_int", "int_out", "out"}, &reduce_kernel);
   register_boxed({"mean"}, {"", "dim", "out", "dtype_out"}, &reduce_kernel);
   register_boxed({"amax", "amin"}, {"", "out"}, &reduce_kernel);
+  register_boxed({"all", "any"}, {"", "dim", "dims", "out", "dims_out", "all_out"}, &reduce_kernel);
   register_boxed({"max", "min"}, {"", "dim", "dim_max", "dim_min", "unary_out"}, &arg_kernel);
   register_boxed({"argmax", "argmin"}, {"", "out"}, &arg_kernel);
   register_boxed({"var", "std"}, {"correction", "correction_out"}, &moment_kernel);

@@ -38,6 +38,8 @@ NATIVE = {
     "addcmul", "addcdiv", "lerp", "isinf", "isposinf", "isneginf", "isfinite",
     # normalisation
     "nn.functional.layer_norm", "nn.functional.rms_norm",
+    # losses, data movement, logical reductions
+    "nn.functional.nll_loss", "nn.functional.cross_entropy", "cat", "tril", "triu", "all", "any",
     # indexing
     "index_select", "gather", "scatter", "scatter_add", "index_add", "nn.functional.embedding",
 }  # fmt: skip

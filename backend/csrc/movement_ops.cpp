@@ -1,0 +1,126 @@
+// Data movement on the device: cat (each input copied into its slice of the output, several per
+// launch) and tril / triu (a select against row and column indices). Views, transpose, permute and
+// contiguous need no kernel here: they are metadata, and the copy kernel (compute.cpp) moves data.
+#include <ATen/ATen.h>
+#include <ATen/WrapDimUtils.h>
+#include <ATen/native/Resize.h>
+#include <ATen/native/TypeProperties.h>
+#include <torch/library.h>
+
+#include "boxed.h"
+#include "compute.h"
+
+namespace spyre::backend {
+namespace {
+
+// cat(tensors, dim, out=): inputs converted to the promoted type as they are copied; torch's legacy
+// rule skips 1-d empty inputs.
+void cat_kernel(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
+  BoxedCall c(op, stack);
+  const std::vector<at::Tensor> all = c.at(0).toTensorVector();
+  std::vector<at::Tensor> inputs;
+  for (const at::Tensor& t : all) {
+    if (!(t.dim() == 1 && t.size(0) == 0)) inputs.push_back(t);
+  }
+  TORCH_CHECK(!all.empty(), "torch.cat(): expected a non-empty list of Tensors");
+  const at::ScalarType type = at::native::result_type(at::ITensorListRef(all));
+  if (!device_dtype(type)) return c.fall_back();
+  if (inputs.empty()) {  // only legacy empty inputs: an empty result
+    at::Tensor out = c.out() ? *c.out() : at::empty({0}, all[0].options().dtype(type));
+    if (c.out()) at::native::resize_output(out, {0});
+    return c.finish(out);
+  }
+  const at::Tensor& first = inputs[0];
+  const int64_t dim = at::maybe_wrap_dim(c.at(1).toInt(), first.dim());
+  std::vector<int64_t> sizes = first.sizes().vec();
+  sizes[static_cast<size_t>(dim)] = 0;
+  for (const at::Tensor& t : inputs) {
+    TORCH_CHECK(t.dim() == first.dim(), "torch.cat(): Tensors must have same number of dimensions: got ", first.dim(),
+                " and ", t.dim());
+    for (int64_t d = 0; d < t.dim(); ++d) {
+      TORCH_CHECK(d == dim || t.size(d) == first.size(d), "Sizes of tensors must match except in dimension ", dim,
+                  ". Expected size ", first.size(d), " but got size ", t.size(d), " for tensor number in the list.");
+    }
+    TORCH_CHECK(t.is_privateuseone() && device_dtype(t.scalar_type()), "torch.cat(): expected spyre tensors");
+    sizes[static_cast<size_t>(dim)] += t.size(dim);
+  }
+  at::Tensor out;
+  if (std::optional<at::Tensor> o = c.out()) {
+    out = *o;
+    at::native::resize_output(out, sizes);
+  } else {
+    out = at::empty(sizes, first.options().dtype(type));
+  }
+  if (!device_dtype(out.scalar_type())) return c.fall_back();
+  // A launch holds at most 16 tensors: copy up to 8 inputs per launch.
+  int64_t offset = 0;
+  for (size_t i = 0; i < inputs.size(); i += 8) {
+    Launch l;
+    for (size_t j = i; j < std::min(inputs.size(), i + 8); ++j) {
+      const int64_t n = inputs[j].size(dim);
+      if (n > 0 && out.numel() > 0) {
+        ir::Pointwise p;
+        p.kind = ir::PointwiseKind::kCopy;
+        p.compute = *device_dtype(out.scalar_type());
+        p.inputs = {ir::Operand::of(l.view(inputs[j]))};
+        p.out = l.view(out.narrow(dim, offset, n));
+        l.pointwise(p);
+      }
+      offset += n;
+    }
+    if (l.graph().ops.empty()) continue;
+    try {
+      l.run(c.name());
+    } catch (const std::invalid_argument&) {
+      return c.fall_back();
+    }
+  }
+  c.finish(out);
+}
+
+// tril(self, diagonal) / triu: keep x where col - row <= diagonal (tril) or >= diagonal (triu).
+void triangle_kernel(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
+  BoxedCall c(op, stack);
+  const at::Tensor self = c.at(0).toTensor();
+  const int64_t diagonal = c.at(1).toInt();
+  const bool lower = c.base() == "tril";
+  TORCH_CHECK(self.dim() >= 2, c.base(), ": input tensor must have at least 2 dimensions");
+  if (!device_dtype(self.scalar_type())) return c.fall_back();
+  at::Tensor out = c.inplace() ? self : (c.out() ? *c.out() : at::empty(self.sizes(), self.options()));
+  if (c.out()) at::native::resize_output(out, self.sizes());
+  if (out.numel() == 0) return c.finish(out);
+  const int64_t R = self.size(-2), C = self.size(-1);
+  Launch l;
+  const at::Tensor rows = l.scratch({R, 1}, self, at::kLong), cols = l.scratch({1, C}, self, at::kLong);
+  for (const auto& [t, n] : {std::pair{rows, R}, std::pair{cols, C}}) {
+    ir::Pointwise iota;
+    iota.kind = ir::PointwiseKind::kIota;
+    iota.compute = hw::DType::kI64;
+    iota.out = l.view(t, {n}, {1});
+    l.pointwise(iota);
+  }
+  // Index arithmetic in int64 for integer and bool tensors (a bool causal mask included).
+  ir::Expr e(at::isFloatingType(self.scalar_type()) ? *device_dtype(self.scalar_type()) : hw::DType::kI64);
+  const int32_t x = e.input(ir::Operand::of(l.view(self)));
+  const int32_t r = e.input(ir::Operand::of(l.view(rows))), col = e.input(ir::Operand::of(l.view(cols)));
+  const int32_t d = e.binary(hw::BinaryFn::kSub, col, r);
+  const int32_t keep =
+      e.binary(lower ? hw::BinaryFn::kLe : hw::BinaryFn::kGe, d, e.constant(static_cast<double>(diagonal)));
+  e.select(keep, x, e.constant(0.0));
+  l.pointwise(e.done(l.view(out)));
+  try {
+    l.run(c.name());
+  } catch (const std::invalid_argument&) {
+    return c.fall_back();
+  }
+  c.finish(out);
+}
+
+const bool g_registered = [] {
+  register_boxed({"cat"}, {"", "out"}, &cat_kernel);
+  register_boxed(with_inplace({"tril", "triu"}), {"", "out"}, &triangle_kernel);
+  return true;
+}();
+
+}  // namespace
+}  // namespace spyre::backend
