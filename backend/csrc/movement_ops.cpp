@@ -116,7 +116,68 @@ void triangle_kernel(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
   c.finish(out);
 }
 
+// flip(self, dims): a gather along each flipped dim with the reversed indices, one launch.
+void flip_kernel(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
+  BoxedCall c(op, stack);
+  const at::Tensor self = c.at(0).toTensor();
+  if (!device_dtype(self.scalar_type())) return c.fall_back();
+  std::vector<int64_t> dims;
+  for (int64_t d : c.at(1).toIntVector()) {
+    const int64_t w = at::maybe_wrap_dim(d, std::max<int64_t>(self.dim(), 1));
+    TORCH_CHECK(std::find(dims.begin(), dims.end(), w) == dims.end(), "flip: dim ", w, " appears multiple times");
+    if (self.dim() > 0 && self.size(w) > 1) dims.push_back(w);
+  }
+  at::Tensor out = c.out() ? *c.out() : at::empty(self.sizes(), self.options());
+  if (c.out()) at::native::resize_output(out, self.sizes());
+  if (out.numel() == 0) return c.finish(out);
+  if (dims.empty()) return c.finish(out.copy_(self));
+  Launch l;
+  at::Tensor cur = self.contiguous();
+  for (size_t i = 0; i < dims.size(); ++i) {
+    const int64_t d = dims[i], n = self.size(d);
+    const at::Tensor idx = l.scratch({n}, self, at::kLong);
+    ir::Pointwise iota;
+    iota.kind = ir::PointwiseKind::kIota;
+    iota.compute = hw::DType::kI64;
+    iota.start = static_cast<double>(n - 1);
+    iota.step = -1;
+    iota.out = l.view(idx);
+    l.pointwise(iota);
+    const at::Tensor next =
+        i + 1 == dims.size() && out.is_contiguous() ? out : l.scratch(self.sizes(), self, self.scalar_type());
+    // [before..., n, after...] as the index op's [batch..., rows, row]: the row is what follows d.
+    std::vector<int64_t> sizes(self.sizes().begin(), self.sizes().begin() + d + 1), strides;
+    int64_t inner = 1;
+    for (int64_t k = d + 1; k < self.dim(); ++k) inner *= self.size(k);
+    sizes.push_back(inner);
+    for (size_t k = 0; k < sizes.size(); ++k) {
+      int64_t s = 1;
+      for (size_t j = k + 1; j < sizes.size(); ++j) s *= sizes[j];
+      strides.push_back(s);
+    }
+    std::vector<int64_t> is(sizes.begin(), sizes.begin() + d), it(is.size(), 0);
+    is.push_back(n);
+    it.push_back(1);
+    ir::Op g;
+    g.family = ir::Op::Family::kIndex;
+    g.index.kind = ir::Index::Kind::kGather;
+    g.index.table = l.view(cur, sizes, strides);
+    g.index.index = l.view(idx, is, it);
+    g.index.rows = l.view(next, sizes, strides);
+    l.graph().ops.push_back(g);
+    cur = next;
+  }
+  try {
+    l.run(c.name());
+  } catch (const std::invalid_argument&) {
+    return c.fall_back();
+  }
+  if (!cur.is_same(out)) out.copy_(cur);
+  c.finish(out);
+}
+
 const bool g_registered = [] {
+  register_boxed({"flip"}, {"", "out"}, &flip_kernel);
   register_boxed({"cat"}, {"", "out"}, &cat_kernel);
   register_boxed(with_inplace({"tril", "triu"}), {"", "out"}, &triangle_kernel);
   return true;

@@ -378,7 +378,45 @@ void softmax_backward_kernel(const c10::OperatorHandle& op, torch::jit::Stack* s
   c.finish(out);
 }
 
+// isin(elements, test_elements, assume_unique, invert): any(elements[i] == test[j] over j), as one
+// launch: the comparisons as a [numel, tests] bool block, reduced by max along the tests.
+void isin_kernel(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
+  BoxedCall c(op, stack);
+  const at::Tensor elements = c.at(0).toTensor(), tests = c.at(1).toTensor();
+  const bool invert = c.get("invert") && c.get("invert")->toBool();
+  const at::ScalarType common = at::result_type(elements, tests);
+  if (!device_dtype(common) || !tests.is_privateuseone() || !device_dtype(elements.scalar_type()) ||
+      !device_dtype(tests.scalar_type())) {
+    return c.fall_back();
+  }
+  at::Tensor out = c.out() ? *c.out() : at::empty(elements.sizes(), elements.options().dtype(at::kBool));
+  if (c.out()) at::native::resize_output(out, elements.sizes());
+  if (out.numel() == 0) return c.finish(out);
+  if (tests.numel() == 0) return c.finish(out.fill_(invert));
+  const int64_t n = elements.numel(), m = tests.numel();
+  Launch l;
+  const at::Tensor hits = l.scratch({n, m}, elements, at::kBool);
+  ir::Expr eq(*device_dtype(common));
+  eq.binary(BinaryFn::kEq, eq.input(ir::Operand::of(l.view(elements.reshape({n, 1})))),
+            eq.input(ir::Operand::of(l.view(tests.reshape({1, m})))));
+  l.pointwise(eq.done(l.view(hits)));
+  const at::Tensor any = invert ? l.scratch({n, 1}, elements, at::kBool) : out.view({n, 1});
+  l.reduce(reduction(ReduceFn::kMax, hw::DType::kBool, l.view(hits), l.view(any), {1}));
+  if (invert) {
+    ir::Expr no(hw::DType::kBool);
+    no.unary(hw::UnaryFn::kLogicalNot, no.input(ir::Operand::of(l.view(any))));
+    l.pointwise(no.done(l.view(out.view({n, 1}))));
+  }
+  try {
+    l.run(c.name());
+  } catch (const std::invalid_argument&) {
+    return c.fall_back();
+  }
+  c.finish(out);
+}
+
 const bool g_registered = [] {
+  register_boxed({"isin"}, {"Tensor_Tensor", "Tensor_Tensor_out"}, &isin_kernel);
   register_boxed({"_softmax_backward_data"}, {"", "out"}, &softmax_backward_kernel);
   register_boxed({"_log_softmax_backward_data"}, {"", "out"}, &softmax_backward_kernel);
   register_boxed({"sum"}, {"", "dim_IntList", "IntList_out", "out"}, &reduce_kernel);

@@ -40,6 +40,7 @@ NATIVE = {
     "nn.functional.layer_norm", "nn.functional.rms_norm",
     # losses, data movement, logical reductions
     "nn.functional.nll_loss", "nn.functional.cross_entropy", "cat", "tril", "triu", "all", "any",
+    "cumsum", "cumprod", "isin", "flip",
     # indexing
     "index_select", "gather", "scatter", "scatter_add", "index_add", "nn.functional.embedding",
 }  # fmt: skip

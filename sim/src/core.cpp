@@ -177,6 +177,7 @@ uint8_t allowed_flags(hw::Op op) {
     case hw::Op::kSelect:
       return 0x3f;  // two Bcast fields
     case hw::Op::kReduce:
+    case hw::Op::kScan:
       return hw::kReduceAccumulate;
     default:
       return 0;
@@ -522,6 +523,19 @@ bool Core::sfp(const hw::Instr& in) {
         sfp_iota(t, dst, x + first * y, y, n);
       }
       name = in.op == hw::Op::kFill ? "fill" : "iota";
+      break;
+    }
+    case hw::Op::kScan: {
+      if ((in.c & 0xff) >= static_cast<uint64_t>(hw::ScanFn::kCount) || (in.c >> 8 & 0xffffff) != 0 ||
+          t == hw::DType::kBool) {
+        return false;
+      }
+      uint8_t* dst = lx(in, in.a, n * es);
+      const uint8_t* src = lx(in, in.b, n * es);
+      uint8_t* carry = hi(in.c) ? lx(in, hi(in.c), rows * es) : nullptr;
+      if (!dst || !src || (hi(in.c) && !carry) || ((in.flags & hw::kReduceAccumulate) && !carry)) return false;
+      sfp_scan(static_cast<hw::ScanFn>(in.c & 0xff), t, dst, src, rows, cols, carry, in.flags & hw::kReduceAccumulate);
+      name = "scan";
       break;
     }
     case hw::Op::kTranspose: {

@@ -650,6 +650,41 @@ void sfp_iota(DType t, void* dst, double start, double step, uint64_t count) {
   }
 }
 
+void sfp_scan(hw::ScanFn f, DType t, void* dst, const void* src, uint64_t rows, uint64_t cols, void* carry,
+              bool accumulate) {
+  const uint64_t n = rows * cols;
+  const bool sum = f == hw::ScanFn::kSum;
+  if (hw::dtype_is_float(t)) {  // accumulates in double, rounds each result once
+    std::vector<float> v(n), start(rows, sum ? 0.0f : 1.0f);
+    to_f32(src, t, n, v.data());
+    if (carry && accumulate) to_f32(carry, t, rows, start.data());
+    for (uint64_t r = 0; r < rows; ++r) {
+      double acc = start[r];
+      for (uint64_t c = 0; c < cols; ++c) {
+        acc = sum ? acc + v[r * cols + c] : acc * v[r * cols + c];
+        v[r * cols + c] = static_cast<float>(acc);
+      }
+      start[r] = cols ? v[r * cols + cols - 1] : start[r];
+    }
+    from_f32(v.data(), t, n, dst);
+    if (carry) from_f32(start.data(), t, rows, carry);
+  } else {
+    std::vector<int64_t> v(n), start(rows, sum ? 0 : 1);
+    to_i64(src, t, n, v.data());
+    if (carry && accumulate) to_i64(carry, t, rows, start.data());
+    for (uint64_t r = 0; r < rows; ++r) {
+      int64_t acc = start[r];
+      for (uint64_t c = 0; c < cols; ++c) {
+        acc = binary_i(sum ? hw::BinaryFn::kAdd : hw::BinaryFn::kMul, acc, v[r * cols + c]);
+        v[r * cols + c] = acc;
+      }
+      start[r] = acc;
+    }
+    from_i64(v.data(), t, n, dst);
+    if (carry) from_i64(start.data(), t, rows, carry);
+  }
+}
+
 void sfp_transpose(uint32_t es, void* dst, const void* src, uint64_t rows, uint64_t cols) {
   auto* d = static_cast<uint8_t*>(dst);
   const auto* s = static_cast<const uint8_t*>(src);

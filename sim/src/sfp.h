@@ -33,6 +33,10 @@ void sfp_fma(hw::DType t, void* dst, const void* src0, const void* src1, const v
 void sfp_reduce(hw::ReduceFn f, hw::DType t, void* dst, const void* src, uint64_t rows, uint64_t cols, bool accumulate,
                 void* best, int64_t base);
 
+/// Inclusive scan of each row (see hw::ScanFn); `carry` (rows elements of t) may be null.
+void sfp_scan(hw::ScanFn f, hw::DType t, void* dst, const void* src, uint64_t rows, uint64_t cols, void* carry,
+              bool accumulate);
+
 void sfp_fill(hw::DType t, void* dst, double value, uint64_t count);
 void sfp_iota(hw::DType t, void* dst, double start, double step, uint64_t count);
 void sfp_transpose(uint32_t elem_bytes, void* dst, const void* src, uint64_t rows, uint64_t cols);

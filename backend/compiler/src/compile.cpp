@@ -34,6 +34,9 @@ Program compile(const ir::Graph& g, const Target& t) {
       case ir::Op::Family::kIndex:
         k = lower::lower_index(g, op.index, t);
         break;
+      case ir::Op::Family::kScan:
+        k = lower::lower_scan(g, op.scan, t);
+        break;
     }
     if (k) kernels.push_back(std::move(*k));
   }

@@ -10,6 +10,10 @@ namespace spyre::compiler::ir {
 namespace {
 
 std::string describe(const Op& op) {
+  if (op.family == Op::Family::kScan) {
+    return fmt::format("scan{}/{}/{}>{}", static_cast<int>(op.scan.fn), hw::dtype_name(op.scan.compute), op.scan.in,
+                       op.scan.out);
+  }
   if (op.family == Op::Family::kIndex) {
     const Index& x = op.index;
     return fmt::format("idx{}/{}/{}/{}", static_cast<int>(x.kind), x.table, x.index, x.rows);
@@ -77,6 +81,10 @@ std::string Graph::name() const {
     return fmt::format("{}mm {} {}{}x{}x{}{}", batch > 1 ? "b" : "", hw::dtype_name(op.matmul.compute),
                        batch > 1 ? fmt::format("{}x", batch) : "", o[o.size() - 2], a.back(), o.back(),
                        op.matmul.bias >= 0 ? " +bias" : "");
+  }
+  if (op.family == Op::Family::kScan) {
+    const View& v = views.at(op.scan.out);
+    return fmt::format("scan {} [{}]", hw::dtype_name(v.dtype), fmt::join(v.sizes, ","));
   }
   if (op.family == Op::Family::kIndex) {
     static const char* const kinds[] = {"gather", "scatter", "scatter_add", "scatter_mul"};

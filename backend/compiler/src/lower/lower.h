@@ -21,5 +21,6 @@ std::optional<Kernel> lower_pointwise(const ir::Graph& g, const ir::Pointwise& p
 std::optional<Kernel> lower_reduce(const ir::Graph& g, const ir::Reduce& r, const Target& t);
 std::optional<Kernel> lower_matmul(const ir::Graph& g, const ir::Matmul& m, const Target& t);
 std::optional<Kernel> lower_index(const ir::Graph& g, const ir::Index& x, const Target& t);
+std::optional<Kernel> lower_scan(const ir::Graph& g, const ir::Scan& s, const Target& t);
 
 }  // namespace spyre::compiler::lower

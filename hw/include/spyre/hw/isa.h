@@ -64,6 +64,7 @@ enum class Op : uint8_t {
   kFill = 0x36,       // dst = value (double bits in c, converted to dtype)
   kIota = 0x37,       // dst[i] = start + (r[rd] + i) * step (doubles in b and c), i = row * cols + col
   kTranspose = 0x38,  // dst[cols, rows] = src[rows, cols]^T
+  kScan = 0x39,       // dst[r, c] = f(src[r, 0..c]) along each row, f = ScanFn in c (inclusive)
 };
 
 /// Element types of the scratchpad and device memory. Bool is one byte holding 0 or 1.
@@ -257,6 +258,11 @@ constexpr bool binary_is_compare(BinaryFn f) {
 enum class ReduceFn : uint8_t { kSum, kMax, kMin, kProd, kArgMax, kArgMin, kCount };
 inline constexpr uint8_t kReduceAccumulate = 1u << 0;
 
+/// Row scans (cumulative sum and product). With a carry address in c[63:32], each row's last
+/// result is written to carry[row] (dtype), and with kReduceAccumulate each row starts from
+/// carry[row] instead of the identity, so a row split into column blocks scans block by block.
+enum class ScanFn : uint8_t { kSum = 0, kProd = 1, kCount };
+
 // SFP field use (all scratchpad addresses + r[rl]; d = rows, e = cols):
 //   CONVERT   a dst (dtype), b src, c source DType
 //   UNARY     a dst, b src, c UnaryFn, flags Bcast of src (2..0; not kImm); the result is dtype,
@@ -270,6 +276,7 @@ inline constexpr uint8_t kReduceAccumulate = 1u << 0;
 //   FILL      a dst, c value
 //   IOTA      a dst, b start, c step
 //   TRANSPOSE a dst, b src
+//   SCAN      a dst, b src, c ScanFn | carry << 32, flags kReduceAccumulate
 inline constexpr uint8_t kSelectImmBits = 32;
 
 }  // namespace spyre::hw

@@ -146,12 +146,21 @@ struct Index {
   uint32_t table = 0, index = 0, rows = 0;
 };
 
+/// out = the inclusive scan (cumulative sum or product) of in along its last dim, in the compute
+/// type; in and out have one shape, and their last dim is contiguous.
+struct Scan {
+  hw::ScanFn fn = hw::ScanFn::kSum;
+  hw::DType compute = hw::DType::kF32;
+  uint32_t in = 0, out = 0;
+};
+
 struct Op {
-  enum class Family : uint8_t { kPointwise, kReduce, kMatmul, kIndex } family = Family::kPointwise;
+  enum class Family : uint8_t { kPointwise, kReduce, kMatmul, kIndex, kScan } family = Family::kPointwise;
   Pointwise pointwise;
   Reduce reduce;
   Matmul matmul;
   Index index;
+  Scan scan;
 };
 
 /// Views and the ops that read and write them, in program order. Ops run one after another,
