@@ -13,7 +13,8 @@ BoxedCall::BoxedCall(const c10::OperatorHandle& op, torch::jit::Stack* stack)
     : op_(op), stack_(stack), n_(op.schema().arguments().size()) {
   std::string name = op.schema().name();
   if (const auto colon = name.rfind("::"); colon != std::string::npos) name = name.substr(colon + 2);
-  inplace_ = !name.empty() && name.back() == '_' && name.front() != '_';
+  // add_, _index_put_impl_ and _foreach_add_ write their first argument; __and__ is not in-place.
+  inplace_ = name.size() > 1 && name.back() == '_' && name[name.size() - 2] != '_';
   if (inplace_) name.pop_back();
   base_ = std::move(name);
 }

@@ -308,7 +308,68 @@ void embedding_backward_kernel(const c10::OperatorHandle& op, torch::jit::Stack*
   run_or_fall_back(c, l, out);
 }
 
+// The one index tensor of an advanced-indexing call (self[idx] along one dim), or nullopt when
+// there are several, a bool mask or none (those take the CPU fallback).
+std::optional<std::pair<int64_t, at::Tensor>> single_index(const c10::IValue& list) {
+  std::optional<std::pair<int64_t, at::Tensor>> found;
+  const c10::List<std::optional<at::Tensor>> indices = list.toOptionalTensorList();
+  for (size_t d = 0; d < indices.size(); ++d) {
+    const std::optional<at::Tensor> t = indices.get(d);
+    if (!t || !t->defined()) continue;
+    if (found || !t->is_privateuseone() || (t->scalar_type() != at::kLong && t->scalar_type() != at::kInt)) {
+      return std::nullopt;
+    }
+    found = std::make_pair(static_cast<int64_t>(d), *t);
+  }
+  return found;
+}
+
+// index.Tensor(self, [None..., idx, None...]): index_select along that dim, shaped as
+// self[:d] + idx.shape + self[d+1:].
+void index_kernel(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
+  BoxedCall c(op, stack);
+  const at::Tensor self = c.at(0).toTensor();
+  const auto one = single_index(c.at(1));
+  if (!one || self.dim() == 0 || c.out() || !device_dtype(self.scalar_type())) return c.fall_back();
+  const auto [dim, idx] = *one;
+  const at::Tensor flat = at::index_select(self, dim, idx.reshape({-1}));
+  std::vector<int64_t> shape(self.sizes().begin(), self.sizes().begin() + dim);
+  shape.insert(shape.end(), idx.sizes().begin(), idx.sizes().end());
+  shape.insert(shape.end(), self.sizes().begin() + dim + 1, self.sizes().end());
+  c.finish(flat.view(shape));
+}
+
+// index_put_(self, [None..., idx, None...], values, accumulate): index_add (accumulate) or a
+// scatter of rows along that dim.
+void index_put_kernel(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
+  BoxedCall c(op, stack);
+  const at::Tensor self = c.at(0).toTensor();
+  const auto one = single_index(c.at(1));
+  const at::Tensor values = c.at(2).toTensor();
+  const bool accumulate = c.at(3).toBool();
+  if (!one || self.dim() == 0 || !c.inplace() || !device_dtype(self.scalar_type()) || !values.is_privateuseone()) {
+    return c.fall_back();
+  }
+  const auto [dim, idx] = *one;
+  std::vector<int64_t> rows_shape(self.sizes().begin(), self.sizes().begin() + dim);
+  rows_shape.push_back(idx.numel());
+  rows_shape.insert(rows_shape.end(), self.sizes().begin() + dim + 1, self.sizes().end());
+  const at::Tensor src = values.to(self.scalar_type()).expand(rows_shape).contiguous();
+  if (accumulate) {
+    self.index_add_(dim, idx.reshape({-1}), src);
+  } else {  // rows of a scatter along dim
+    std::vector<int64_t> expand_to = rows_shape;
+    at::Tensor index = idx.reshape({-1});
+    std::vector<int64_t> view(static_cast<size_t>(self.dim()), 1);
+    view[static_cast<size_t>(dim)] = index.numel();
+    self.scatter_(dim, index.view(view).expand(expand_to), src);
+  }
+  c.finish(self);
+}
+
 const bool g_registered = [] {
+  register_boxed({"index"}, {"Tensor"}, &index_kernel);
+  register_boxed({"index_put_", "_index_put_impl_"}, {""}, &index_put_kernel);
   register_boxed({"index_select"}, {"", "out"}, &index_select_kernel);
   register_boxed({"gather"}, {"", "out"}, &element_kernel);
   register_boxed(
