@@ -1,6 +1,7 @@
 // Helpers shared by the ATen kernels of the Spyre device. Include only from ATen translation units.
 #pragma once
 
+#include <ATen/core/Generator.h>
 #include <ATen/core/Tensor.h>
 #include <ATen/core/dispatch/Dispatcher.h>
 #include <ATen/core/stack.h>
@@ -18,6 +19,8 @@ std::pair<uint64_t, uint64_t> device_span(const at::Tensor& t);
 at::Tensor read_device(const at::Tensor& src);
 /// Writes a CPU tensor (any dtype, any strides, broadcastable) into a device tensor.
 void write_device(const at::Tensor& dst, const at::Tensor& src_cpu);
+/// The default random generator of spyre device `index` (random_ops.cpp).
+const at::Generator& default_generator(c10::DeviceIndex index);
 /// Runs a boxed op through the CPU fallback, honouring TORCH_SPYRE_CPU_FALLBACK.
 void run_on_cpu(const c10::OperatorHandle& op, torch::jit::Stack* stack);
 

@@ -82,6 +82,12 @@ const std::map<std::string, CompositeRow, std::less<>> kComposite = {
         e.binary(BinaryFn::kMul, in[0],
                  e.binary(BinaryFn::kSub, e.constant(1.0), e.binary(BinaryFn::kMul, in[1], in[1])));
       }}},
+    {"native_dropout_backward",  // g * mask * scale
+     {{"grad_output", "mask"},
+      CompositeRow::kPromote,
+      [](Expr& e, const std::vector<int32_t>& in, const BoxedCall& c) {
+        e.binary(BinaryFn::kMul, e.binary(BinaryFn::kMul, in[0], in[1]), e.constant(scalar_arg(c, "scale", 1)));
+      }}},
     {"threshold_backward",  // self <= threshold ? 0 : g
      {{"grad_output", "self"},
       CompositeRow::kPromote,
@@ -177,6 +183,7 @@ const bool g_registered = [] {
   register_boxed(with_inplace({"addcmul", "addcdiv", "lerp"}),
                  {"", "out", "Scalar", "Tensor", "Scalar_out", "Tensor_out"}, &composite_kernel);
   register_boxed({"isinf", "isposinf", "isneginf"}, {"", "out"}, &composite_kernel);
+  register_boxed({"native_dropout_backward"}, {""}, &composite_kernel);
   return true;
 }();
 

@@ -43,7 +43,7 @@ uint32_t Launch::view(const at::Tensor& t, c10::IntArrayRef sizes, c10::IntArray
   TORCH_CHECK(type, "spyre: internal: no device type for ", t.scalar_type());
   const uint64_t addr = device_addr(t);
   uint32_t arg = 0;
-  while (arg < args_.size() && args_[arg] != addr) ++arg;
+  while (arg < args_.size() && (args_[arg] != addr || (arg < scalar_.size() && scalar_[arg]))) ++arg;
   if (arg == args_.size()) args_.push_back(addr);
   ir::View v;
   v.arg = arg;

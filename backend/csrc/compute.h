@@ -30,6 +30,13 @@ class Launch {
   /// A device temporary for this launch (fp32 unless told), alive until the launch is queued; the
   /// queue is in order, so work queued later that reuses its memory runs after this launch.
   at::Tensor scratch(c10::IntArrayRef sizes, const at::Tensor& like, at::ScalarType type = at::kFloat);
+  /// Adds a 64-bit launch argument that is not a tensor (a random key or counter); its slot.
+  uint32_t scalar_arg(uint64_t value) {
+    args_.push_back(value);
+    scalar_.resize(args_.size(), false);
+    scalar_.back() = true;
+    return static_cast<uint32_t>(args_.size() - 1);
+  }
   ir::Graph& graph() { return graph_; }
   void pointwise(ir::Pointwise p) {
     ir::Op op;
@@ -58,6 +65,7 @@ class Launch {
  private:
   ir::Graph graph_;
   std::vector<uint64_t> args_;
+  std::vector<bool> scalar_;  // slots holding scalar_arg values, never shared with a tensor
   std::vector<at::Tensor> scratch_;
   int device_ = -1;
 };

@@ -7,6 +7,7 @@
 #include <mutex>
 #include <unordered_map>
 
+#include "aten_util.h"
 #include "runtime.h"
 
 namespace spyre::backend {
@@ -164,6 +165,12 @@ struct Hooks final : public at::PrivateUse1HooksInterface {
   bool isPinnedPtr(const void*) const override { return false; }
   c10::Allocator* getPinnedMemoryAllocator() const override {
     TORCH_CHECK_NOT_IMPLEMENTED(false, "spyre: pinned host memory is not supported yet");
+  }
+  const at::Generator& getDefaultGenerator(c10::DeviceIndex index) const override {
+    return default_generator(index < 0 ? static_cast<c10::DeviceIndex>(current_device()) : index);
+  }
+  at::Generator getNewGenerator(c10::DeviceIndex index) const override {
+    return default_generator(index < 0 ? static_cast<c10::DeviceIndex>(current_device()) : index).clone();
   }
   void resizePrivateUse1Bytes(const c10::Storage& storage, size_t bytes) const override {
     resize_storage_bytes(storage, bytes);

@@ -1,10 +1,12 @@
 // The Python extension torch_spyre._C: the only binding translation unit. Loading it registers
 // the device (guard, hooks, allocator, kernels) through static initialisers in the other files.
 #include <torch/csrc/Exceptions.h>
+#include <torch/csrc/Generator.h>
 #include <torch/csrc/utils/pybind.h>
 
 #include <cstring>
 
+#include "aten_util.h"
 #include "runtime.h"
 #include "spyre/driver/driver.h"
 #include "spyre/hw/commands.h"
@@ -107,6 +109,12 @@ PYBIND11_MODULE(_C, m) {
   m.def("_memory_stats", [](int index) {
     HANDLE_TH_ERRORS
     return memory_stats(index);
+    END_HANDLE_TH_ERRORS_PYBIND
+  });
+  m.def("_default_generator", [](int index) {
+    HANDLE_TH_ERRORS
+    return py::reinterpret_steal<py::object>(
+        THPGenerator_initDefaultGenerator(spyre::backend::default_generator(static_cast<c10::DeviceIndex>(index))));
     END_HANDLE_TH_ERRORS_PYBIND
   });
   m.def("_program_cache_stats", [](int index) {

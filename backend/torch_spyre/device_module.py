@@ -11,15 +11,22 @@ from . import _C
 
 __all__ = [
     "current_device",
+    "default_generator",
     "device",
     "device_count",
     "get_amp_supported_dtype",
+    "get_rng_state",
+    "initial_seed",
     "is_available",
     "is_initialized",
+    "manual_seed",
+    "manual_seed_all",
     "memory_allocated",
     "max_memory_allocated",
     "memory_stats",
+    "seed",
     "set_device",
+    "set_rng_state",
     "synchronize",
 ]
 
@@ -103,3 +110,43 @@ def memory_allocated(device: torch.device | str | int | None = None) -> int:
 
 def max_memory_allocated(device: torch.device | str | int | None = None) -> int:
     return memory_stats(device)["peak"]
+
+
+# Random numbers: one counter-based generator per device (seed and offset, like CUDA's Philox
+# generator). torch.manual_seed(s) seeds them all through manual_seed_all.
+
+
+def default_generator(device: torch.device | str | int | None = None) -> torch.Generator:
+    """The device's default generator, as used by rand, randn, dropout and normal_ on it."""
+    return _C._default_generator(_index(device))
+
+
+def manual_seed(seed: int) -> None:
+    """Seeds the current device's generator."""
+    default_generator().manual_seed(int(seed))
+
+
+def manual_seed_all(seed: int) -> None:
+    """Seeds every device's generator (called by torch.manual_seed)."""
+    for index in range(device_count()):
+        default_generator(index).manual_seed(int(seed))
+
+
+def seed() -> int:
+    """Seeds the current device's generator from a non-deterministic source and returns the seed."""
+    return default_generator().seed()
+
+
+def initial_seed() -> int:
+    """The current device's generator's seed."""
+    return default_generator().initial_seed()
+
+
+def get_rng_state(device: torch.device | str | int | None = None) -> torch.Tensor:
+    """The generator state of ``device``: 16 bytes (seed and offset) as a CPU uint8 tensor."""
+    return default_generator(device).get_state()
+
+
+def set_rng_state(state: torch.Tensor, device: torch.device | str | int | None = None) -> None:
+    """Restores a state from get_rng_state()."""
+    default_generator(device).set_state(state)

@@ -179,6 +179,8 @@ uint8_t allowed_flags(hw::Op op) {
     case hw::Op::kReduce:
     case hw::Op::kScan:
       return hw::kReduceAccumulate;
+    case hw::Op::kRandom:
+      return 1;  // normal
     default:
       return 0;
   }
@@ -187,6 +189,7 @@ uint8_t allowed_flags(hw::Op op) {
 // Functions defined only for float or only for integer types (the compiler never mixes them).
 bool type_ok(const hw::Instr& in) {
   const bool is_float = hw::dtype_is_float(in.dtype);
+  if (in.op == hw::Op::kRandom) return is_float;
   if (in.op == hw::Op::kUnary) {
     const auto f = static_cast<hw::UnaryFn>(in.c);
     if (f == hw::UnaryFn::kBitwiseNot) return !is_float;
@@ -536,6 +539,15 @@ bool Core::sfp(const hw::Instr& in) {
       if (!dst || !src || (hi(in.c) && !carry) || ((in.flags & hw::kReduceAccumulate) && !carry)) return false;
       sfp_scan(static_cast<hw::ScanFn>(in.c & 0xff), t, dst, src, rows, cols, carry, in.flags & hw::kReduceAccumulate);
       name = "scan";
+      break;
+    }
+    case hw::Op::kRandom: {
+      const uint32_t rd = hw::reg_rd(in.regs);
+      uint8_t* dst = lx(in, in.a, n * es);
+      if (!dst || !hw::dtype_is_float(t) || rd + 1 >= hw::kNumRegs) return false;
+      sfp_random(t, dst, regs_[rd], regs_[rd + 1], n, in.flags & 1);
+      transcendental = true;
+      name = "random";
       break;
     }
     case hw::Op::kTranspose: {

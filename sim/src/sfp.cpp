@@ -1,6 +1,7 @@
 #include "sfp.h"
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <cstring>
 #include <limits>
@@ -619,6 +620,41 @@ void sfp_reduce(hw::ReduceFn f, DType t, void* dst, const void* src, uint64_t ro
     }
     from_i64(res.data(), t, rows, dst);
   }
+}
+
+namespace {
+
+// Philox4x32-10 (Salmon et al., "Parallel random numbers: as easy as 1, 2, 3", SC'11): four
+// 32-bit outputs per 128-bit counter under a 64-bit key.
+std::array<uint32_t, 4> philox(uint64_t key, uint64_t counter) {
+  std::array<uint32_t, 4> c = {static_cast<uint32_t>(counter), static_cast<uint32_t>(counter >> 32), 0u, 0u};
+  uint32_t k0 = static_cast<uint32_t>(key), k1 = static_cast<uint32_t>(key >> 32);
+  for (int round = 0; round < 10; ++round) {
+    const uint64_t p0 = uint64_t{0xD2511F53u} * c[0], p1 = uint64_t{0xCD9E8D57u} * c[2];
+    c = {static_cast<uint32_t>(p1 >> 32) ^ c[1] ^ k0, static_cast<uint32_t>(p1),
+         static_cast<uint32_t>(p0 >> 32) ^ c[3] ^ k1, static_cast<uint32_t>(p0)};
+    k0 += 0x9E3779B9u;
+    k1 += 0xBB67AE85u;
+  }
+  return c;
+}
+
+}  // namespace
+
+void sfp_random(DType t, void* dst, uint64_t key, uint64_t counter, uint64_t count, bool normal) {
+  std::vector<float> v(count);
+  for (uint64_t i = 0; i < count; ++i) {
+    const std::array<uint32_t, 4> r = philox(key, counter + i);
+    // 24 random bits: exactly representable uniforms in [0, 1) (and (0, 1] for the logarithm).
+    const float u1 = static_cast<float>(r[0] >> 8) * 0x1p-24f;
+    if (!normal) {
+      v[i] = u1;
+      continue;
+    }
+    const double u = (static_cast<double>(r[0] >> 8) + 1.0) * 0x1p-24, w = static_cast<double>(r[1] >> 8) * 0x1p-24;
+    v[i] = static_cast<float>(std::sqrt(-2.0 * std::log(u)) * std::cos(2.0 * M_PI * w));  // Box-Muller
+  }
+  from_f32(v.data(), t, count, dst);
 }
 
 void sfp_fill(DType t, void* dst, double value, uint64_t count) {

@@ -34,6 +34,7 @@ std::string describe(const Op& op) {
   for (const Operand& o : p.inputs) {
     s += o.kind == Operand::Kind::kView ? fmt::format(",v{}", o.view) : fmt::format(",s{}", o.scalar);
   }
+  if (p.rng_arg >= 0) s += fmt::format(",rng{}", p.rng_arg);
   for (const Step& st : p.steps) {
     s += fmt::format(";{}/{}/{}/{}/{}({})", static_cast<int>(st.kind), static_cast<int>(st.unary),
                      static_cast<int>(st.binary), st.start, st.step, fmt::join(st.args, ","));

@@ -96,6 +96,7 @@ size_t arity(ir::PointwiseKind k) {
   switch (k) {
     case ir::PointwiseKind::kFill:
     case ir::PointwiseKind::kIota:
+    case ir::PointwiseKind::kRandom:
       return 0;
     case ir::PointwiseKind::kCopy:
     case ir::PointwiseKind::kUnary:
@@ -184,8 +185,13 @@ std::optional<Kernel> lower_pointwise(const ir::Graph& g, const ir::Pointwise& p
     elems |= x.move == Move::kElems;
   }
   for (const ir::Step& st : steps) {
-    if (st.kind == ir::PointwiseKind::kIota && nd != 1)
-      throw std::invalid_argument("compiler: iota needs a 1-d output");
+    if ((st.kind == ir::PointwiseKind::kIota || st.kind == ir::PointwiseKind::kRandom) && nd != 1) {
+      throw std::invalid_argument("compiler: iota and random need a 1-d output");
+    }
+    if (st.kind == ir::PointwiseKind::kRandom &&
+        (p.rng_arg < 0 || static_cast<uint32_t>(p.rng_arg) + 1 >= g.num_args || !hw::dtype_is_float(p.compute))) {
+      throw std::invalid_argument("compiler: random numbers need a float type and a key and counter argument");
+    }
   }
 
   // Tile size: every buffer of one tile must fit in half the scratchpad: per input as loaded and
@@ -247,6 +253,7 @@ std::optional<Kernel> lower_pointwise(const ir::Graph& g, const ir::Pointwise& p
 
   const DType out_type = out.dtype;
   const int64_t out_row = row_stride(out_slot), out_col = col_stride(out_slot);
+  const int32_t rng_arg = p.rng_arg;
   k.body = [=](emit::Builder& b, uint32_t tails) {
     const uint32_t col_bit = col_tail ? 1u : 0u, row_bit = row_tail ? (col_tail ? 2u : 1u) : 0u;
     const auto rows = static_cast<uint32_t>((tails & row_bit) ? tail_rows : tr);
@@ -387,6 +394,19 @@ std::optional<Kernel> lower_pointwise(const ir::Graph& g, const ir::Pointwise& p
         case ir::PointwiseKind::kFill:
           sfp(hw::Op::kFill, compute, dst, 0, emit::double_bits(st.start), rows, cols);
           break;
+        case ir::PointwiseKind::kRandom: {  // key in r7, counter base (+ this tile's first element) in r8
+          constexpr uint32_t kKey = 7, kCounter = 8;
+          b.emit(emit::arg(kKey, static_cast<uint32_t>(rng_arg)));
+          b.emit(emit::arg(kCounter, static_cast<uint32_t>(rng_arg) + 1));
+          if (col_level >= 0) {
+            b.emit(emit::muli(schedule::kBodyReg, schedule::level_reg(static_cast<uint32_t>(col_level)), tc));
+            b.emit(emit::add(kCounter, kCounter, schedule::kBodyReg));
+          }
+          hw::Instr in = emit::sfp(hw::Op::kRandom, compute, kBufferReg, dst, 0, 0, rows, cols, st.start != 0 ? 1 : 0);
+          in.regs = hw::pack_regs(kKey, kBufferReg);
+          b.emit(in);
+          break;
+        }
         case ir::PointwiseKind::kIota: {  // a 1-d output: its column tile gives the first index
           hw::Instr in = emit::sfp(hw::Op::kIota, compute, kBufferReg, dst, emit::double_bits(st.start),
                                    emit::double_bits(st.step), rows, cols);

@@ -65,6 +65,7 @@ enum class Op : uint8_t {
   kIota = 0x37,       // dst[i] = start + (r[rd] + i) * step (doubles in b and c), i = row * cols + col
   kTranspose = 0x38,  // dst[cols, rows] = src[rows, cols]^T
   kScan = 0x39,       // dst[r, c] = f(src[r, 0..c]) along each row, f = ScanFn in c (inclusive)
+  kRandom = 0x3a,     // dst[i] = a random number of element r[rd + 1] + i under key r[rd] (below)
 };
 
 /// Element types of the scratchpad and device memory. Bool is one byte holding 0 or 1.
@@ -275,6 +276,9 @@ enum class ScanFn : uint8_t { kSum = 0, kProd = 1, kCount };
 //   REDUCE    a dst (rows elements), b src, c ReduceFn | best values << 32 (arg reductions)
 //   FILL      a dst, c value
 //   IOTA      a dst, b start, c step
+//   RANDOM    a dst (float dtype); flags 0: uniform in [0, 1), 1: standard normal. Counter-based
+//             (Philox4x32-10): element i draws from key r[rd] and counter r[rd + 1] + i, so a
+//             tensor's numbers do not depend on how it is tiled or on which core draws them.
 //   TRANSPOSE a dst, b src
 //   SCAN      a dst, b src, c ScanFn | carry << 32, flags kReduceAccumulate
 inline constexpr uint8_t kSelectImmBits = 32;

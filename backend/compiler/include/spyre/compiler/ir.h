@@ -43,6 +43,8 @@ enum class PointwiseKind : uint8_t {
   kFma,     // out = in0 * in1 + in2
   kFill,    // out = scalar (no inputs)
   kIota,    // out[i] = start + i * step over the output's elements in row-major order (1-D output)
+  kRandom,  // out[i] = uniform [0, 1) (start 0) or standard normal (start 1) number of element i
+            // (1-D output), from the key and counter base in launch arguments rng_arg, rng_arg + 1
 };
 
 /// One step of a pointwise expression. An argument names an input of the op (i >= 0) or the result
@@ -69,6 +71,7 @@ struct Pointwise {
   std::vector<Operand> inputs;
   uint32_t out = 0;
   double start = 0, step = 1;  // kFill uses start as the value; kIota both
+  int32_t rng_arg = -1;        // kRandom: the argument slot of the key (the counter base follows)
   std::vector<Step> steps;
 
   /// The expression: `steps`, or the single step the other fields describe.
