@@ -66,30 +66,34 @@ def llama_step(repeat: int) -> None:
     torch.manual_seed(0)
     base = transformers.LlamaForCausalLM(config)
     data = torch.randint(0, config.vocab_size, (4, 129), generator=torch.Generator().manual_seed(0))
-    results = {}
-    for device in ("cpu", "spyre"):
-        model = copy.deepcopy(base).to(device)
-        opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
-        inputs, targets = data[:, :-1].to(device), data[:, 1:].to(device)
-
-        def step():
-            logits = model(inputs).logits
-            loss = F.cross_entropy(logits.reshape(-1, config.vocab_size), targets.reshape(-1))
-            opt.zero_grad()
-            loss.backward()
-            opt.step()
-            loss.item()
-
-        def forward():
-            with torch.no_grad():
-                model(inputs).logits.sum().item()
-
-        results[device] = (median_seconds(step, repeat), median_seconds(forward, repeat))
+    results = {device: _time_llama(copy.deepcopy(base), data, device, repeat) for device in ("cpu", "spyre")}
     (cs, cf), (ss, sf) = results["cpu"], results["spyre"]
     print(
         f"llama step    4x128 tokens, 4 layers x 256: train step spyre {ss * 1e3:7.1f} ms  cpu {cs * 1e3:7.1f} ms"
         f"  ({ss / cs:4.1f}x)   forward spyre {sf * 1e3:7.1f} ms  cpu {cf * 1e3:7.1f} ms  ({sf / cf:4.1f}x)"
     )
+
+
+def _time_llama(model, data: torch.Tensor, device: str, repeat: int) -> tuple[float, float]:
+    """(training step, forward) median wall seconds of `model` on `device`."""
+    model = model.to(device)
+    vocab = model.config.vocab_size
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
+    inputs, targets = data[:, :-1].to(device), data[:, 1:].to(device)
+
+    def step():
+        logits = model(inputs).logits
+        loss = F.cross_entropy(logits.reshape(-1, vocab), targets.reshape(-1))
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+        loss.item()
+
+    def forward():
+        with torch.no_grad():
+            model(inputs).logits.sum().item()
+
+    return median_seconds(step, repeat), median_seconds(forward, repeat)
 
 
 def gemm_utilisation(n: int) -> None:
@@ -120,7 +124,9 @@ def seed_gemm(repeat: int) -> None:
         torch.spyre.synchronize()
 
     t_dev, t_cpu = median_seconds(spyre, repeat), median_seconds(lambda: torch.matmul(host, host), repeat)
-    print(f"seed gemm     1024^3 fp32: spyre {t_dev * 1e3:7.1f} ms   cpu {t_cpu * 1e3:6.1f} ms   ({t_dev / t_cpu:4.1f}x)")
+    print(
+        f"seed gemm     1024^3 fp32: spyre {t_dev * 1e3:7.1f} ms   cpu {t_cpu * 1e3:6.1f} ms   ({t_dev / t_cpu:4.1f}x)"
+    )
 
 
 def main() -> None:
