@@ -15,24 +15,14 @@ from __future__ import annotations
 import argparse
 import copy
 import os
-import statistics
 import time
 
 import torch
 import torch.nn.functional as F
 import torch_spyre
+from timing import median_seconds
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
-
-
-def median_seconds(fn, repeat: int) -> float:
-    fn()  # warm-up: compile, load, caches
-    samples = []
-    for _ in range(repeat):
-        start = time.perf_counter()
-        fn()
-        samples.append(time.perf_counter() - start)
-    return statistics.median(samples)
 
 
 def op_overhead(calls: int) -> None:

@@ -10,21 +10,10 @@ The simulated device time of one matmul is printed beside them.
 from __future__ import annotations
 
 import argparse
-import statistics
-import time
 
 import torch
 import torch_spyre
-
-
-def median_seconds(fn, repeat: int) -> float:
-    fn()  # warm-up: program compile and load, allocator, caches
-    samples = []
-    for _ in range(repeat):
-        start = time.perf_counter()
-        fn()
-        samples.append(time.perf_counter() - start)
-    return statistics.median(samples)
+from timing import median_seconds
 
 
 def main() -> None:

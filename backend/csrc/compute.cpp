@@ -70,6 +70,16 @@ void Launch::run(const std::string& op) {
   rt.launch(graph_.signature(), [&] { return compiler::compile(graph_, rt.target()); }, args_, op);
 }
 
+bool run_or_fall_back(Launch& l, BoxedCall& c) {
+  try {
+    l.run(c.name());
+    return true;
+  } catch (const std::invalid_argument&) {
+    c.fall_back();
+    return false;
+  }
+}
+
 bool device_copy(const at::Tensor& dst, const at::Tensor& src) {
   const std::optional<hw::DType> from = device_dtype(src.scalar_type()), to = device_dtype(dst.scalar_type());
   if (!from || !to) return false;

@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "boxed.h"
 #include "spyre/compiler/ir.h"
 
 namespace spyre::backend {
@@ -69,6 +70,11 @@ class Launch {
   std::vector<at::Tensor> scratch_;
   int device_ = -1;
 };
+
+/// Runs `l`, labelled with the operator of call `c`. When the compiler does not take the graph (a
+/// shape or layout its lowerings do not cover), runs `c` on the CPU fallback instead and returns
+/// false: the stack then holds the fallback's results and the caller returns at once.
+bool run_or_fall_back(Launch& l, BoxedCall& c);
 
 /// Copies `src` into `dst` on the device (same device): any strides, broadcasting `src` to `dst`'s
 /// shape, converting dtype. False when a dtype is not a device type (the caller copies another way).

@@ -54,13 +54,8 @@ at::Tensor one_d(const at::Tensor& t) {
   return t.dim() == 0 ? t.view({1}) : t;
 }
 
-void run_or_fall_back(BoxedCall& c, Launch& l, const at::Tensor& result) {
-  try {
-    l.run(c.name());
-  } catch (const std::invalid_argument&) {
-    return c.fall_back();
-  }
-  c.finish(result);
+void finish(BoxedCall& c, Launch& l, const at::Tensor& result) {
+  if (run_or_fall_back(l, c)) c.finish(result);
 }
 
 uint32_t index_op(Launch& l, Kind kind, uint32_t table, uint32_t index, uint32_t rows) {
@@ -106,11 +101,7 @@ void index_select_kernel(const c10::OperatorHandle& op, torch::jit::Stack* stack
   is.push_back(idx.numel());
   it.push_back(idx.stride(0));
   index_op(l, Kind::kGather, l.view(self, ts, tt), l.view(idx, is, it), l.view(target, rs, rt));
-  try {
-    l.run(c.name());
-  } catch (const std::invalid_argument&) {
-    return c.fall_back();
-  }
+  if (!run_or_fall_back(l, c)) return;
   if (!target.is_same(one_d(out))) one_d(out).copy_(target);
   c.finish(out);
 }
@@ -178,7 +169,7 @@ void element_kernel(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
                     : reduce == "multiply" ? Kind::kScatterMul
                                            : Kind::kScatter;
   index_op(l, kind, l.view(table, ts, tt), l.view(idx), l.view(rows, rs, rt));
-  run_or_fall_back(c, l, out);
+  finish(c, l, out);
 }
 
 // index_add(self, dim, index, source, alpha): self[..., index[i], ...] += alpha * source[..., i, ...].
@@ -219,7 +210,7 @@ void index_add_kernel(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
   is.push_back(idx.numel());
   it.push_back(idx.stride(0));
   index_op(l, Kind::kScatterAdd, l.view(out, ts, tt), l.view(idx, is, it), l.view(source, rs, rt));
-  run_or_fall_back(c, l, result);
+  finish(c, l, result);
 }
 
 // embedding_renorm_(self, indices, max_norm, norm_type): the rows the indices name, scaled in place
@@ -265,7 +256,7 @@ void embedding_renorm_kernel(const c10::OperatorHandle& op, torch::jit::Stack* s
     l.pointwise(e.done(r));
   }
   index_op(l, Kind::kScatter, table, iv, r);
-  run_or_fall_back(c, l, self);
+  finish(c, l, self);
 }
 
 // embedding_dense_backward(grad, indices, num_weights, padding_idx, scale_grad_by_freq): the rows of
@@ -305,7 +296,7 @@ void embedding_backward_kernel(const c10::OperatorHandle& op, torch::jit::Stack*
     rows = masked;
   }
   index_op(l, Kind::kScatterAdd, l.view(out), l.view(idx), l.view(rows));
-  run_or_fall_back(c, l, out);
+  finish(c, l, out);
 }
 
 // The one index tensor of an advanced-indexing call (self[idx] along one dim), or nullopt when

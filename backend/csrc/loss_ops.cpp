@@ -136,11 +136,7 @@ void nll_loss_kernel(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
   ir::Expr t(kF32);
   t.unary(hw::UnaryFn::kCopy, t.input(ir::Operand::of(l.view(tw))));
   l.pointwise(t.done(l.view(total.view({1, 1}))));
-  try {
-    l.run(c.name());
-  } catch (const std::invalid_argument&) {
-    return c.fall_back();
-  }
+  if (!run_or_fall_back(l, c)) return;
   c.finish({per_sample ? output.view(spatial_target.sizes()) : output, total});
 }
 
@@ -177,11 +173,7 @@ void nll_loss_backward_kernel(const c10::OperatorHandle& op, torch::jit::Stack* 
   const at::Tensor gi = self.dim() == 1 ? grad_input.unsqueeze(0) : grad_input;
   index_op(l, ir::Index::Kind::kScatter, per_sample_table(l, gi), l.view(p.safe),
            l.view(values, {p.n, 1, 1}, {1, 1, 1}));
-  try {
-    l.run(c.name());
-  } catch (const std::invalid_argument&) {
-    return c.fall_back();
-  }
+  if (!run_or_fall_back(l, c)) return;
   if (original.dim() > 2) {  // back to [N, C, d...]
     std::vector<int64_t> moved = original.movedim(1, -1).sizes().vec();
     grad_input = grad_input.view(moved).movedim(-1, 1).contiguous();

@@ -126,11 +126,7 @@ void matmul_kernel(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
   }
   if (use_bias) mm.bias = l.view(*bias);  // addmm and baddbmm: broadcast by the compiler
   l.matmul(mm);
-  try {
-    l.run(c.name());
-  } catch (const std::invalid_argument&) {
-    return c.fall_back();
-  }
+  if (!run_or_fall_back(l, c)) return;
   if (!direct) out.copy_(target);
   c.finish(out);
 }

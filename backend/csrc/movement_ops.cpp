@@ -69,11 +69,7 @@ void cat_kernel(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
       offset += n;
     }
     if (l.graph().ops.empty()) continue;
-    try {
-      l.run(c.name());
-    } catch (const std::invalid_argument&) {
-      return c.fall_back();
-    }
+    if (!run_or_fall_back(l, c)) return;
   }
   c.finish(out);
 }
@@ -108,11 +104,7 @@ void triangle_kernel(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
       e.binary(lower ? hw::BinaryFn::kLe : hw::BinaryFn::kGe, d, e.constant(static_cast<double>(diagonal)));
   e.select(keep, x, e.constant(0.0));
   l.pointwise(e.done(l.view(out)));
-  try {
-    l.run(c.name());
-  } catch (const std::invalid_argument&) {
-    return c.fall_back();
-  }
+  if (!run_or_fall_back(l, c)) return;
   c.finish(out);
 }
 
@@ -167,11 +159,7 @@ void flip_kernel(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
     l.graph().ops.push_back(g);
     cur = next;
   }
-  try {
-    l.run(c.name());
-  } catch (const std::invalid_argument&) {
-    return c.fall_back();
-  }
+  if (!run_or_fall_back(l, c)) return;
   if (!cur.is_same(out)) out.copy_(cur);
   c.finish(out);
 }

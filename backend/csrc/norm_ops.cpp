@@ -108,11 +108,7 @@ void layer_norm_kernel(const c10::OperatorHandle& op, torch::jit::Stack* stack) 
   }
   expr(l, {m}, l.view(mean.view({M, 1})), [](ir::Expr& e, auto in) { e.unary(UnaryFn::kCopy, in[0]); });
   expr(l, {s}, l.view(rstd.view({M, 1})), [](ir::Expr& e, auto in) { e.unary(UnaryFn::kCopy, in[0]); });
-  try {
-    l.run(c.name());
-  } catch (const std::invalid_argument&) {
-    return c.fall_back();
-  }
+  if (!run_or_fall_back(l, c)) return;
   c.finish({out, mean, rstd});
 }
 
@@ -182,11 +178,7 @@ void layer_norm_backward_kernel(const c10::OperatorHandle& op, torch::jit::Stack
     sum(l, gv, acc, 0);
     expr(l, {acc}, l.view(db.view({1, N})), [](ir::Expr& e, auto in) { e.unary(UnaryFn::kCopy, in[0]); });
   }
-  try {
-    l.run(c.name());
-  } catch (const std::invalid_argument&) {
-    return c.fall_back();
-  }
+  if (!run_or_fall_back(l, c)) return;
   c.finish({dx, dw, db});
 }
 

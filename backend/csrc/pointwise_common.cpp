@@ -68,13 +68,7 @@ std::optional<at::Tensor> output(const BoxedCall& c, const at::Tensor& like, c10
 }
 
 void finish(BoxedCall& c, Launch& l, const at::Tensor& out) {
-  try {
-    l.run(c.name());
-  } catch (const std::invalid_argument&) {
-    c.fall_back();
-    return;
-  }
-  c.finish(out);
+  if (run_or_fall_back(l, c)) c.finish(out);
 }
 
 }  // namespace spyre::backend

@@ -103,11 +103,7 @@ void draw(BoxedCall& c, const at::Tensor& self, bool normal, Build build) {
   build(p, ir::step_ref(0));
   p.out = l.view(out.view({-1}));
   l.pointwise(p);
-  try {
-    l.run(c.name());
-  } catch (const std::invalid_argument&) {
-    return c.fall_back();
-  }
+  if (!run_or_fall_back(l, c)) return;
   if (!out.is_same(self)) self.copy_(out);
   c.finish(self);
 }

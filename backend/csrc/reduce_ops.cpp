@@ -370,11 +370,7 @@ void softmax_backward_kernel(const c10::OperatorHandle& op, torch::jit::Stack* s
     e.binary(BinaryFn::kMul, yi, e.binary(BinaryFn::kSub, gi, si));
   }
   l.pointwise(e.done(o));
-  try {
-    l.run(c.name());
-  } catch (const std::invalid_argument&) {
-    return c.fall_back();
-  }
+  if (!run_or_fall_back(l, c)) return;
   c.finish(out);
 }
 
@@ -407,11 +403,7 @@ void isin_kernel(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
     no.unary(hw::UnaryFn::kLogicalNot, no.input(ir::Operand::of(l.view(any))));
     l.pointwise(no.done(l.view(out.view({n, 1}))));
   }
-  try {
-    l.run(c.name());
-  } catch (const std::invalid_argument&) {
-    return c.fall_back();
-  }
+  if (!run_or_fall_back(l, c)) return;
   c.finish(out);
 }
 

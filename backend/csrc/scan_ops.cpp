@@ -39,11 +39,7 @@ void scan_kernel(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
   o.scan.in = l.view(x);
   o.scan.out = l.view(result);
   l.graph().ops.push_back(o);
-  try {
-    l.run(c.name());
-  } catch (const std::invalid_argument&) {
-    return c.fall_back();
-  }
+  if (!run_or_fall_back(l, c)) return;
   if (!direct) (out.dim() == 0 ? out.view({1}) : out).copy_(result.movedim(-1, dim));
   c.finish(out);
 }
@@ -112,11 +108,7 @@ void topk_kernel(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
     s.index.rows = l.view(mask, {rows, 1, 1}, {1, 1, 1});
     l.graph().ops.push_back(s);
   }
-  try {
-    l.run(c.name());
-  } catch (const std::invalid_argument&) {
-    return c.fall_back();
-  }
+  if (!run_or_fall_back(l, c)) return;
   std::vector<int64_t> moved = x.sizes().vec();
   moved.back() = k;
   values.copy_(vals.view(moved).movedim(-1, self.dim() == 0 ? 0 : dim).view(values.sizes()));
