@@ -358,7 +358,141 @@ void index_put_kernel(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
   c.finish(self);
 }
 
+// The positions of the true elements of `mask` (flat, [n]) among them, as scatter destinations:
+// dest[i] = (number of true elements before i) where mask[i], else n (a row kept for the rest).
+// Returns the scratch holding dest; `count` receives a scratch with the number of true elements.
+at::Tensor compaction(Launch& l, const at::Tensor& mask, at::Tensor& count) {
+  const int64_t n = mask.numel();
+  const at::Tensor flat = l.scratch({1, n}, mask, at::kLong);
+  {
+    ir::Pointwise p;
+    p.kind = ir::PointwiseKind::kCopy;
+    p.compute = hw::DType::kI64;
+    p.inputs = {ir::Operand::of(l.view(mask.reshape({1, n})))};
+    p.out = l.view(flat);
+    l.pointwise(p);
+  }
+  const at::Tensor running = l.scratch({1, n}, mask, at::kLong);
+  ir::Op scan;
+  scan.family = ir::Op::Family::kScan;
+  scan.scan.compute = hw::DType::kI64;
+  scan.scan.in = l.view(flat);
+  scan.scan.out = l.view(running);
+  l.graph().ops.push_back(scan);
+  count = l.scratch({1, 1}, mask, at::kLong);
+  ir::Expr last(hw::DType::kI64);
+  last.unary(hw::UnaryFn::kCopy, last.input(ir::Operand::of(l.view(running.narrow(1, n - 1, 1)))));
+  l.pointwise(last.done(l.view(count)));
+  const at::Tensor dest = l.scratch({n}, mask, at::kLong);
+  ir::Expr d(hw::DType::kI64);
+  const int32_t m = d.input(ir::Operand::of(l.view(flat.view({n}))));
+  const int32_t r = d.input(ir::Operand::of(l.view(running.view({n}))));
+  d.select(d.binary(hw::BinaryFn::kNe, m, d.constant(0)), d.binary(hw::BinaryFn::kSub, r, d.constant(1)),
+           d.constant(static_cast<double>(n)));
+  l.pointwise(d.done(l.view(dest)));
+  return dest;
+}
+
+// masked_select(self, mask): the elements where mask (broadcast) is true, flat. The count is read
+// back to size the result (a synchronization, as on every device), then the elements are
+// scattered to their places among the selected ones.
+void masked_select_kernel(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
+  BoxedCall c(op, stack);
+  const at::Tensor self = c.at(0).toTensor(), mask = c.at(1).toTensor();
+  if (!device_dtype(self.scalar_type()) || mask.scalar_type() != at::kBool || !mask.is_privateuseone() || c.out()) {
+    return c.fall_back();
+  }
+  const std::vector<int64_t> shape = at::infer_size(self.sizes(), mask.sizes());
+  const at::Tensor x = self.expand(shape).contiguous(), m = mask.expand(shape).contiguous();
+  const int64_t n = x.numel();
+  if (n == 0) return c.finish(at::empty({0}, self.options()));
+  Launch l;
+  at::Tensor count;
+  const at::Tensor dest = compaction(l, m, count);
+  const at::Tensor buf = at::empty({n + 1}, self.options());
+  index_op(l, Kind::kScatter, l.view(buf, {n + 1, 1}, {1, 1}), l.view(dest), l.view(x.view({n}), {n, 1}, {1, 1}));
+  if (!run_or_fall_back(l, c)) return;
+  c.finish(buf.narrow(0, 0, count.item<int64_t>()).clone());
+}
+
+// masked_scatter_(self, mask, source): the true positions of mask take source's elements in order
+// (a gather from source by each element's place among the true ones, then a select).
+void masked_scatter_kernel(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
+  BoxedCall c(op, stack);
+  const at::Tensor self = c.at(0).toTensor(), mask = c.at(1).toTensor(), source = c.at(2).toTensor();
+  if (!device_dtype(self.scalar_type()) || mask.scalar_type() != at::kBool || !mask.is_privateuseone() ||
+      source.scalar_type() != self.scalar_type() || !source.is_privateuseone()) {
+    return c.fall_back();
+  }
+  const int64_t n = self.numel(), s = source.numel();
+  if (n == 0) return c.finish(self);
+  TORCH_CHECK(s > 0 || !mask.any().item<bool>(), "masked_scatter_: the source has no elements");
+  const at::Tensor m = mask.expand(self.sizes()).contiguous();
+  Launch l;
+  at::Tensor count;
+  const at::Tensor dest = compaction(l, m, count);
+  // Elements that are not selected read source[0] (and are not used).
+  const at::Tensor safe = l.scratch({n}, self, at::kLong);
+  ir::Expr e(hw::DType::kI64);
+  const int32_t d = e.input(ir::Operand::of(l.view(dest)));
+  e.select(e.binary(hw::BinaryFn::kEq, d, e.constant(static_cast<double>(n))), e.constant(0), d);
+  l.pointwise(e.done(l.view(safe)));
+  const at::Tensor flat_src = source.contiguous().view({s});
+  const at::Tensor picked = l.scratch({n}, self, self.scalar_type());
+  index_op(l, Kind::kGather, l.view(flat_src, {s, 1}, {1, 1}), l.view(safe), l.view(picked, {n, 1}, {1, 1}));
+  ir::Pointwise sel;
+  sel.kind = ir::PointwiseKind::kSelect;
+  sel.compute = *device_dtype(self.scalar_type());
+  sel.inputs = {ir::Operand::of(l.view(m)), ir::Operand::of(l.view(picked.view(self.sizes()))),
+                ir::Operand::of(l.view(self))};
+  sel.out = l.view(self);
+  l.pointwise(sel);
+  finish(c, l, self);
+}
+
+// nonzero(self): the coordinates of the non-zero elements, [count, dim], in row-major order.
+void nonzero_kernel(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
+  BoxedCall c(op, stack);
+  const at::Tensor self = c.at(0).toTensor().contiguous();
+  if (!device_dtype(self.scalar_type()) || c.out()) return c.fall_back();
+  const int64_t n = self.numel(), dims = self.dim();
+  if (n == 0) return c.finish(at::empty({0, dims}, self.options().dtype(at::kLong)));
+  if (dims == 0) {  // a scalar: one row of no coordinates when it is not zero
+    return c.finish(at::empty({self.ne(0).item<bool>() ? 1 : 0, 0}, self.options().dtype(at::kLong)));
+  }
+  Launch l;
+  const at::Tensor nz = l.scratch(self.sizes(), self, at::kBool);
+  ir::Expr ne(*device_dtype(self.scalar_type()) == hw::DType::kBool ? hw::DType::kI64
+                                                                    : *device_dtype(self.scalar_type()));
+  ne.binary(hw::BinaryFn::kNe, ne.input(ir::Operand::of(l.view(self))), ne.constant(0));
+  l.pointwise(ne.done(l.view(nz)));
+  at::Tensor count;
+  const at::Tensor dest = compaction(l, nz, count);
+  // Coordinates of every element: (i / stride[d]) % size[d], from an iota over the elements.
+  const at::Tensor index = l.scratch({n}, self, at::kLong), coords = l.scratch({n, dims}, self, at::kLong);
+  ir::Pointwise iota;
+  iota.kind = ir::PointwiseKind::kIota;
+  iota.compute = hw::DType::kI64;
+  iota.out = l.view(index);
+  l.pointwise(iota);
+  for (int64_t d = 0; d < dims; ++d) {
+    ir::Expr e(hw::DType::kI64);
+    const int32_t i = e.input(ir::Operand::of(l.view(index)));
+    e.binary(hw::BinaryFn::kRemainder,
+             e.binary(hw::BinaryFn::kFloorDiv, i, e.constant(static_cast<double>(self.stride(d)))),
+             e.constant(static_cast<double>(self.size(d))));
+    l.pointwise(e.done(l.view(coords.select(1, d))));
+  }
+  const at::Tensor buf = at::empty({n + 1, dims}, self.options().dtype(at::kLong));
+  index_op(l, Kind::kScatter, l.view(buf, {n + 1, dims}, {dims, 1}), l.view(dest), l.view(coords));
+  if (!run_or_fall_back(l, c)) return;
+  c.finish(buf.narrow(0, 0, count.item<int64_t>()).clone());
+}
+
 const bool g_registered = [] {
+  register_boxed({"masked_select"}, {""}, &masked_select_kernel);
+  register_boxed({"nonzero"}, {""}, &nonzero_kernel);
+  register_boxed({"masked_scatter_"}, {""}, &masked_scatter_kernel);
   register_boxed({"index"}, {"Tensor"}, &index_kernel);
   register_boxed({"index_put_", "_index_put_impl_"}, {""}, &index_put_kernel);
   register_boxed({"index_select"}, {"", "out"}, &index_select_kernel);

@@ -40,7 +40,7 @@ NATIVE = {
     "nn.functional.layer_norm", "nn.functional.rms_norm",
     # losses, data movement, logical reductions
     "nn.functional.nll_loss", "nn.functional.cross_entropy", "cat", "tril", "triu", "all", "any",
-    "cumsum", "cumprod", "isin", "flip", "topk",
+    "cumsum", "cumprod", "isin", "flip", "topk", "masked_select", "nonzero",
     # indexing
     "index_select", "gather", "scatter", "scatter_add", "index_add", "nn.functional.embedding",
 }  # fmt: skip
@@ -125,20 +125,8 @@ def test_op_matches_cpu(op, dtype, request):
     assert ran > 0, "no sample ran"
 
 
-# Backwards that still reach an op without a native kernel (the test fails loudly once they pass,
-# so that the entry is removed): masked_select and nonzero have data-dependent output sizes.
-BACKWARD_GAPS = {
-    "masked_fill": "the value's gradient uses masked_select",
-    "prod": "the gradient of a product with zeros uses nonzero",
-}
 BACKWARD_CASES = [
-    pytest.param(
-        op,
-        id=_full_name(op),
-        marks=[pytest.mark.xfail(reason=BACKWARD_GAPS[op.name], raises=NotImplementedError, strict=True)]
-        if op.name in BACKWARD_GAPS
-        else [],
-    )
+    pytest.param(op, id=_full_name(op))
     for op in OPS
     if op.supports_autograd and torch.float32 in op.supported_dtypes("cpu")
 ]

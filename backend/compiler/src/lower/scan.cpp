@@ -76,12 +76,13 @@ std::optional<Kernel> lower_scan(const ir::Graph& g, const ir::Scan& s, const Ta
       k.nest.tail_levels.push_back(col_level);
     }
   }
-  // One fixed layout with absolute addresses: the carry first, then the tile (no halves).
+  // One fixed layout with absolute addresses (no halves); the carry last, since SCAN reads a carry
+  // address of 0 as "none".
   LxPlan lx;
   const uint64_t tile = static_cast<uint64_t>(tr * tc);
-  const uint32_t carry = lx.take(static_cast<uint64_t>(tr) * es_c);
   const uint32_t raw = lx.take(tile * es_i), conv = lx.take(tile * es_c), res = lx.take(tile * es_c);
   const uint32_t outc = lx.take(tile * es_o);
+  const uint32_t carry = lx.take(static_cast<uint64_t>(tr) * es_c);
   const bool split = col_tiles > 1;
   const DType in_type = in.dtype, compute = s.compute, out_type = out.dtype;
   const hw::ScanFn fn = s.fn;
