@@ -42,6 +42,7 @@ uint32_t Launch::view(const at::Tensor& t, c10::IntArrayRef sizes, c10::IntArray
   const std::optional<hw::DType> type = device_dtype(t.scalar_type());
   TORCH_CHECK(type, "spyre: internal: no device type for ", t.scalar_type());
   const uint64_t addr = device_addr(t);
+  scratch_.push_back(t);
   uint32_t arg = 0;
   while (arg < args_.size() && (args_[arg] != addr || (arg < scalar_.size() && scalar_[arg]))) ++arg;
   if (arg == args_.size()) args_.push_back(addr);

@@ -25,6 +25,9 @@ std::optional<hw::DType> device_dtype(c10::ScalarType t);
 class Launch {
  public:
   /// Adds `t` (a spyre tensor) as a view; returns the view's index. Equal tensors share a view.
+  /// The launch keeps `t` alive until it is queued: a temporary (a reshape that copied, a
+  /// contiguous copy) must not free its memory before the program that reads it is queued, or
+  /// the program's own upload could land in it.
   uint32_t view(const at::Tensor& t);
   /// Adds `t` viewed with other sizes and strides (elements), e.g. a broadcast or a permutation.
   uint32_t view(const at::Tensor& t, c10::IntArrayRef sizes, c10::IntArrayRef strides);
@@ -66,8 +69,8 @@ class Launch {
  private:
   ir::Graph graph_;
   std::vector<uint64_t> args_;
-  std::vector<bool> scalar_;  // slots holding scalar_arg values, never shared with a tensor
-  std::vector<at::Tensor> scratch_;
+  std::vector<bool> scalar_;         // slots holding scalar_arg values, never shared with a tensor
+  std::vector<at::Tensor> scratch_;  // temporaries and every tensor a view names
   int device_ = -1;
 };
 

@@ -254,7 +254,7 @@ void moment_kernel(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
   for (int64_t d : dims) count *= self.size(d);
   at::Tensor out = result_tensor(c, "out", self, result_sizes(self, dims, keepdim), self.scalar_type());
   if (out.numel() == 0) return c.finish(out);
-  if (count == 0) return c.fall_back();
+  if (count == 0) return c.finish(out.fill_(std::numeric_limits<double>::quiet_NaN()));  // no elements: nan
   const hw::DType f32 = hw::DType::kF32;
   const bool sqrt = c.base() == "std";
   if (launch_with(c, self, dims, [&](Launch& l, const ReduceInput& in) {
