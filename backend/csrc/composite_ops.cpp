@@ -154,11 +154,6 @@ void composite_kernel(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
     if (v.tensor && !on_device({v.tensor->scalar_type()})) return c.fall_back();
   }
   if (!on_device({result, compute})) return c.fall_back();
-  if (row.rule == CompositeRow::kBool && !at::isFloatingType(common)) {  // integers are finite
-    at::Tensor out = at::empty(like.sizes(), like.options().dtype(at::kBool));
-    out.fill_(false);
-    return c.finish(out);
-  }
   std::vector<int64_t> shape;
   for (const Value& v : values) {
     if (v.tensor) shape = at::infer_size(shape, v.tensor->sizes());
@@ -168,6 +163,9 @@ void composite_kernel(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
   const std::optional<at::Tensor> out = output(c, like, shape, result, inputs);
   if (!out) return c.fall_back();
   if (out->numel() == 0) return c.finish(*out);
+  if (row.rule == CompositeRow::kBool && !at::isFloatingType(common)) {  // integers are finite
+    return c.finish(out->fill_(false));
+  }
   Launch l;
   Expr e(*device_dtype(compute));
   std::vector<int32_t> refs;

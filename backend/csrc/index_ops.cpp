@@ -125,6 +125,18 @@ void element_kernel(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
               "(): reduce argument must be either add or multiply, got ", reduce);
   TORCH_CHECK(index.numel() == 0 || one_d(index).dim() == one_d(self).dim(), base,
               "(): Index tensor must have the same number of dimensions as input tensor");
+  // The table view takes its batch sizes from the index: an index wider than self (or src) there
+  // would address memory outside the tensor, so it is an error, as on CPU.
+  for (int64_t d = 0; index.numel() > 0 && d < one_d(index).dim(); ++d) {
+    TORCH_CHECK(d == dim || one_d(index).size(d) <= one_d(self).size(d), base, "(): Size does not match at dimension ",
+                d, ": expected index ", index.sizes(), " to be no larger than self ", self.sizes(),
+                " apart from dimension ", dim);
+    const c10::IValue& v = c.at(3);
+    if (!gather && v.isTensor()) {
+      TORCH_CHECK(one_d(index).size(d) <= one_d(v.toTensor()).size(d), base, "(): Size does not match at dimension ", d,
+                  ": expected index ", index.sizes(), " to be no larger than src ", v.toTensor().sizes());
+    }
+  }
   at::Tensor out;
   at::Tensor src;
   if (gather) {
@@ -315,6 +327,19 @@ std::optional<std::pair<int64_t, at::Tensor>> single_index(const c10::IValue& li
   return found;
 }
 
+// Indexing wraps negative indices (x[-1] is the last row); index_select and scatter do not.
+at::Tensor wrapped(const at::Tensor& idx, int64_t size) {
+  return at::where(idx < 0, idx + size, idx);
+}
+
+// The shape of self[None..., idx, None...] along `dim`: self[:d] + idx.shape + self[d+1:].
+std::vector<int64_t> indexed_shape(const at::Tensor& self, int64_t dim, c10::IntArrayRef idx_sizes) {
+  std::vector<int64_t> shape(self.sizes().begin(), self.sizes().begin() + dim);
+  shape.insert(shape.end(), idx_sizes.begin(), idx_sizes.end());
+  shape.insert(shape.end(), self.sizes().begin() + dim + 1, self.sizes().end());
+  return shape;
+}
+
 // index.Tensor(self, [None..., idx, None...]): index_select along that dim, shaped as
 // self[:d] + idx.shape + self[d+1:].
 void index_kernel(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
@@ -323,11 +348,8 @@ void index_kernel(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
   const auto one = single_index(c.at(1));
   if (!one || self.dim() == 0 || c.out() || !device_dtype(self.scalar_type())) return c.fall_back();
   const auto [dim, idx] = *one;
-  const at::Tensor flat = at::index_select(self, dim, idx.reshape({-1}));
-  std::vector<int64_t> shape(self.sizes().begin(), self.sizes().begin() + dim);
-  shape.insert(shape.end(), idx.sizes().begin(), idx.sizes().end());
-  shape.insert(shape.end(), self.sizes().begin() + dim + 1, self.sizes().end());
-  c.finish(flat.view(shape));
+  const at::Tensor flat = at::index_select(self, dim, wrapped(idx.reshape({-1}), self.size(dim)));
+  c.finish(flat.view(indexed_shape(self, dim, idx.sizes())));
 }
 
 // index_put_(self, [None..., idx, None...], values, accumulate): index_add (accumulate) or a
@@ -342,18 +364,17 @@ void index_put_kernel(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
     return c.fall_back();
   }
   const auto [dim, idx] = *one;
-  std::vector<int64_t> rows_shape(self.sizes().begin(), self.sizes().begin() + dim);
-  rows_shape.push_back(idx.numel());
-  rows_shape.insert(rows_shape.end(), self.sizes().begin() + dim + 1, self.sizes().end());
-  const at::Tensor src = values.to(self.scalar_type()).expand(rows_shape).contiguous();
+  const at::Tensor index = wrapped(idx.reshape({-1}), self.size(dim));
+  const std::vector<int64_t> rows_shape = indexed_shape(self, dim, {index.numel()});
+  // values broadcast against the indexing result's shape, then flatten to one row per index.
+  const at::Tensor src =
+      values.to(self.scalar_type()).expand(indexed_shape(self, dim, idx.sizes())).reshape(rows_shape).contiguous();
   if (accumulate) {
-    self.index_add_(dim, idx.reshape({-1}), src);
+    self.index_add_(dim, index, src);
   } else {  // rows of a scatter along dim
-    std::vector<int64_t> expand_to = rows_shape;
-    at::Tensor index = idx.reshape({-1});
     std::vector<int64_t> view(static_cast<size_t>(self.dim()), 1);
     view[static_cast<size_t>(dim)] = index.numel();
-    self.scatter_(dim, index.view(view).expand(expand_to), src);
+    self.scatter_(dim, index.view(view).expand(rows_shape), src);
   }
   c.finish(self);
 }
@@ -426,8 +447,12 @@ void masked_scatter_kernel(const c10::OperatorHandle& op, torch::jit::Stack* sta
   }
   const int64_t n = self.numel(), s = source.numel();
   if (n == 0) return c.finish(self);
-  TORCH_CHECK(s > 0 || !mask.any().item<bool>(), "masked_scatter_: the source has no elements");
   const at::Tensor m = mask.expand(self.sizes()).contiguous();
+  // Checked on the host (one sync) so that a short source is an error, not a device fault.
+  const int64_t ones = m.sum().item<int64_t>();
+  TORCH_CHECK(ones <= s, "masked_scatter_: expected source to have at least as many elements as ones in mask (", s,
+              " < ", ones, ")");
+  if (ones == 0) return c.finish(self);
   Launch l;
   at::Tensor count;
   const at::Tensor dest = compaction(l, m, count);

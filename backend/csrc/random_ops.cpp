@@ -9,6 +9,7 @@
 #include <c10/core/GeneratorImpl.h>
 #include <torch/library.h>
 
+#include <cmath>
 #include <mutex>
 #include <random>
 
@@ -125,13 +126,24 @@ int32_t binary(ir::Pointwise& p, BinaryFn f, int32_t a, int32_t b) {
   return append(p, s);
 }
 
-// uniform_(self, from, to): from + (to - from) * u.
+// uniform_(self, from, to): from + (to - from) * u, with u keeping only as many random bits as
+// self's type has significand digits (11 for fp16, 8 for bf16, 24 for fp32), as torch does: a
+// 24-bit u just below 1 would round up to exactly 1 in fp16 or bf16.
 void uniform_kernel(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
   BoxedCall c(op, stack);
   const at::Tensor self = c.at(0).toTensor();
   const double from = c.at(1).toDouble(), to = c.at(2).toDouble();
   TORCH_CHECK(from <= to, "uniform_ expects to return a [from, to) range, but found from=", from, " > to=", to);
+  const at::ScalarType t = self.scalar_type();
+  const int digits = t == at::kHalf ? 11 : t == at::kBFloat16 ? 8 : 24;
   draw(c, self, false, [&](ir::Pointwise& p, int32_t u) {
+    if (digits < 24) {
+      ir::Step floor;
+      floor.kind = ir::PointwiseKind::kUnary;
+      floor.unary = hw::UnaryFn::kFloor;
+      floor.args = {binary(p, BinaryFn::kMul, u, constant(p, std::ldexp(1.0, digits)))};
+      u = binary(p, BinaryFn::kMul, append(p, floor), constant(p, std::ldexp(1.0, -digits)));
+    }
     binary(p, BinaryFn::kAdd, binary(p, BinaryFn::kMul, u, constant(p, to - from)), constant(p, from));
   });
 }

@@ -45,6 +45,9 @@ void scan_kernel(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
 }
 
 // topk(self, k, dim, largest, sorted) -> (values, indices), sorted; NaN counts as the largest.
+// Each of k rounds finds the best value m among the elements not yet taken, then the first such
+// element equal to m: a flag per element says which are still in play, so a real element equal to
+// the value that replaces taken ones (-inf, say) is never confused with a taken one.
 void topk_kernel(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
   BoxedCall c(op, stack);
   const at::Tensor self = c.at(0).toTensor();
@@ -64,9 +67,10 @@ void topk_kernel(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
   const at::Tensor vals = at::empty({rows, k}, self.options()),
                    idx = at::empty({rows, k}, self.options().dtype(at::kLong));
   const hw::DType t = *device_dtype(self.scalar_type());
-  // What replaces a taken element: the type's far end, so that it is never taken again.
+  const bool is_float = at::isFloatingType(self.scalar_type());
+  // What replaces a taken element (the type's far end), so that it never is the best value again.
   double taken = largest ? -std::numeric_limits<double>::infinity() : std::numeric_limits<double>::infinity();
-  if (!at::isFloatingType(self.scalar_type())) {
+  if (!is_float) {
     AT_DISPATCH_INTEGRAL_TYPES(self.scalar_type(), "topk", [&] {
       taken =
           static_cast<double>(largest ? std::numeric_limits<scalar_t>::lowest() : std::numeric_limits<scalar_t>::max());
@@ -74,39 +78,96 @@ void topk_kernel(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
   }
   Launch l;
   const at::Tensor work = l.scratch({rows, n}, self, self.scalar_type());
-  const at::Tensor mask = l.scratch({rows, 1}, self, self.scalar_type());
-  ir::Pointwise copy;
-  copy.kind = ir::PointwiseKind::kCopy;
-  copy.compute = t;
-  copy.inputs = {ir::Operand::of(l.view(x.view({rows, n})))};
-  copy.out = l.view(work);
-  l.pointwise(copy);
-  ir::Pointwise fill;
-  fill.kind = ir::PointwiseKind::kFill;
-  fill.compute = t;
-  fill.start = taken;
-  fill.out = l.view(mask);
-  l.pointwise(fill);
-  const uint32_t wv = l.view(work);
-  for (int64_t i = 0; i < k; ++i) {
-    for (const bool arg : {false, true}) {
-      ir::Reduce r;
-      r.fn = arg ? (largest ? hw::ReduceFn::kArgMax : hw::ReduceFn::kArgMin)
-                 : (largest ? hw::ReduceFn::kMax : hw::ReduceFn::kMin);
-      r.compute = t;
-      r.in = wv;
-      r.out = l.view(arg ? idx.narrow(1, i, 1) : vals.narrow(1, i, 1));
-      r.dims = {1};
-      l.reduce(r);
+  const at::Tensor in_play = l.scratch({rows, n}, self, self.scalar_type());  // 1, then 0 once taken
+  const at::Tensor best = l.scratch({rows, 1}, self, self.scalar_type());
+  const at::Tensor score = l.scratch({rows, n}, self, self.scalar_type());
+  const at::Tensor fills = l.scratch({rows, 2}, self, self.scalar_type());  // [taken, 0] per row
+  // A launch names at most kMaxLaunchArgs tensors and a column of idx would be one more each, so
+  // each round's index lands in `chosen` and is selected into its column of idx by column number.
+  const at::Tensor chosen = l.scratch({rows, 1}, self, at::kLong);
+  const at::Tensor column = l.scratch({1, k}, self, at::kLong);
+  const auto fill = [&](const at::Tensor& dst, double value) {
+    ir::Pointwise f;
+    f.kind = ir::PointwiseKind::kFill;
+    f.compute = t;
+    f.start = value;
+    f.out = l.view(dst);
+    l.pointwise(f);
+  };
+  {  // work = x; the smallest first puts NaN last, so NaN plays as +inf there (values come from x)
+    ir::Expr e(t);
+    const int32_t v = e.input(ir::Operand::of(l.view(x.view({rows, n}))));
+    if (is_float && !largest) {
+      e.select(e.binary(hw::BinaryFn::kNe, v, v), e.constant(std::numeric_limits<double>::infinity()), v);
+    } else {
+      e.unary(hw::UnaryFn::kCopy, v);
     }
-    if (i + 1 == k) break;
-    ir::Op s;  // mask what this round took
+    l.pointwise(e.done(l.view(work)));
+  }
+  {
+    ir::Pointwise iota;
+    iota.kind = ir::PointwiseKind::kIota;
+    iota.compute = hw::DType::kI64;
+    iota.out = l.view(column);
+    l.pointwise(iota);
+  }
+  fill(in_play, 1.0);
+  fill(fills.narrow(1, 0, 1), taken);
+  fill(fills.narrow(1, 1, 1), 0.0);
+  const uint32_t wv = l.view(work);
+  const auto reduce = [&](hw::ReduceFn fn, uint32_t in, const at::Tensor& out) {
+    ir::Reduce r;
+    r.fn = fn;
+    r.compute = t;
+    r.in = in;
+    r.out = l.view(out);
+    r.dims = {1};
+    l.reduce(r);
+  };
+  const auto scatter = [&](const at::Tensor& table, const at::Tensor& at, const at::Tensor& value) {
+    ir::Op s;
     s.family = ir::Op::Family::kIndex;
     s.index.kind = ir::Index::Kind::kScatter;
-    s.index.table = l.view(work, {rows, n, 1}, {n, 1, 1});
-    s.index.index = l.view(idx.narrow(1, i, 1));
-    s.index.rows = l.view(mask, {rows, 1, 1}, {1, 1, 1});
+    s.index.table = l.view(table, {rows, n, 1}, {n, 1, 1});
+    s.index.index = l.view(at);
+    s.index.rows = l.view(value, {rows, 1, 1}, {2, 1, 1});
     l.graph().ops.push_back(s);
+  };
+  for (int64_t i = 0; i < k; ++i) {
+    reduce(largest ? hw::ReduceFn::kMax : hw::ReduceFn::kMin, wv, best);
+    {  // score = in_play where work == best (NaN matching a NaN best), else 0; its argmax is the first
+      ir::Expr e(t);
+      const int32_t w = e.input(ir::Operand::of(wv));
+      const int32_t m = e.input(ir::Operand::of(l.view(best, {rows, n}, {1, 0})));
+      int32_t hit = e.binary(hw::BinaryFn::kEq, w, m);
+      if (is_float && largest) {
+        const int32_t both_nan =
+            e.binary(hw::BinaryFn::kLogicalAnd, e.binary(hw::BinaryFn::kNe, w, w), e.binary(hw::BinaryFn::kNe, m, m));
+        hit = e.binary(hw::BinaryFn::kLogicalOr, hit, both_nan);
+      }
+      e.select(hit, e.input(ir::Operand::of(l.view(in_play))), e.constant(0));
+      l.pointwise(e.done(l.view(score)));
+    }
+    reduce(hw::ReduceFn::kArgMax, l.view(score), chosen);
+    {  // idx[:, i] = chosen
+      ir::Expr e(hw::DType::kI64);
+      const int32_t col = e.input(ir::Operand::of(l.view(column, {rows, k}, {0, 1})));
+      e.select(e.binary(hw::BinaryFn::kEq, col, e.constant(static_cast<double>(i))),
+               e.input(ir::Operand::of(l.view(chosen, {rows, k}, {1, 0}))), e.input(ir::Operand::of(l.view(idx))));
+      l.pointwise(e.done(l.view(idx)));
+    }
+    if (i + 1 == k) break;
+    scatter(work, chosen, fills.narrow(1, 0, 1));
+    scatter(in_play, chosen, fills.narrow(1, 1, 1));
+  }
+  {  // values = x[row, idx]
+    ir::Op g;
+    g.family = ir::Op::Family::kIndex;
+    g.index.kind = ir::Index::Kind::kGather;
+    g.index.table = l.view(x.view({rows, n}), {rows, n, 1}, {n, 1, 1});
+    g.index.index = l.view(idx);
+    g.index.rows = l.view(vals, {rows, k, 1}, {k, 1, 1});
+    l.graph().ops.push_back(g);
   }
   if (!run_or_fall_back(l, c)) return;
   std::vector<int64_t> moved = x.sizes().vec();

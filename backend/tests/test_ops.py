@@ -251,6 +251,63 @@ def test_in_place_out_and_errors():
     _compare(f, (x < 3).float(), None)
 
 
+def test_indexing_edge_cases_match_cpu():
+    """Negative and multi-dimensional indices, and the inputs CPU rejects, which must raise here
+    instead of reaching memory outside the tensor or faulting the device queue."""
+    torch_spyre.set_cpu_fallback("error")
+    x = torch.arange(20.0).view(5, 4)
+    d = x.to("spyre")
+    neg = torch.tensor([[-1, 0], [2, -5]])
+    _compare(d[neg.to("spyre")], x[neg], None)
+    _compare(d[:, torch.tensor([-1, -4], device="spyre")], x[:, [-1, -4]], None)
+    for accumulate in (False, True):
+        want, got = x.clone(), d.clone()
+        values = torch.tensor([[10.0], [20.0]])  # broadcasts against x[neg]'s shape [2, 2, 4]
+        want.index_put_((neg,), values, accumulate=accumulate)
+        got.index_put_((neg.to("spyre"),), values.to("spyre"), accumulate=accumulate)
+        _compare(got, want, None)
+    # masked_scatter_: nothing selected takes nothing from an empty source; a short source raises.
+    none = torch.zeros(4, dtype=torch.bool, device="spyre")
+    _compare(torch.ones(4, device="spyre").masked_scatter_(none, torch.empty(0, device="spyre")), torch.ones(4), None)
+    with pytest.raises(RuntimeError, match="at least as many elements as ones in mask"):
+        torch.ones(4, device="spyre").masked_scatter_(~none, torch.ones(3, device="spyre"))
+    # gather/scatter: an index wider than self outside `dim` is an error, as on CPU.
+    wide = torch.zeros(64, 3, dtype=torch.long, device="spyre")
+    with pytest.raises(RuntimeError, match="Size does not match at dimension 0"):
+        torch.zeros(2, 3, device="spyre").scatter_(1, wide, 1.0)
+    with pytest.raises(RuntimeError, match="Size does not match at dimension 0"):
+        torch.zeros(2, 3, device="spyre").gather(1, wide)
+    with pytest.raises(RuntimeError, match="no larger than src"):
+        torch.zeros(70, 3, device="spyre").scatter_(1, wide, torch.ones(2, 3, device="spyre"))
+    # Integer isposinf writes its out= tensor.
+    o = torch.ones(3, dtype=torch.bool, device="spyre")
+    torch.isposinf(torch.tensor([1, 2, 3], device="spyre"), out=o)
+    _compare(o, torch.zeros(3, dtype=torch.bool), None)
+    torch.spyre.synchronize()  # and nothing above faulted the queue
+
+
+@pytest.mark.parametrize(
+    "x, k, largest",
+    [
+        (torch.tensor([-float("inf"), -float("inf"), 1.0]), 3, True),  # real values equal to a taken mark
+        (torch.tensor([float("inf"), 2.0, float("inf")]), 3, False),
+        (torch.tensor([1.0, float("nan"), 0.0, float("nan")]), 3, True),  # NaN is the largest
+        (torch.tensor([1.0, float("nan"), 0.0]), 3, False),  # ... so the smallest puts it last
+        (torch.tensor([-128, 5, -128], dtype=torch.int8), 3, True),
+        (torch.randn(3, 300), 64, True),  # the most rounds, over several rows
+        (torch.randint(-3, 3, (5, 50), dtype=torch.int32), 20, False),  # many ties
+    ],
+)
+def test_topk_edge_cases_match_cpu(x, k, largest):
+    """Values equal CPU's; the indices (ties may order differently) are distinct and point at them."""
+    torch_spyre.set_cpu_fallback("error")
+    values, indices = x.to("spyre").topk(k, largest=largest)
+    _compare(values, x.topk(k, largest=largest).values, None)
+    torch.testing.assert_close(x.gather(-1, indices.cpu()), values.cpu(), equal_nan=True)
+    rows = indices.cpu().reshape(-1, k)
+    assert all(len(set(r.tolist())) == k for r in rows)
+
+
 def test_reductions_over_several_and_permuted_dims(cpu_gen):
     torch_spyre.set_cpu_fallback("error")
     x = torch.randn(4, 5, 6, 7, generator=cpu_gen)

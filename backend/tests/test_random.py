@@ -30,6 +30,20 @@ def test_manual_seed_reproduces_and_seeds_differ():
     assert torch.spyre.initial_seed() == 124
 
 
+def test_half_precision_uniforms_stay_below_one():
+    """torch keeps a type's significand digits of randomness (11 for fp16, 8 for bf16), so every
+    uniform is a multiple of 2**-digits below 1; 24 bits rounded into bf16 reach 1 about once in
+    512 draws."""
+    torch_spyre.set_cpu_fallback("error")
+    torch.manual_seed(5)
+    for dtype, digits in [(torch.float16, 11), (torch.bfloat16, 8)]:
+        u = torch.rand(N, device="spyre", dtype=dtype).cpu().double()
+        assert u.min() >= 0 and u.max() < 1, dtype
+        assert torch.equal(u * 2**digits, (u * 2**digits).floor()), dtype
+        assert len(u.unique()) == 2**digits, dtype  # every value is reachable
+        assert _within(u.mean().item(), 0.5 - 2 ** -(digits + 1), 1 / math.sqrt(12), N)
+
+
 def test_state_and_generator_objects():
     torch_spyre.set_cpu_fallback("error")
     state = torch.spyre.get_rng_state()

@@ -425,6 +425,9 @@ bool Core::sfp(const hw::Instr& in) {
   const uint64_t rows = in.d, cols = in.e, n = rows * cols;
   const hw::DType t = in.dtype;
   if (t >= hw::DType::kCount) return false;
+  // Every SFP instruction touches a tile of n elements in the scratchpad: a larger n is malformed,
+  // and checking it first keeps the byte counts below (n * element size) from wrapping.
+  if (n > lx_.size()) return false;
   const uint64_t es = hw::dtype_size(t);
   const auto lo = [](uint64_t v) { return static_cast<uint32_t>(v); };
   const auto hi = [](uint64_t v) { return static_cast<uint32_t>(v >> 32); };
