@@ -200,9 +200,11 @@ void index_add_kernel(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
     result.copy_(self);
   }
   if (index.numel() == 0) return c.finish(result);
-  const at::Tensor out = one_d(result);
+  const at::Tensor dest = one_d(result);
+  // Rows are scattered whole: a destination whose rows are not contiguous (a transposed one) is
+  // added into a contiguous copy, which is copied back.
+  const at::Tensor out = rows_view(dest, dim) ? dest : dest.contiguous();
   source = one_d(source);
-  TORCH_CHECK(rows_view(out, dim), "index_add_(): the destination's trailing dims must be contiguous");
   Launch l;
   const at::Tensor idx = int64_indices(l, index.reshape({-1}));
   if (alpha != 1.0 || !rows_view(source, dim)) {  // scaled (and packed) rows in a scratch
@@ -222,7 +224,9 @@ void index_add_kernel(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
   is.push_back(idx.numel());
   it.push_back(idx.stride(0));
   index_op(l, Kind::kScatterAdd, l.view(out, ts, tt), l.view(idx, is, it), l.view(source, rs, rt));
-  finish(c, l, result);
+  if (!run_or_fall_back(l, c)) return;
+  if (!out.is_same(dest)) dest.copy_(out);
+  c.finish(result);
 }
 
 // embedding_renorm_(self, indices, max_norm, norm_type): the rows the indices name, scaled in place

@@ -279,6 +279,12 @@ def test_indexing_edge_cases_match_cpu():
         torch.zeros(2, 3, device="spyre").gather(1, wide)
     with pytest.raises(RuntimeError, match="no larger than src"):
         torch.zeros(70, 3, device="spyre").scatter_(1, wide, torch.ones(2, 3, device="spyre"))
+    # index_add_ into a transposed tensor (its rows are not contiguous) adds through a copy.
+    want, got = torch.zeros(4, 6).t(), torch.zeros(4, 6, device="spyre").t()
+    src, at = torch.randn(3, 4), torch.tensor([5, 0, 5])
+    want.index_add_(0, at, src)
+    got.index_add_(0, at.to("spyre"), src.to("spyre"))
+    _compare(got, want, None)
     # Integer isposinf writes its out= tensor.
     o = torch.ones(3, dtype=torch.bool, device="spyre")
     torch.isposinf(torch.tensor([1, 2, 3], device="spyre"), out=o)
