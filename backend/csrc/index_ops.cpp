@@ -315,70 +315,149 @@ void embedding_backward_kernel(const c10::OperatorHandle& op, torch::jit::Stack*
   finish(c, l, out);
 }
 
-// The one index tensor of an advanced-indexing call (self[idx] along one dim), or nullopt when
-// there are several, a bool mask or none (those take the CPU fallback).
-std::optional<std::pair<int64_t, at::Tensor>> single_index(const c10::IValue& list) {
-  std::optional<std::pair<int64_t, at::Tensor>> found;
-  const c10::List<std::optional<at::Tensor>> indices = list.toOptionalTensorList();
-  for (size_t d = 0; d < indices.size(); ++d) {
-    const std::optional<at::Tensor> t = indices.get(d);
-    if (!t || !t->defined()) continue;
-    if (found || !t->is_privateuseone() || (t->scalar_type() != at::kLong && t->scalar_type() != at::kInt)) {
-      return std::nullopt;
-    }
-    found = std::make_pair(static_cast<int64_t>(d), *t);
-  }
-  return found;
-}
-
 // Indexing wraps negative indices (x[-1] is the last row); index_select and scatter do not.
 at::Tensor wrapped(const at::Tensor& idx, int64_t size) {
   return at::where(idx < 0, idx + size, idx);
 }
 
-// The shape of self[None..., idx, None...] along `dim`: self[:d] + idx.shape + self[d+1:].
-std::vector<int64_t> indexed_shape(const at::Tensor& self, int64_t dim, c10::IntArrayRef idx_sizes) {
-  std::vector<int64_t> shape(self.sizes().begin(), self.sizes().begin() + dim);
-  shape.insert(shape.end(), idx_sizes.begin(), idx_sizes.end());
-  shape.insert(shape.end(), self.sizes().begin() + dim + 1, self.sizes().end());
+// Advanced indexing over adjacent dims of self, as one index into those dims flattened: `dim` is
+// the first indexed dim, `span` how many, `lin` the flat row of each result element and `shape`
+// the shape the indexed dims become in the result.
+struct LinearIndex {
+  int64_t dim = 0, span = 0;
+  at::Tensor lin;
+  std::vector<int64_t> shape;
+};
+
+// The linear index of an index list: integer tensors, broadcast together, on adjacent dims
+// (x[i], x[:, i, j]); or one bool mask (x[m], x[:, m]), whose true positions in row-major order
+// are the rows taken. Other forms (indices split by a slice, a mask beside integer indices, CPU
+// indices) give nullopt and take the CPU fallback. An integer index wraps when negative; one out of
+// range gives a row past the end, so the transfer faults, as with index_select.
+std::optional<LinearIndex> linear_index(const at::Tensor& self, const c10::IValue& list) {
+  const c10::List<std::optional<at::Tensor>> indices = list.toOptionalTensorList();
+  LinearIndex r;
+  std::vector<at::Tensor> ints;
+  std::optional<at::Tensor> mask;
+  int64_t d = 0;
+  bool ended = false;  // an undefined index came after defined ones
+  for (size_t k = 0; k < indices.size(); ++k) {
+    const std::optional<at::Tensor> t = indices.get(k);
+    if (!t || !t->defined()) {
+      ended = ended || !ints.empty() || mask;
+      ++d;
+      continue;
+    }
+    if (ended || !t->is_privateuseone()) return std::nullopt;
+    if (ints.empty() && !mask) r.dim = d;
+    if (t->scalar_type() == at::kBool) {
+      if (mask || !ints.empty() || t->dim() == 0) return std::nullopt;
+      mask = *t;
+      d += t->dim();
+    } else if (t->scalar_type() == at::kLong || t->scalar_type() == at::kInt) {
+      if (mask) return std::nullopt;
+      ints.push_back(*t);
+      ++d;
+    } else {
+      return std::nullopt;
+    }
+  }
+  if (ints.empty() && !mask) return std::nullopt;
+  TORCH_CHECK_INDEX(d <= self.dim(), "too many indices for tensor of dimension ", self.dim());
+  if (mask) {
+    r.span = mask->dim();
+    for (int64_t j = 0; j < r.span; ++j) {
+      TORCH_CHECK_INDEX(mask->size(j) == self.size(r.dim + j), "The shape of the mask ", mask->sizes(), " at index ", j,
+                        " does not match the shape of the indexed tensor ", self.sizes(), " at index ", r.dim + j);
+    }
+    r.lin = at::nonzero(mask->reshape({-1})).reshape({-1});
+    r.shape = {r.lin.numel()};
+    return r;
+  }
+  r.span = static_cast<int64_t>(ints.size());
+  for (const at::Tensor& t : ints) r.shape = at::infer_size(r.shape, t.sizes());
+  if (r.span == 1) {
+    r.lin = wrapped(ints[0].to(at::kLong), self.size(r.dim));
+    return r;
+  }
+  at::Tensor lin, bad;
+  int64_t rows = 1;
+  for (int64_t j = 0; j < r.span; ++j) {
+    const int64_t size = self.size(r.dim + j);
+    const at::Tensor w = wrapped(ints[static_cast<size_t>(j)].to(at::kLong), size).expand(r.shape);
+    const at::Tensor out = at::logical_or(w < 0, w >= size);
+    lin = j == 0 ? w : lin * size + w;
+    bad = j == 0 ? out : at::logical_or(bad, out);
+    rows *= size;
+  }
+  r.lin = at::where(bad, rows, lin);
+  return r;
+}
+
+// self with dims [dim, dim + span) merged into one, as a view (nullopt when they do not merge).
+std::optional<at::Tensor> merged(const at::Tensor& self, int64_t dim, int64_t span) {
+  for (int64_t j = dim; j + 1 < dim + span; ++j) {
+    if (self.size(j + 1) != 1 && self.stride(j) != self.stride(j + 1) * self.size(j + 1)) return std::nullopt;
+  }
+  std::vector<int64_t> sizes(self.sizes().begin(), self.sizes().begin() + dim);
+  std::vector<int64_t> strides(self.strides().begin(), self.strides().begin() + dim);
+  int64_t rows = 1;
+  for (int64_t j = dim; j < dim + span; ++j) rows *= self.size(j);
+  sizes.push_back(rows);
+  strides.push_back(self.stride(dim + span - 1));
+  sizes.insert(sizes.end(), self.sizes().begin() + dim + span, self.sizes().end());
+  strides.insert(strides.end(), self.strides().begin() + dim + span, self.strides().end());
+  return self.as_strided(sizes, strides, self.storage_offset());
+}
+
+// The result shape of indexing: self[:dim] + the index's shape + self[dim + span:].
+std::vector<int64_t> indexed_shape(const at::Tensor& self, const LinearIndex& ix) {
+  std::vector<int64_t> shape(self.sizes().begin(), self.sizes().begin() + ix.dim);
+  shape.insert(shape.end(), ix.shape.begin(), ix.shape.end());
+  shape.insert(shape.end(), self.sizes().begin() + ix.dim + ix.span, self.sizes().end());
   return shape;
 }
 
-// index.Tensor(self, [None..., idx, None...]): index_select along that dim, shaped as
-// self[:d] + idx.shape + self[d+1:].
+// index.Tensor(self, indices): index_select of the linear index along the merged indexed dims.
 void index_kernel(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
   BoxedCall c(op, stack);
   const at::Tensor self = c.at(0).toTensor();
-  const auto one = single_index(c.at(1));
-  if (!one || self.dim() == 0 || c.out() || !device_dtype(self.scalar_type())) return c.fall_back();
-  const auto [dim, idx] = *one;
-  const at::Tensor flat = at::index_select(self, dim, wrapped(idx.reshape({-1}), self.size(dim)));
-  c.finish(flat.view(indexed_shape(self, dim, idx.sizes())));
+  if (self.dim() == 0 || c.out() || !device_dtype(self.scalar_type())) return c.fall_back();
+  const std::optional<LinearIndex> ix = linear_index(self, c.at(1));
+  if (!ix) return c.fall_back();
+  std::optional<at::Tensor> table = merged(self, ix->dim, ix->span);
+  if (!table) table = merged(self.contiguous(), ix->dim, ix->span);
+  c.finish(at::index_select(*table, ix->dim, ix->lin.reshape({-1})).view(indexed_shape(self, *ix)));
 }
 
-// index_put_(self, [None..., idx, None...], values, accumulate): index_add (accumulate) or a
-// scatter of rows along that dim.
+// index_put_(self, indices, values, accumulate): index_add (accumulate) or a scatter of rows along
+// the merged indexed dims.
 void index_put_kernel(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
   BoxedCall c(op, stack);
   const at::Tensor self = c.at(0).toTensor();
-  const auto one = single_index(c.at(1));
   const at::Tensor values = c.at(2).toTensor();
   const bool accumulate = c.at(3).toBool();
-  if (!one || self.dim() == 0 || !c.inplace() || !device_dtype(self.scalar_type()) || !values.is_privateuseone()) {
+  if (self.dim() == 0 || !c.inplace() || !device_dtype(self.scalar_type()) || !values.is_privateuseone()) {
     return c.fall_back();
   }
-  const auto [dim, idx] = *one;
-  const at::Tensor index = wrapped(idx.reshape({-1}), self.size(dim));
-  const std::vector<int64_t> rows_shape = indexed_shape(self, dim, {index.numel()});
+  const std::optional<LinearIndex> ix = linear_index(self, c.at(1));
+  if (!ix) return c.fall_back();
+  const std::optional<at::Tensor> target = merged(self, ix->dim, ix->span);
+  if (!target) return c.fall_back();
+  const at::Tensor index = ix->lin.reshape({-1});
+  const int64_t dim = ix->dim;
+  std::vector<int64_t> rows_shape = target->sizes().vec();
+  rows_shape[static_cast<size_t>(dim)] = index.numel();
   // values broadcast against the indexing result's shape, then flatten to one row per index.
   const at::Tensor src =
-      values.to(self.scalar_type()).expand(indexed_shape(self, dim, idx.sizes())).reshape(rows_shape).contiguous();
+      values.to(self.scalar_type()).expand(indexed_shape(self, *ix)).reshape(rows_shape).contiguous();
+  if (index.numel() == 0) return c.finish(self);
   if (accumulate) {
-    self.index_add_(dim, index, src);
+    target->index_add_(dim, index, src);
   } else {  // rows of a scatter along dim
-    std::vector<int64_t> view(static_cast<size_t>(self.dim()), 1);
+    std::vector<int64_t> view(static_cast<size_t>(target->dim()), 1);
     view[static_cast<size_t>(dim)] = index.numel();
-    self.scatter_(dim, index.view(view).expand(rows_shape), src);
+    target->scatter_(dim, index.view(view).expand(rows_shape), src);
   }
   c.finish(self);
 }

@@ -292,6 +292,36 @@ def test_indexing_edge_cases_match_cpu():
     torch.spyre.synchronize()  # and nothing above faulted the queue
 
 
+def _index_cases():
+    m = torch.rand(4, 5, generator=torch.Generator().manual_seed(1)) > 0.5
+    i, j = torch.tensor([0, -1, 2]), torch.tensor([[4], [1]])
+    return {
+        "two broadcast indices": (i, j),
+        "indices after a slice": (slice(None), i, torch.tensor([5, 0, -3])),
+        "a bool mask over two dims": (m,),
+        "a bool mask after a slice": (slice(None), m[0]),
+        "rows and per-row labels": (torch.arange(4), torch.tensor([1, 4, 0, 2])),
+        "repeated index pairs": (torch.tensor([0, 0, 2]), torch.tensor([1, 1, -2])),
+    }
+
+
+@pytest.mark.parametrize("name", list(_index_cases()))
+def test_advanced_indexing_matches_cpu(name):
+    """x[...] and x[...] = v (plain and accumulating) with several index tensors or a bool mask."""
+    torch_spyre.set_cpu_fallback("error")
+    ix = _index_cases()[name]
+    dix = tuple(_to(t, "spyre") for t in ix)
+    x = torch.randn(4, 5, 6, generator=torch.Generator().manual_seed(2))
+    _compare(x.to("spyre")[dix], x[ix], None)
+    for accumulate in (False, True):
+        want, got = x.clone(), x.to("spyre")
+        v = torch.randn(want[ix].shape[-1:])  # broadcast along the indexed rows
+        put = torch.ops.aten.index_put_
+        put(want, [t if isinstance(t, torch.Tensor) else None for t in ix], v, accumulate)
+        put(got, [t if isinstance(t, torch.Tensor) else None for t in dix], v.to("spyre"), accumulate)
+        _compare(got, want, None)
+
+
 @pytest.mark.parametrize(
     "x, k, largest",
     [
