@@ -95,10 +95,11 @@ void Core::thread() {
   for (;;) {
     wait(start_);
     if (lx_.empty()) lx_.assign(config_.chip.lx_bytes, 0);
-    const uint64_t begin = clock_.now_cycles();
+    const uint64_t begin = now();
     result_ = run();
+    sync();
     if (barrier_) barrier_->depart();
-    const uint64_t end = clock_.now_cycles();
+    const uint64_t end = now();
     ++stats_.programs;
     stats_.busy_cycles += end - begin;
     trace_.slice(track_, result_.ok() ? "program" : "program (fault)", begin, end,
@@ -150,8 +151,8 @@ uint8_t* Core::lx_at(uint64_t addr, uint64_t n) {
 }
 
 void Core::timed(uint64_t begin, uint64_t cycles, uint64_t& stat, const char* name, uint64_t elements) {
-  wait(clock_.cycles(config_.chip.issue_cycles + cycles));
-  const uint64_t end = clock_.now_cycles();
+  local_ += clock_.cycles(config_.chip.issue_cycles + cycles);
+  const uint64_t end = now();
   stat += end - begin;
   if (trace_.instructions()) trace_.slice(track_, name, begin, end, {{"elements", elements}});
 }
@@ -208,7 +209,7 @@ bool type_ok(const hw::Instr& in) {
 bool Core::execute(const hw::Instr& in, uint32_t& pc) {
   ++stats_.instructions;
   if ((in.flags & ~allowed_flags(in.op)) != 0 || !type_ok(in)) return false;
-  const uint64_t begin = clock_.now_cycles();
+  const uint64_t begin = now();
   uint64_t* r = regs_;
   const auto reg_ok = [](uint32_t i) { return i > 0 && i < hw::kNumRegs; };  // r0 is read-only zero
   switch (in.op) {
@@ -239,7 +240,7 @@ bool Core::execute(const hw::Instr& in, uint32_t& pc) {
         r[in.a] = rank_;
         r[in.a + 1] = launch_cores_;
       }
-      wait(clock_.cycles(config_.chip.scalar_cycles));
+      local_ += clock_.cycles(config_.chip.scalar_cycles);
       return true;
     }
     case hw::Op::kBranch: {
@@ -272,14 +273,15 @@ bool Core::execute(const hw::Instr& in, uint32_t& pc) {
           return false;
       }
       if (taken) pc = in.a;
-      wait(clock_.cycles(config_.chip.scalar_cycles));
+      local_ += clock_.cycles(config_.chip.scalar_cycles);
       return true;
     }
     case hw::Op::kBarrier: {
       if (!barrier_) return false;
+      sync();
       barrier_->arrive();
-      stats_.memory_cycles += clock_.now_cycles() - begin;
-      if (trace_.instructions()) trace_.slice(track_, "barrier", begin, clock_.now_cycles(), {});
+      stats_.memory_cycles += now() - begin;
+      if (trace_.instructions()) trace_.slice(track_, "barrier", begin, now(), {});
       return true;
     }
     case hw::Op::kLoad:
@@ -290,12 +292,13 @@ bool Core::execute(const hw::Instr& in, uint32_t& pc) {
       return indirect(in);
     case hw::Op::kWait: {
       if (in.a >> hw::kNumDmaTags) return false;
+      sync();
       sc_core::sc_time until = sc_core::sc_time_stamp() + clock_.cycles(config_.chip.issue_cycles);
       for (uint32_t t = 0; t < hw::kNumDmaTags; ++t) {
         if (in.a >> t & 1) until = std::max(until, tag_done_[t]);
       }
       wait(until - sc_core::sc_time_stamp());
-      const uint64_t end = clock_.now_cycles();
+      const uint64_t end = now();
       stats_.memory_cycles += end - begin;
       if (trace_.instructions() && end - begin > config_.chip.issue_cycles) {
         trace_.slice(track_, "wait", begin, end, {{"tags", in.a}});
@@ -369,10 +372,11 @@ bool Core::indirect(const hw::Instr& in) {
 
 bool Core::transfer(const hw::Instr& in, const std::vector<uint64_t>& addrs, uint8_t* buf, uint64_t row_bytes,
                     Move move) {
+  sync();
   // The data moves now; its time is booked on the memory and ring servers from the issue cycle.
   // Rows are issued back to back: memory bandwidth spaces them, its latency is paid once. An
   // accumulating row is read and written at the memory (two LPDDR5 accesses, one ring transfer).
-  const uint64_t begin = clock_.now_cycles();
+  const uint64_t begin = now();
   const sc_core::sc_time issue = clock_.cycles(config_.chip.issue_cycles);
   const sc_core::sc_time now = sc_core::sc_time_stamp();
   const uint64_t total = addrs.size() * row_bytes;
@@ -407,13 +411,13 @@ bool Core::transfer(const hw::Instr& in, const std::vector<uint64_t>& addrs, uin
     tag = std::max(tag, done);
     wait(issue);
     if (trace_.instructions()) {
-      trace_.slice(track_, std::string(name) + " issue", begin, clock_.now_cycles(),
+      trace_.slice(track_, std::string(name) + " issue", begin, this->now(),
                    {{"bytes", total}, {"tag", hw::dma_tag(in.flags)}});
     }
     return true;
   }
   wait(done - now);
-  const uint64_t end = clock_.now_cycles();
+  const uint64_t end = this->now();
   stats_.memory_cycles += end - begin;
   if (trace_.instructions()) trace_.slice(track_, name, begin, end, {{"bytes", total}});
   return true;
@@ -421,7 +425,7 @@ bool Core::transfer(const hw::Instr& in, const std::vector<uint64_t>& addrs, uin
 
 bool Core::sfp(const hw::Instr& in) {
   using hw::Bcast;
-  const uint64_t begin = clock_.now_cycles();
+  const uint64_t begin = now();
   const uint64_t rows = in.d, cols = in.e, n = rows * cols;
   const hw::DType t = in.dtype;
   if (t >= hw::DType::kCount) return false;

@@ -102,6 +102,17 @@ class Core : public sc_core::sc_module {
   std::vector<hw::Instr> code_;
   uint64_t regs_[hw::kNumRegs] = {};
   sc_core::sc_time tag_done_[hw::kNumDmaTags] = {};  // when each tag's last transfer lands
+  // Temporal decoupling: compute and scalar instructions only touch the core's own state, so
+  // their time accumulates here and the core waits it out (one SystemC switch) before anything
+  // another module sees: a transfer, a barrier, a WAIT on tags, the end of the program.
+  sc_core::sc_time local_ = sc_core::SC_ZERO_TIME;
+  void sync() {
+    if (local_ == sc_core::SC_ZERO_TIME) return;
+    const sc_core::sc_time t = local_;
+    local_ = sc_core::SC_ZERO_TIME;
+    wait(t);
+  }
+  uint64_t now() const { return clock_.to_cycles(sc_core::sc_time_stamp() + local_); }
   uint64_t program_ = 0;
   uint64_t args_addr_ = 0;
   uint32_t num_args_ = 0;
