@@ -292,12 +292,12 @@ bool Core::execute(const hw::Instr& in, uint32_t& pc) {
       return indirect(in);
     case hw::Op::kWait: {
       if (in.a >> hw::kNumDmaTags) return false;
-      sync();
-      sc_core::sc_time until = sc_core::sc_time_stamp() + clock_.cycles(config_.chip.issue_cycles);
+      // The tags are this core's own: waiting for them is local time too.
+      sc_core::sc_time until = sc_core::sc_time_stamp() + local_ + clock_.cycles(config_.chip.issue_cycles);
       for (uint32_t t = 0; t < hw::kNumDmaTags; ++t) {
         if (in.a >> t & 1) until = std::max(until, tag_done_[t]);
       }
-      wait(until - sc_core::sc_time_stamp());
+      local_ = until - sc_core::sc_time_stamp();
       const uint64_t end = now();
       stats_.memory_cycles += end - begin;
       if (trace_.instructions() && end - begin > config_.chip.issue_cycles) {
@@ -409,14 +409,14 @@ bool Core::transfer(const hw::Instr& in, const std::vector<uint64_t>& addrs, uin
   if (in.flags & hw::kDmaAsync) {
     sc_core::sc_time& tag = tag_done_[hw::dma_tag(in.flags)];
     tag = std::max(tag, done);
-    wait(issue);
+    local_ += issue;  // booked at the true time (synced above); the rest is the core's own time
     if (trace_.instructions()) {
       trace_.slice(track_, std::string(name) + " issue", begin, this->now(),
                    {{"bytes", total}, {"tag", hw::dma_tag(in.flags)}});
     }
     return true;
   }
-  wait(done - now);
+  local_ += done - now;
   const uint64_t end = this->now();
   stats_.memory_cycles += end - begin;
   if (trace_.instructions()) trace_.slice(track_, name, begin, end, {{"bytes", total}});

@@ -102,9 +102,10 @@ class Core : public sc_core::sc_module {
   std::vector<hw::Instr> code_;
   uint64_t regs_[hw::kNumRegs] = {};
   sc_core::sc_time tag_done_[hw::kNumDmaTags] = {};  // when each tag's last transfer lands
-  // Temporal decoupling: compute and scalar instructions only touch the core's own state, so
-  // their time accumulates here and the core waits it out (one SystemC switch) before anything
-  // another module sees: a transfer, a barrier, a WAIT on tags, the end of the program.
+  // Temporal decoupling: the time of what touches only the core's own state (compute, scalar
+  // instructions, waiting for its own transfers to land, WAIT on its tags) accumulates here, and
+  // the core waits it out (one SystemC switch) before anything another module sees: booking a
+  // transfer on the shared servers, a barrier, the end of the program.
   sc_core::sc_time local_ = sc_core::SC_ZERO_TIME;
   void sync() {
     if (local_ == sc_core::SC_ZERO_TIME) return;
