@@ -32,6 +32,11 @@ class BoxedCall {
   /// The argument named `name`, or nullptr when the schema has none (or it is None, or an
   /// undefined tensor).
   const c10::IValue* get(std::string_view name) const;
+  /// The number argument `name` as a double, or `fallback` when the schema has no such argument.
+  double scalar(std::string_view name, double fallback) const {
+    const c10::IValue* v = get(name);
+    return v ? v->toScalar().toDouble() : fallback;
+  }
 
   /// Pops the arguments and pushes `result` as the return value.
   void finish(const at::Tensor& result);

@@ -31,11 +31,6 @@ struct CompositeRow {
   Build build;
 };
 
-double scalar_arg(const BoxedCall& c, const char* name, double fallback) {
-  const c10::IValue* v = c.get(name);
-  return v ? v->toScalar().toDouble() : fallback;
-}
-
 // x * 0.5 * (1 + erf(x / sqrt(2))) differentiated, or its tanh approximation.
 void gelu_backward(Expr& e, const std::vector<int32_t>& in, const BoxedCall& c) {
   const int32_t g = in[0], x = in[1];
@@ -86,13 +81,13 @@ const std::map<std::string, CompositeRow, std::less<>> kComposite = {
      {{"grad_output", "mask"},
       CompositeRow::kPromote,
       [](Expr& e, const std::vector<int32_t>& in, const BoxedCall& c) {
-        e.binary(BinaryFn::kMul, e.binary(BinaryFn::kMul, in[0], in[1]), e.constant(scalar_arg(c, "scale", 1)));
+        e.binary(BinaryFn::kMul, e.binary(BinaryFn::kMul, in[0], in[1]), e.constant(c.scalar("scale", 1)));
       }}},
     {"threshold_backward",  // self <= threshold ? 0 : g
      {{"grad_output", "self"},
       CompositeRow::kPromote,
       [](Expr& e, const std::vector<int32_t>& in, const BoxedCall& c) {
-        const int32_t below = e.binary(BinaryFn::kLe, in[1], e.constant(scalar_arg(c, "threshold", 0)));
+        const int32_t below = e.binary(BinaryFn::kLe, in[1], e.constant(c.scalar("threshold", 0)));
         e.select(below, e.constant(0.0), in[0]);
       }}},
     {"addcmul",  // self + value * t1 * t2
@@ -100,14 +95,14 @@ const std::map<std::string, CompositeRow, std::less<>> kComposite = {
       CompositeRow::kPromote,
       [](Expr& e, const std::vector<int32_t>& in, const BoxedCall& c) {
         const int32_t prod = e.binary(BinaryFn::kMul, in[1], in[2]);
-        e.binary(BinaryFn::kAdd, in[0], e.binary(BinaryFn::kMul, e.constant(scalar_arg(c, "value", 1)), prod));
+        e.binary(BinaryFn::kAdd, in[0], e.binary(BinaryFn::kMul, e.constant(c.scalar("value", 1)), prod));
       }}},
     {"addcdiv",  // self + value * t1 / t2
      {{"self", "tensor1", "tensor2"},
       CompositeRow::kPromote,
       [](Expr& e, const std::vector<int32_t>& in, const BoxedCall& c) {
         const int32_t q = e.binary(BinaryFn::kDiv, in[1], in[2]);
-        e.binary(BinaryFn::kAdd, in[0], e.binary(BinaryFn::kMul, e.constant(scalar_arg(c, "value", 1)), q));
+        e.binary(BinaryFn::kAdd, in[0], e.binary(BinaryFn::kMul, e.constant(c.scalar("value", 1)), q));
       }}},
     {"lerp",  // as torch: w < 0.5 ? self + w * (end - self) : end - (end - self) * (1 - w)
      {{"self", "end", "weight"},

@@ -71,14 +71,19 @@ void Launch::run(const std::string& op) {
   rt.launch(graph_.signature(), [&] { return compiler::compile(graph_, rt.target()); }, args_, op);
 }
 
-bool run_or_fall_back(Launch& l, BoxedCall& c) {
+bool try_run(Launch& l, const BoxedCall& c) {
   try {
     l.run(c.name());
     return true;
   } catch (const std::invalid_argument&) {
-    c.fall_back();
     return false;
   }
+}
+
+bool run_or_fall_back(Launch& l, BoxedCall& c) {
+  if (try_run(l, c)) return true;
+  c.fall_back();
+  return false;
 }
 
 bool device_copy(const at::Tensor& dst, const at::Tensor& src) {

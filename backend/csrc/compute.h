@@ -74,6 +74,9 @@ class Launch {
   int device_ = -1;
 };
 
+/// Runs `l`, labelled with the operator of call `c`; false when the compiler does not take the
+/// graph (a shape or layout its lowerings do not cover), and nothing ran.
+bool try_run(Launch& l, const BoxedCall& c);
 /// Runs `l`, labelled with the operator of call `c`. When the compiler does not take the graph (a
 /// shape or layout its lowerings do not cover), runs `c` on the CPU fallback instead and returns
 /// false: the stack then holds the fallback's results and the caller returns at once.

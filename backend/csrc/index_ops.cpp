@@ -191,7 +191,7 @@ void index_add_kernel(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
   const int64_t dim = at::maybe_wrap_dim(c.at(1).toInt(), std::max<int64_t>(self.dim(), 1));
   const at::Tensor index = c.at(2).toTensor();
   at::Tensor source = c.at(3).toTensor();
-  const double alpha = c.get("alpha") ? c.get("alpha")->toScalar().toDouble() : 1.0;
+  const double alpha = c.scalar("alpha", 1.0);
   if (!device_dtype(self.scalar_type()) || !index.is_privateuseone()) return c.fall_back();
   TORCH_CHECK(source.scalar_type() == self.scalar_type(), "index_add_(): self and source must have the same dtype");
   const at::Tensor result = c.inplace() ? self : (c.out() ? *c.out() : self.clone());

@@ -37,8 +37,8 @@ void matmul_kernel(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
   };
   at::Tensor a = packed(c.at(first).toTensor()), b = packed(c.at(first + 1).toTensor());
   const std::optional<at::Tensor> bias = row.bias ? std::optional<at::Tensor>(c.at(0).toTensor()) : std::nullopt;
-  const double beta = c.get("beta") ? c.get("beta")->toScalar().toDouble() : 1.0;
-  const double alpha = c.get("alpha") ? c.get("alpha")->toScalar().toDouble() : 1.0;
+  const double beta = c.scalar("beta", 1.0);
+  const double alpha = c.scalar("alpha", 1.0);
   TORCH_CHECK(a.scalar_type() == b.scalar_type(), "expected m1 and m2 to have the same dtype, but got: ", a.dtype(),
               " != ", b.dtype());
   TORCH_CHECK(b.is_privateuseone() && (!bias || bias->is_privateuseone()),

@@ -128,11 +128,7 @@ bool launch_with(BoxedCall& c, const at::Tensor& self, const std::vector<int64_t
         attempt == 0 ? ReduceInput{self, dims, {}} : ReduceInput{self.permute(perm).contiguous(), moved, perm};
     Launch l;
     build(l, in);
-    try {
-      l.run(c.name());
-      return true;
-    } catch (const std::invalid_argument&) {
-    }
+    if (try_run(l, c)) return true;
   }
   c.fall_back();
   return false;
