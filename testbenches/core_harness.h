@@ -184,7 +184,7 @@ struct Harness {
   sim::DeviceMemory memory{"memory", config};
   sim::Ring ring = sim::make_ring(config);
   sim::Clock clock{config.chip.clock_mhz};
-  sim::LaunchBarrier barrier{clock.cycles(config.chip.barrier_cycles)};
+  sim::Launch launch{clock.cycles(config.chip.barrier_cycles)};
   sim::CoreStats stats[kCores];
   std::vector<std::unique_ptr<sim::Core>> cores;
   sc_core::sc_time start, done[kCores];  // when the last launch started and each core stopped
@@ -213,8 +213,10 @@ struct Harness {
     memory.write(kProgram, p.image.data(), p.image.size());
     if (!args.empty()) memory.write(kArgs, args.data(), args.size() * 8);
     start = sc_core::sc_time_stamp();
-    barrier.reset(n);
-    for (uint32_t i = 0; i < n; ++i) cores[i]->start(kProgram, kArgs, args.size() * 8, i, n, &barrier);
+    std::vector<sim::Core*> ranks;
+    for (uint32_t i = 0; i < n; ++i) ranks.push_back(cores[i].get());
+    launch.reset(ranks);
+    for (uint32_t i = 0; i < n; ++i) cores[i]->start(kProgram, kArgs, args.size() * 8, i, &launch);
     sc_core::sc_start();
     double end = 0;
     for (uint32_t i = 0; i < n; ++i) {

@@ -182,6 +182,70 @@ TEST_CASE("an async LOAD overlaps SFP work: about max(load, compute) instead of 
   CHECK(back == data);
 }
 
+TEST_CASE("LOAD_MULTICAST delivers one read to the named ranks, timed as one load") {
+  // Rank 0 multicasts 64 KiB to ranks 1 and 3 (first 1, stride 2, count 2) and waits for its tag;
+  // after a barrier every core stores its kY block to kOut + rank * 64 KiB. Ranks 0 and 2 keep the
+  // fill they made before the barrier; the bytes cross the ring once.
+  constexpr uint32_t kRows = 32, kRowBytes = 2048, kBytes = kRows * kRowBytes;
+  std::vector<uint8_t> data(kBytes);
+  for (size_t k = 0; k < data.size(); ++k) data[k] = static_cast<uint8_t>(k * 13 + 5);
+  h->memory.write(kIn, data.data(), data.size());
+  const auto program = [&](uint64_t set, bool wait) {
+    emit::Builder b;
+    b.emit(emit::arg(1, 0));
+    b.emit(emit::arg(2, 1));
+    b.emit(sfp(Op::kFill, DType::kI8, kY, 0, emit::double_bits(-1), kRows, kRowBytes));
+    b.emit(emit::instr(Op::kBarrier));  // every core has filled before the multicast lands
+    b.emit(emit::rank(5));
+    const auto skip = b.label();
+    b.branch(hw::Cond::kNe, 5, 0, skip);
+    b.emit(emit::li(7, set));
+    b.emit(emit::dma(Op::kLoadMulticast, 1, 7, kY, 0, kRowBytes, kRows, kRowBytes, true, 2));
+    if (wait) b.emit(emit::wait_tags(1u << 2));
+    b.bind(skip);
+    b.emit(emit::instr(Op::kBarrier));
+    b.emit(emit::muli(6, 5, kBytes));
+    b.emit(emit::add(6, 6, 2));
+    b.emit(emit::dma(Op::kStore, 6, 0, kY, 0, kRowBytes, kRows, kRowBytes, false, 0));
+    return compiler::assemble_spmd("multicast", b.finish(), kCores, 2);
+  };
+  const uint64_t loaded = h->stats[0].bytes_loaded;
+  h->run(program(hw::pack_rank_set(1, 2, 2), true));
+  for (uint32_t r = 0; r < kCores; ++r) REQUIRE(h->cores[r]->result().ok());
+  CHECK(h->stats[0].bytes_loaded - loaded == kBytes);
+  for (uint32_t r = 0; r < kCores; ++r) {
+    CAPTURE(r);
+    std::vector<uint8_t> got(kBytes);
+    h->memory.read(kOut + r * kBytes, got.data(), got.size());
+    if (r % 2 == 1) {
+      CHECK(got == data);
+    } else {
+      CHECK(std::count(got.begin(), got.end(), 0xff) == kBytes);
+    }
+  }
+  // Time: as one LOAD of the same rows to one core, whatever the number of receivers.
+  const auto time_of = [&](hw::Instr load) {
+    const std::vector<hw::Instr> code = {emit::arg(1, 0), emit::li(7, hw::pack_rank_set(0, 1, kCores)), load};
+    h->run(compiler::assemble("timed", {code, {}, {}, {}}, 2));
+    REQUIRE(h->cores[0]->result().ok());
+    return h->stopped(0);
+  };
+  const double multicast = time_of(emit::dma(Op::kLoadMulticast, 1, 7, kY, 0, kRowBytes, kRows, kRowBytes, false, 0));
+  const double plain = time_of(emit::dma(Op::kLoad, 1, 0, kY, 0, kRowBytes, kRows, kRowBytes, false, 0));
+  CAPTURE(plain);
+  CHECK(plain > kBytes / h->config.ring.bytes_per_cycle);
+  CHECK(near(multicast, plain, 1));
+  // Bad rank sets fault on the issuing core before any byte moves.
+  h->memory.write(kOut + kBytes, std::vector<uint8_t>(kBytes, 0).data(), kBytes);
+  for (const uint64_t bad : {hw::pack_rank_set(1, 1, 0), hw::pack_rank_set(2, 1, 3), hw::pack_rank_set(0, 2, 3),
+                             hw::pack_rank_set(1, 0, 1) | uint64_t{1} << 48}) {
+    CAPTURE(bad);
+    h->run(program(bad, true));
+    CHECK(h->cores[0]->result().error == hw::ErrorCode::kCoreFault);
+    for (uint32_t r = 1; r < kCores; ++r) CHECK(h->cores[r]->result().ok());
+  }
+}
+
 TEST_CASE("faults stop the core with kCoreFault naming the core and the instruction") {
   const uint32_t lx = static_cast<uint32_t>(h->config.chip.lx_bytes);
   hw::Instr past_end = emit::instr(Op::kBranch);
@@ -226,6 +290,8 @@ TEST_CASE("faults stop the core with kCoreFault naming the core and the instruct
       {"ARG past the argument block", {emit::arg(7, 2)}},
       {"LOAD with a reserved flag bit", {bad_flags}},
       {"async STORE with a reserved flag bit", {bad_store_flags}},
+      {"LOAD_MULTICAST rows past the scratchpad",
+       {emit::li(7, hw::pack_rank_set(0, 1, 1)), emit::dma(Op::kLoadMulticast, 1, 7, lx - 32, 0, 0, 1, 64, false, 0)}},
   };
   for (const auto& k : cases) {
     CAPTURE(k.what);

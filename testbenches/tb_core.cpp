@@ -28,7 +28,7 @@ struct Harness {
   Ring ring = make_ring(config);
   CoreStats stats;
   Core core{"core0", 0, 0, config, ring, trace, stats};
-  LaunchBarrier barrier{sc_core::SC_ZERO_TIME};
+  Launch launch{sc_core::SC_ZERO_TIME};
   Harness() {
     core.mem.bind(memory.socket);
     sc_core::sc_start(sc_core::SC_ZERO_TIME);  // elaborate; the core now waits for a start
@@ -41,8 +41,8 @@ struct Harness {
     memory.write(kArgs, args.data(), args.size() * 8);
     const Clock clock(config.chip.clock_mhz);
     const uint64_t start = clock.now_cycles();
-    barrier.reset(1);
-    core.start(kProgram, kArgs, args.size() * 8, 0, 1, &barrier);
+    launch.reset({&core});
+    core.start(kProgram, kArgs, args.size() * 8, 0, &launch);
     sc_core::sc_start();  // until the core is idle again
     REQUIRE_FALSE(core.busy());
     return clock.now_cycles() - start;

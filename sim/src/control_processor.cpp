@@ -17,7 +17,7 @@ ControlProcessor::ControlProcessor(const sc_core::sc_module_name& name, const Co
       memory_(memory),
       dma_(dma),
       cores_(std::move(cores)),
-      barrier_(clock_.cycles(config.chip.barrier_cycles)),
+      launch_(clock_.cycles(config.chip.barrier_cycles)),
       trace_(trace),
       stats_(stats),
       card_(card),
@@ -42,12 +42,12 @@ bool ControlProcessor::host_write(uint64_t iova, const void* src, uint32_t n) {
 }
 
 fw::Verdict ControlProcessor::launch(uint64_t program, uint64_t args, uint64_t args_size, uint64_t core_mask) {
-  const auto count = static_cast<uint32_t>(__builtin_popcountll(core_mask));
-  barrier_.reset(count);
-  uint32_t rank = 0;
+  std::vector<Core*> ranks;
   for (uint32_t i = 0; i < cores_.size(); ++i) {
-    if (core_mask >> i & 1) cores_[i]->start(program, args, args_size, rank++, count, &barrier_);
+    if (core_mask >> i & 1) ranks.push_back(cores_[i]);
   }
+  launch_.reset(ranks);
+  for (uint32_t rank = 0; rank < ranks.size(); ++rank) ranks[rank]->start(program, args, args_size, rank, &launch_);
   for (uint32_t i = 0; i < cores_.size(); ++i) {
     if (core_mask >> i & 1) {
       while (cores_[i]->busy()) wait(cores_[i]->done_event());

@@ -43,7 +43,7 @@ class ControlProcessor : public sc_core::sc_module, private fw::Hal {
   DeviceMemory& memory_;
   DmaEngine& dma_;
   std::vector<Core*> cores_;
-  LaunchBarrier barrier_;
+  Launch launch_;
   Trace& trace_;
   CardStats& stats_;
   uint32_t card_;

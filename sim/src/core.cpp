@@ -24,7 +24,7 @@ Ring make_ring(const Config& c) {
               BandwidthServer(bytes_per_ns, sc_core::SC_ZERO_TIME), latency};
 }
 
-void LaunchBarrier::arrive() {
+void Launch::arrive() {
   const uint64_t generation = generation_;
   if (++arrived_ >= active_) release();
   // Every core, the last to arrive included, continues when the release reaches it.
@@ -33,12 +33,12 @@ void LaunchBarrier::arrive() {
   } while (generation_ == generation);
 }
 
-void LaunchBarrier::depart() {
+void Launch::depart() {
   if (active_ > 0) --active_;
   if (arrived_ > 0 && arrived_ >= active_) release();
 }
 
-void LaunchBarrier::release() {
+void Launch::release() {
   arrived_ = 0;
   ++generation_;
   released_.notify(latency_);
@@ -60,14 +60,14 @@ Core::Core(const sc_core::sc_module_name& name, uint32_t card, uint32_t id, cons
   sc_core::sc_spawn([this] { thread(); }, "exec", &opts);
 }
 
-void Core::start(uint64_t program, uint64_t args, uint64_t args_size, uint32_t rank, uint32_t cores,
-                 LaunchBarrier* barrier) {
+void Core::start(uint64_t program, uint64_t args, uint64_t args_size, uint32_t rank, Launch* launch) {
   program_ = program;
   args_addr_ = args;
   num_args_ = static_cast<uint32_t>(std::min<uint64_t>(args_size / 8, hw::kMaxLaunchArgs));
   rank_ = rank;
-  launch_cores_ = cores;
-  barrier_ = barrier;
+  launch_ = launch;
+  // Allocated before any core of the launch runs: a multicast may write here first.
+  if (lx_.empty()) lx_.assign(config_.chip.lx_bytes, 0);
   busy_ = true;
   start_.notify(sc_core::SC_ZERO_TIME);
 }
@@ -94,11 +94,10 @@ uint64_t Core::sfp_cycles(uint64_t elements, hw::DType t, bool transcendental) c
 void Core::thread() {
   for (;;) {
     wait(start_);
-    if (lx_.empty()) lx_.assign(config_.chip.lx_bytes, 0);
     const uint64_t begin = now();
     result_ = run();
     sync();
-    if (barrier_) barrier_->depart();
+    if (launch_) launch_->depart();
     const uint64_t end = now();
     ++stats_.programs;
     stats_.busy_cycles += end - begin;
@@ -142,10 +141,10 @@ fw::Verdict Core::run() {
 
 uint8_t* Core::lx(const hw::Instr& in, uint64_t addr, uint64_t n) {
   const uint64_t at = addr + regs_[hw::reg_rl(in.regs)];
-  return at < addr ? nullptr : lx_at(at, n);
+  return at < addr ? nullptr : scratchpad(at, n);
 }
 
-uint8_t* Core::lx_at(uint64_t addr, uint64_t n) {
+uint8_t* Core::scratchpad(uint64_t addr, uint64_t n) {
   if (addr > lx_.size() || n > lx_.size() - addr) return nullptr;
   return lx_.data() + addr;
 }
@@ -167,6 +166,7 @@ uint8_t allowed_flags(hw::Op op) {
     case hw::Op::kLoad:
     case hw::Op::kStore:
     case hw::Op::kGather:
+    case hw::Op::kLoadMulticast:
       return hw::kDmaAsync | 0xf0;
     case hw::Op::kScatter:
       return hw::kDmaAsync | hw::kScatterAdd | hw::kScatterMul | 0xf0;
@@ -238,7 +238,7 @@ bool Core::execute(const hw::Instr& in, uint32_t& pc) {
       if (in.op == hw::Op::kRank) {
         if (!reg_ok(in.a + 1)) return false;
         r[in.a] = rank_;
-        r[in.a + 1] = launch_cores_;
+        r[in.a + 1] = launch_ ? launch_->size() : 1;
       }
       local_ += clock_.cycles(config_.chip.scalar_cycles);
       return true;
@@ -277,9 +277,9 @@ bool Core::execute(const hw::Instr& in, uint32_t& pc) {
       return true;
     }
     case hw::Op::kBarrier: {
-      if (!barrier_) return false;
+      if (!launch_) return false;
       sync();
-      barrier_->arrive();
+      launch_->arrive();
       stats_.memory_cycles += now() - begin;
       if (trace_.instructions()) trace_.slice(track_, "barrier", begin, now(), {});
       return true;
@@ -290,6 +290,8 @@ bool Core::execute(const hw::Instr& in, uint32_t& pc) {
     case hw::Op::kGather:
     case hw::Op::kScatter:
       return indirect(in);
+    case hw::Op::kLoadMulticast:
+      return multicast(in);
     case hw::Op::kWait: {
       if (in.a >> hw::kNumDmaTags) return false;
       // The tags are this core's own: waiting for them is local time too.
@@ -324,29 +326,57 @@ bool Core::execute(const hw::Instr& in, uint32_t& pc) {
   }
 }
 
-bool Core::dma(const hw::Instr& in) {
-  const bool load = in.op == hw::Op::kLoad;
-  const uint64_t rows = in.d;
-  const uint64_t row_bytes = in.e;
-  uint8_t* buf = lx(in, in.a, rows * row_bytes);
-  if (rows == 0 || row_bytes == 0 || !buf) return false;
-  // Address arithmetic that wraps around would land somewhere valid: fault instead.
+namespace {
+// The device addresses of the d rows of a LOAD or STORE; false when the arithmetic wraps around
+// (it would land somewhere valid: fault instead).
+bool strided_rows(const hw::Instr& in, uint64_t base_reg, std::vector<uint64_t>& addrs) {
+  const uint64_t rows = in.d, row_bytes = in.e;
   uint64_t base = 0, span = 0, last = 0;
-  if (__builtin_add_overflow(regs_[hw::reg_rd(in.regs)], in.b, &base) ||
+  if (rows == 0 || row_bytes == 0 || __builtin_add_overflow(base_reg, in.b, &base) ||
       __builtin_mul_overflow(rows - 1, in.c, &span) || __builtin_add_overflow(base, span, &last) ||
       __builtin_add_overflow(last, row_bytes, &last)) {
     return false;
   }
-  std::vector<uint64_t> addrs(rows);
+  addrs.resize(rows);
   for (uint64_t r = 0; r < rows; ++r) addrs[r] = base + r * in.c;
-  return transfer(in, addrs, buf, row_bytes, load ? Move::kRead : Move::kWrite);
+  return true;
+}
+}  // namespace
+
+bool Core::dma(const hw::Instr& in) {
+  const uint64_t row_bytes = in.e;
+  uint8_t* buf = lx(in, in.a, uint64_t{in.d} * row_bytes);
+  std::vector<uint64_t> addrs;
+  if (!buf || !strided_rows(in, regs_[hw::reg_rd(in.regs)], addrs)) return false;
+  return transfer(in, addrs, buf, row_bytes, in.op == hw::Op::kLoad ? Move::kRead : Move::kWrite);
+}
+
+bool Core::multicast(const hw::Instr& in) {
+  // Every receiving rank is checked before any byte moves.
+  const uint64_t set = regs_[hw::reg_rl(in.regs)];
+  const uint64_t first = set & 0xffff, stride = set >> 16 & 0xffff, count = set >> 32 & 0xffff;
+  const uint64_t bytes = uint64_t{in.d} * in.e;
+  if (set >> 48 || count == 0 || !launch_ || first + (count - 1) * stride >= launch_->size()) return false;
+  std::vector<uint8_t*> dst(count);
+  for (uint64_t i = 0; i < count; ++i) {
+    dst[i] = launch_->rank(static_cast<uint32_t>(first + i * stride)).scratchpad(in.a, bytes);
+    if (!dst[i]) return false;
+  }
+  std::vector<uint64_t> addrs;
+  if (!strided_rows(in, regs_[hw::reg_rd(in.regs)], addrs)) return false;
+  // The rows land in the first receiver and are copied on as the ring passes the others.
+  if (!transfer(in, addrs, dst[0], in.e, Move::kRead)) return false;
+  for (uint64_t i = 1; i < count; ++i) {
+    if (dst[i] != dst[0]) std::memcpy(dst[i], dst[0], bytes);
+  }
+  return true;
 }
 
 bool Core::indirect(const hw::Instr& in) {
   // Every index is checked before any byte moves, so a bad one faults with memory untouched.
   const uint64_t rows = in.d, row_bytes = in.e, stride = in.c & 0xffffffffu;
-  uint8_t* buf = lx_at(in.a, rows * row_bytes);
-  const uint8_t* idx = lx_at(in.c >> 32, rows * 8);
+  uint8_t* buf = scratchpad(in.a, rows * row_bytes);
+  const uint8_t* idx = scratchpad(in.c >> 32, rows * 8);
   const bool add = in.op == hw::Op::kScatter && (in.flags & (hw::kScatterAdd | hw::kScatterMul));
   if ((in.flags & hw::kScatterAdd) && (in.flags & hw::kScatterMul)) return false;
   if (rows == 0 || row_bytes == 0 || !buf || !idx) return false;
@@ -402,10 +432,11 @@ bool Core::transfer(const hw::Instr& in, const std::vector<uint64_t>& addrs, uin
   BandwidthServer& link = load ? ring_.to_cores : ring_.from_cores;
   const sc_core::sc_time done = std::max(now + mem_delay, link.reserve(now + issue, total) + ring_.latency);
   (load ? stats_.bytes_loaded : stats_.bytes_stored) += total;
-  const char* name = in.op == hw::Op::kGather    ? "gather"
-                     : in.op == hw::Op::kScatter ? "scatter"
-                     : load                      ? "load"
-                                                 : "store";
+  const char* name = in.op == hw::Op::kGather          ? "gather"
+                     : in.op == hw::Op::kScatter       ? "scatter"
+                     : in.op == hw::Op::kLoadMulticast ? "load multicast"
+                     : load                            ? "load"
+                                                       : "store";
   if (in.flags & hw::kDmaAsync) {
     sc_core::sc_time& tag = tag_done_[hw::dma_tag(in.flags)];
     tag = std::max(tag, done);

@@ -26,15 +26,21 @@ struct Ring {
 /// The ring of a card as the config describes it.
 Ring make_ring(const Config& config);
 
-/// The BARRIER of one launch: releases the cores once every core still running has arrived.
-/// A core that stops (END or a fault) departs, so the others never wait for it forever.
-class LaunchBarrier {
+class Core;
+
+/// One launch as its cores see it: the cores by rank (a multicast load writes into theirs) and its
+/// BARRIER, which releases the cores once every core still running has arrived. A core that stops
+/// (END or a fault) departs, so the others never wait for it forever.
+class Launch {
  public:
-  explicit LaunchBarrier(sc_core::sc_time latency) : latency_(latency) {}
-  void reset(uint32_t cores) {
-    active_ = cores;
+  explicit Launch(sc_core::sc_time barrier_latency) : latency_(barrier_latency) {}
+  void reset(std::vector<Core*> ranks) {
+    ranks_ = std::move(ranks);
+    active_ = static_cast<uint32_t>(ranks_.size());
     arrived_ = 0;
   }
+  uint32_t size() const { return static_cast<uint32_t>(ranks_.size()); }
+  Core& rank(uint32_t r) const { return *ranks_.at(r); }
   /// Called from a core's thread; returns when the barrier releases.
   void arrive();
   void depart();
@@ -42,6 +48,7 @@ class LaunchBarrier {
  private:
   void release();
   sc_core::sc_time latency_;
+  std::vector<Core*> ranks_;
   uint32_t active_ = 0;
   uint32_t arrived_ = 0;
   uint64_t generation_ = 0;
@@ -55,15 +62,16 @@ class Core : public sc_core::sc_module {
   Core(const sc_core::sc_module_name& name, uint32_t card, uint32_t id, const Config& config, Ring& ring, Trace& trace,
        CoreStats& stats);
 
-  /// Starts `program` as the `rank`-th of `cores` cores of the launch, with the `args_size`-byte
-  /// argument block at `args` (an instruction naming a slot past it faults). The cores of one
-  /// launch share `barrier`.
-  void start(uint64_t program, uint64_t args, uint64_t args_size, uint32_t rank, uint32_t cores,
-             LaunchBarrier* barrier);
+  /// Starts `program` as the `rank`-th core of `launch`, with the `args_size`-byte argument block
+  /// at `args` (an instruction naming a slot past it faults).
+  void start(uint64_t program, uint64_t args, uint64_t args_size, uint32_t rank, Launch* launch);
   bool busy() const { return busy_; }
   const sc_core::sc_event& done_event() const { return done_; }
   /// Outcome of the last program: kOk or kCoreFault with detail = core << 24 | pc.
   const fw::Verdict& result() const { return result_; }
+
+  /// Scratchpad pointer for `n` bytes at `addr`; nullptr when out of range.
+  uint8_t* scratchpad(uint64_t addr, uint64_t n);
 
   /// Cycles that one PT matmul instruction of this shape takes (the timing model, for tests).
   uint64_t matmul_cycles(uint32_t m, uint32_t k, uint32_t n, hw::DType t) const;
@@ -75,6 +83,7 @@ class Core : public sc_core::sc_module {
   bool execute(const hw::Instr& in, uint32_t& pc);
   bool dma(const hw::Instr& in);
   bool indirect(const hw::Instr& in);
+  bool multicast(const hw::Instr& in);
   enum class Move { kRead, kWrite, kAccumulate };
   /// Moves rows of `row_bytes` between `buf` and the device addresses `addrs`, timed on the memory
   /// and ring servers (asynchronously if the instruction says so). False on a memory error.
@@ -82,8 +91,6 @@ class Core : public sc_core::sc_module {
   bool sfp(const hw::Instr& in);
   /// Scratchpad pointer for `n` bytes at `addr` + r[rl] of `in`; nullptr when out of range.
   uint8_t* lx(const hw::Instr& in, uint64_t addr, uint64_t n);
-  /// Scratchpad pointer for `n` bytes at absolute `addr`; nullptr when out of range.
-  uint8_t* lx_at(uint64_t addr, uint64_t n);
   uint64_t sfp_cycles(uint64_t elements, hw::DType t, bool transcendental) const;
   void timed(uint64_t begin_cycle, uint64_t cycles, uint64_t& stat, const char* name, uint64_t elements);
   fw::Verdict fault(uint32_t pc) const {
@@ -118,8 +125,7 @@ class Core : public sc_core::sc_module {
   uint64_t args_addr_ = 0;
   uint32_t num_args_ = 0;
   uint32_t rank_ = 0;
-  uint32_t launch_cores_ = 0;
-  LaunchBarrier* barrier_ = nullptr;
+  Launch* launch_ = nullptr;
   bool busy_ = false;
   fw::Verdict result_;
   sc_core::sc_event start_;

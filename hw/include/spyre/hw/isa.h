@@ -52,6 +52,7 @@ enum class Op : uint8_t {
   kWait = 0x12,     // wait until the asynchronous transfers of every tag in mask a have landed
   kGather = 0x13,   // rows of a device table chosen by an index vector -> scratchpad (indirect DMA)
   kScatter = 0x14,  // scratchpad rows -> rows of a device table chosen by an index vector (or added)
+  kLoadMulticast = 0x15,  // a LOAD delivered to the same scratchpad address of several cores (below)
   // PT array.
   kMatmul = 0x20,  // C[M,N] (+)= A[M,K] @ B[K,N], fp32 accumulate
   // SFP vector unit: every instruction works on a rows x cols block, rows packed in the scratchpad.
@@ -142,6 +143,14 @@ constexpr uint32_t dma_tag(uint8_t flags) {
 // rows they are logical or and and.
 inline constexpr uint8_t kScatterAdd = 1u << 1;
 inline constexpr uint8_t kScatterMul = 1u << 2;
+
+// LOAD_MULTICAST: the fields and flags of LOAD, but regs = rd | rs << 4 (the scratchpad address
+// is absolute: no rl) and r[rs] names the cores of the launch that receive the rows, by rank: the
+// `count` ranks first, first + stride, ... (bits 15..0 first, 31..16 stride, 47..32 count; 63..48
+// zero). The data crosses memory and the ring once; the issuing core's tag covers every delivery.
+constexpr uint64_t pack_rank_set(uint64_t first, uint64_t stride, uint64_t count) {
+  return (first & 0xffffu) | (stride & 0xffffu) << 16 | (count & 0xffffu) << 32;
+}
 
 // MATMUL: flags bit 0 adds to C instead of overwriting it.
 inline constexpr uint8_t kMatmulAccumulate = 1u << 0;
