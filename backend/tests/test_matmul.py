@@ -83,7 +83,7 @@ def _cycles(config: str | None, setup: str, op: str) -> int:
     return int(proc.stdout)
 
 
-MATMUL = ("x = torch.ones(512, 512).to('spyre')", "y = x @ x")
+MATMUL = ("x = torch.ones(1024, 1024).to('spyre')", "y = x @ x")
 ELEMENTWISE = ("x = torch.ones(4 << 20).to('spyre')", "y = x + x")
 
 
@@ -92,7 +92,7 @@ def test_device_time_is_reproducible_and_follows_the_config(tmp_path):
     slow_mem.write_text(json.dumps({"memory": {"bandwidth_gbps": 102.4}}))
     big_pt = tmp_path / "big_pt.json"
     big_pt.write_text(json.dumps({"chip": {"pt_rows": 16}}))
-    # 512^3 fp32 (fp32 runs the PT array at a quarter rate) is mostly compute bound: a PT array of
+    # 1024^3 fp32 (fp32 runs the PT array at a quarter rate) is mostly compute bound: a PT array of
     # twice the rows makes it much faster; half the LPDDR5 bandwidth costs much less than 2x.
     base = _cycles(None, *MATMUL)
     assert _cycles(None, *MATMUL) == base  # same program, same config, same cycles
@@ -102,3 +102,48 @@ def test_device_time_is_reproducible_and_follows_the_config(tmp_path):
     base = _cycles(None, *ELEMENTWISE)
     assert _cycles(str(slow_mem), *ELEMENTWISE) > 1.6 * base
     assert abs(_cycles(str(big_pt), *ELEMENTWISE) - base) < 0.05 * base
+
+
+def test_large_gemms_share_panels_between_cores(tmp_path):
+    """Large GEMMs spread their blocks over a grid of cores that share A and B panels through
+    LOAD_MULTICAST: CPU's results for every operand layout, and near the PT array's peak."""
+    code = """
+import json, os, torch, torch_spyre
+torch_spyre.set_cpu_fallback("error")
+g = torch.Generator().manual_seed(0)
+def r(*s, dtype=torch.float32):
+    return torch.randn(*s, generator=g).to(dtype)
+def check(got, want, tol):
+    torch.testing.assert_close(got.cpu().float(), want.float(), rtol=tol, atol=tol)
+a, b = r(2048, 4096, dtype=torch.float16), r(4096, 2048, dtype=torch.float16)
+da, db = a.to("spyre"), b.to("spyre")
+y = da @ db
+torch.spyre.synchronize()
+c0 = torch_spyre.device_cycles()
+y = da @ db
+torch.spyre.synchronize()
+cycles = torch_spyre.device_cycles() - c0
+check(y, (a.float() @ b.float()).half(), 2e-3)
+at, bt = r(1024, 2048, dtype=torch.bfloat16), r(2048, 1024, dtype=torch.bfloat16)
+check(at.to("spyre").t() @ bt.to("spyre").t(), (at.float().t() @ bt.float().t()).bfloat16(), 1e-2)
+f, h = r(1024, 512), r(512, 2048)
+check(f.to("spyre") @ h.to("spyre"), f @ h, 1e-4)
+check(torch.addmm(r(1024, 2048).to("spyre"), f.to("spyre"), h.to("spyre"), beta=0, alpha=0.5), 0.5 * (f @ h), 1e-4)
+p, q = r(2, 1024, 256), r(2, 256, 2048)
+check(torch.bmm(p.to("spyre"), q.to("spyre")), torch.bmm(p, q), 1e-4)
+out = torch.zeros(1024, 2100, device="spyre")
+torch.mm(f.to("spyre"), h.to("spyre"), out=out[:, 20:2068])
+check(out[:, 20:2068], f @ h, 1e-4)
+assert out[:, :20].abs().sum().item() == 0 and out[:, 2068:].abs().sum().item() == 0
+print(json.dumps({"cycles": cycles}))
+"""
+    trace = tmp_path / "trace.json"
+    proc = run_python(code, env={"SPYRE_TRACE": str(trace)})
+    assert proc.returncode == 0, proc.stderr
+    cycles = json.loads(proc.stdout.strip().splitlines()[-1])["cycles"]
+    # The default chip: 32 cores of 2 corelets, each an 8x8 PT array of 8 fp16 lanes.
+    peak_flops_per_cycle = 32 * 2 * 8 * 8 * 8 * 2
+    ideal = 2 * 2048 * 4096 * 2048 / peak_flops_per_cycle
+    assert cycles < ideal / 0.8, f"{cycles} cycles: {100 * ideal / cycles:.0f} % of peak"
+    events = json.loads(trace.read_text())["traceEvents"]
+    assert any(e.get("name") == "load multicast issue" for e in events)

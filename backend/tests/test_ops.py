@@ -377,7 +377,8 @@ torch_spyre.set_cpu_fallback("error")
 g = torch.Generator().manual_seed(0)
 a, b = torch.randn(300, 700, generator=g), torch.randn(700, 130, generator=g)
 x = torch.randn(64, 40_000, generator=g)
-da, db, dx = a.to("spyre"), b.to("spyre"), x.to("spyre")
+h = torch.randn(1024, 1024, generator=g).half()
+da, db, dx, dh = a.to("spyre"), b.to("spyre"), x.to("spyre"), h.to("spyre")
 assert torch_spyre.device_info()["lx_bytes"] == 262144 and torch_spyre.device_info()["cores"] == 16
 checks = [
     ((da @ db).cpu(), a @ b),
@@ -387,6 +388,8 @@ checks = [
     (dx.argmax(-1).cpu(), x.argmax(-1)),
     ((dx * 2 + dx.t().contiguous().t()).cpu(), x * 2 + x),
     (torch.addmm(db[0], da, db).cpu(), torch.addmm(b[0], a, b)),
+    # large enough for the cores to share panels (LOAD_MULTICAST) on a 4 x 4 grid
+    ((dh @ dh.t()).float().cpu(), (h.float() @ h.float().t()).half().float()),
 ]
 for got, want in checks:
     torch.testing.assert_close(got, want, rtol=2e-3, atol=2e-3)

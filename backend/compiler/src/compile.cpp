@@ -40,8 +40,11 @@ Program compile(const ir::Graph& g, const Target& t) {
     }
     if (k) kernels.push_back(std::move(*k));
   }
+  // As many cores as the widest kernel can use; a replicated one takes all of them.
   uint64_t most = 1;
-  for (const lower::Kernel& k : kernels) most = std::max(most, schedule::nest_units(k.nest));
+  for (const lower::Kernel& k : kernels) {
+    most = std::max(most, k.nest.replicated ? uint64_t{t.cores} : schedule::nest_units(k.nest));
+  }
   const auto cores = static_cast<uint32_t>(std::min<uint64_t>(std::max<uint32_t>(t.cores, 1), most));
   emit::Builder b;
   for (size_t i = 0; i < kernels.size(); ++i) {

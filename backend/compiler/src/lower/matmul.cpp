@@ -29,8 +29,16 @@ constexpr uint32_t tag_a(int i) {
 constexpr uint32_t tag_b(int i) {
   return 2u * static_cast<uint32_t>(i) + 1;
 }
-// Body registers: A and B cursors (free once the nest's prologue has run), steps left, a temp.
+// Body registers: A and B cursors (free once the nest's prologue has run), steps left, a temp;
+// shared panels also take the registers of nest levels 3 and 4 (so the nest has at most 3) for
+// the rank sets this core multicasts to (zero: it issues none).
 constexpr uint32_t kCurA = 7, kCurB = 8, kSteps = schedule::kBodyReg, kTmp = 6;
+constexpr uint32_t kSetA = schedule::level_reg(3), kSetB = schedule::level_reg(4);
+// Shared panels store each block in chunks during the next super-block's steps (so that the
+// stores of all the cores do not queue in front of its first loads): r[kPending] is the device
+// address of the block's next chunk, kNothing when no block is pending.
+constexpr uint32_t kPending = schedule::kBufferReg;
+constexpr uint64_t kNothing = ~uint64_t{0};
 
 struct Operand {
   bool transposed = false;  // the tile loads along its contiguous dim and is transposed in place
@@ -138,7 +146,51 @@ std::optional<Kernel> lower_matmul(const ir::Graph& g, const ir::Matmul& mm, con
     }
   }
 
+  // Shared panels: the cores as a gm x gn grid over a super-block of gm x gn output blocks. Each
+  // A row panel is loaded once for its grid row and each B column panel once for its grid column
+  // (LOAD_MULTICAST), so a step moves (gm tm + gn tn) tk elements for gm gn blocks instead of
+  // (tm + tn) tk for one; a BARRIER per K step tells the receivers that the panels have landed.
+  // Taken for whole tiles only (no tails, no bias), over every core, when the cost model says so.
+  struct Grid {
+    int64_t gm = 0, gn = 0, tm = 0, tn = 0;
+  } grid;
+  const int64_t cores = t.cores;
+  const auto levels_free = [&] {  // the shared body needs two level registers of its own
+    int64_t n = 2;
+    for (int64_t s : batch) n += s > 1 ? 1 : 0;
+    return n <= 3;
+  };
+  if (!bias && cores > 1 && K % tk == 0 && levels_free()) {
+    for (int64_t bm = fit_m; bm >= 64; bm /= 2) {
+      for (int64_t bn = fit_n; bn >= 64; bn /= 2) {
+        if (M % bm != 0 || N % bn != 0) continue;
+        for (int64_t gm = 1; gm <= cores; ++gm) {
+          const int64_t gn = cores / gm;
+          if (gm * gn != cores || (M / bm) % gm != 0 || (N / bn) % gn != 0) continue;
+          const double items = static_cast<double>(blocks * (M / bm / gm) * (N / bn / gn));
+          const double steps = items * static_cast<double>(K / tk);
+          const double step_bytes = static_cast<double>((gm * bm + gn * bn) * tk) * static_cast<double>(es);
+          const double compute = static_cast<double>(bm * bn * tk) / macs_per_cycle;
+          // Each step: the slower of its multicast loads and its PT work, plus a barrier; each
+          // item: its first load, which nothing overlaps.
+          const double est = steps * (std::max(step_bytes / t.load_bytes_per_cycle, compute) + 64) +
+                             items * step_bytes / t.load_bytes_per_cycle;
+          if (est < 0.9 * best) {
+            best = est;
+            grid = {gm, gn, bm, bn};
+          }
+        }
+      }
+    }
+  }
+  const bool shared = grid.gm > 0;
+  if (shared) {
+    tm = grid.tm;
+    tn = grid.tn;
+  }
+
   Kernel k;
+  k.nest.replicated = shared;
   k.nest.operands = {{a.arg, a.offset * static_cast<int64_t>(es)},
                      {b.arg, b.offset * static_cast<int64_t>(es)},
                      {out.arg, out.offset * static_cast<int64_t>(es_o)}};
@@ -152,7 +204,13 @@ std::optional<Kernel> lower_matmul(const ir::Graph& g, const ir::Matmul& mm, con
   for (size_t d = 0; d < batch.size(); ++d) {
     if (batch[d] > 1) level(static_cast<uint64_t>(batch[d]), ba[d], bb[d], out.strides[d], bias ? bias_full[d] : 0);
   }
-  const uint64_t m_tiles = static_cast<uint64_t>((M + tm - 1) / tm), n_tiles = static_cast<uint64_t>((N + tn - 1) / tn);
+  if (shared) {  // one item per super-block; each core finds its block by rank
+    const int64_t sm = grid.gm * tm, sn = grid.gn * tn;
+    if (M > sm) level(static_cast<uint64_t>(M / sm), sm * sa_m, 0, sm * out.strides[nd - 2], 0);
+    if (N > sn) level(static_cast<uint64_t>(N / sn), 0, sn * sb_n, sn * out.strides[nd - 1], 0);
+  }
+  const uint64_t m_tiles = shared ? 1 : static_cast<uint64_t>((M + tm - 1) / tm),
+                 n_tiles = shared ? 1 : static_cast<uint64_t>((N + tn - 1) / tn);
   const int64_t m_tail = M - static_cast<int64_t>(m_tiles - 1) * tm,
                 n_tail = N - static_cast<int64_t>(n_tiles - 1) * tn;
   uint32_t m_bit = 0, n_bit = 0;
@@ -182,27 +240,55 @@ std::optional<Kernel> lower_matmul(const ir::Graph& g, const ir::Matmul& mm, con
 
   const DType compute = mm.compute, out_type = out.dtype, bias_type = bias ? bias->dtype : DType::kF32;
   const int64_t full_steps = K / tk, k_tail = K % tk;
-  const int64_t so_m = out.strides[nd - 2];
+  const int64_t so_m = out.strides[nd - 2], so_n = out.strides[nd - 1];
   const int64_t sbias_m = bias ? bias_full[nd - 2] : 0;
   const double alpha = mm.alpha, beta = mm.beta;
+  // Shared: the pending block goes out in `chunks` chunks of whole rows, one per step.
+  int64_t chunks = std::max<int64_t>(std::min(full_steps, tm), 1);
+  while (tm % chunks != 0) --chunks;
+  const int64_t chunk_rows = tm / chunks;
+  const uint64_t chunk_lx = static_cast<uint64_t>(chunk_rows * tn) * es_o;
+  const uint64_t chunk_dev = static_cast<uint64_t>(chunk_rows * so_m) * es_o;
+  const auto store_rows = [=](emit::Builder& bld, uint32_t rd, uint32_t rl, int64_t rows, uint32_t cols) {
+    bld.emit(emit::dma(hw::Op::kStore, rd, rl, outc, 0, static_cast<uint64_t>(so_m) * es_o, static_cast<uint32_t>(rows),
+                       static_cast<uint32_t>(cols * es_o), true, kTagStore));
+  };
+  if (shared) {
+    k.nest.before = [](emit::Builder& bld) { bld.emit(emit::li(kPending, kNothing)); };
+    k.nest.after = [=](emit::Builder& bld) {  // the last block: all of it at once
+      const emit::Builder::Label none = bld.label();
+      bld.emit(emit::li(kTmp, kNothing));
+      bld.branch(hw::Cond::kEq, kPending, kTmp, none);
+      store_rows(bld, kPending, 0, tm, static_cast<uint32_t>(tn));
+      bld.bind(none);
+    };
+  }
   k.body = [=](emit::Builder& bld, uint32_t tails) {
     const auto mt = static_cast<uint32_t>((tails & m_bit) ? m_tail : tm);
     const auto nt = static_cast<uint32_t>((tails & n_bit) ? n_tail : tn);
-    // Loads step `kt` deep at the cursors into buffer `i`.
+    // Loads step `kt` deep at the cursors into buffer `i`: this core's own tiles, or, shared, the
+    // panels this core multicasts (none when its set register is zero).
     const auto load = [&](int i, uint32_t kt) {
+      const auto one = [&](uint32_t cur, uint32_t set, uint32_t lx, uint64_t stride, uint32_t rows, uint32_t row_bytes,
+                           uint32_t tag) {
+        if (!shared) {
+          bld.emit(emit::dma(hw::Op::kLoad, cur, 0, lx, 0, stride, rows, row_bytes, true, tag));
+          return;
+        }
+        const emit::Builder::Label skip = bld.label();
+        bld.branch(hw::Cond::kEq, set, 0, skip);
+        bld.emit(emit::dma(hw::Op::kLoadMulticast, cur, set, lx, 0, stride, rows, row_bytes, true, tag));
+        bld.bind(skip);
+      };
       if (A.transposed) {  // kt rows of mt, along K
-        bld.emit(emit::dma(hw::Op::kLoad, kCurA, 0, abuf[i], 0, static_cast<uint64_t>(A.inner) * es, kt,
-                           static_cast<uint32_t>(mt * es), true, tag_a(i)));
+        one(kCurA, kSetA, abuf[i], static_cast<uint64_t>(A.inner) * es, kt, static_cast<uint32_t>(mt * es), tag_a(i));
       } else {
-        bld.emit(emit::dma(hw::Op::kLoad, kCurA, 0, abuf[i], 0, static_cast<uint64_t>(A.outer) * es, mt,
-                           static_cast<uint32_t>(kt * es), true, tag_a(i)));
+        one(kCurA, kSetA, abuf[i], static_cast<uint64_t>(A.outer) * es, mt, static_cast<uint32_t>(kt * es), tag_a(i));
       }
       if (B.transposed) {  // nt rows of kt, along N
-        bld.emit(emit::dma(hw::Op::kLoad, kCurB, 0, bbuf[i], 0, static_cast<uint64_t>(B.inner) * es, nt,
-                           static_cast<uint32_t>(kt * es), true, tag_b(i)));
+        one(kCurB, kSetB, bbuf[i], static_cast<uint64_t>(B.inner) * es, nt, static_cast<uint32_t>(kt * es), tag_b(i));
       } else {
-        bld.emit(emit::dma(hw::Op::kLoad, kCurB, 0, bbuf[i], 0, static_cast<uint64_t>(B.outer) * es, kt,
-                           static_cast<uint32_t>(nt * es), true, tag_b(i)));
+        one(kCurB, kSetB, bbuf[i], static_cast<uint64_t>(B.outer) * es, kt, static_cast<uint32_t>(nt * es), tag_b(i));
       }
     };
     const auto advance = [&] {
@@ -210,7 +296,7 @@ std::optional<Kernel> lower_matmul(const ir::Graph& g, const ir::Matmul& mm, con
       bld.emit(emit::addi(kCurB, kCurB, tk * sb_k * static_cast<int64_t>(es)));
     };
     const auto multiply = [&](int i, uint32_t kt) {
-      bld.emit(emit::wait_tags(1u << tag_a(i) | 1u << tag_b(i)));
+      if (!shared) bld.emit(emit::wait_tags(1u << tag_a(i) | 1u << tag_b(i)));  // shared: the loop waited
       uint32_t pa = abuf[i], pb = bbuf[i];
       if (A.transposed) {
         bld.emit(emit::sfp(hw::Op::kTranspose, compute, 0, at, abuf[i], 0, kt, mt));
@@ -230,8 +316,33 @@ std::optional<Kernel> lower_matmul(const ir::Graph& g, const ir::Matmul& mm, con
     };
 
     bld.emit(emit::sfp(hw::Op::kFill, DType::kF32, 0, acc, 0, emit::double_bits(0.0), mt, nt));
-    bld.emit(emit::addi(kCurA, operand_reg(0), 0));
-    bld.emit(emit::addi(kCurB, operand_reg(1), 0));
+    if (shared) {
+      // Grid row i = rank / gn, column j = rank % gn. Core (i, 0) multicasts A panel i along its
+      // row, core (0, j) B panel j down its column.
+      const auto gm = static_cast<uint64_t>(grid.gm), gn = static_cast<uint64_t>(grid.gn);
+      const emit::Builder::Label a_done = bld.label(), b_done = bld.label();
+      bld.emit(emit::rank(kCurA));
+      bld.emit(emit::divu(kSteps, kCurA, gn));
+      bld.emit(emit::remu(kSetB, kCurA, gn));
+      bld.emit(emit::muli(kSetA, kSteps, static_cast<int64_t>(gn)));
+      bld.emit(emit::addi(kSetA, kSetA, static_cast<int64_t>(hw::pack_rank_set(0, 1, gn))));
+      bld.branch(hw::Cond::kEq, kSetB, 0, a_done);
+      bld.emit(emit::li(kSetA, 0));
+      bld.bind(a_done);
+      bld.emit(emit::muli(kCurA, kSteps, tm * sa_m * static_cast<int64_t>(es)));
+      bld.emit(emit::add(kCurA, kCurA, operand_reg(0)));
+      bld.emit(emit::muli(kCurB, kSetB, tn * sb_n * static_cast<int64_t>(es)));
+      bld.emit(emit::add(kCurB, kCurB, operand_reg(1)));
+      bld.emit(emit::addi(kSetB, kSetB, static_cast<int64_t>(hw::pack_rank_set(0, gn, gm))));
+      bld.branch(hw::Cond::kEq, kSteps, 0, b_done);
+      bld.emit(emit::li(kSetB, 0));
+      bld.bind(b_done);
+      // Every core is done with buffer 0 of the previous super-block before step 0 lands in it.
+      bld.emit(emit::instr(hw::Op::kBarrier));
+    } else {
+      bld.emit(emit::addi(kCurA, operand_reg(0), 0));
+      bld.emit(emit::addi(kCurB, operand_reg(1), 0));
+    }
     if (full_steps > 0) {
       // Two steps per trip, one per buffer; the next step loads while this one multiplies.
       const auto kt = static_cast<uint32_t>(tk);
@@ -241,6 +352,23 @@ std::optional<Kernel> lower_matmul(const ir::Graph& g, const ir::Matmul& mm, con
       bld.bind(loop);
       for (int i = 0; i < 2; ++i) {
         const emit::Builder::Label last = bld.label();
+        if (shared) {
+          // Each issuer waits for its panels of this step; after the barrier they are in every
+          // receiver, and every core is done with buffer 1 - i, so the next step may land there.
+          bld.emit(emit::wait_tags(1u << tag_a(i) | 1u << tag_b(i)));
+          bld.emit(emit::instr(hw::Op::kBarrier));
+          // Chunk S - steps of the pending block, while there is one.
+          const emit::Builder::Label no_chunk = bld.label();
+          bld.emit(emit::li(kTmp, kNothing));
+          bld.branch(hw::Cond::kEq, kPending, kTmp, no_chunk);
+          bld.emit(emit::li(kTmp, static_cast<uint64_t>(full_steps - chunks)));
+          bld.branch(hw::Cond::kGeu, kTmp, kSteps, no_chunk);
+          bld.emit(emit::muli(kTmp, kSteps, -static_cast<int64_t>(chunk_lx)));
+          bld.emit(emit::addi(kTmp, kTmp, full_steps * static_cast<int64_t>(chunk_lx)));
+          store_rows(bld, kPending, kTmp, chunk_rows, nt);
+          bld.emit(emit::addi(kPending, kPending, static_cast<int64_t>(chunk_dev)));
+          bld.bind(no_chunk);
+        }
         bld.emit(emit::li(kTmp, 1));
         bld.branch(hw::Cond::kEq, kSteps, kTmp, last);
         advance();
@@ -283,8 +411,19 @@ std::optional<Kernel> lower_matmul(const ir::Graph& g, const ir::Matmul& mm, con
     }
     bld.emit(emit::wait_tags(1u << kTagStore));  // the previous block's store still reads outc
     bld.emit(emit::sfp(hw::Op::kConvert, out_type, 0, outc, acc, static_cast<uint64_t>(DType::kF32), mt, nt));
-    bld.emit(emit::dma(hw::Op::kStore, operand_reg(2), 0, outc, 0, static_cast<uint64_t>(so_m) * es_o, mt,
-                       static_cast<uint32_t>(nt * es_o), true, kTagStore));
+    const uint32_t dst = operand_reg(2);
+    if (shared) {  // this core's block of the super-block: row i = rank / gn, column j = rank % gn
+      const auto gn = static_cast<uint64_t>(grid.gn);
+      bld.emit(emit::rank(kCurA));
+      bld.emit(emit::divu(kSteps, kCurA, gn));
+      bld.emit(emit::remu(kCurA, kCurA, gn));
+      bld.emit(emit::muli(kSteps, kSteps, tm * so_m * static_cast<int64_t>(es_o)));
+      bld.emit(emit::muli(kCurA, kCurA, tn * so_n * static_cast<int64_t>(es_o)));
+      bld.emit(emit::add(kCurA, kCurA, kSteps));
+      bld.emit(emit::add(kPending, kCurA, dst));  // stored during the next super-block's steps
+      return;
+    }
+    store_rows(bld, dst, 0, mt, nt);
   };
   return k;
 }

@@ -50,19 +50,24 @@ void emit_nest(Builder& b, const Nest& nest, uint32_t cores, const Body& body) {
   const uint64_t units = nest_units(nest), serial = serial_items(nest);
   const Builder::Label done = b.label(), loop = b.label();
 
-  // This core's share of the units [lo, hi): lo = rank * units / cores; each unit is `serial` items.
-  b.emit(emit::rank(kLo));
-  b.emit(emit::muli(kHi, kLo, static_cast<int64_t>(units)));
-  b.emit(emit::addi(kHi, kHi, static_cast<int64_t>(units)));
-  b.emit(emit::divu(kHi, kHi, cores));
-  b.emit(emit::muli(kLo, kLo, static_cast<int64_t>(units)));
-  b.emit(emit::divu(kLo, kLo, cores));
-  b.emit(emit::muli(kTmp, kLo, -1));
-  b.emit(emit::add(kLeft, kHi, kTmp));
-  b.branch(hw::Cond::kEq, kLeft, 0, done);
-  if (serial > 1) {
-    b.emit(emit::muli(kLeft, kLeft, static_cast<int64_t>(serial)));
-    b.emit(emit::muli(kLo, kLo, static_cast<int64_t>(serial)));
+  if (nest.replicated) {  // every core runs items [0, items)
+    b.emit(emit::li(kLo, 0));
+    b.emit(emit::li(kLeft, units * serial));
+  } else {
+    // This core's share of the units [lo, hi): lo = rank * units / cores; each unit is `serial` items.
+    b.emit(emit::rank(kLo));
+    b.emit(emit::muli(kHi, kLo, static_cast<int64_t>(units)));
+    b.emit(emit::addi(kHi, kHi, static_cast<int64_t>(units)));
+    b.emit(emit::divu(kHi, kHi, cores));
+    b.emit(emit::muli(kLo, kLo, static_cast<int64_t>(units)));
+    b.emit(emit::divu(kLo, kLo, cores));
+    b.emit(emit::muli(kTmp, kLo, -1));
+    b.emit(emit::add(kLeft, kHi, kTmp));
+    b.branch(hw::Cond::kEq, kLeft, 0, done);
+    if (serial > 1) {
+      b.emit(emit::muli(kLeft, kLeft, static_cast<int64_t>(serial)));
+      b.emit(emit::muli(kLo, kLo, static_cast<int64_t>(serial)));
+    }
   }
 
   // Loop counters of item lo, innermost level fastest; then the operands' addresses.
@@ -83,7 +88,8 @@ void emit_nest(Builder& b, const Nest& nest, uint32_t cores, const Body& body) {
       b.emit(emit::add(operand_reg(i), operand_reg(i), kTmp));
     }
   }
-  b.emit(emit::li(kBufferReg, nest.fixed_bytes));
+  if (!nest.replicated) b.emit(emit::li(kBufferReg, nest.fixed_bytes));
+  if (nest.before) nest.before(b);
 
   b.bind(loop);
   // A decision tree on the tail levels' counters picks the body variant of this item.
@@ -104,8 +110,10 @@ void emit_nest(Builder& b, const Nest& nest, uint32_t cores, const Body& body) {
   };
   dispatch(0, 0);
   b.bind(next);
-  b.emit(emit::muli(kTmp, kBufferReg, -1));
-  b.emit(emit::addi(kBufferReg, kTmp, static_cast<int64_t>(2 * nest.fixed_bytes + nest.half_bytes)));
+  if (!nest.replicated) {
+    b.emit(emit::muli(kTmp, kBufferReg, -1));
+    b.emit(emit::addi(kBufferReg, kTmp, static_cast<int64_t>(2 * nest.fixed_bytes + nest.half_bytes)));
+  }
   b.emit(emit::addi(kLeft, kLeft, -1));
   b.branch(hw::Cond::kEq, kLeft, 0, done);
   // Odometer: step the innermost level; on wrap, rewind it and carry into the next one out.
@@ -126,6 +134,7 @@ void emit_nest(Builder& b, const Nest& nest, uint32_t cores, const Body& body) {
   }
   b.jump(loop);  // not reached: the item count ends the loop first
   b.bind(done);
+  if (nest.after) nest.after(b);
   b.emit(emit::wait_tags((1u << hw::kNumDmaTags) - 1));
 }
 

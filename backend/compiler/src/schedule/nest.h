@@ -31,6 +31,12 @@ struct Nest {
   // `tails` is set on the last iteration of tail_levels[i]. At most kMaxTailLevels.
   std::vector<uint32_t> tail_levels;
   uint32_t serial_levels = 0;  // the innermost levels that one core runs whole (an accumulation)
+  // Every core runs every item, the body dividing each item between the cores by rank (and
+  // keeping them in step with barriers): the launch then takes all of the target's cores. The
+  // scratchpad halves do not alternate: r[kBufferReg] belongs to the body across items, and
+  // `before` and `after` (if set) run once before the first item and after the last.
+  bool replicated = false;
+  std::function<void(emit::Builder&)> before, after;
   // Scratchpad: [0, fixed_bytes) keeps its contents across items (accumulators); after it, two
   // halves of half_bytes alternate between items, so a store may still drain from one half while
   // the next item fills the other.

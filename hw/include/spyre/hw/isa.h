@@ -47,11 +47,11 @@ enum class Op : uint8_t {
   kDivu = 0x0a,     // r[a] = r[d] / b (unsigned; b = 0 faults)
   kRemu = 0x0b,     // r[a] = r[d] % b (unsigned; b = 0 faults)
   // Data movement between device memory and the scratchpad.
-  kLoad = 0x10,     // device -> scratchpad, 2-D strided; synchronous unless flags has kDmaAsync
-  kStore = 0x11,    // scratchpad -> device, same fields
-  kWait = 0x12,     // wait until the asynchronous transfers of every tag in mask a have landed
-  kGather = 0x13,   // rows of a device table chosen by an index vector -> scratchpad (indirect DMA)
-  kScatter = 0x14,  // scratchpad rows -> rows of a device table chosen by an index vector (or added)
+  kLoad = 0x10,           // device -> scratchpad, 2-D strided; synchronous unless flags has kDmaAsync
+  kStore = 0x11,          // scratchpad -> device, same fields
+  kWait = 0x12,           // wait until the asynchronous transfers of every tag in mask a have landed
+  kGather = 0x13,         // rows of a device table chosen by an index vector -> scratchpad (indirect DMA)
+  kScatter = 0x14,        // scratchpad rows -> rows of a device table chosen by an index vector (or added)
   kLoadMulticast = 0x15,  // a LOAD delivered to the same scratchpad address of several cores (below)
   // PT array.
   kMatmul = 0x20,  // C[M,N] (+)= A[M,K] @ B[K,N], fp32 accumulate
