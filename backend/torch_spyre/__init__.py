@@ -22,7 +22,7 @@ import logging  # noqa: E402
 
 import torch  # noqa: E402
 
-from . import _C  # noqa: E402
+from . import _C, _exit, _modules  # noqa: E402
 from . import device_module as _device_module  # noqa: E402
 from ._fallback import fallback_counts, get_cpu_fallback, set_cpu_fallback  # noqa: E402
 from .sim import device_cycles, device_info, write_reports  # noqa: E402
@@ -48,11 +48,9 @@ def _register() -> None:
         torch._register_device_module(BACKEND_NAME, _device_module)
     if not hasattr(torch.Tensor, "is_" + BACKEND_NAME):
         torch.utils.generate_methods_for_privateuse1_backend(for_storage=True)
-    # Module.to() can shallow-copy a parameter across devices only for the backends torch lists;
-    # for any other (PrivateUse1 included) it makes a new Parameter per occurrence, which unties
-    # tied weights (a GPT's input and output embeddings). Swapping keeps each Parameter object,
-    # so tying survives; it is torch's public switch for this, and its announced future default.
-    torch.__future__.set_swap_module_params_on_conversion(True)
+    # Module.to("spyre") keeps tied parameters tied (see _modules.py).
+    _modules.install()
+    _exit.install()  # an exit right after backward() must not abort (see _exit.py)
     # Nothing here may touch the driver: the simulator starts on first use, not on `import torch`.
     logger.debug("registered device %r", BACKEND_NAME)
 
