@@ -35,6 +35,10 @@ uint32_t Launch::view(const at::Tensor& t) {
 }
 
 uint32_t Launch::view(const at::Tensor& t, c10::IntArrayRef sizes, c10::IntArrayRef strides) {
+  return view(t, 0, sizes, strides);
+}
+
+uint32_t Launch::view(const at::Tensor& t, int64_t offset, c10::IntArrayRef sizes, c10::IntArrayRef strides) {
   TORCH_CHECK(t.is_privateuseone(), "spyre: expected a spyre tensor, got one on ", t.device());
   if (device_ < 0) device_ = t.device().index();
   TORCH_CHECK(t.device().index() == device_, "spyre: expected all tensors on spyre:", device_, ", got one on ",
@@ -48,12 +52,15 @@ uint32_t Launch::view(const at::Tensor& t, c10::IntArrayRef sizes, c10::IntArray
   if (arg == args_.size()) args_.push_back(addr);
   ir::View v;
   v.arg = arg;
+  v.offset = offset;
   v.sizes.assign(sizes.begin(), sizes.end());
   v.strides.assign(strides.begin(), strides.end());
   v.dtype = *type;
   for (uint32_t i = 0; i < graph_.views.size(); ++i) {
     const ir::View& w = graph_.views[i];
-    if (w.arg == v.arg && w.sizes == v.sizes && w.strides == v.strides && w.dtype == v.dtype) return i;
+    if (w.arg == v.arg && w.offset == v.offset && w.sizes == v.sizes && w.strides == v.strides && w.dtype == v.dtype) {
+      return i;
+    }
   }
   return graph_.add_view(std::move(v));
 }
@@ -84,6 +91,25 @@ bool run_or_fall_back(Launch& l, BoxedCall& c) {
   if (try_run(l, c)) return true;
   c.fall_back();
   return false;
+}
+
+void expr(Launch& l, const std::vector<uint32_t>& inputs, uint32_t out,
+          const std::function<void(ir::Expr&, const std::vector<int32_t>&)>& build) {
+  ir::Expr e(hw::DType::kF32);
+  std::vector<int32_t> refs;
+  for (uint32_t v : inputs) refs.push_back(e.input(ir::Operand::of(v)));
+  build(e, refs);
+  l.pointwise(e.done(out));
+}
+
+void sum(Launch& l, uint32_t in, uint32_t out, int64_t dim) {
+  ir::Reduce r;
+  r.fn = hw::ReduceFn::kSum;
+  r.compute = hw::DType::kF32;
+  r.in = in;
+  r.out = out;
+  r.dims = {dim};
+  l.reduce(r);
 }
 
 bool device_copy(const at::Tensor& dst, const at::Tensor& src) {

@@ -5,6 +5,7 @@
 
 #include <ATen/core/Tensor.h>
 
+#include <functional>
 #include <optional>
 #include <string>
 #include <vector>
@@ -31,6 +32,8 @@ class Launch {
   uint32_t view(const at::Tensor& t);
   /// Adds `t` viewed with other sizes and strides (elements), e.g. a broadcast or a permutation.
   uint32_t view(const at::Tensor& t, c10::IntArrayRef sizes, c10::IntArrayRef strides);
+  /// The same, `offset` elements past `t`'s first: views of parts of one tensor share its argument.
+  uint32_t view(const at::Tensor& t, int64_t offset, c10::IntArrayRef sizes, c10::IntArrayRef strides);
   /// A device temporary for this launch (fp32 unless told), alive until the launch is queued; the
   /// queue is in order, so work queued later that reuses its memory runs after this launch.
   at::Tensor scratch(c10::IntArrayRef sizes, const at::Tensor& like, at::ScalarType type = at::kFloat);
@@ -73,6 +76,13 @@ class Launch {
   std::vector<at::Tensor> scratch_;  // temporaries and every tensor a view names
   int device_ = -1;
 };
+
+/// Adds to `l` the pointwise op that `build` makes over the views `inputs` (at most three; refs in
+/// order), writing view `out`, computed in fp32 and rounded once into `out`'s type.
+void expr(Launch& l, const std::vector<uint32_t>& inputs, uint32_t out,
+          const std::function<void(ir::Expr&, const std::vector<int32_t>&)>& build);
+/// Adds to `l` the fp32 sum of view `in` over `dim` into view `out` (`in`'s shape, `dim` of size 1).
+void sum(Launch& l, uint32_t in, uint32_t out, int64_t dim);
 
 /// Runs `l`, labelled with the operator of call `c`; false when the compiler does not take the
 /// graph (a shape or layout its lowerings do not cover), and nothing ran.

@@ -5,8 +5,6 @@
 #include <ATen/ATen.h>
 #include <torch/library.h>
 
-#include <functional>
-
 #include "boxed.h"
 #include "compute.h"
 
@@ -15,28 +13,6 @@ namespace {
 
 using hw::BinaryFn;
 using hw::UnaryFn;
-constexpr hw::DType kF32 = hw::DType::kF32;
-
-// Adds the pointwise op `build` makes over `inputs` (views), writing view `out`, computed in fp32.
-void expr(Launch& l, const std::vector<uint32_t>& inputs, uint32_t out,
-          const std::function<void(ir::Expr&, const std::vector<int32_t>&)>& build) {
-  ir::Expr e(kF32);
-  std::vector<int32_t> refs;
-  for (uint32_t v : inputs) refs.push_back(e.input(ir::Operand::of(v)));
-  build(e, refs);
-  l.pointwise(e.done(out));
-}
-
-void sum(Launch& l, uint32_t in, uint32_t out, int64_t dim) {
-  ir::Reduce r;
-  r.fn = hw::ReduceFn::kSum;
-  r.compute = kF32;
-  r.in = in;
-  r.out = out;
-  r.dims = {dim};
-  l.reduce(r);
-}
-
 // Rows x normalized elements of a layer norm over the trailing `normalized` dims.
 std::pair<int64_t, int64_t> rows_cols(const at::Tensor& x, c10::IntArrayRef normalized) {
   const int64_t axis = x.dim() - static_cast<int64_t>(normalized.size());
