@@ -47,6 +47,11 @@ void BoxedCall::finish(std::initializer_list<at::Tensor> results) {
   for (const at::Tensor& t : results) torch::jit::push(*stack_, t);
 }
 
+void BoxedCall::finish(std::initializer_list<c10::IValue> results) {
+  torch::jit::drop(*stack_, n_);
+  for (const c10::IValue& v : results) torch::jit::push(*stack_, v);
+}
+
 void BoxedCall::fall_back() {
   run_on_cpu(op_, stack_);
 }

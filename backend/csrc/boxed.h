@@ -42,6 +42,8 @@ class BoxedCall {
   void finish(const at::Tensor& result);
   /// Pops the arguments and pushes several return values.
   void finish(std::initializer_list<at::Tensor> results);
+  /// The same for return values that are not all tensors (a SymInt, say).
+  void finish(std::initializer_list<c10::IValue> results);
   /// Runs the call through the CPU fallback instead (honouring TORCH_SPYRE_CPU_FALLBACK).
   void fall_back();
 

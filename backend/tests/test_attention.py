@@ -1,0 +1,95 @@
+"""scaled_dot_product_attention: the device's own kernel (chosen through _fused_sdp_choice) against
+CPU torch, forward and backward, and the cases it leaves to torch's math path."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+import torch.nn.functional as F
+import torch_spyre
+from torch.nn.attention import SDPBackend, sdpa_kernel
+
+OVERRIDEABLE = int(SDPBackend.OVERRIDEABLE)
+MATH = int(SDPBackend.MATH)
+
+
+def _mask(kind, shape, gen):
+    if kind == "bool":
+        m = torch.rand(*shape, generator=gen) > 0.3
+        m[..., 0] = True  # every query keeps a key
+        return m
+    if kind == "float":
+        return torch.randn(*shape, generator=gen).requires_grad_()
+    return None
+
+
+CASES = [
+    # B, H, L, S, E, Ev, causal, mask kind, mask shape
+    (2, 3, 5, 7, 8, 6, False, None, None),
+    (2, 3, 7, 7, 8, 8, True, None, None),
+    (1, 2, 4, 9, 8, 8, True, None, None),  # more keys than queries: torch's mask is top-left aligned
+    (1, 2, 9, 4, 8, 8, True, None, None),  # fewer: the later queries see every key
+    (2, 2, 5, 6, 4, 4, False, "bool", (2, 1, 5, 6)),
+    (2, 2, 5, 6, 4, 4, False, "float", (1, 1, 5, 6)),  # broadcast bias, with its gradient
+    (2, 2, 5, 6, 4, 4, False, "float", (2, 2, 5, 6)),
+    (1, 1, 70, 130, 24, 40, True, None, None),  # several tiles per matrix
+]
+
+
+@pytest.mark.parametrize("B,H,L,S,E,Ev,causal,kind,mshape", CASES)
+def test_attention_kernel_matches_cpu(B, H, L, S, E, Ev, causal, kind, mshape, cpu_gen):
+    q, k, v = (torch.randn(B, H, n, d, generator=cpu_gen) for n, d in ((L, E), (S, E), (S, Ev)))
+    mask = _mask(kind, mshape, cpu_gen)
+    dq, dk, dv = (t.to("spyre").requires_grad_() for t in (q, k, v))
+    dmask = None if mask is None else mask.detach().to("spyre").requires_grad_(mask.requires_grad)
+    for t in (q, k, v):
+        t.requires_grad_()
+    torch_spyre.set_cpu_fallback("error")
+    assert torch._fused_sdp_choice(dq, dk, dv, dmask, 0.0, causal) == OVERRIDEABLE
+    want = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, is_causal=causal)
+    with sdpa_kernel([SDPBackend.OVERRIDEABLE]):  # the device kernel, or an error: no silent math path
+        got = F.scaled_dot_product_attention(dq, dk, dv, attn_mask=dmask, is_causal=causal)
+    torch.testing.assert_close(got.cpu(), want, rtol=1e-4, atol=1e-5)
+    grad = torch.randn(want.shape, generator=cpu_gen)
+    want.backward(grad)
+    got.backward(grad.to("spyre"))
+    pairs = [(dq, q), (dk, k), (dv, v)] + ([(dmask, mask)] if mask is not None and mask.requires_grad else [])
+    for d, c in pairs:
+        torch.testing.assert_close(d.grad.cpu(), c.grad, rtol=1e-4, atol=1e-4)
+
+
+def test_a_row_with_every_key_masked_gives_zeros_like_torch(cpu_gen):
+    q, k, v = (torch.randn(1, 2, 3, 8, generator=cpu_gen) for _ in range(3))
+    mask = torch.ones(1, 1, 3, 3, dtype=torch.bool)
+    mask[0, 0, 1] = False
+    want = F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
+    torch_spyre.set_cpu_fallback("error")
+    with sdpa_kernel([SDPBackend.OVERRIDEABLE]):
+        got = F.scaled_dot_product_attention(q.to("spyre"), k.to("spyre"), v.to("spyre"), attn_mask=mask.to("spyre"))
+    torch.testing.assert_close(got.cpu(), want)
+    assert got[0, :, 1].abs().sum().item() == 0
+
+
+@pytest.mark.parametrize("dtype,tol", [(torch.float16, 2e-3), (torch.bfloat16, 2e-2)])
+def test_half_types_compute_scores_in_fp32(dtype, tol, cpu_gen):
+    q, k, v = (torch.randn(2, 4, 16, 32, generator=cpu_gen).to(dtype) for _ in range(3))
+    want = F.scaled_dot_product_attention(q.float(), k.float(), v.float(), is_causal=True)
+    torch_spyre.set_cpu_fallback("error")
+    with sdpa_kernel([SDPBackend.OVERRIDEABLE]):
+        got = F.scaled_dot_product_attention(q.to("spyre"), k.to("spyre"), v.to("spyre"), is_causal=True)
+    assert got.dtype == dtype
+    torch.testing.assert_close(got.float().cpu(), want, rtol=tol, atol=tol)
+
+
+def test_the_math_path_takes_what_the_kernel_does_not(cpu_gen):
+    q = torch.randn(2, 4, 5, 8, generator=cpu_gen).to("spyre")
+    kv = torch.randn(2, 2, 5, 8, generator=cpu_gen).to("spyre")  # grouped-query: 2 key heads for 4
+    assert torch._fused_sdp_choice(q, kv, kv, None, 0.0, False, enable_gqa=True) == MATH
+    assert torch._fused_sdp_choice(q, q, q, None, 0.1, False) == MATH  # dropout
+    assert torch._fused_sdp_choice(q[0], q[0], q[0], None, 0.0, False) == MATH  # 3-d
+    torch_spyre.set_cpu_fallback("error")
+    got = F.scaled_dot_product_attention(q, kv, kv, enable_gqa=True)
+    want = F.scaled_dot_product_attention(q.cpu(), kv.cpu(), kv.cpu(), enable_gqa=True)
+    torch.testing.assert_close(got.cpu(), want, rtol=1e-4, atol=1e-5)
+    with sdpa_kernel([SDPBackend.MATH]):  # a user's choice of the math path is honoured
+        assert torch._fused_sdp_choice(q, q, q, None, 0.0, False) == MATH
