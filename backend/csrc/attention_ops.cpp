@@ -25,16 +25,19 @@ using hw::UnaryFn;
 using Refs = std::vector<int32_t>;
 
 // True when the device kernel takes these arguments (the rest go to torch's math path).
+// `gqa`: query heads may be a multiple of the key and value heads (grouped-query attention: query
+// head h attends with key head h / (query heads / key heads)).
 bool kernel_takes(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, const std::optional<at::Tensor>& mask,
-                  double dropout_p, bool is_causal) {
+                  double dropout_p, bool is_causal, bool gqa) {
   if (dropout_p != 0.0 || q.dim() != 4 || k.dim() != 4 || v.dim() != 4) return false;
   const at::ScalarType t = q.scalar_type();
   if (!at::isFloatingType(t) || !device_dtype(t) || k.scalar_type() != t || v.scalar_type() != t) return false;
   if (!q.is_privateuseone() || !k.is_privateuseone() || !v.is_privateuseone()) return false;
-  if (q.size(0) != k.size(0) || q.size(0) != v.size(0) || q.size(1) != k.size(1) || q.size(1) != v.size(1) ||
-      k.size(2) != v.size(2) || q.size(3) != k.size(3)) {
+  if (q.size(0) != k.size(0) || q.size(0) != v.size(0) || k.size(1) != v.size(1) || k.size(2) != v.size(2) ||
+      q.size(3) != k.size(3) || k.size(1) == 0) {
     return false;
   }
+  if (q.size(1) != k.size(1) && !(gqa && q.size(1) % k.size(1) == 0)) return false;
   if (mask && mask->defined()) {
     if (is_causal || mask->dim() > 4 || !device_dtype(mask->scalar_type())) return false;
     const std::vector<int64_t> scores = {q.size(0), q.size(1), q.size(2), k.size(2)};
@@ -44,9 +47,9 @@ bool kernel_takes(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
 }
 
 int64_t choose(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, const std::optional<at::Tensor>& mask,
-               double dropout_p, bool is_causal, std::optional<double> /*scale*/, bool /*enable_gqa*/) {
+               double dropout_p, bool is_causal, std::optional<double> /*scale*/, bool enable_gqa) {
   const at::Context& ctx = at::globalContext();
-  if (ctx.userEnabledOverrideableSDP() && kernel_takes(q, k, v, mask, dropout_p, is_causal)) {
+  if (ctx.userEnabledOverrideableSDP() && kernel_takes(q, k, v, mask, dropout_p, is_causal, enable_gqa)) {
     return static_cast<int64_t>(at::SDPBackend::overrideable);
   }
   return static_cast<int64_t>(ctx.userEnabledMathSDP() ? at::SDPBackend::math : at::SDPBackend::error);
@@ -78,9 +81,28 @@ void matmul(Launch& l, uint32_t a, uint32_t b, uint32_t out, double alpha, const
   l.matmul(m);
 }
 
-// A [B, H, rows, cols] tensor viewed with its last two dims swapped.
-uint32_t transposed(Launch& l, const at::Tensor& t) {
-  return l.view(t, {t.size(0), t.size(1), t.size(3), t.size(2)}, {t.stride(0), t.stride(1), t.stride(3), t.stride(2)});
+// A [B, H, rows, cols] tensor as [B, H / g, g, rows, cols] (the query heads of each key head
+// together), or with `repeat`, a [B, Hkv, rows, cols] one as [B, Hkv, g, rows, cols] with each
+// head repeated g times; with `swap`, its last two dims swapped. Products over these 5-d views
+// pair every query head with its key head.
+uint32_t heads(Launch& l, const at::Tensor& t, int64_t g, bool repeat, bool swap = false) {
+  const int64_t r = swap ? 3 : 2, c = swap ? 2 : 3;
+  const int64_t kv = repeat ? t.size(1) : t.size(1) / g;
+  return l.view(
+      t, {t.size(0), kv, g, t.size(r), t.size(c)},
+      {t.stride(0), repeat ? t.stride(1) : g * t.stride(1), repeat ? 0 : t.stride(1), t.stride(r), t.stride(c)});
+}
+
+// out = sum over each key head's g query heads of `full` [B, H, X, Y] into [B, H / g, X, Y].
+void sum_groups(Launch& l, const at::Tensor& full, const at::Tensor& out, int64_t g) {
+  ir::Reduce r;
+  r.fn = hw::ReduceFn::kSum;
+  r.compute = hw::DType::kF32;
+  r.in = heads(l, full, g, false);
+  r.out = l.view(out, {out.size(0), out.size(1), 1, out.size(2), out.size(3)},
+                 {out.stride(0), out.stride(1), 0, out.stride(2), out.stride(3)});
+  r.dims = {2};
+  l.reduce(r);
 }
 
 // The scores [B, H, L, S] in fp32 (`s`): scale * Q K^T, then the causal mask (keys after the query's
@@ -88,7 +110,8 @@ uint32_t transposed(Launch& l, const at::Tensor& t) {
 void scores(Launch& l, const at::Tensor& q, const at::Tensor& k, const at::Tensor& bias, bool is_causal, double scale,
             const at::Tensor& s) {
   const uint32_t sv = l.view(s);
-  matmul(l, l.view(q), transposed(l, k), sv, scale, q);
+  const int64_t g = q.size(1) / k.size(1);
+  matmul(l, heads(l, q, g, false), heads(l, k, g, true, true), heads(l, s, g, false), scale, q);
   const int64_t L = s.size(2), S = s.size(3);
   if (is_causal) {  // position i of the [L, S] plane: row i / S, column i % S; masked when column > row
     const at::Tensor pos = l.scratch({L, S}, s, at::kLong);
@@ -128,7 +151,7 @@ void attention_kernel(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
   const at::Tensor bias = bias_arg ? bias_arg->toTensor() : at::Tensor();
   const double dropout_p = c.get("dropout_p")->toDouble();
   const bool is_causal = c.get("is_causal")->toBool();
-  TORCH_CHECK(kernel_takes(q, k, v, bias.defined() ? std::optional(bias) : std::nullopt, dropout_p, is_causal),
+  TORCH_CHECK(kernel_takes(q, k, v, bias.defined() ? std::optional(bias) : std::nullopt, dropout_p, is_causal, true),
               "spyre: _scaled_dot_product_fused_attention_overrideable takes [batch, heads, length, dim] query, key "
               "and value of one float type, no dropout, and a bias or causal masking, not both");
   const int64_t B = q.size(0), H = q.size(1), L = q.size(2), S = k.size(2);
@@ -157,11 +180,14 @@ void attention_kernel(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
   expr(l, {sv, m}, sv,
        [](ir::Expr& e, const Refs& in) { e.unary(UnaryFn::kExp, e.binary(BinaryFn::kSub, in[0], in[1])); });
   reduce(l, hw::ReduceFn::kSum, sv, sum);
-  const uint32_t p = q.scalar_type() == at::kFloat ? sv : l.view(l.scratch({B, H, L, S}, q, q.scalar_type()));
+  const at::Tensor p_tensor = q.scalar_type() == at::kFloat ? s : l.scratch({B, H, L, S}, q, q.scalar_type());
+  const uint32_t p = l.view(p_tensor);
   expr(l, {sv, sum}, p, [](ir::Expr& e, const Refs& in) {
     e.select(e.binary(BinaryFn::kGt, in[1], e.constant(0.0)), e.binary(BinaryFn::kDiv, in[0], in[1]), e.constant(0.0));
   });
-  matmul(l, p, l.view(v), l.view(out), 1.0, v);
+  const int64_t g = H / k.size(1);
+  const at::Tensor pt = q.scalar_type() == at::kFloat ? s : p_tensor;
+  matmul(l, heads(l, pt, g, false), heads(l, v, g, true), heads(l, out, g, false), 1.0, v);
   expr(l, {m, sum}, l.view(lse.view({B, H, L, 1})),
        [](ir::Expr& e, const Refs& in) { e.binary(BinaryFn::kAdd, in[0], e.unary(UnaryFn::kLog, in[1])); });
   l.run(c.name());
@@ -181,7 +207,7 @@ void attention_backward_kernel(const c10::OperatorHandle& op, torch::jit::Stack*
   const at::Tensor o = c.at(6).toTensor(), lse = c.at(7).toTensor();
   const bool is_causal = c.get("is_causal")->toBool();
   TORCH_CHECK(c.get("dropout_p")->toDouble() == 0.0, "spyre: the attention kernel has no dropout");
-  const int64_t B = q.size(0), H = q.size(1), L = q.size(2), S = k.size(2);
+  const int64_t B = q.size(0), H = q.size(1), L = q.size(2), S = k.size(2), g = H / k.size(1);
   const double scale = scale_of(c, q);
   at::Tensor dq = at::zeros_like(q, at::MemoryFormat::Contiguous);
   at::Tensor dk = at::zeros_like(k, at::MemoryFormat::Contiguous);
@@ -203,9 +229,15 @@ void attention_backward_kernel(const c10::OperatorHandle& op, torch::jit::Stack*
                e.unary(UnaryFn::kExp, e.binary(BinaryFn::kSub, in[0], in[1])));
     });
     if (!f32) expr(l, {pv}, l.view(pc), [](ir::Expr& e, const Refs& in) { e.unary(UnaryFn::kCopy, in[0]); });
-    matmul(l, transposed(l, pc), l.view(go), l.view(dv), 1.0, go);
+    if (g == 1) {
+      matmul(l, heads(l, pc, 1, false, true), heads(l, go, 1, false), heads(l, dv, 1, false), 1.0, go);
+    } else {  // each query head's share, then the sum over each key head's group
+      const at::Tensor full = l.scratch({B, H, S, v.size(3)}, v);
+      matmul(l, heads(l, pc, g, false, true), heads(l, go, g, false), heads(l, full, g, false), 1.0, go);
+      sum_groups(l, full, dv, g);
+    }
     const uint32_t dsv = l.view(ds);
-    matmul(l, l.view(go), transposed(l, v), dsv, 1.0, go);
+    matmul(l, heads(l, go, g, false), heads(l, v, g, true, true), heads(l, ds, g, false), 1.0, go);
     const at::Tensor prod = l.scratch(o.sizes(), o);
     const uint32_t d = l.view(l.scratch({B, H, L, 1}, o));
     expr(l, {l.view(go), l.view(o)}, l.view(prod),
@@ -217,8 +249,14 @@ void attention_backward_kernel(const c10::OperatorHandle& op, torch::jit::Stack*
     if (!try_run(l, c)) TORCH_CHECK(false, "spyre: the attention backward did not compile");
   }
   Launch l;
-  matmul(l, l.view(dsc), l.view(k), l.view(dq), scale, q);
-  matmul(l, transposed(l, dsc), l.view(q), l.view(dk), scale, q);
+  matmul(l, heads(l, dsc, g, false), heads(l, k, g, true), heads(l, dq, g, false), scale, q);
+  if (g == 1) {
+    matmul(l, heads(l, dsc, 1, false, true), heads(l, q, 1, false), heads(l, dk, 1, false), scale, q);
+  } else {
+    const at::Tensor full = l.scratch({B, H, S, k.size(3)}, k);
+    matmul(l, heads(l, dsc, g, false, true), heads(l, q, g, false), heads(l, full, g, false), scale, q);
+    sum_groups(l, full, dk, g);
+  }
   if (dbias.defined()) {  // dS summed over the dims the bias broadcasts along
     const at::Tensor db = dbias.expand({B, H, L, S});
     ir::Reduce r;

@@ -34,6 +34,11 @@ CASES = [
     (2, 2, 5, 6, 4, 4, False, "float", (2, 2, 5, 6)),
     (1, 1, 70, 130, 24, 40, True, None, None),  # several tiles per matrix
 ]
+GQA = [  # B, H, key heads, L, S, E, causal, mask shape (float)
+    (2, 4, 2, 5, 5, 8, True, None),
+    (1, 6, 2, 4, 7, 8, False, (1, 1, 4, 7)),
+    (2, 4, 1, 3, 6, 4, False, None),
+]
 
 
 @pytest.mark.parametrize("B,H,L,S,E,Ev,causal,kind,mshape", CASES)
@@ -55,6 +60,28 @@ def test_attention_kernel_matches_cpu(B, H, L, S, E, Ev, causal, kind, mshape, c
     got.backward(grad.to("spyre"))
     pairs = [(dq, q), (dk, k), (dv, v)] + ([(dmask, mask)] if mask is not None and mask.requires_grad else [])
     for d, c in pairs:
+        torch.testing.assert_close(d.grad.cpu(), c.grad, rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize("B,H,Hkv,L,S,E,causal,mshape", GQA)
+def test_grouped_query_attention_runs_on_the_kernel(B, H, Hkv, L, S, E, causal, mshape, cpu_gen):
+    q = torch.randn(B, H, L, E, generator=cpu_gen)
+    k, v = (torch.randn(B, Hkv, S, E, generator=cpu_gen) for _ in range(2))
+    mask = None if mshape is None else torch.randn(*mshape, generator=cpu_gen)
+    dq, dk, dv = (t.to("spyre").requires_grad_() for t in (q, k, v))
+    dmask = None if mask is None else mask.to("spyre")
+    for t in (q, k, v):
+        t.requires_grad_()
+    torch_spyre.set_cpu_fallback("error")
+    assert torch._fused_sdp_choice(dq, dk, dv, dmask, 0.0, causal, enable_gqa=True) == OVERRIDEABLE
+    want = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, is_causal=causal, enable_gqa=True)
+    with sdpa_kernel([SDPBackend.OVERRIDEABLE]):
+        got = F.scaled_dot_product_attention(dq, dk, dv, attn_mask=dmask, is_causal=causal, enable_gqa=True)
+    torch.testing.assert_close(got.cpu(), want, rtol=1e-4, atol=1e-5)
+    grad = torch.randn(want.shape, generator=cpu_gen)
+    want.backward(grad)
+    got.backward(grad.to("spyre"))
+    for d, c in ((dq, q), (dk, k), (dv, v)):
         torch.testing.assert_close(d.grad.cpu(), c.grad, rtol=1e-4, atol=1e-4)
 
 
@@ -83,13 +110,13 @@ def test_half_types_compute_scores_in_fp32(dtype, tol, cpu_gen):
 
 def test_the_math_path_takes_what_the_kernel_does_not(cpu_gen):
     q = torch.randn(2, 4, 5, 8, generator=cpu_gen).to("spyre")
-    kv = torch.randn(2, 2, 5, 8, generator=cpu_gen).to("spyre")  # grouped-query: 2 key heads for 4
-    assert torch._fused_sdp_choice(q, kv, kv, None, 0.0, False, enable_gqa=True) == MATH
+    kv = torch.randn(2, 2, 5, 8, generator=cpu_gen).to("spyre")  # 2 key heads for 4 query heads
+    assert torch._fused_sdp_choice(q, kv, kv, None, 0.0, False) == MATH  # unequal heads without enable_gqa
     assert torch._fused_sdp_choice(q, q, q, None, 0.1, False) == MATH  # dropout
     assert torch._fused_sdp_choice(q[0], q[0], q[0], None, 0.0, False) == MATH  # 3-d
     torch_spyre.set_cpu_fallback("error")
-    got = F.scaled_dot_product_attention(q, kv, kv, enable_gqa=True)
-    want = F.scaled_dot_product_attention(q.cpu(), kv.cpu(), kv.cpu(), enable_gqa=True)
+    got = F.scaled_dot_product_attention(q[0], q[0], q[0], scale=0.5)  # 3-d: the math path, natively
+    want = F.scaled_dot_product_attention(q[0].cpu(), q[0].cpu(), q[0].cpu(), scale=0.5)
     torch.testing.assert_close(got.cpu(), want, rtol=1e-4, atol=1e-5)
     with sdpa_kernel([SDPBackend.MATH]):  # a user's choice of the math path is honoured
         assert torch._fused_sdp_choice(q, q, q, None, 0.0, False) == MATH
