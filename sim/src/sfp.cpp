@@ -475,8 +475,97 @@ void sfp_unary(hw::UnaryFn f, DType t, void* dst, const void* src, Bcast b, uint
   }
 }
 
+namespace {
+
+// One operand of an fp32 BINARY as rows see it: a row of `cols` floats (stride 1) or one value per
+// row. Broadcast rows, columns and scalars are copied first, so the result may overwrite them.
+struct F32Operand {
+  const float* full = nullptr;  // Full: row r at full + r * cols
+  std::vector<float> copy;      // Row: the row; Col: one value per row; Scalar / Imm: one value
+  Bcast b = Bcast::kFull;
+  bool vector_rows() const { return b == Bcast::kFull || b == Bcast::kRow; }
+  const float* row(uint64_t r, uint64_t cols) const { return b == Bcast::kFull ? full + r * cols : copy.data(); }
+  float value(uint64_t r) const { return b == Bcast::kCol ? copy[r] : copy[0]; }
+};
+
+F32Operand f32_operand(const void* src, Bcast b, uint32_t imm, uint64_t rows, uint64_t cols) {
+  F32Operand o;
+  o.b = b;
+  if (b == Bcast::kFull) {
+    o.full = static_cast<const float*>(src);
+  } else if (b == Bcast::kImm) {
+    o.copy.resize(1);
+    std::memcpy(o.copy.data(), &imm, 4);
+  } else {
+    o.copy.resize(hw::bcast_elements(b, rows, cols));
+    std::memcpy(o.copy.data(), src, o.copy.size() * 4);
+  }
+  return o;
+}
+
+// dst = op(x, y) over rows x cols of fp32, each loop a plain (vectorisable) one.
+template <typename Op>
+void binary_f32(Op op, float* dst, const F32Operand& x, const F32Operand& y, uint64_t rows, uint64_t cols) {
+  for (uint64_t r = 0; r < rows; ++r) {
+    float* out = dst + r * cols;
+    if (x.vector_rows() && y.vector_rows()) {
+      const float *a = x.row(r, cols), *b = y.row(r, cols);
+      for (uint64_t c = 0; c < cols; ++c) out[c] = op(a[c], b[c]);
+    } else if (x.vector_rows()) {
+      const float* a = x.row(r, cols);
+      const float b = y.value(r);
+      for (uint64_t c = 0; c < cols; ++c) out[c] = op(a[c], b);
+    } else if (y.vector_rows()) {
+      const float a = x.value(r);
+      const float* b = y.row(r, cols);
+      for (uint64_t c = 0; c < cols; ++c) out[c] = op(a, b[c]);
+    } else {
+      std::fill_n(out, cols, op(x.value(r), y.value(r)));
+    }
+  }
+}
+
+// A full operand that overlaps the result without being it would be read after parts of it were
+// written: such instructions take the general path (which reads everything first).
+bool overlaps_apart(const void* dst, const void* src, Bcast b, uint64_t bytes) {
+  if (b != Bcast::kFull || src == dst) return false;
+  const auto* d = static_cast<const uint8_t*>(dst);
+  const auto* s = static_cast<const uint8_t*>(src);
+  return s < d + bytes && d < s + bytes;
+}
+
+// The arithmetic fp32 BINARY functions, without the general path's per-element dispatch. False
+// when the instruction is not one of them.
+bool binary_f32_fast(hw::BinaryFn f, void* dst, const void* src0, Bcast b0, const void* src1, Bcast b1, uint32_t imm,
+                     uint64_t rows, uint64_t cols) {
+  using hw::BinaryFn;
+  if (f != BinaryFn::kAdd && f != BinaryFn::kSub && f != BinaryFn::kMul && f != BinaryFn::kDiv) return false;
+  const uint64_t bytes = rows * cols * 4;
+  if (overlaps_apart(dst, src0, b0, bytes) || overlaps_apart(dst, src1, b1, bytes)) return false;
+  const F32Operand x = f32_operand(src0, b0, imm, rows, cols), y = f32_operand(src1, b1, imm, rows, cols);
+  auto* out = static_cast<float*>(dst);
+  switch (f) {
+    case BinaryFn::kAdd:
+      binary_f32([](float a, float b) { return a + b; }, out, x, y, rows, cols);
+      break;
+    case BinaryFn::kSub:
+      binary_f32([](float a, float b) { return a - b; }, out, x, y, rows, cols);
+      break;
+    case BinaryFn::kMul:
+      binary_f32([](float a, float b) { return a * b; }, out, x, y, rows, cols);
+      break;
+    default:
+      binary_f32([](float a, float b) { return a / b; }, out, x, y, rows, cols);
+      break;
+  }
+  return true;
+}
+
+}  // namespace
+
 void sfp_binary(hw::BinaryFn f, DType t, void* dst, const void* src0, Bcast b0, const void* src1, Bcast b1,
                 uint32_t imm, uint64_t rows, uint64_t cols) {
+  if (t == DType::kF32 && binary_f32_fast(f, dst, src0, b0, src1, b1, imm, rows, cols)) return;
   const uint64_t n = rows * cols;
   const DType out = hw::binary_is_compare(f) ? DType::kBool : t;
   if (hw::dtype_is_float(t)) {
@@ -668,7 +757,14 @@ void sfp_fill(DType t, void* dst, double value, uint64_t count) {
     const int64_t i = t == DType::kBool ? (value != 0.0) : static_cast<int64_t>(value);
     from_i64(&i, t, 1, d);
   }
-  for (uint64_t k = 1; k < count; ++k) std::memcpy(d + k * es, d, es);
+  const auto repeat = [&](auto word) {  // the first element, copied as one machine word
+    std::memcpy(&word, d, sizeof word);
+    std::fill_n(reinterpret_cast<decltype(word)*>(d) + 1, count - 1, word);
+  };
+  if (es == 1) std::memset(d + 1, d[0], count - 1);
+  if (es == 2) repeat(uint16_t{});
+  if (es == 4) repeat(uint32_t{});
+  if (es == 8) repeat(uint64_t{});
 }
 
 void sfp_iota(DType t, void* dst, double start, double step, uint64_t count) {
@@ -724,6 +820,24 @@ void sfp_scan(hw::ScanFn f, DType t, void* dst, const void* src, uint64_t rows, 
 void sfp_transpose(uint32_t es, void* dst, const void* src, uint64_t rows, uint64_t cols) {
   auto* d = static_cast<uint8_t*>(dst);
   const auto* s = static_cast<const uint8_t*>(src);
+  const auto typed = [&](auto word) {
+    using W = decltype(word);
+    W* out = reinterpret_cast<W*>(d);
+    const W* in = reinterpret_cast<const W*>(s);
+    constexpr uint64_t kBlock = 32;  // in blocks, so that both sides stay in cache
+    for (uint64_t r0 = 0; r0 < rows; r0 += kBlock) {
+      for (uint64_t c0 = 0; c0 < cols; c0 += kBlock) {
+        const uint64_t r1 = std::min(rows, r0 + kBlock), c1 = std::min(cols, c0 + kBlock);
+        for (uint64_t r = r0; r < r1; ++r) {
+          for (uint64_t c = c0; c < c1; ++c) out[c * rows + r] = in[r * cols + c];
+        }
+      }
+    }
+  };
+  if (es == 1) return typed(uint8_t{});
+  if (es == 2) return typed(uint16_t{});
+  if (es == 4) return typed(uint32_t{});
+  if (es == 8) return typed(uint64_t{});
   for (uint64_t r = 0; r < rows; ++r) {
     for (uint64_t c = 0; c < cols; ++c) std::memcpy(d + (c * rows + r) * es, s + (r * cols + c) * es, es);
   }
