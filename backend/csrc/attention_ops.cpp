@@ -113,21 +113,21 @@ void scores(Launch& l, const at::Tensor& q, const at::Tensor& k, const at::Tenso
   const int64_t g = q.size(1) / k.size(1);
   matmul(l, heads(l, q, g, false), heads(l, k, g, true, true), heads(l, s, g, false), scale, q);
   const int64_t L = s.size(2), S = s.size(3);
-  if (is_causal) {  // position i of the [L, S] plane: row i / S, column i % S; masked when column > row
-    const at::Tensor pos = l.scratch({L, S}, s, at::kLong);
-    const uint32_t flat = l.view(pos, {L * S}, {1});
-    ir::Pointwise iota;
-    iota.kind = ir::PointwiseKind::kIota;
-    iota.compute = hw::DType::kI64;
-    iota.out = flat;
-    l.pointwise(iota);
-    ir::Expr m(hw::DType::kI64);
-    const int32_t p = m.input(ir::Operand::of(flat)), n = m.constant(static_cast<double>(S));
-    m.binary(BinaryFn::kGt, m.binary(BinaryFn::kRemainder, p, n), m.binary(BinaryFn::kFloorDiv, p, n));
-    l.pointwise(m.done(flat));  // 1 where masked
-    expr(l, {l.view(pos, s.sizes(), {0, 0, S, 1}), sv}, sv, [](ir::Expr& e, const Refs& in) {
-      e.select(e.binary(BinaryFn::kNe, in[0], e.constant(0.0)), e.constant(-INFINITY), in[1]);
-    });
+  if (is_causal) {  // key j is masked for query i when j > i (top-left aligned, as torch)
+    const at::Tensor rows = l.scratch({L}, s), cols = l.scratch({S}, s);  // 0, 1, 2, ... in fp32
+    for (const at::Tensor& t : {rows, cols}) {
+      ir::Pointwise iota;
+      iota.kind = ir::PointwiseKind::kIota;
+      iota.compute = hw::DType::kF32;
+      iota.out = l.view(t);
+      l.pointwise(iota);
+    }
+    ir::Expr e(hw::DType::kF32);
+    const int32_t x = e.input(ir::Operand::of(sv));
+    const int32_t row = e.input(ir::Operand::of(l.view(rows, s.sizes(), {0, 0, 1, 0})));
+    const int32_t col = e.input(ir::Operand::of(l.view(cols, s.sizes(), {0, 0, 0, 1})));
+    e.select(e.binary(BinaryFn::kGt, col, row), e.constant(-INFINITY), x);
+    l.pointwise(e.done(sv));
   } else if (bias.defined()) {
     const at::Tensor b = bias.expand(s.sizes());
     if (b.scalar_type() == at::kBool) {  // true keeps the score

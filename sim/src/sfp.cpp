@@ -539,11 +539,25 @@ bool overlaps_apart(const void* dst, const void* src, Bcast b, uint64_t bytes) {
 bool binary_f32_fast(hw::BinaryFn f, void* dst, const void* src0, Bcast b0, const void* src1, Bcast b1, uint32_t imm,
                      uint64_t rows, uint64_t cols) {
   using hw::BinaryFn;
-  if (f != BinaryFn::kAdd && f != BinaryFn::kSub && f != BinaryFn::kMul && f != BinaryFn::kDiv) return false;
+  const bool uniform_exponent = f == BinaryFn::kPow && (b1 == Bcast::kImm || b1 == Bcast::kScalar);
+  if (f != BinaryFn::kAdd && f != BinaryFn::kSub && f != BinaryFn::kMul && f != BinaryFn::kDiv && !uniform_exponent) {
+    return false;
+  }
   const uint64_t bytes = rows * cols * 4;
   if (overlaps_apart(dst, src0, b0, bytes) || overlaps_apart(dst, src1, b1, bytes)) return false;
   const F32Operand x = f32_operand(src0, b0, imm, rows, cols), y = f32_operand(src1, b1, imm, rows, cols);
   auto* out = static_cast<float*>(dst);
+  if (uniform_exponent) {  // x^2 and x^-1 are one rounding of the exact value, as pow's result is
+    const float e = y.value(0);
+    if (e == 2.0f) {
+      binary_f32([](float a, float) { return a * a; }, out, x, y, rows, cols);
+    } else if (e == -1.0f) {
+      binary_f32([](float a, float) { return 1.0f / a; }, out, x, y, rows, cols);
+    } else {
+      binary_f32([](float a, float b) { return std::pow(a, b); }, out, x, y, rows, cols);
+    }
+    return true;
+  }
   switch (f) {
     case BinaryFn::kAdd:
       binary_f32([](float a, float b) { return a + b; }, out, x, y, rows, cols);
