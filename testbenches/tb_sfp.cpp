@@ -426,6 +426,49 @@ TEST_CASE("REDUCE: sum, max, min, prod, argmax, argmin with NaNs and ties, over 
   }
 }
 
+TEST_CASE("SORT: each row stable, ascending or descending, NaN largest, with the source columns") {
+  const double nan = std::numeric_limits<double>::quiet_NaN();
+  struct Case {
+    DType t;
+    std::vector<std::vector<double>> rows;
+    std::vector<std::vector<int64_t>> up, down;  // source columns, written out by hand
+  };
+  const Case cases[] = {
+      {DType::kF32,
+       {{3, 1, nan, 1, -2, 5}, {0, -0.0, 2, 2, -1, 7}},
+       {{4, 1, 3, 0, 5, 2}, {4, 0, 1, 2, 3, 5}},
+       {{2, 5, 0, 1, 3, 4}, {5, 2, 3, 0, 1, 4}}},
+      {DType::kBF16, {{3, 1, nan, 1, -2, 5}}, {{4, 1, 3, 0, 5, 2}}, {{2, 5, 0, 1, 3, 4}}},
+      {DType::kI32, {{5, -3, 5, 0, -3, 9}}, {{1, 4, 3, 0, 2, 5}}, {{5, 0, 2, 3, 1, 4}}},
+      {DType::kI64, {{5, -3, 5, 0, -3, 9}}, {{1, 4, 3, 0, 2, 5}}, {{5, 0, 2, 3, 1, 4}}},
+  };
+  for (const Case& k : cases) {
+    CAPTURE(std::string(hw::dtype_name(k.t)));
+    const auto rows = static_cast<uint32_t>(k.rows.size()), cols = 6u;
+    std::vector<double> flat;
+    for (const auto& r : k.rows) flat.insert(flat.end(), r.begin(), r.end());
+    const std::vector<hw::Instr> code = {sfp(Op::kSort, k.t, kD, kX, kE, rows, cols),
+                                         sfp(Op::kSort, k.t, kZ, kX, kY, rows, cols, hw::kSortDescending)};
+    const uint32_t es = hw::dtype_size(k.t);
+    const auto got =
+        on_core({{kX, pack(k.t, flat)}}, code,
+                {{kD, rows * cols * es}, {kE, rows * cols * 8}, {kZ, rows * cols * es}, {kY, rows * cols * 8}});
+    for (uint32_t r = 0; r < rows; ++r) {
+      for (uint32_t c = 0; c < cols; ++c) {
+        CAPTURE(r);
+        CAPTURE(c);
+        const uint32_t i = r * cols + c;
+        const int64_t up = k.up[r][c], down = k.down[r][c];
+        CHECK(get_int(DType::kI64, got[1], i) == up);
+        CHECK(get_int(DType::kI64, got[3], i) == down);
+        const double want_up = k.rows[r][static_cast<size_t>(up)], want_down = k.rows[r][static_cast<size_t>(down)];
+        CHECK((std::isnan(want_up) ? std::isnan(get(k.t, got[0], i)) : get(k.t, got[0], i) == want_up));
+        CHECK((std::isnan(want_down) ? std::isnan(get(k.t, got[2], i)) : get(k.t, got[2], i) == want_down));
+      }
+    }
+  }
+}
+
 TEST_CASE("CONVERT between every pair of types: rounding once to nearest even, truncation, saturation, bool") {
   // 1 + 2^-8 is a bf16 tie (to 1), 1 + 3 * 2^-9 rounds up, 1 + 2^-7 + 2^-8 is a tie to the even 1 + 2^-6;
   // 1 + 2^-11 and 1 + 3 * 2^-11 are the same for f16.

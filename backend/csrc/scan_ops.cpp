@@ -1,6 +1,8 @@
-// Scans and selection on the device: cumsum and cumprod along any dim (moved last, contiguous),
-// accumulating fp16 and bf16 in fp32 and integers in int64 as torch does; and topk, by k rounds of
-// max (or min) and arg-max, each masking the element it took. One launch each.
+// Scans, sorting and selection on the device: cumsum and cumprod along any dim (moved last,
+// contiguous), accumulating fp16 and bf16 in fp32 and integers in int64 as torch does; sort (so
+// argsort and msort), stable, each row sorted whole in a core's scratchpad; and topk, by k rounds
+// of max (or min) and arg-max, each masking the element it took, or for a larger k by a sort.
+// One launch each.
 #include <ATen/ATen.h>
 #include <ATen/WrapDimUtils.h>
 #include <ATen/native/Resize.h>
@@ -44,6 +46,48 @@ void scan_kernel(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
   c.finish(out);
 }
 
+// Sorts each row of x [..., n] (contiguous) into vals and idx of its shape, stable, NaN counting
+// as the largest. False when the compiler does not take it (a row longer than a scratchpad holds).
+bool sort_rows(const at::Tensor& x, bool descending, const at::Tensor& vals, const at::Tensor& idx,
+               const BoxedCall& c) {
+  Launch l;
+  ir::Op op;
+  op.family = ir::Op::Family::kSort;
+  op.sort.in = l.view(x);
+  op.sort.values = l.view(vals);
+  op.sort.indices = l.view(idx);
+  op.sort.descending = descending;
+  l.graph().ops.push_back(op);
+  return try_run(l, c);
+}
+
+// sort(self, stable?, dim, descending) -> (values, indices): always stable, as CPU torch's is, so
+// tied elements keep their order and the indices match CPU's.
+void sort_kernel(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
+  BoxedCall c(op, stack);
+  const at::Tensor self = c.at(0).toTensor();
+  const int64_t dim = at::maybe_wrap_dim(c.get("dim")->toInt(), std::max<int64_t>(self.dim(), 1));
+  const bool descending = c.get("descending")->toBool();
+  if (!device_dtype(self.scalar_type())) return c.fall_back();
+  const bool out = c.overload().rfind("values", 0) == 0;
+  at::Tensor values = out ? c.get("values")->toTensor() : at::empty(self.sizes(), self.options());
+  at::Tensor indices = out ? c.get("indices")->toTensor() : at::empty(self.sizes(), self.options().dtype(at::kLong));
+  if (out) {
+    TORCH_CHECK(values.scalar_type() == self.scalar_type() && indices.scalar_type() == at::kLong,
+                "sort: expected values of the input's type and int64 indices");
+    at::native::resize_output(values, self.sizes());
+    at::native::resize_output(indices, self.sizes());
+  }
+  if (self.numel() == 0) return c.finish({values, indices});
+  const at::Tensor x = (self.dim() == 0 ? self.view({1}) : self).movedim(dim, -1).contiguous();
+  const at::Tensor vals = at::empty(x.sizes(), x.options()), idx = at::empty(x.sizes(), x.options().dtype(at::kLong));
+  if (!sort_rows(x, descending, vals, idx, c)) return c.fall_back();
+  const int64_t back = self.dim() == 0 ? 0 : dim;
+  values.copy_(vals.movedim(-1, back).view(self.sizes()));
+  indices.copy_(idx.movedim(-1, back).view(self.sizes()));
+  c.finish({values, indices});
+}
+
 // topk(self, k, dim, largest, sorted) -> (values, indices), sorted; NaN counts as the largest.
 // Each of k rounds finds the best value m among the elements not yet taken, then the first such
 // element equal to m: a flag per element says which are still in play, so a real element equal to
@@ -56,14 +100,26 @@ void topk_kernel(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
   const bool largest = c.at(3).toBool();
   const int64_t n = self.dim() == 0 ? 1 : self.size(dim);
   TORCH_CHECK(k >= 0 && k <= n, "selected index k out of range");
-  // Each round is a few ops of one launch: beyond 64 rounds, a sort would serve better.
-  if (!device_dtype(self.scalar_type()) || self.scalar_type() == at::kBool || k > 64 || c.out()) return c.fall_back();
+  if (!device_dtype(self.scalar_type()) || self.scalar_type() == at::kBool || c.out()) return c.fall_back();
   std::vector<int64_t> sizes = self.sizes().vec();
   if (self.dim() > 0) sizes[static_cast<size_t>(dim)] = k;
   at::Tensor values = at::empty(sizes, self.options()), indices = at::empty(sizes, self.options().dtype(at::kLong));
   if (values.numel() == 0) return c.finish({values, indices});
   const at::Tensor x = (self.dim() == 0 ? self.view({1}) : self).movedim(dim, -1).contiguous();
   const int64_t rows = x.numel() / n;
+  std::vector<int64_t> moved = x.sizes().vec();
+  moved.back() = k;
+  const auto finish = [&](const at::Tensor& vals, const at::Tensor& idx) {
+    values.copy_(vals.reshape(moved).movedim(-1, self.dim() == 0 ? 0 : dim).view(values.sizes()));
+    indices.copy_(idx.reshape(moved).movedim(-1, self.dim() == 0 ? 0 : dim).view(indices.sizes()));
+    c.finish({values, indices});
+  };
+  if (k > 64) {  // each round is a few ops of one launch: beyond 64 rounds a sort serves better
+    const at::Tensor sv = at::empty({rows, n}, self.options()),
+                     si = at::empty({rows, n}, self.options().dtype(at::kLong));
+    if (!sort_rows(x.view({rows, n}), largest, sv, si, c)) return c.fall_back();
+    return finish(sv.narrow(1, 0, k), si.narrow(1, 0, k));
+  }
   const at::Tensor vals = at::empty({rows, k}, self.options()),
                    idx = at::empty({rows, k}, self.options().dtype(at::kLong));
   const hw::DType t = *device_dtype(self.scalar_type());
@@ -170,15 +226,12 @@ void topk_kernel(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
     l.graph().ops.push_back(g);
   }
   if (!run_or_fall_back(l, c)) return;
-  std::vector<int64_t> moved = x.sizes().vec();
-  moved.back() = k;
-  values.copy_(vals.view(moved).movedim(-1, self.dim() == 0 ? 0 : dim).view(values.sizes()));
-  indices.copy_(idx.view(moved).movedim(-1, self.dim() == 0 ? 0 : dim).view(indices.sizes()));
-  c.finish({values, indices});
+  finish(vals, idx);
 }
 
 const bool g_registered = [] {
   register_boxed({"topk"}, {""}, &topk_kernel);
+  register_boxed({"sort"}, {"", "stable", "values", "values_stable"}, &sort_kernel);
   register_boxed(with_inplace({"cumsum", "cumprod"}), {"", "out"}, &scan_kernel);
   return true;
 }();

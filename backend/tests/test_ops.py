@@ -40,7 +40,7 @@ NATIVE = {
     "nn.functional.layer_norm", "nn.functional.rms_norm",
     # losses, data movement, logical reductions
     "nn.functional.nll_loss", "nn.functional.cross_entropy", "cat", "tril", "triu", "all", "any",
-    "cumsum", "cumprod", "isin", "flip", "topk", "masked_select", "nonzero",
+    "cumsum", "cumprod", "isin", "flip", "topk", "sort", "argsort", "msort", "masked_select", "nonzero",
     # indexing
     "index_select", "gather", "scatter", "scatter_add", "index_add", "nn.functional.embedding",
 }  # fmt: skip
@@ -103,8 +103,32 @@ def _same_selection(actual, expected, sample):
     _compare(picked.to("spyre").view(expected[0].shape), expected[0], None)
 
 
+def _sort_args(sample) -> tuple[int, bool]:
+    """(dim, descending) of a sort or argsort sample, given positionally or by name."""
+    args, kwargs = sample.args, sample.kwargs
+    return (args[0] if args else kwargs.get("dim", -1)), (args[1] if len(args) > 1 else kwargs.get("descending", False))
+
+
+def _same_order(actual, expected, sample):
+    """sort: the values must match. The device's sort is stable; CPU's default one need not be,
+    so among equal values the indices are checked by what they select, and must equal CPU's
+    stable sort's exactly."""
+    values, indices = actual
+    _compare(values, expected[0], None)
+    _same_argsort(indices, expected[1], sample)
+
+
+def _same_argsort(indices, expected, sample):
+    source = sample.input if sample.input.dim() else sample.input.view(1)
+    dim, descending = _sort_args(sample)
+    picked = torch.gather(source, dim, indices.cpu().view(source.shape))
+    want = torch.sort(source, dim=dim, descending=descending, stable=True)
+    torch.testing.assert_close(picked, want.values, equal_nan=True)
+    assert torch.equal(indices.cpu().view(source.shape), want.indices)
+
+
 # Ops whose result may rightly differ from CPU's: how to check them instead.
-SPECIAL_CHECKS = {"topk": _same_selection}
+SPECIAL_CHECKS = {"topk": _same_selection, "sort": _same_order, "argsort": _same_argsort}
 
 
 @pytest.mark.parametrize("op,dtype", CASES)
@@ -410,3 +434,28 @@ def test_no_kernel_hides_an_autograd_decomposition():
         if has(name, "PrivateUse1") and has(name, "CompositeImplicitAutograd")
     ]
     assert clash == []
+
+
+def test_sort_is_stable_puts_nan_last_and_topk_past_64_uses_it(cpu_gen):
+    x = torch.randn(5, 300, generator=cpu_gen)
+    x[:, :40] = 0.5  # ties
+    x[1, 7] = x[3, 100] = float("nan")
+    torch_spyre.set_cpu_fallback("error")
+    for descending in (False, True):
+        got = torch.sort(x.to("spyre"), dim=1, descending=descending)
+        want = torch.sort(x, dim=1, descending=descending, stable=True)
+        torch.testing.assert_close(got.values.cpu(), want.values, equal_nan=True)
+        assert torch.equal(got.indices.cpu(), want.indices)
+        assert torch.equal(torch.argsort(x.t().to("spyre"), dim=0, descending=descending).cpu(), want.indices.t())
+    y = torch.randn(4, 1000, generator=cpu_gen)
+    for largest in (True, False):
+        got = torch.topk(y.to("spyre"), 200, dim=1, largest=largest)
+        want = torch.topk(y, 200, dim=1, largest=largest)
+        assert torch.equal(got.values.cpu(), want.values) and torch.equal(got.indices.cpu(), want.indices)
+
+
+def test_a_row_longer_than_the_scratchpad_sorts_on_the_cpu(cpu_gen):
+    x = torch.randn(2, 200_000, generator=cpu_gen)
+    with pytest.warns(UserWarning, match="aten::sort"):
+        got = torch.sort(x.to("spyre"), dim=1)
+    assert torch.equal(got.values.cpu(), torch.sort(x, dim=1).values)

@@ -182,6 +182,8 @@ uint8_t allowed_flags(hw::Op op) {
       return hw::kReduceAccumulate;
     case hw::Op::kRandom:
       return 1;  // normal
+    case hw::Op::kSort:
+      return hw::kSortDescending;
     default:
       return 0;
   }
@@ -479,6 +481,7 @@ bool Core::sfp(const hw::Instr& in) {
     return p;
   };
   bool transcendental = false;
+  uint64_t sort_cycles = 0;  // SORT is timed by its network, not per element
   const char* name = "";
   switch (in.op) {
     case hw::Op::kConvert: {
@@ -588,6 +591,16 @@ bool Core::sfp(const hw::Instr& in) {
       name = "random";
       break;
     }
+    case hw::Op::kSort: {
+      uint8_t* dst = lx(in, in.a, n * es);
+      const uint8_t* src = lx(in, in.b, n * es);
+      uint8_t* index = lx(in, in.c, n * 8);
+      if (!dst || !src || !index || in.c >> 32 || (index - lx_.data()) % 8 != 0) return false;
+      sfp_sort(t, dst, reinterpret_cast<int64_t*>(index), src, rows, cols, in.flags & hw::kSortDescending);
+      name = "sort";
+      sort_cycles = sort_network_cycles(rows, cols, t);
+      break;
+    }
     case hw::Op::kTranspose: {
       uint8_t* dst = lx(in, in.a, n * es);
       const uint8_t* src = lx(in, in.b, n * es);
@@ -599,8 +612,22 @@ bool Core::sfp(const hw::Instr& in) {
     default:
       return false;
   }
-  timed(begin, sfp_cycles(n, t, transcendental), stats_.compute_cycles, name, n);
+  timed(begin, sort_cycles ? sort_cycles : sfp_cycles(n, t, transcendental), stats_.compute_cycles, name, n);
   return true;
+}
+
+uint64_t Core::sort_network_cycles(uint64_t rows, uint64_t cols, hw::DType t) const {
+  // A bitonic network over each row padded to a power of two p: log2(p) (log2(p) + 1) / 2
+  // compare-exchange stages, each one pass of the SFP over the rows (values and indices).
+  uint64_t p = 1, lg = 0;
+  while (p < cols) {
+    p <<= 1;
+    ++lg;
+  }
+  const uint64_t stages = std::max<uint64_t>(lg * (lg + 1) / 2, 1);
+  const uint64_t bytes = std::max<uint32_t>(hw::dtype_size(t), 2);
+  const uint64_t per_cycle = std::max<uint64_t>(uint64_t{config_.chip.sfp_lanes} * 2 / bytes, 1);
+  return stages * ((rows * p + per_cycle - 1) / per_cycle) + config_.chip.sfp_fill_cycles;
 }
 
 }  // namespace spyre::sim

@@ -92,6 +92,7 @@ class Core : public sc_core::sc_module {
   /// Scratchpad pointer for `n` bytes at `addr` + r[rl] of `in`; nullptr when out of range.
   uint8_t* lx(const hw::Instr& in, uint64_t addr, uint64_t n);
   uint64_t sfp_cycles(uint64_t elements, hw::DType t, bool transcendental) const;
+  uint64_t sort_network_cycles(uint64_t rows, uint64_t cols, hw::DType t) const;
   void timed(uint64_t begin_cycle, uint64_t cycles, uint64_t& stat, const char* name, uint64_t elements);
   fw::Verdict fault(uint32_t pc) const {
     return {hw::ErrorCode::kCoreFault, hw::Field::kNone, id_ << 24 | (pc & 0xffffff)};

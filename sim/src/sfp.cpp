@@ -796,6 +796,39 @@ void sfp_iota(DType t, void* dst, double start, double step, uint64_t count) {
   }
 }
 
+void sfp_sort(DType t, void* dst, int64_t* index, const void* src, uint64_t rows, uint64_t cols, bool descending) {
+  // Keys in double: exact for every element type (int64 up to 2**53); NaN sorts as the largest.
+  const uint32_t es = hw::dtype_size(t);
+  std::vector<double> key(cols);
+  std::vector<int64_t> order(cols);
+  std::vector<uint8_t> row(cols * es);
+  for (uint64_t r = 0; r < rows; ++r) {
+    const auto* in = static_cast<const uint8_t*>(src) + r * cols * es;
+    if (hw::dtype_is_float(t)) {
+      std::vector<float> f(cols);
+      to_f32(in, t, cols, f.data());
+      for (uint64_t c = 0; c < cols; ++c) key[c] = f[c];
+    } else {
+      std::vector<int64_t> v(cols);
+      to_i64(in, t, cols, v.data());
+      for (uint64_t c = 0; c < cols; ++c) key[c] = static_cast<double>(v[c]);
+    }
+    for (uint64_t c = 0; c < cols; ++c) order[c] = static_cast<int64_t>(c);
+    const auto before = [&](int64_t i, int64_t j) {  // strictly before in the requested order
+      const double x = key[static_cast<size_t>(i)], y = key[static_cast<size_t>(j)];
+      if (std::isnan(x) || std::isnan(y))
+        return descending ? (std::isnan(x) && !std::isnan(y)) : !std::isnan(x) && std::isnan(y);
+      return descending ? x > y : x < y;
+    };
+    std::stable_sort(order.begin(), order.end(), before);
+    std::memcpy(row.data(), in, cols * es);  // src and dst may be the same block
+    auto* out = static_cast<uint8_t*>(dst) + r * cols * es;
+    for (uint64_t c = 0; c < cols; ++c)
+      std::memcpy(out + c * es, row.data() + static_cast<uint64_t>(order[c]) * es, es);
+    std::memcpy(index + r * cols, order.data(), cols * 8);
+  }
+}
+
 void sfp_scan(hw::ScanFn f, DType t, void* dst, const void* src, uint64_t rows, uint64_t cols, void* carry,
               bool accumulate) {
   const uint64_t n = rows * cols;

@@ -37,6 +37,10 @@ void sfp_reduce(hw::ReduceFn f, hw::DType t, void* dst, const void* src, uint64_
 void sfp_scan(hw::ScanFn f, hw::DType t, void* dst, const void* src, uint64_t rows, uint64_t cols, void* carry,
               bool accumulate);
 
+/// Stable sort of each row into dst (t), the source column of each result into `index` (int64).
+/// NaN counts as larger than every number.
+void sfp_sort(hw::DType t, void* dst, int64_t* index, const void* src, uint64_t rows, uint64_t cols, bool descending);
+
 /// Counter-based random numbers: element i from (key, counter + i), uniform in [0, 1) or normal.
 void sfp_random(hw::DType t, void* dst, uint64_t key, uint64_t counter, uint64_t count, bool normal);
 

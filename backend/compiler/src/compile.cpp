@@ -37,6 +37,9 @@ Program compile(const ir::Graph& g, const Target& t) {
       case ir::Op::Family::kScan:
         k = lower::lower_scan(g, op.scan, t);
         break;
+      case ir::Op::Family::kSort:
+        k = lower::lower_sort(g, op.sort, t);
+        break;
     }
     if (k) kernels.push_back(std::move(*k));
   }

@@ -10,6 +10,9 @@ namespace spyre::compiler::ir {
 namespace {
 
 std::string describe(const Op& op) {
+  if (op.family == Op::Family::kSort) {
+    return fmt::format("sort{}/{}>{},{}", op.sort.descending ? "d" : "a", op.sort.in, op.sort.values, op.sort.indices);
+  }
   if (op.family == Op::Family::kScan) {
     return fmt::format("scan{}/{}/{}>{}", static_cast<int>(op.scan.fn), hw::dtype_name(op.scan.compute), op.scan.in,
                        op.scan.out);
@@ -82,6 +85,10 @@ std::string Graph::name() const {
     return fmt::format("{}mm {} {}{}x{}x{}{}", batch > 1 ? "b" : "", hw::dtype_name(op.matmul.compute),
                        batch > 1 ? fmt::format("{}x", batch) : "", o[o.size() - 2], a.back(), o.back(),
                        op.matmul.bias >= 0 ? " +bias" : "");
+  }
+  if (op.family == Op::Family::kSort) {
+    const View& v = views.at(op.sort.values);
+    return fmt::format("sort {} [{}]", hw::dtype_name(v.dtype), fmt::join(v.sizes, ","));
   }
   if (op.family == Op::Family::kScan) {
     const View& v = views.at(op.scan.out);

@@ -22,5 +22,6 @@ std::optional<Kernel> lower_reduce(const ir::Graph& g, const ir::Reduce& r, cons
 std::optional<Kernel> lower_matmul(const ir::Graph& g, const ir::Matmul& m, const Target& t);
 std::optional<Kernel> lower_index(const ir::Graph& g, const ir::Index& x, const Target& t);
 std::optional<Kernel> lower_scan(const ir::Graph& g, const ir::Scan& s, const Target& t);
+std::optional<Kernel> lower_sort(const ir::Graph& g, const ir::Sort& s, const Target& t);
 
 }  // namespace spyre::compiler::lower

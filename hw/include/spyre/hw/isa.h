@@ -67,6 +67,7 @@ enum class Op : uint8_t {
   kTranspose = 0x38,  // dst[cols, rows] = src[rows, cols]^T
   kScan = 0x39,       // dst[r, c] = f(src[r, 0..c]) along each row, f = ScanFn in c (inclusive)
   kRandom = 0x3a,     // dst[i] = a random number of element r[rd + 1] + i under key r[rd] (below)
+  kSort = 0x3b,       // each row of src sorted (stable) into dst, its column indices (int64) at c
 };
 
 /// Element types of the scratchpad and device memory. Bool is one byte holding 0 or 1.
@@ -151,6 +152,10 @@ inline constexpr uint8_t kScatterMul = 1u << 2;
 constexpr uint64_t pack_rank_set(uint64_t first, uint64_t stride, uint64_t count) {
   return (first & 0xffffu) | (stride & 0xffffu) << 16 | (count & 0xffffu) << 32;
 }
+
+// SORT: flags bit 0 sorts each row descending instead of ascending. NaN counts as larger than
+// every number; equal elements keep their order (a stable sort).
+inline constexpr uint8_t kSortDescending = 1u << 0;
 
 // MATMUL: flags bit 0 adds to C instead of overwriting it.
 inline constexpr uint8_t kMatmulAccumulate = 1u << 0;

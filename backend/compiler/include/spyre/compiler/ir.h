@@ -157,13 +157,21 @@ struct Scan {
   uint32_t in = 0, out = 0;
 };
 
+/// values, indices = each row of `in` along its last dim sorted (stable; NaN counts as largest),
+/// and the positions the values came from (int64). in and values have one type; all three one shape.
+struct Sort {
+  uint32_t in = 0, values = 0, indices = 0;
+  bool descending = false;
+};
+
 struct Op {
-  enum class Family : uint8_t { kPointwise, kReduce, kMatmul, kIndex, kScan } family = Family::kPointwise;
+  enum class Family : uint8_t { kPointwise, kReduce, kMatmul, kIndex, kScan, kSort } family = Family::kPointwise;
   Pointwise pointwise;
   Reduce reduce;
   Matmul matmul;
   Index index;
   Scan scan;
+  Sort sort;
 };
 
 /// Views and the ops that read and write them, in program order. Ops run one after another,
