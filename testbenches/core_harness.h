@@ -23,6 +23,7 @@
 #include "../backend/compiler/src/emit/builder.h"
 #include "core.h"
 #include "device_memory.h"
+#include "sfp.h"
 #include "spyre/compiler/program.h"
 #include "trace.h"
 
@@ -178,6 +179,8 @@ struct Harness {
   sim::Config config = [] {
     sim::Config c;
     c.output.trace_instructions = false;
+    c.chip.fp16_format = "ieee";  // the f16 goldens are IEEE half; tb_sfp checks DLFloat16 itself
+    sim::set_fp16_dlfloat(false);
     return c;
   }();
   sim::Trace trace{config};

@@ -469,6 +469,63 @@ TEST_CASE("SORT: each row stable, ascending or descending, NaN largest, with the
   }
 }
 
+TEST_CASE("DLFloat16: CONVERT from f32 rounds to 9 fraction bits, ties away, saturating; and back exactly") {
+  // Bit patterns worked out by hand: sign | (exponent + 31) << 9 | fraction.
+  const double big = std::ldexp(2.0 - std::ldexp(1.0, -8), 32);  // exponent 63, fraction 510
+  const struct {
+    double value;
+    uint16_t bits;
+    double back;  // the value the pattern stands for
+  } cases[] = {
+      {1.0, 0x3e00, 1.0},
+      {1.0 + std::ldexp(1.0, -9), 0x3e01, 1.0 + std::ldexp(1.0, -9)},
+      {1.0 + std::ldexp(1.0, -10), 0x3e01, 1.0 + std::ldexp(1.0, -9)},            // a tie, away from zero
+      {1.0 + std::ldexp(1.0, -11), 0x3e00, 1.0},                                  // below half: down
+      {-(1.0 + 3 * std::ldexp(1.0, -10)), 0xbe02, -(1.0 + std::ldexp(1.0, -8))},  // a tie, away
+      {-2.0, 0xc000, -2.0},
+      {65504.0, 0x5e00, 65536.0},                            // fp16's largest needs 10 fraction bits: rounds up to 2^16
+      {std::ldexp(1.0, -30), 0x0200, std::ldexp(1.0, -30)},  // the smallest normal
+      {std::ldexp(1.0, -31), 0x0000, 0.0},                   // below it: flushed (no subnormals)
+      {1e30, 0x7ffe, big},                                   // past the largest: saturates
+      {-INFINITY, 0xfffe, -big},                             // no infinity either
+      {-0.0, 0x8000, -0.0},
+  };
+  sim::set_fp16_dlfloat(true);
+  std::vector<double> values;
+  std::vector<uint16_t> bits;
+  for (const auto& k : cases) {
+    values.push_back(k.value);
+    bits.push_back(k.bits);
+  }
+  values.push_back(std::numeric_limits<double>::quiet_NaN());
+  bits.push_back(0x7fff);
+  const auto n = static_cast<uint32_t>(values.size());
+  std::vector<uint8_t> raw(bits.size() * 2);
+  std::memcpy(raw.data(), bits.data(), raw.size());
+  const auto got = on_core({{kX, pack(DType::kF32, values)}, {kY, raw}},
+                           {sfp(Op::kConvert, DType::kF16, kD, kX, static_cast<uint64_t>(DType::kF32), 1, n),
+                            sfp(Op::kConvert, DType::kF32, kE, kY, static_cast<uint64_t>(DType::kF16), 1, n)},
+                           {{kD, n * 2}, {kE, n * 4}});
+  sim::set_fp16_dlfloat(false);
+  for (uint32_t i = 0; i + 1 < n; ++i) {
+    CAPTURE(i);
+    CAPTURE(cases[i].value);
+    uint16_t b;
+    std::memcpy(&b, got[0].data() + 2 * i, 2);
+    CHECK(b == cases[i].bits);
+    float f;
+    std::memcpy(&f, got[1].data() + 4 * i, 4);
+    CHECK(f == static_cast<float>(cases[i].back));
+    CHECK(std::signbit(f) == std::signbit(cases[i].back));
+  }
+  uint16_t nan_bits;
+  std::memcpy(&nan_bits, got[0].data() + 2 * (n - 1), 2);
+  CHECK((nan_bits & 0x7fff) == 0x7fff);
+  float nan_back;
+  std::memcpy(&nan_back, got[1].data() + 4 * (n - 1), 4);
+  CHECK(std::isnan(nan_back));
+}
+
 TEST_CASE("CONVERT between every pair of types: rounding once to nearest even, truncation, saturation, bool") {
   // 1 + 2^-8 is a bf16 tie (to 1), 1 + 3 * 2^-9 rounds up, 1 + 2^-7 + 2^-8 is a tie to the even 1 + 2^-6;
   // 1 + 2^-11 and 1 + 3 * 2^-11 are the same for f16.

@@ -21,9 +21,29 @@
 #include "aten_util.h"
 #include "compute.h"
 #include "runtime.h"
+#include "spyre/hw/dlfloat16.h"
 
 namespace spyre::backend {
 namespace {
+
+// fp16 data of a card that keeps fp16 as DLFloat16 (the silicon's choice; the config's
+// chip.fp16_format) crosses the copy boundary converted, in place in a host buffer.
+bool dlfloat(const at::Tensor& device_tensor) {
+  return device_tensor.scalar_type() == at::kHalf &&
+         DeviceRuntime::get(device_tensor.device().index()).device().info().fp16_dlfloat;
+}
+
+void ieee_to_dlfloat(void* data, uint64_t bytes) {
+  auto* p = static_cast<uint16_t*>(data);
+  for (uint64_t i = 0; i < bytes / 2; ++i) {
+    p[i] = hw::dlf16_from_float(static_cast<float>(c10::Half(p[i], c10::Half::from_bits())));
+  }
+}
+
+void dlfloat_to_ieee(void* data, uint64_t bytes) {
+  auto* p = static_cast<uint16_t*>(data);
+  for (uint64_t i = 0; i < bytes / 2; ++i) p[i] = c10::Half(hw::dlf16_to_float(p[i])).x;
+}
 
 c10::Device target_device(const std::optional<c10::Device>& device) {
   c10::Device d = device.value_or(c10::Device(c10::DeviceType::PrivateUse1, -1));
@@ -110,6 +130,7 @@ at::Tensor copy_from(const at::Tensor& src, const at::Tensor& dst, bool /*non_bl
   } else if (src.is_privateuseone() && dst.is_cpu()) {
     if (same_dense_layout(src, dst)) {
       DeviceRuntime::get(src.device().index()).d2h(dst.data_ptr(), device_addr(src), dst.nbytes());
+      if (dlfloat(src)) dlfloat_to_ieee(dst.data_ptr(), dst.nbytes());
     } else if (device_types && (!src.is_contiguous() || src.dtype() != dst.dtype())) {
       const c10::DeviceGuard guard(src.device());
       const at::Tensor packed = at::empty(src.sizes(), src.options().dtype(dst.scalar_type()));
@@ -208,6 +229,7 @@ at::Tensor read_device(const at::Tensor& src) {
   const auto [addr, bytes] = device_span(src);
   at::Tensor buf = at::empty({static_cast<int64_t>(bytes / src.itemsize())}, src.options().device(c10::kCPU));
   DeviceRuntime::get(src.device().index()).d2h(buf.data_ptr(), addr, bytes);
+  if (dlfloat(src)) dlfloat_to_ieee(buf.data_ptr(), bytes);
   return buf.as_strided(src.sizes(), src.strides(), 0);
 }
 
@@ -216,7 +238,11 @@ void write_device(const at::Tensor& dst, const at::Tensor& src_cpu) {
   const c10::DeviceGuard guard(dst.device());
   DeviceRuntime& rt = DeviceRuntime::get(dst.device().index());
   if (dst.is_contiguous()) {
-    const at::Tensor c = src_cpu.to(dst.scalar_type()).expand(dst.sizes()).contiguous();
+    at::Tensor c = src_cpu.to(dst.scalar_type()).expand(dst.sizes()).contiguous();
+    if (dlfloat(dst)) {
+      c = c.clone();  // converted in a buffer of our own, never in the caller's tensor
+      ieee_to_dlfloat(c.data_ptr(), dst.nbytes());
+    }
     rt.h2d(device_addr(dst), c.data_ptr(), dst.nbytes());
     return;
   }
@@ -225,6 +251,7 @@ void write_device(const at::Tensor& dst, const at::Tensor& src_cpu) {
   at::Tensor host = read_device(dst);
   host.copy_(src_cpu);
   const auto [addr, bytes] = device_span(dst);
+  if (dlfloat(dst)) ieee_to_dlfloat(host.storage().mutable_data(), bytes);
   rt.h2d(addr, host.storage().data(), bytes);
 }
 

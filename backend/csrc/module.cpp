@@ -40,6 +40,7 @@ py::dict device_info(int index) {
   d["clock_mhz"] = i.clock_mhz;
   d["memory_bytes"] = i.memory_bytes;
   d["lx_bytes"] = i.lx_bytes;
+  d["fp16_format"] = i.fp16_dlfloat ? "dlfloat16" : "ieee";
   return d;
 }
 

@@ -1,4 +1,10 @@
-"""Shared fixtures for the PyTorch device tests. Every test runs against the simulated card."""
+"""Shared fixtures for the PyTorch device tests. Every test runs against the simulated card.
+
+The card of the test session keeps fp16 as IEEE half (configs/ieee_fp16.json), so that fp16
+kernels compare with CPU torch's fp16; the silicon's default, DLFloat16, has tests of its own
+(test_dlfloat16.py) that run in processes with the default config. A SPYRE_CONFIG set by the
+caller wins.
+"""
 
 from __future__ import annotations
 
@@ -7,11 +13,13 @@ import pathlib
 import subprocess
 import sys
 
-import pytest
-import torch
-import torch_spyre
-
 ROOT = pathlib.Path(__file__).resolve().parents[2]
+IEEE_FP16 = ROOT / "configs" / "ieee_fp16.json"
+os.environ.setdefault("SPYRE_CONFIG", str(IEEE_FP16))  # before the card starts (on first use)
+
+import pytest  # noqa: E402
+import torch  # noqa: E402
+import torch_spyre  # noqa: E402
 
 
 @pytest.fixture(autouse=True)
@@ -41,6 +49,7 @@ def run_script(
 
 def _run(argv: list[str], env: dict[str, str] | None, timeout: int) -> subprocess.CompletedProcess:
     full_env = {k: v for k, v in os.environ.items() if not k.startswith(("SPYRE_", "TORCH_SPYRE_"))}
+    full_env["SPYRE_CONFIG"] = str(IEEE_FP16)  # as this process's card, unless the test says otherwise
     full_env.update(env or {})
     return subprocess.run(argv, capture_output=True, text=True, env=full_env, timeout=timeout, cwd=ROOT)
 

@@ -394,7 +394,7 @@ def test_large_tensors_span_many_tiles_and_cores(cpu_gen):
 def test_small_scratchpad_and_fewer_cores(tmp_path):
     """Programs compiled for a 256 KiB scratchpad and 16 cores run and give CPU's results."""
     config = tmp_path / "small.json"
-    config.write_text('{"chip": {"lx_bytes": 262144, "cores": 16}}')
+    config.write_text('{"chip": {"lx_bytes": 262144, "cores": 16, "fp16_format": "ieee"}}')
     code = """
 import torch, torch_spyre
 torch_spyre.set_cpu_fallback("error")

@@ -74,6 +74,7 @@ Status Device::open(Transport& t, uint32_t index, std::unique_ptr<Device>* out) 
   info.clock_mhz = t.mmio_read(index, hw::kRegClockMhz);
   info.memory_bytes = t.mmio_read(index, hw::kRegMemSizeLo) | uint64_t{t.mmio_read(index, hw::kRegMemSizeHi)} << 32;
   info.lx_bytes = t.mmio_read(index, hw::kRegLxBytes);
+  info.fp16_dlfloat = (t.mmio_read(index, hw::kRegNumerics) & hw::kNumericsFp16DlFloat) != 0;
   out->reset(new Device(t, index, info));
   log("driver").info("spyre:{} opened: {:04x}:{:04x} over {}, {} cores at {} MHz, {} of memory, {} queues", index,
                      info.vendor_id, info.device_id, t.name(), info.num_cores, info.clock_mhz, gib(info.memory_bytes),

@@ -87,6 +87,7 @@ TEST_CASE("device opens with the configured identity and limits") {
   CHECK(info.num_cores == 32);
   CHECK(info.memory_bytes == 112ull << 30);
   CHECK(info.lx_bytes == 2u << 20);
+  CHECK(info.fp16_dlfloat);  // the silicon's format is the default
   CHECK(info.clock_mhz == 1500);
 }
 
@@ -169,6 +170,10 @@ TEST_CASE("a matmul program runs on the cores and matches a CPU reference") {
     compiler::MatmulSpec spec{m, k, n, type, type, k, n, n};
     const compiler::Program prog = compiler::compile_matmul(spec, {dev0().info().num_cores, dev0().info().lx_bytes});
     const uint32_t es = hw::dtype_size(type);
+    // fp16 in device memory: DLFloat16 (1-6-9, bias 31) on a default card, IEEE half (1-5-10,
+    // bias 15) when the config says so; the driver reads which from the numerics register.
+    const bool dl = dev0().info().fp16_dlfloat;
+    const int bias = dl ? 31 : 15, frac_bits = dl ? 9 : 10;
     auto to_dev = [&](const std::vector<float>& v) {
       std::vector<uint8_t> bytes(v.size() * es);
       for (size_t i = 0; i < v.size(); ++i) {
@@ -180,8 +185,8 @@ TEST_CASE("a matmul program runs on the cores and matches a CPU reference") {
           if (f != 0) {
             int e = 0;
             const float mant = std::frexp(std::fabs(f), &e);  // f = mant * 2^e, mant in [0.5, 1)
-            h = static_cast<uint16_t>((f < 0 ? 0x8000 : 0) | ((e - 1 + 15) << 10) |
-                                      static_cast<uint16_t>((mant * 2 - 1) * 1024));
+            h = static_cast<uint16_t>((f < 0 ? 0x8000 : 0) | ((e - 1 + bias) << frac_bits) |
+                                      static_cast<uint16_t>((mant * 2 - 1) * (1 << frac_bits)));
           }
           std::memcpy(&bytes[i * 2], &h, 2);
         }
@@ -210,9 +215,10 @@ TEST_CASE("a matmul program runs on the cores and matches a CPU reference") {
       } else {
         uint16_t h = 0;
         std::memcpy(&h, &out[i * 2], 2);
-        const int e = (h >> 10) & 31;
-        const float mant = static_cast<float>(h & 1023) / 1024;
-        v = (e == 0 ? std::ldexp(mant, -14) : std::ldexp(1 + mant, e - 15)) * ((h & 0x8000) ? -1 : 1);
+        const int e = (h >> frac_bits) & (dl ? 63 : 31);
+        const float mant = static_cast<float>(h & ((1 << frac_bits) - 1)) / static_cast<float>(1 << frac_bits);
+        v = (e == 0 ? (dl ? 0.0f : std::ldexp(mant, 1 - bias)) : std::ldexp(1 + mant, e - bias)) *
+            ((h & 0x8000) ? -1 : 1);
       }
       const float tol = type == hw::DType::kF32 ? 1e-4f : 1e-3f * std::fabs(ref[i]) + 1e-3f;
       bad += std::fabs(v - ref[i]) > tol;

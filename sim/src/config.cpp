@@ -30,7 +30,8 @@ json to_tree(const Config& c) {
                {"sfp_transcendental_cycles", c.chip.sfp_transcendental_cycles},
                {"issue_cycles", c.chip.issue_cycles},
                {"scalar_cycles", c.chip.scalar_cycles},
-               {"barrier_cycles", c.chip.barrier_cycles}};
+               {"barrier_cycles", c.chip.barrier_cycles},
+               {"fp16_format", c.chip.fp16_format}};
   j["ring"] = {{"bytes_per_cycle", c.ring.bytes_per_cycle}, {"latency_cycles", c.ring.latency_cycles}};
   j["memory"] = {{"size_bytes", c.memory.size_bytes},
                  {"usable_bytes", c.memory.usable_bytes},
@@ -89,6 +90,7 @@ Config from_tree(const json& j) {
   get(j, "chip", "issue_cycles", c.chip.issue_cycles);
   get(j, "chip", "scalar_cycles", c.chip.scalar_cycles);
   get(j, "chip", "barrier_cycles", c.chip.barrier_cycles);
+  get(j, "chip", "fp16_format", c.chip.fp16_format);
   get(j, "ring", "bytes_per_cycle", c.ring.bytes_per_cycle);
   get(j, "ring", "latency_cycles", c.ring.latency_cycles);
   get(j, "memory", "size_bytes", c.memory.size_bytes);
@@ -117,6 +119,8 @@ void validate(const Config& c) {
   require(c.chip.cores >= 1 && c.chip.cores <= 64, "chip.cores", "must be 1..64");
   require(c.chip.corelets_per_core >= 1, "chip.corelets_per_core", "must be at least 1");
   require(c.chip.clock_mhz >= 1, "chip.clock_mhz", "must be at least 1");
+  require(c.chip.fp16_format == "dlfloat16" || c.chip.fp16_format == "ieee", "chip.fp16_format",
+          "must be \"dlfloat16\" (the silicon's) or \"ieee\"");
   require(c.chip.lx_bytes >= 64 * 1024 && c.chip.lx_bytes <= (1ull << 31), "chip.lx_bytes", "must be 64 KiB..2 GiB");
   require(c.chip.pt_rows >= 1 && c.chip.pt_cols >= 1 && c.chip.pt_simd >= 1, "chip.pt_*", "must be at least 1");
   require(c.chip.fp32_rate > 0, "chip.fp32_rate", "must be positive");

@@ -76,6 +76,8 @@ uint32_t Endpoint::reg_read(uint32_t offset) {
       return config_.chip.clock_mhz;
     case hw::kRegLxBytes:
       return static_cast<uint32_t>(config_.chip.lx_bytes);
+    case hw::kRegNumerics:
+      return config_.chip.fp16_format == "dlfloat16" ? hw::kNumericsFp16DlFloat : 0;
     default:
       return offset < hw::kBar0Size ? regs_[offset / 4] : 0;
   }

@@ -10,8 +10,13 @@
 #define EIGEN_STACK_ALLOCATION_LIMIT 0
 #include <Eigen/Core>
 
+#include "spyre/hw/dlfloat16.h"
+
 namespace spyre::sim {
 namespace {
+
+// The format of f16 data (set once per process from the config, before any core runs).
+bool g_fp16_dlfloat = true;
 
 using hw::Bcast;
 using hw::DType;
@@ -38,6 +43,11 @@ void to_f32(const void* src, DType t, uint64_t n, float* out) {
       std::memcpy(out, src, n * 4);
       return;
     case DType::kF16: {
+      if (g_fp16_dlfloat) {
+        const auto* s = static_cast<const uint16_t*>(src);
+        for (uint64_t i = 0; i < n; ++i) out[i] = hw::dlf16_to_float(s[i]);
+        return;
+      }
       const auto* s = static_cast<const Eigen::half*>(src);
       for (uint64_t i = 0; i < n; ++i) out[i] = static_cast<float>(s[i]);
       return;
@@ -95,6 +105,11 @@ void from_f32(const float* in, DType t, uint64_t n, void* dst) {
       std::memcpy(dst, in, n * 4);
       return;
     case DType::kF16: {
+      if (g_fp16_dlfloat) {
+        auto* d = static_cast<uint16_t*>(dst);
+        for (uint64_t i = 0; i < n; ++i) d[i] = hw::dlf16_from_float(in[i]);
+        return;
+      }
       auto* d = static_cast<Eigen::half*>(dst);
       for (uint64_t i = 0; i < n; ++i) d[i] = Eigen::half(in[i]);
       return;
@@ -897,6 +912,10 @@ bool unary_is_transcendental(hw::UnaryFn f) {
 bool binary_is_transcendental(hw::BinaryFn f) {
   return f == hw::BinaryFn::kDiv || f == hw::BinaryFn::kPow || f == hw::BinaryFn::kAtan2 ||
          f == hw::BinaryFn::kRemainder || f == hw::BinaryFn::kFmod || f == hw::BinaryFn::kFloorDiv;
+}
+
+void set_fp16_dlfloat(bool dlfloat) {
+  g_fp16_dlfloat = dlfloat;
 }
 
 }  // namespace spyre::sim

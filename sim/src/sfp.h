@@ -41,6 +41,9 @@ void sfp_scan(hw::ScanFn f, hw::DType t, void* dst, const void* src, uint64_t ro
 /// NaN counts as larger than every number.
 void sfp_sort(hw::DType t, void* dst, int64_t* index, const void* src, uint64_t rows, uint64_t cols, bool descending);
 
+/// Whether f16 data is DLFloat16 (the silicon's) or IEEE half: chip.fp16_format of the config.
+void set_fp16_dlfloat(bool dlfloat);
+
 /// Counter-based random numbers: element i from (key, counter + i), uniform in [0, 1) or normal.
 void sfp_random(hw::DType t, void* dst, uint64_t key, uint64_t counter, uint64_t count, bool normal);
 

@@ -1,5 +1,7 @@
 #include "spyre/sim/simulator.h"
 
+#include "sfp.h"
+
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
@@ -24,6 +26,7 @@ constexpr auto kSpin = std::chrono::microseconds(50);
 class SimulatorImpl final : public Simulator {
  public:
   explicit SimulatorImpl(Config config) : config_(std::move(config)) {
+    set_fp16_dlfloat(config_.chip.fp16_format == "dlfloat16");
     thread_ = std::thread([this] { main(); });
     std::unique_lock lock(mu_);
     reply_cv_.wait(lock, [&] { return ready_; });

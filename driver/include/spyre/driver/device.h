@@ -27,6 +27,7 @@ struct DeviceInfo {
   uint32_t clock_mhz = 0;
   uint64_t memory_bytes = 0;  // usable device memory
   uint64_t lx_bytes = 0;      // scratchpad per core
+  bool fp16_dlfloat = false;  // fp16 in device memory is DLFloat16: copies convert (hw/dlfloat16.h)
 };
 
 struct MemoryStats {

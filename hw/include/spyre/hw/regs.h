@@ -22,6 +22,11 @@ inline constexpr uint32_t kRegCycleLo = 0x0020;  // ro: device cycle counter; re
 inline constexpr uint32_t kRegCycleHi = 0x0024;
 inline constexpr uint32_t kRegClockMhz = 0x0028;  // ro: core clock in MHz
 inline constexpr uint32_t kRegLxBytes = 0x002c;   // ro: scratchpad bytes per core
+inline constexpr uint32_t kRegNumerics = 0x0030;  // ro: kNumerics* bits: the formats of device data
+
+// fp16 data in device memory (and the SFP and PT arrays' f16) is DLFloat16 (spyre/hw/dlfloat16.h),
+// not IEEE half: the host converts at the copy boundary.
+inline constexpr uint32_t kNumericsFp16DlFloat = 1u << 0;
 
 inline constexpr uint32_t kStatusFirmwareReady = 1u << 0;
 
