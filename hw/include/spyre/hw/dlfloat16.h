@@ -12,7 +12,6 @@
 //   to +-that largest value.
 #pragma once
 
-#include <cmath>
 #include <cstdint>
 #include <cstring>
 #include <limits>
@@ -24,32 +23,31 @@ inline constexpr uint16_t kDlf16MaxBits = 0x7ffe;  // exponent 63, fraction 510
 
 /// The DLFloat16 nearest to `x` (ties away from zero), saturating and flushing as above.
 inline uint16_t dlf16_from_float(float x) {
-  if (std::isnan(x)) return kDlf16Nan;
-  const uint16_t sign = std::signbit(x) ? 0x8000 : 0;
-  const float a = std::fabs(x);
-  if (a == 0.0f) return sign;
-  if (std::isinf(a)) return sign | kDlf16MaxBits;
-  int e = 0;
-  const float m = std::frexp(a, &e);  // a = m * 2^e, m in [0.5, 1)
-  int biased = e - 1 + 31;            // a = (2m) * 2^(e - 1)
-  // 2m - 1 in 9 fraction bits: exact in float (2m has 24 significant bits), then rounded.
-  const float frac = (2.0f * m - 1.0f) * 512.0f;
-  uint32_t q = static_cast<uint32_t>(std::floor(frac + 0.5f));
-  if (q == 512) {
-    q = 0;
-    ++biased;
-  }
-  if (biased < 1) return sign;  // below the smallest normal
-  if (biased > 63 || (biased == 63 && q == 511)) return sign | kDlf16MaxBits;
-  return static_cast<uint16_t>(sign | biased << 9 | q);
+  uint32_t bits;
+  std::memcpy(&bits, &x, 4);
+  const auto sign = static_cast<uint16_t>(bits >> 16 & 0x8000);
+  const uint32_t mag = bits & 0x7fffffffu;
+  if (mag > 0x7f800000u) return kDlf16Nan;
+  if (mag < 0x00800000u) return sign;  // zero, or an fp32 subnormal: far below 2^-30
+  // Keep 9 of fp32's 23 fraction bits: adding half of the 14 dropped ones rounds the magnitude to
+  // nearest with ties up (away from zero), carrying into the exponent when the fraction overflows.
+  const uint32_t rounded = mag + (1u << 13);
+  const int biased = static_cast<int>(rounded >> 23) - 127 + 31;
+  const uint32_t fraction = rounded >> 14 & 511u;
+  if (biased < 1) return sign;                                                        // below the smallest normal
+  if (biased > 63 || (biased == 63 && fraction == 511)) return sign | kDlf16MaxBits;  // and +-inf
+  return static_cast<uint16_t>(sign | static_cast<uint32_t>(biased) << 9 | fraction);
 }
 
 /// The value of a DLFloat16 as a float (exact: 10 significant bits).
 inline float dlf16_to_float(uint16_t h) {
   if ((h & 0x7fff) == kDlf16Nan) return std::numeric_limits<float>::quiet_NaN();
-  const int biased = (h >> 9) & 63;
-  const float mag = biased == 0 ? 0.0f : std::ldexp(1.0f + static_cast<float>(h & 511) / 512.0f, biased - 31);
-  return (h & 0x8000) ? -mag : mag;
+  const uint32_t biased = h >> 9 & 63u;
+  uint32_t bits = uint32_t{h & 0x8000u} << 16;
+  if (biased != 0) bits |= (biased - 31 + 127) << 23 | uint32_t{h & 511u} << 14;
+  float f;
+  std::memcpy(&f, &bits, 4);
+  return f;
 }
 
 }  // namespace spyre::hw
