@@ -110,3 +110,16 @@ def test_bad_config_names_the_key(tmp_path):
     )
     assert proc.returncode != 0
     assert "unknown key 'chip.corse'" in proc.stderr
+
+
+@pytest.mark.parametrize(
+    "shape,dtype",
+    [((3, 4), torch.float32), ((2000,), torch.float32), ((2, 3), torch.float16), ((), torch.float32),
+     ((4,), torch.int64), ((3,), torch.bool)],
+)  # fmt: skip
+def test_printing_matches_cpu_without_the_fallback(shape, dtype, cpu_gen):
+    x = (torch.randn(shape, generator=cpu_gen) * 3).to(dtype)
+    torch_spyre.set_cpu_fallback("error")  # torch formats in float64, which the card lacks
+    got = " ".join(repr(x.to("spyre")).split())
+    assert ", device='spyre:0'" in got
+    assert got.replace(", device='spyre:0'", "") == " ".join(repr(x).split())
