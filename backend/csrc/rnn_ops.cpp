@@ -11,6 +11,8 @@
 #include <ATen/ATen.h>
 #include <torch/library.h>
 
+#include <optional>
+
 #include "boxed.h"
 #include "compute.h"
 
@@ -50,6 +52,26 @@ at::Tensor optional_tensor(const BoxedCall& c, const char* name) {
   return v ? v->toTensor() : at::Tensor();
 }
 
+// The arguments of a fused cell of `gates` gate blocks: (input_gates, hidden_gates, state,
+// input_bias?, hidden_bias?), checked; nullopt when the device does not take their types.
+struct CellArgs {
+  at::Tensor ig, hg, state, ib, hb;
+  int64_t hidden = 0;
+};
+
+std::optional<CellArgs> cell_args(const BoxedCall& c, const char* name, int64_t gates) {
+  CellArgs a{c.at(0).toTensor(), c.at(1).toTensor(), c.at(2).toTensor(), optional_tensor(c, "input_bias"),
+             optional_tensor(c, "hidden_bias")};
+  TORCH_CHECK(a.ib.defined() == a.hb.defined(), name, ": give both biases or neither");
+  if (!supported({&a.ig, &a.hg, &a.state}) || c.out()) return std::nullopt;
+  a.hidden = a.state.size(1);
+  TORCH_CHECK(a.ig.sizes() == a.hg.sizes() && a.ig.size(1) == gates * a.hidden && a.ig.size(0) == a.state.size(0), name,
+              ": gates ", a.ig.sizes(), " and ", a.hg.sizes(), " do not match the state ", a.state.sizes());
+  TORCH_CHECK(!a.ib.defined() || (a.ib.numel() == gates * a.hidden && a.hb.numel() == gates * a.hidden), name,
+              ": biases must have ", gates, " * hidden elements");
+  return a;
+}
+
 // The gate sums ig + hg (+ ib + hb), [batch, n * H] in fp32: a scratch of `l`.
 at::Tensor gate_sum(Launch& l, const at::Tensor& ig, const at::Tensor& hg, const at::Tensor& ib, const at::Tensor& hb) {
   const at::Tensor pre = l.scratch(ig.sizes(), ig);
@@ -83,15 +105,10 @@ void copy(Launch& l, uint32_t src, uint32_t dst) {
 //   cy = f * cx + i * g;  hy = o * tanh(cy).
 void lstm_cell_kernel(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
   BoxedCall c(op, stack);
-  const at::Tensor ig = c.at(0).toTensor(), hg = c.at(1).toTensor(), cx = c.at(2).toTensor();
-  const at::Tensor ib = optional_tensor(c, "input_bias"), hb = optional_tensor(c, "hidden_bias");
-  TORCH_CHECK(ib.defined() == hb.defined(), "_thnn_fused_lstm_cell: give both biases or neither");
-  if (!supported({&ig, &hg, &cx}) || c.out()) return c.fall_back();
-  const int64_t H = cx.size(1);
-  TORCH_CHECK(ig.sizes() == hg.sizes() && ig.size(1) == 4 * H && ig.size(0) == cx.size(0),
-              "_thnn_fused_lstm_cell: gates ", ig.sizes(), " and ", hg.sizes(), " do not match cx ", cx.sizes());
-  TORCH_CHECK(!ib.defined() || (ib.numel() == 4 * H && hb.numel() == 4 * H),
-              "_thnn_fused_lstm_cell: biases must have 4 * hidden elements");
+  const std::optional<CellArgs> a = cell_args(c, "_thnn_fused_lstm_cell", 4);
+  if (!a) return c.fall_back();
+  const at::Tensor &ig = a->ig, &hg = a->hg, &cx = a->state, &ib = a->ib, &hb = a->hb;
+  const int64_t H = a->hidden;
   at::Tensor ws = at::empty(ig.sizes(), ig.options()), cy = at::empty(cx.sizes(), cx.options());
   at::Tensor hy = at::empty(cx.sizes(), cx.options());
   if (cx.numel() == 0) return c.finish({hy, cy, ws});
@@ -166,15 +183,10 @@ void lstm_cell_backward_kernel(const c10::OperatorHandle& op, torch::jit::Stack*
 //   r = sigmoid(a_r + b_r);  z = sigmoid(a_z + b_z);  n = tanh(a_n + r * b_n);  hy = n + z * (hx - n).
 void gru_cell_kernel(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
   BoxedCall c(op, stack);
-  const at::Tensor ig = c.at(0).toTensor(), hg = c.at(1).toTensor(), hx = c.at(2).toTensor();
-  const at::Tensor ib = optional_tensor(c, "input_bias"), hb = optional_tensor(c, "hidden_bias");
-  TORCH_CHECK(ib.defined() == hb.defined(), "_thnn_fused_gru_cell: give both biases or neither");
-  if (!supported({&ig, &hg, &hx}) || c.out()) return c.fall_back();
-  const int64_t H = hx.size(1);
-  TORCH_CHECK(ig.sizes() == hg.sizes() && ig.size(1) == 3 * H && ig.size(0) == hx.size(0),
-              "_thnn_fused_gru_cell: gates ", ig.sizes(), " and ", hg.sizes(), " do not match hx ", hx.sizes());
-  TORCH_CHECK(!ib.defined() || (ib.numel() == 3 * H && hb.numel() == 3 * H),
-              "_thnn_fused_gru_cell: biases must have 3 * hidden elements");
+  const std::optional<CellArgs> args = cell_args(c, "_thnn_fused_gru_cell", 3);
+  if (!args) return c.fall_back();
+  const at::Tensor &ig = args->ig, &hg = args->hg, &hx = args->state, &ib = args->ib, &hb = args->hb;
+  const int64_t H = args->hidden;
   at::Tensor ws = at::empty({hx.size(0), 5 * H}, ig.options()), hy = at::empty(hx.sizes(), hx.options());
   if (hx.numel() == 0) return c.finish({hy, ws});
   Launch l;
