@@ -248,10 +248,18 @@ void write_device(const at::Tensor& dst, const at::Tensor& src_cpu) {
   }
   // Strided destination: read the span it covers, update it on the host, write the span back.
   const std::lock_guard rmw(rt.host_rmw_mutex());
+  const auto [addr, bytes] = device_span(dst);
+  if (dlfloat(dst)) {  // merged as the card's own bits: the elements between are not converted twice
+    at::Tensor raw = at::empty({static_cast<int64_t>(bytes / 2)}, at::TensorOptions().dtype(at::kShort));
+    rt.d2h(raw.data_ptr(), addr, bytes);
+    at::Tensor bits = src_cpu.to(at::kHalf).expand(dst.sizes()).contiguous().clone();
+    ieee_to_dlfloat(bits.data_ptr(), bits.nbytes());
+    raw.as_strided(dst.sizes(), dst.strides(), 0).copy_(bits.view(at::kShort));
+    rt.h2d(addr, raw.data_ptr(), bytes);
+    return;
+  }
   at::Tensor host = read_device(dst);
   host.copy_(src_cpu);
-  const auto [addr, bytes] = device_span(dst);
-  if (dlfloat(dst)) ieee_to_dlfloat(host.storage().mutable_data(), bytes);
   rt.h2d(addr, host.storage().data(), bytes);
 }
 

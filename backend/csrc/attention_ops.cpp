@@ -1,7 +1,8 @@
 // scaled_dot_product_attention on the device. Torch asks each backend which SDPA kernel to use
-// (_fused_sdp_choice); spyre answers "overrideable" for what its kernel takes and "math" (torch's
-// decomposition into ops that are native here) for the rest: dropout, grouped-query attention with
-// unequal head counts, or shapes other than [batch, heads, length, dim].
+// (_fused_sdp_choice); spyre answers "overrideable" for what its kernel takes, grouped-query
+// attention included, and "math" (torch's decomposition into ops that are native here) for the
+// rest: dropout, unequal head counts without enable_gqa, or shapes other than [batch, heads,
+// length, dim].
 //
 // The kernel (_scaled_dot_product_fused_attention_overrideable) is one launch: the scores
 // S = scale * Q K^T in fp32, the causal mask or the additive bias, a row softmax kept as its

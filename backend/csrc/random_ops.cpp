@@ -127,15 +127,16 @@ int32_t binary(ir::Pointwise& p, BinaryFn f, int32_t a, int32_t b) {
 }
 
 // uniform_(self, from, to): from + (to - from) * u, with u keeping only as many random bits as
-// self's type has significand digits (11 for fp16, 8 for bf16, 24 for fp32), as torch does: a
-// 24-bit u just below 1 would round up to exactly 1 in fp16 or bf16.
+// self's type has significand digits (11 for fp16, 10 for fp16 on a DLFloat16 card, 8 for bf16,
+// 24 for fp32), as torch does: a 24-bit u just below 1 would round up to exactly 1 in fp16 or bf16.
 void uniform_kernel(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
   BoxedCall c(op, stack);
   const at::Tensor self = c.at(0).toTensor();
   const double from = c.at(1).toDouble(), to = c.at(2).toDouble();
   TORCH_CHECK(from <= to, "uniform_ expects to return a [from, to) range, but found from=", from, " > to=", to);
   const at::ScalarType t = self.scalar_type();
-  const int digits = t == at::kHalf ? 11 : t == at::kBFloat16 ? 8 : 24;
+  const bool dlfloat = t == at::kHalf && DeviceRuntime::get(self.device().index()).device().info().fp16_dlfloat;
+  const int digits = t == at::kHalf ? (dlfloat ? 10 : 11) : t == at::kBFloat16 ? 8 : 24;
   draw(c, self, false, [&](ir::Pointwise& p, int32_t u) {
     if (digits < 24) {
       ir::Step floor;

@@ -3,7 +3,9 @@
 // and _thnn_fused_gru_cell, and their backwards. CPU has none of them, so without these an
 // nn.LSTM or nn.GRU could not run on spyre even with the fallback allowed. Each is one launch of
 // pointwise steps over column slices of the [batch, k * hidden] gate tensors (and sums over the
-// batch for bias gradients), in fp32, rounded once into each result.
+// batch for bias gradients), computed in fp32. The activated gates are stored in the workspace
+// (the input's type) and the states are computed from those stored values, so for fp16 and bf16
+// a state sees the gates rounded once, as the backward does.
 //
 // The workspace a forward returns (and its backward reads) is this backend's own layout:
 //   LSTM [batch, 4H]: the activated gates i, f, g, o;

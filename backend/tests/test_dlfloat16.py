@@ -79,6 +79,34 @@ assert torch.isinf(s).cpu().tolist() == [False, False, False, False]
 assert s.float().cpu()[:2].tolist() == [float(LARGEST), -float(LARGEST)]
 r = s.cpu().tolist()
 assert r[0] == float("inf") and r[1] == -float("inf") and math.isnan(r[2]) and r[3] == float("inf")
+
+# 5. Uniform fp16 numbers keep 10 random bits (DLFloat16's digits), so none rounds up to 1.
+u = torch.rand(200000, dtype=torch.float16, device="spyre").cpu()
+assert float(u.max()) < 1.0 and float(u.min()) >= 0.0
+
+# 6. A strided fp16 write merges in the card's own bits: the elements it skips are untouched,
+#    even those IEEE half cannot hold (1e6) or holds only approximately (1e-7).
+m = torch.full((4, 4), 1e6, dtype=torch.float16, device="spyre")
+m[1] = 1e-7
+before = m.float().cpu()
+m[:, 0] = torch.tensor([1.0, 2.0, 3.0, 4.0], dtype=torch.float16)
+after = m.float().cpu()
+assert after[:, 0].tolist() == [1.0, 2.0, 3.0, 4.0]
+assert torch.equal(after[:, 1:], before[:, 1:])
+
+# 7. torch.save writes IEEE half (what the card holds, converted), loadable on the CPU or the card.
+import io
+w = torch.tensor([1.5, -2.25, 1 + 2**-10, 3e-5], dtype=torch.float16)
+held = w.to("spyre").cpu()
+buf = io.BytesIO()
+torch.save({"w": w.to("spyre"), "lin": torch.nn.Linear(3, 2).half().to("spyre").state_dict()}, buf)
+buf.seek(0)
+on_cpu = torch.load(buf, map_location="cpu")
+assert on_cpu["w"].device.type == "cpu" and torch.equal(on_cpu["w"], held)
+buf.seek(0)
+on_card = torch.load(buf)
+assert on_card["w"].device.type == "spyre" and torch.equal(on_card["w"].cpu(), held)
+assert on_card["lin"]["weight"].dtype == torch.float16
 print("ok")
 """
 

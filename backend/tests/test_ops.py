@@ -417,9 +417,13 @@ checks = [
 ]
 for got, want in checks:
     torch.testing.assert_close(got, want, rtol=2e-3, atol=2e-3)
+import json, os
+torch_spyre.write_reports()
+events = json.load(open(os.environ["SPYRE_TRACE"]))["traceEvents"]
+assert any(e.get("name") == "load multicast issue" for e in events), "the 1024-cube GEMM did not share panels"
 print("ok")
 """
-    proc = run_python(code, env={"SPYRE_CONFIG": str(config)})
+    proc = run_python(code, env={"SPYRE_CONFIG": str(config), "SPYRE_TRACE": str(tmp_path / "trace.json")})
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.strip() == "ok"
 
@@ -459,3 +463,12 @@ def test_a_row_longer_than_the_scratchpad_sorts_on_the_cpu(cpu_gen):
     with pytest.warns(UserWarning, match="aten::sort"):
         got = torch.sort(x.to("spyre"), dim=1)
     assert torch.equal(got.values.cpu(), torch.sort(x, dim=1).values)
+
+
+def test_int64_sort_keeps_values_past_2_to_53_apart():
+    x = torch.tensor([2**53 + 1, 2**53, -(2**62), 2**62 + 3, 2**62 + 1])
+    torch_spyre.set_cpu_fallback("error")
+    for descending in (False, True):
+        got = torch.sort(x.to("spyre"), descending=descending)
+        want = torch.sort(x, descending=descending, stable=True)
+        assert torch.equal(got.values.cpu(), want.values) and torch.equal(got.indices.cpu(), want.indices)

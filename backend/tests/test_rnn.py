@@ -123,3 +123,13 @@ def test_a_script_that_ends_right_after_backward_exits_cleanly():
     for _ in range(6):
         proc = run_python(code)
         assert proc.returncode == 0, proc.stderr[-2000:]
+
+
+def test_a_process_that_never_uses_the_card_does_not_start_it_at_exit():
+    proc = run_python(
+        "import torch\nx = torch.ones(3, requires_grad=True)\nx.sum().backward()\n", env={"SPYRE_LOG_LEVEL": "info"}
+    )
+    assert proc.returncode == 0, proc.stderr
+    # (The autograd engine counts the devices of every backend, which starts the simulator; the
+    # exit handler must not also open a card, allocate on it and run a backward there.)
+    assert "opened" not in proc.stderr, proc.stderr

@@ -19,13 +19,18 @@ import atexit
 
 import torch
 
+_MAX_CARDS = 16  # sim.devices is at most 16
+
 
 def _drain_device_threads() -> None:
-    from . import device_module
+    from . import _C, device_module
 
-    if not device_module.is_initialized():  # no spyre tensor, so no backward ran on spyre
+    if device_module._is_in_bad_fork():  # the parent's card is not this process's
         return
-    for index in range(device_module.device_count()):
+    # Only the cards this process opened (asking for the device count would start the simulator).
+    for index in range(_MAX_CARDS):
+        if not _C._device_opened(index):
+            continue
         leaf = torch.empty(0, device=f"spyre:{index}", requires_grad=True)
         out = leaf.view(-1)  # a view node: its backward runs on the device's thread, launches nothing
         grad = torch.empty(0, device=f"spyre:{index}")

@@ -595,7 +595,11 @@ bool Core::sfp(const hw::Instr& in) {
       uint8_t* dst = lx(in, in.a, n * es);
       const uint8_t* src = lx(in, in.b, n * es);
       uint8_t* index = lx(in, in.c, n * 8);
-      if (!dst || !src || !index || in.c >> 32 || (index - lx_.data()) % 8 != 0) return false;
+      const auto apart = [&](const uint8_t* p, uint64_t pn) { return index + n * 8 <= p || p + pn <= index; };
+      if (!dst || !src || !index || in.c >> 32 || (index - lx_.data()) % 8 != 0 || cols == 0 || !apart(dst, n * es) ||
+          !apart(src, n * es)) {
+        return false;
+      }
       sfp_sort(t, dst, reinterpret_cast<int64_t*>(index), src, rows, cols, in.flags & hw::kSortDescending);
       name = "sort";
       sort_cycles = sort_network_cycles(rows, cols, t);

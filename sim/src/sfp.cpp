@@ -560,6 +560,11 @@ bool binary_f32_fast(hw::BinaryFn f, void* dst, const void* src0, Bcast b0, cons
   }
   const uint64_t bytes = rows * cols * 4;
   if (overlaps_apart(dst, src0, b0, bytes) || overlaps_apart(dst, src1, b1, bytes)) return false;
+  // The ISA lets SFP operands sit at any byte: the typed loops below need word-aligned ones.
+  const auto aligned = [](const void* q, Bcast b) {
+    return b != Bcast::kFull || reinterpret_cast<uintptr_t>(q) % 4 == 0;
+  };
+  if (!aligned(dst, Bcast::kFull) || !aligned(src0, b0) || !aligned(src1, b1)) return false;
   const F32Operand x = f32_operand(src0, b0, imm, rows, cols), y = f32_operand(src1, b1, imm, rows, cols);
   auto* out = static_cast<float*>(dst);
   if (uniform_exponent) {  // x^2 and x^-1 are one rounding of the exact value, as pow's result is
@@ -790,7 +795,11 @@ void sfp_fill(DType t, void* dst, double value, uint64_t count) {
     std::memcpy(&word, d, sizeof word);
     std::fill_n(reinterpret_cast<decltype(word)*>(d) + 1, count - 1, word);
   };
-  if (es == 1) std::memset(d + 1, d[0], count - 1);
+  if (es == 1) return std::memset(d + 1, d[0], count - 1), void();
+  if (reinterpret_cast<uintptr_t>(d) % es != 0) {  // an unaligned block: element by element
+    for (uint64_t k = 1; k < count; ++k) std::memcpy(d + k * es, d, es);
+    return;
+  }
   if (es == 2) repeat(uint16_t{});
   if (es == 4) repeat(uint32_t{});
   if (es == 8) repeat(uint64_t{});
@@ -812,30 +821,30 @@ void sfp_iota(DType t, void* dst, double start, double step, uint64_t count) {
 }
 
 void sfp_sort(DType t, void* dst, int64_t* index, const void* src, uint64_t rows, uint64_t cols, bool descending) {
-  // Keys in double: exact for every element type (int64 up to 2**53); NaN sorts as the largest.
+  // Keys in fp32 for float types (exact: every float type widens to it) and in int64 for the
+  // others (exact, where a double would merge int64s past 2^53); NaN sorts as the largest.
   const uint32_t es = hw::dtype_size(t);
-  std::vector<double> key(cols);
-  std::vector<int64_t> order(cols);
+  std::vector<float> fkey(hw::dtype_is_float(t) ? cols : 0);
+  std::vector<int64_t> ikey(hw::dtype_is_float(t) ? 0 : cols), order(cols);
   std::vector<uint8_t> row(cols * es);
   for (uint64_t r = 0; r < rows; ++r) {
     const auto* in = static_cast<const uint8_t*>(src) + r * cols * es;
-    if (hw::dtype_is_float(t)) {
-      std::vector<float> f(cols);
-      to_f32(in, t, cols, f.data());
-      for (uint64_t c = 0; c < cols; ++c) key[c] = f[c];
-    } else {
-      std::vector<int64_t> v(cols);
-      to_i64(in, t, cols, v.data());
-      for (uint64_t c = 0; c < cols; ++c) key[c] = static_cast<double>(v[c]);
-    }
     for (uint64_t c = 0; c < cols; ++c) order[c] = static_cast<int64_t>(c);
-    const auto before = [&](int64_t i, int64_t j) {  // strictly before in the requested order
-      const double x = key[static_cast<size_t>(i)], y = key[static_cast<size_t>(j)];
-      if (std::isnan(x) || std::isnan(y))
-        return descending ? (std::isnan(x) && !std::isnan(y)) : !std::isnan(x) && std::isnan(y);
-      return descending ? x > y : x < y;
-    };
-    std::stable_sort(order.begin(), order.end(), before);
+    if (hw::dtype_is_float(t)) {
+      to_f32(in, t, cols, fkey.data());
+      std::stable_sort(order.begin(), order.end(), [&](int64_t i, int64_t j) {  // strictly before
+        const float x = fkey[static_cast<size_t>(i)], y = fkey[static_cast<size_t>(j)];
+        if (std::isnan(x) || std::isnan(y))
+          return descending ? std::isnan(x) && !std::isnan(y) : !std::isnan(x) && std::isnan(y);
+        return descending ? x > y : x < y;
+      });
+    } else {
+      to_i64(in, t, cols, ikey.data());
+      std::stable_sort(order.begin(), order.end(), [&](int64_t i, int64_t j) {
+        const int64_t x = ikey[static_cast<size_t>(i)], y = ikey[static_cast<size_t>(j)];
+        return descending ? x > y : x < y;
+      });
+    }
     std::memcpy(row.data(), in, cols * es);  // src and dst may be the same block
     auto* out = static_cast<uint8_t*>(dst) + r * cols * es;
     for (uint64_t c = 0; c < cols; ++c)
@@ -896,10 +905,11 @@ void sfp_transpose(uint32_t es, void* dst, const void* src, uint64_t rows, uint6
       }
     }
   };
+  const bool aligned = reinterpret_cast<uintptr_t>(d) % es == 0 && reinterpret_cast<uintptr_t>(s) % es == 0;
   if (es == 1) return typed(uint8_t{});
-  if (es == 2) return typed(uint16_t{});
-  if (es == 4) return typed(uint32_t{});
-  if (es == 8) return typed(uint64_t{});
+  if (aligned && es == 2) return typed(uint16_t{});
+  if (aligned && es == 4) return typed(uint32_t{});
+  if (aligned && es == 8) return typed(uint64_t{});
   for (uint64_t r = 0; r < rows; ++r) {
     for (uint64_t c = 0; c < cols; ++c) std::memcpy(d + (c * rows + r) * es, s + (r * cols + c) * es, es);
   }
