@@ -3,6 +3,8 @@
 #include <ATen/ATen.h>
 #include <c10/core/DeviceGuard.h>
 
+#include <stdexcept>
+
 #include "aten_util.h"
 #include "runtime.h"
 #include "spyre/compiler/program.h"
@@ -72,7 +74,10 @@ at::Tensor Launch::scratch(c10::IntArrayRef sizes, const at::Tensor& like, at::S
 void Launch::run(const std::string& op) {
   TORCH_CHECK(device_ >= 0, "spyre: internal: a launch without device tensors");
   graph_.num_args = static_cast<uint32_t>(args_.size());
-  TORCH_CHECK(args_.size() <= hw::kMaxLaunchArgs, "spyre: a kernel needs too many tensors (", args_.size(), ")");
+  if (args_.size() > hw::kMaxLaunchArgs) {  // a graph the compiler cannot take: callers fall back
+    throw std::invalid_argument(c10::str("spyre: a kernel needs ", args_.size(), " launch arguments, more than the ",
+                                         hw::kMaxLaunchArgs, " a launch has"));
+  }
   const c10::DeviceGuard guard(c10::Device(c10::DeviceType::PrivateUse1, static_cast<c10::DeviceIndex>(device_)));
   DeviceRuntime& rt = DeviceRuntime::get(device_);
   rt.launch(graph_.signature(), [&] { return compiler::compile(graph_, rt.target()); }, args_, op);

@@ -64,8 +64,8 @@ class Launch {
     graph_.ops.push_back(std::move(op));
   }
   /// Compiles (or finds in the cache) and queues the program on its device's queue, labelled with
-  /// the ATen operator `op` in the trace. Throws
-  /// std::invalid_argument when the compiler rejects the graph (callers fall back), c10::Error for
+  /// the ATen operator `op` in the trace. Throws std::invalid_argument when the compiler rejects
+  /// the graph or it needs more than 16 launch arguments (callers fall back), c10::Error for
   /// device errors.
   void run(const std::string& op);
 
