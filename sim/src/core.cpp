@@ -330,14 +330,22 @@ bool Core::execute(const hw::Instr& in, uint32_t& pc) {
 
 namespace {
 // The device addresses of the d rows of a LOAD or STORE; false when the arithmetic wraps around
-// (it would land somewhere valid: fault instead).
-bool strided_rows(const hw::Instr& in, uint64_t base_reg, std::vector<uint64_t>& addrs) {
-  const uint64_t rows = in.d, row_bytes = in.e;
+// (it would land somewhere valid: fault instead). Rows that follow each other in device memory
+// come back as one row of all their bytes (`row_bytes`): the same bytes, and the same time, since
+// the memory server takes rows back to back and pays its latency once either way.
+bool strided_rows(const hw::Instr& in, uint64_t base_reg, std::vector<uint64_t>& addrs, uint64_t& row_bytes) {
+  const uint64_t rows = in.d;
+  row_bytes = in.e;
   uint64_t base = 0, span = 0, last = 0;
   if (rows == 0 || row_bytes == 0 || __builtin_add_overflow(base_reg, in.b, &base) ||
       __builtin_mul_overflow(rows - 1, in.c, &span) || __builtin_add_overflow(base, span, &last) ||
       __builtin_add_overflow(last, row_bytes, &last)) {
     return false;
+  }
+  if (in.c == row_bytes && rows * row_bytes <= UINT32_MAX) {
+    addrs.assign(1, base);
+    row_bytes *= rows;
+    return true;
   }
   addrs.resize(rows);
   for (uint64_t r = 0; r < rows; ++r) addrs[r] = base + r * in.c;
@@ -346,10 +354,10 @@ bool strided_rows(const hw::Instr& in, uint64_t base_reg, std::vector<uint64_t>&
 }  // namespace
 
 bool Core::dma(const hw::Instr& in) {
-  const uint64_t row_bytes = in.e;
-  uint8_t* buf = lx(in, in.a, uint64_t{in.d} * row_bytes);
+  uint8_t* buf = lx(in, in.a, uint64_t{in.d} * in.e);
   std::vector<uint64_t> addrs;
-  if (!buf || !strided_rows(in, regs_[hw::reg_rd(in.regs)], addrs)) return false;
+  uint64_t row_bytes = 0;
+  if (!buf || !strided_rows(in, regs_[hw::reg_rd(in.regs)], addrs, row_bytes)) return false;
   return transfer(in, addrs, buf, row_bytes, in.op == hw::Op::kLoad ? Move::kRead : Move::kWrite);
 }
 
@@ -365,9 +373,10 @@ bool Core::multicast(const hw::Instr& in) {
     if (!dst[i]) return false;
   }
   std::vector<uint64_t> addrs;
-  if (!strided_rows(in, regs_[hw::reg_rd(in.regs)], addrs)) return false;
+  uint64_t row_bytes = 0;
+  if (!strided_rows(in, regs_[hw::reg_rd(in.regs)], addrs, row_bytes)) return false;
   // The rows land in the first receiver and are copied on as the ring passes the others.
-  if (!transfer(in, addrs, dst[0], in.e, Move::kRead)) return false;
+  if (!transfer(in, addrs, dst[0], row_bytes, Move::kRead)) return false;
   for (uint64_t i = 1; i < count; ++i) {
     if (dst[i] != dst[0]) std::memcpy(dst[i], dst[0], bytes);
   }

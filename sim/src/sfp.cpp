@@ -5,6 +5,7 @@
 #include <cmath>
 #include <cstring>
 #include <limits>
+#include <utility>
 #include <vector>
 
 #define EIGEN_STACK_ALLOCATION_LIMIT 0
@@ -474,9 +475,14 @@ void sfp_convert(void* dst, DType to, const void* src, DType from, uint64_t coun
   }
 }
 
+namespace {
+bool unary_f32_fast(hw::UnaryFn f, void* dst, const void* src, uint64_t count);
+}  // namespace
+
 void sfp_unary(hw::UnaryFn f, DType t, void* dst, const void* src, Bcast b, uint64_t rows, uint64_t cols) {
   const DType out = hw::unary_is_bool(f) ? DType::kBool : t;
   const uint64_t count = rows * cols;
+  if (t == DType::kF32 && b == Bcast::kFull && !hw::unary_is_bool(f) && unary_f32_fast(f, dst, src, count)) return;
   if (hw::dtype_is_float(t)) {
     std::vector<float> v = expand<float>(src, t, b, 0, rows, cols);
     if (f != hw::UnaryFn::kCopy) {
@@ -540,6 +546,20 @@ void binary_f32(Op op, float* dst, const F32Operand& x, const F32Operand& y, uin
   }
 }
 
+// One instantiation of the row loops per BINARY function, so that the function is chosen once per
+// instruction rather than per element, with the general path's arithmetic (binary_f) unchanged.
+template <hw::BinaryFn F>
+void binary_f32_of(float* out, const F32Operand& x, const F32Operand& y, uint64_t rows, uint64_t cols) {
+  binary_f32([](float a, float b) { return binary_f(F, a, b); }, out, x, y, rows, cols);
+}
+
+template <size_t... I>
+constexpr auto binary_f32_table(std::index_sequence<I...>) {
+  return std::array<void (*)(float*, const F32Operand&, const F32Operand&, uint64_t, uint64_t), sizeof...(I)>{
+      &binary_f32_of<static_cast<hw::BinaryFn>(I)>...};
+}
+constexpr auto kBinaryF32 = binary_f32_table(std::make_index_sequence<static_cast<size_t>(hw::BinaryFn::kCount)>());
+
 // A full operand that overlaps the result without being it would be read after parts of it were
 // written: such instructions take the general path (which reads everything first).
 bool overlaps_apart(const void* dst, const void* src, Bcast b, uint64_t bytes) {
@@ -549,15 +569,12 @@ bool overlaps_apart(const void* dst, const void* src, Bcast b, uint64_t bytes) {
   return s < d + bytes && d < s + bytes;
 }
 
-// The arithmetic fp32 BINARY functions, without the general path's per-element dispatch. False
-// when the instruction is not one of them.
+// fp32 BINARY functions with an fp32 result, without the general path's per-element dispatch and
+// copies. False when the instruction is not one of them (or its operands are unaligned or overlap).
 bool binary_f32_fast(hw::BinaryFn f, void* dst, const void* src0, Bcast b0, const void* src1, Bcast b1, uint32_t imm,
                      uint64_t rows, uint64_t cols) {
   using hw::BinaryFn;
-  const bool uniform_exponent = f == BinaryFn::kPow && (b1 == Bcast::kImm || b1 == Bcast::kScalar);
-  if (f != BinaryFn::kAdd && f != BinaryFn::kSub && f != BinaryFn::kMul && f != BinaryFn::kDiv && !uniform_exponent) {
-    return false;
-  }
+  if (hw::binary_is_compare(f) || f >= BinaryFn::kBitAnd) return false;  // bool results, integer functions
   const uint64_t bytes = rows * cols * 4;
   if (overlaps_apart(dst, src0, b0, bytes) || overlaps_apart(dst, src1, b1, bytes)) return false;
   // The ISA lets SFP operands sit at any byte: the typed loops below need word-aligned ones.
@@ -567,31 +584,37 @@ bool binary_f32_fast(hw::BinaryFn f, void* dst, const void* src0, Bcast b0, cons
   if (!aligned(dst, Bcast::kFull) || !aligned(src0, b0) || !aligned(src1, b1)) return false;
   const F32Operand x = f32_operand(src0, b0, imm, rows, cols), y = f32_operand(src1, b1, imm, rows, cols);
   auto* out = static_cast<float*>(dst);
-  if (uniform_exponent) {  // x^2 and x^-1 are one rounding of the exact value, as pow's result is
+  if (f == BinaryFn::kPow && !y.vector_rows() && b1 != Bcast::kCol) {
+    // x^2 and x^-1 are one rounding of the exact value, as pow's result is meant to be
     const float e = y.value(0);
-    if (e == 2.0f) {
-      binary_f32([](float a, float) { return a * a; }, out, x, y, rows, cols);
-    } else if (e == -1.0f) {
-      binary_f32([](float a, float) { return 1.0f / a; }, out, x, y, rows, cols);
-    } else {
-      binary_f32([](float a, float b) { return std::pow(a, b); }, out, x, y, rows, cols);
-    }
-    return true;
+    if (e == 2.0f) return binary_f32([](float a, float) { return a * a; }, out, x, y, rows, cols), true;
+    if (e == -1.0f) return binary_f32([](float a, float) { return 1.0f / a; }, out, x, y, rows, cols), true;
   }
-  switch (f) {
-    case BinaryFn::kAdd:
-      binary_f32([](float a, float b) { return a + b; }, out, x, y, rows, cols);
-      break;
-    case BinaryFn::kSub:
-      binary_f32([](float a, float b) { return a - b; }, out, x, y, rows, cols);
-      break;
-    case BinaryFn::kMul:
-      binary_f32([](float a, float b) { return a * b; }, out, x, y, rows, cols);
-      break;
-    default:
-      binary_f32([](float a, float b) { return a / b; }, out, x, y, rows, cols);
-      break;
+  kBinaryF32[static_cast<size_t>(f)](out, x, y, rows, cols);
+  return true;
+}
+
+// The same loops for UNARY: every function with an fp32 result, one instantiation each.
+template <hw::UnaryFn F>
+void unary_f32(float* out, const float* in, uint64_t n) {
+  for (uint64_t i = 0; i < n; ++i) out[i] = unary_f(F, in[i]);
+}
+
+template <size_t... I>
+constexpr auto unary_f32_table(std::index_sequence<I...>) {
+  return std::array<void (*)(float*, const float*, uint64_t), sizeof...(I)>{&unary_f32<static_cast<hw::UnaryFn>(I)>...};
+}
+constexpr auto kUnaryF32 = unary_f32_table(std::make_index_sequence<static_cast<size_t>(hw::UnaryFn::kCount)>());
+
+bool unary_f32_fast(hw::UnaryFn f, void* dst, const void* src, uint64_t count) {
+  const auto* s = static_cast<const uint8_t*>(src);
+  auto* d = static_cast<uint8_t*>(dst);
+  const uint64_t bytes = count * 4;
+  if ((s != d && s < d + bytes && d < s + bytes) || reinterpret_cast<uintptr_t>(s) % 4 != 0 ||
+      reinterpret_cast<uintptr_t>(d) % 4 != 0) {
+    return false;
   }
+  kUnaryF32[static_cast<size_t>(f)](reinterpret_cast<float*>(d), reinterpret_cast<const float*>(s), count);
   return true;
 }
 
