@@ -589,6 +589,8 @@ bool binary_f32_fast(hw::BinaryFn f, void* dst, const void* src0, Bcast b0, cons
     const float e = y.value(0);
     if (e == 2.0f) return binary_f32([](float a, float) { return a * a; }, out, x, y, rows, cols), true;
     if (e == -1.0f) return binary_f32([](float a, float) { return 1.0f / a; }, out, x, y, rows, cols), true;
+    if (e == 1.0f) return binary_f32([](float a, float) { return a; }, out, x, y, rows, cols), true;   // pow(a, 1) = a
+    if (e == 0.0f) return binary_f32([](float, float) { return 1.0f; }, out, x, y, rows, cols), true;  // even NaN^0
   }
   kBinaryF32[static_cast<size_t>(f)](out, x, y, rows, cols);
   return true;
