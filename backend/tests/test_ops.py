@@ -472,3 +472,19 @@ def test_int64_sort_keeps_values_past_2_to_53_apart():
         got = torch.sort(x.to("spyre"), descending=descending)
         want = torch.sort(x, descending=descending, stable=True)
         assert torch.equal(got.values.cpu(), want.values) and torch.equal(got.indices.cpu(), want.indices)
+
+
+@pytest.mark.parametrize(
+    "shape,perm",
+    [((4, 128, 8, 32), (0, 2, 1, 3)), ((300, 70), (1, 0)), ((5, 6, 7), (2, 0, 1)), ((64, 4096), (1, 0)),
+     ((3, 1000, 3), (2, 1, 0)), ((2, 3, 130, 3), (0, 3, 2, 1))],
+)  # fmt: skip
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.int64, torch.bool])
+def test_permuted_inputs_copy_and_compute_like_cpu(shape, perm, dtype, cpu_gen):
+    """Transposed inputs move in blocks along their contiguous dim (transposed in the scratchpad),
+    and tiles take the longest outer dim as rows: the results must not change."""
+    x = (torch.randn(shape, generator=cpu_gen) * 5).to(dtype)
+    d = x.to("spyre")
+    torch_spyre.set_cpu_fallback("error")
+    assert torch.equal(d.permute(*perm).contiguous().cpu(), x.permute(*perm).contiguous())
+    torch.testing.assert_close((d.permute(*perm).float() * 2 + 1).cpu(), x.permute(*perm).float() * 2 + 1)

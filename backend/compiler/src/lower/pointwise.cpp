@@ -28,11 +28,13 @@ constexpr uint32_t kStoreTag = 1;
 
 // How a view operand covers a rows x cols tile, given its strides along the two inner dims.
 enum class Move : uint8_t {
-  kBlock,   // rows of contiguous columns
-  kRow,     // one contiguous row, repeated down the tile (row stride 0)
-  kCol,     // one element per row, repeated across it (column stride 0)
-  kScalar,  // one element for the whole tile
-  kElems,   // columns `col_stride` apart, one row per tile (the nest then has rows = 1)
+  kBlock,       // rows of contiguous columns
+  kRow,         // one contiguous row, repeated down the tile (row stride 0)
+  kCol,         // one element per row, repeated across it (column stride 0)
+  kScalar,      // one element for the whole tile
+  kElems,       // columns `col_stride` apart, one row per tile (the nest then has rows = 1)
+  kTransposed,  // contiguous down the tile's columns (a transposed input): loaded as cols x rows
+                // along its contiguous dim and transposed in the scratchpad
 };
 
 struct Input {
@@ -43,6 +45,7 @@ struct Input {
   int64_t row_stride = 0, col_stride = 0;  // elements
   Move move = Move::kBlock;
   uint32_t raw = 0, conv = 0;  // scratchpad: as loaded, and in the compute type (or filled)
+  uint32_t block = 0;          // kTransposed: the loaded block transposed back into tile order
 };
 
 // Where an operand of a step is in the scratchpad, how it covers the tile, and its type. An
@@ -168,6 +171,19 @@ std::optional<Kernel> lower_pointwise(const ir::Graph& g, const ir::Pointwise& p
     for (auto& s : space.strides) s.push_back(1);
   }
   const size_t nd = space.sizes.size();
+  // Elements are independent, so any dim can be the tile's row dim: take the longest of the outer
+  // ones, so that a permuted copy such as [b, l, h, d] from [b, h, l, d] moves [l, d] tiles rather
+  // than [h, d] slivers.
+  if (nd >= 3) {
+    size_t longest = nd - 2;
+    for (size_t d = 0; d + 2 < nd; ++d) {
+      if (space.sizes[d] > space.sizes[longest]) longest = d;
+    }
+    if (longest != nd - 2) {
+      std::swap(space.sizes[longest], space.sizes[nd - 2]);
+      for (auto& s : space.strides) std::swap(s[longest], s[nd - 2]);
+    }
+  }
   const int64_t cols_all = space.sizes[nd - 1];
   const int64_t rows_all = nd >= 2 ? space.sizes[nd - 2] : 1;
   const auto row_stride = [&](uint32_t slot) { return nd >= 2 ? space.strides[slot][nd - 2] : 0; };
@@ -182,6 +198,11 @@ std::optional<Kernel> lower_pointwise(const ir::Graph& g, const ir::Pointwise& p
     x.row_stride = row_stride(x.slot);
     x.col_stride = col_stride(x.slot);
     x.move = classify(x.row_stride, x.col_stride, rows_all, cols_all);
+    // An input contiguous down the rows (a transpose being copied) moves in blocks along that dim,
+    // rather than one element per transfer, when the output itself is written in blocks.
+    if (x.move == Move::kElems && x.row_stride == 1 && rows_all > 1 && out_move == Move::kBlock) {
+      x.move = Move::kTransposed;
+    }
     elems |= x.move == Move::kElems;
   }
   for (const ir::Step& st : steps) {
@@ -198,14 +219,22 @@ std::optional<Kernel> lower_pointwise(const ir::Graph& g, const ir::Pointwise& p
   // converted, per step its result and an operand conversion, and the converted output.
   const uint64_t es_c = std::max<uint64_t>(hw::dtype_size(compute), 1), es_o = hw::dtype_size(out.dtype);
   uint64_t per_elem = es_o;
-  for (const Input& x : in) per_elem += (x.view ? hw::dtype_size(x.dtype) : 0) + es_c;
+  for (const Input& x : in) {
+    per_elem += (x.view ? hw::dtype_size(x.dtype) * (x.move == Move::kTransposed ? 2 : 1) : 0) + es_c;
+  }
   per_elem += steps.size() * 4 * es_c;
   const uint64_t half = t.lx_bytes / 2;
   const uint64_t slack = 128 * (2 * in.size() + 2 * steps.size() + 4);
   if (half <= slack + 64 * per_elem) throw std::invalid_argument("compiler: scratchpad too small for a pointwise tile");
   uint64_t budget = (half - slack) / per_elem;
   if (budget >= 64) budget = budget / 64 * 64;
-  const int64_t tc = std::min<int64_t>(cols_all, static_cast<int64_t>(budget));
+  // A transposed input moves tc rows of tr elements: keep the tile about square so both are long.
+  int64_t widest = static_cast<int64_t>(budget);
+  if (std::any_of(in.begin(), in.end(), [](const Input& x) { return x.move == Move::kTransposed; })) {
+    widest = 64;
+    while (widest * widest * 4 <= static_cast<int64_t>(budget)) widest *= 2;
+  }
+  const int64_t tc = std::min<int64_t>(cols_all, widest);
   const int64_t tr = (elems || tc < cols_all) ? 1 : std::min<int64_t>(rows_all, static_cast<int64_t>(budget) / tc);
 
   Kernel k;
@@ -240,6 +269,7 @@ std::optional<Kernel> lower_pointwise(const ir::Graph& g, const ir::Pointwise& p
   LxPlan lx;
   for (Input& x : in) {
     if (x.view) x.raw = lx.take(tile * hw::dtype_size(x.dtype));
+    x.block = x.move == Move::kTransposed ? lx.take(tile * hw::dtype_size(x.dtype)) : x.raw;
     x.conv = lx.take(tile * es_c);
   }
   // Per step: its result, and one scratch buffer per argument (conversions and expansions).
@@ -284,10 +314,17 @@ std::optional<Kernel> lower_pointwise(const ir::Graph& g, const ir::Pointwise& p
           b.emit(emit::dma(hw::Op::kLoad, rd, kBufferReg, v.raw, 0, static_cast<uint64_t>(v.col_stride) * es, cols, es,
                            true, kLoadTag));
           break;
+        case Move::kTransposed:  // tile column c is `rows` contiguous elements at c * col_stride
+          b.emit(emit::dma(hw::Op::kLoad, rd, kBufferReg, v.raw, 0, static_cast<uint64_t>(v.col_stride) * es, cols,
+                           rows * es, true, kLoadTag));
+          break;
       }
       loaded = true;
     }
     if (loaded) b.emit(emit::wait_tags(1u << kLoadTag));
+    for (const Input& v : in) {
+      if (v.view && v.move == Move::kTransposed) sfp(hw::Op::kTranspose, v.dtype, v.block, v.raw, 0, cols, rows);
+    }
     // The inputs as values: views in the compute type (bool ones also as loaded, for masks),
     // constants as immediates where they fit, else filled into their buffer once.
     std::vector<Value> as_compute(in.size()), as_loaded(in.size());
@@ -299,12 +336,12 @@ std::optional<Kernel> lower_pointwise(const ir::Graph& g, const ir::Pointwise& p
         continue;
       }
       const Bcast bc = bcast_of(v.move);
-      as_loaded[i] = Value{v.raw, bc, v.dtype, std::nullopt};
+      as_loaded[i] = Value{v.block, bc, v.dtype, std::nullopt};
       if (v.dtype == compute) {
         as_compute[i] = as_loaded[i];
       } else {
         const auto n = static_cast<uint32_t>(hw::bcast_elements(bc, rows, cols));
-        sfp(hw::Op::kConvert, compute, v.conv, v.raw, static_cast<uint64_t>(v.dtype), 1, n);
+        sfp(hw::Op::kConvert, compute, v.conv, v.block, static_cast<uint64_t>(v.dtype), 1, n);
         as_compute[i] = Value{v.conv, bc, compute, std::nullopt};
       }
     }
