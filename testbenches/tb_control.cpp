@@ -286,6 +286,8 @@ TEST_CASE("faults stop the core with kCoreFault naming the core and the instruct
       {"BINARY with broadcast mode 5", {sfp(Op::kBinary, DType::kF32, 0, 0x100, 0, 1, 4, 5)}},
       {"REDUCE with no columns", {sfp(Op::kReduce, DType::kF32, 0, 0x100, 0, 1, 0)}},
       {"TRANSPOSE in place", {sfp(Op::kTranspose, DType::kF32, 0x100, 0x100, 0, 2, 2)}},
+      {"TRANSPOSE onto part of its source", {sfp(Op::kTranspose, DType::kF32, 0x104, 0x100, 0, 2, 2)}},
+      {"SORT into a block half over its source", {sfp(Op::kSort, DType::kF32, 0x108, 0x100, 0x300, 1, 4)}},
       {"SORT with indices not 8-byte aligned", {sfp(Op::kSort, DType::kF32, 0x100, 0x200, 0x304, 1, 4)}},
       {"SORT with a bad flag", {sfp(Op::kSort, DType::kF32, 0x100, 0x200, 0x300, 1, 4, 2)}},
       {"LI to r0", {emit::li(0, 5)}},

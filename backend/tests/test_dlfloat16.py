@@ -89,7 +89,7 @@ assert float(u.max()) < 1.0 and float(u.min()) >= 0.0
 m = torch.full((4, 4), 1e6, dtype=torch.float16, device="spyre")
 m[1] = 1e-7
 before = m.float().cpu()
-m[:, 0] = torch.tensor([1.0, 2.0, 3.0, 4.0], dtype=torch.float16)
+m[:, 0] = torch.tensor([1.0, 2.0, 3.0, 4.0], dtype=torch.float64)  # a host dtype: the strided write path
 after = m.float().cpu()
 assert after[:, 0].tolist() == [1.0, 2.0, 3.0, 4.0]
 assert torch.equal(after[:, 1:], before[:, 1:])
@@ -107,6 +107,12 @@ buf.seek(0)
 on_card = torch.load(buf)
 assert on_card["w"].device.type == "spyre" and torch.equal(on_card["w"].cpu(), held)
 assert on_card["lin"]["weight"].dtype == torch.float16
+g = torch.zeros(3, dtype=torch.float16, device="spyre", requires_grad=True)
+buf = io.BytesIO()
+torch.save(g, buf)
+buf.seek(0)
+back = torch.load(buf)
+assert back.requires_grad and back.is_leaf and back.device.type == "spyre"
 print("ok")
 """
 

@@ -27,7 +27,7 @@ def install() -> None:
 
     def _reduce_ex_internal(self, proto):
         if _dlfloat16(self) and not torch.serialization._serialization_tls.skip_data:
-            host = self.cpu()
+            host = self.detach().cpu()  # requires_grad travels apart (a leaf is rebuilt on load)
             return (
                 torch._utils._rebuild_device_tensor_from_cpu_tensor,
                 (host, self.dtype, str(self.device), self.requires_grad),

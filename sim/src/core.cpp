@@ -605,8 +605,9 @@ bool Core::sfp(const hw::Instr& in) {
       const uint8_t* src = lx(in, in.b, n * es);
       uint8_t* index = lx(in, in.c, n * 8);
       const auto apart = [&](const uint8_t* p, uint64_t pn) { return index + n * 8 <= p || p + pn <= index; };
+      const bool partly = dst != src && dst < src + n * es && src < dst + n * es;  // rows read after written
       if (!dst || !src || !index || in.c >> 32 || (index - lx_.data()) % 8 != 0 || cols == 0 || !apart(dst, n * es) ||
-          !apart(src, n * es)) {
+          !apart(src, n * es) || partly) {
         return false;
       }
       sfp_sort(t, dst, reinterpret_cast<int64_t*>(index), src, rows, cols, in.flags & hw::kSortDescending);
@@ -617,7 +618,7 @@ bool Core::sfp(const hw::Instr& in) {
     case hw::Op::kTranspose: {
       uint8_t* dst = lx(in, in.a, n * es);
       const uint8_t* src = lx(in, in.b, n * es);
-      if (!dst || !src || dst == src) return false;
+      if (!dst || !src || (dst < src + n * es && src < dst + n * es)) return false;  // any overlap
       sfp_transpose(static_cast<uint32_t>(es), dst, src, rows, cols);
       name = "transpose";
       break;

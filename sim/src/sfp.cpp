@@ -574,7 +574,7 @@ bool overlaps_apart(const void* dst, const void* src, Bcast b, uint64_t bytes) {
 bool binary_f32_fast(hw::BinaryFn f, void* dst, const void* src0, Bcast b0, const void* src1, Bcast b1, uint32_t imm,
                      uint64_t rows, uint64_t cols) {
   using hw::BinaryFn;
-  if (hw::binary_is_compare(f) || f >= BinaryFn::kBitAnd) return false;  // bool results, integer functions
+  if (hw::binary_is_compare(f) || (f >= BinaryFn::kBitAnd && f <= BinaryFn::kBitXor)) return false;  // bool, integer
   const uint64_t bytes = rows * cols * 4;
   if (overlaps_apart(dst, src0, b0, bytes) || overlaps_apart(dst, src1, b1, bytes)) return false;
   // The ISA lets SFP operands sit at any byte: the typed loops below need word-aligned ones.

@@ -171,10 +171,14 @@ std::optional<Kernel> lower_pointwise(const ir::Graph& g, const ir::Pointwise& p
     for (auto& s : space.strides) s.push_back(1);
   }
   const size_t nd = space.sizes.size();
-  // Elements are independent, so any dim can be the tile's row dim: take the longest of the outer
-  // ones, so that a permuted copy such as [b, l, h, d] from [b, h, l, d] moves [l, d] tiles rather
-  // than [h, d] slivers.
-  if (nd >= 3) {
+  // Elements are independent, so any dim can be the tile's row dim: when the inner one is short
+  // (under 64), take the longest outer one instead, so that a permuted copy such as [b, l, h, d]
+  // from [b, h, l, d] moves [l, d] tiles rather than [h, d] slivers. Not when an operand is
+  // broadcast along the inner row dim: it would then be loaded once per row instead of once.
+  const auto broadcast_rows = [&] {
+    return std::any_of(space.strides.begin(), space.strides.end(), [&](const auto& s) { return s[nd - 2] == 0; });
+  };
+  if (nd >= 3 && space.sizes[nd - 2] < 64 && !broadcast_rows()) {
     size_t longest = nd - 2;
     for (size_t d = 0; d + 2 < nd; ++d) {
       if (space.sizes[d] > space.sizes[longest]) longest = d;
@@ -230,12 +234,12 @@ std::optional<Kernel> lower_pointwise(const ir::Graph& g, const ir::Pointwise& p
   if (budget >= 64) budget = budget / 64 * 64;
   // A transposed input moves tc rows of tr elements: keep the tile about square so both are long.
   int64_t widest = static_cast<int64_t>(budget);
-  if (std::any_of(in.begin(), in.end(), [](const Input& x) { return x.move == Move::kTransposed; })) {
+  if (!elems && std::any_of(in.begin(), in.end(), [](const Input& x) { return x.move == Move::kTransposed; })) {
     widest = 64;
     while (widest * widest * 4 <= static_cast<int64_t>(budget)) widest *= 2;
   }
   const int64_t tc = std::min<int64_t>(cols_all, widest);
-  const int64_t tr = (elems || tc < cols_all) ? 1 : std::min<int64_t>(rows_all, static_cast<int64_t>(budget) / tc);
+  const int64_t tr = elems ? 1 : std::min<int64_t>(rows_all, static_cast<int64_t>(budget) / tc);
 
   Kernel k;
   k.nest.half_bytes = half;
