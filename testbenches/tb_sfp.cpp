@@ -526,6 +526,28 @@ TEST_CASE("DLFloat16: CONVERT from f32 rounds to 9 fraction bits, ties away, sat
   CHECK(std::isnan(nan_back));
 }
 
+TEST_CASE("SFP operands at unaligned scratchpad addresses compute as aligned ones") {
+  // The ISA allows any byte address; the model must not assume more.
+  const std::vector<double> v = {1.5, -2.25, 3.0, 0.125, -7.0, 100.0, 0.5, 2.0};
+  const auto n = static_cast<uint32_t>(v.size());
+  const uint32_t x = kX + 1, sum = kD + 3, half = kE + 1, back = kZ + 2, arg = kY + 3, best = kY + 0x101;
+  const std::vector<hw::Instr> code = {
+      sfp(Op::kBinary, DType::kF32, sum, emit::pack2(x, 0),
+          static_cast<uint64_t>(BinaryFn::kAdd) | uint64_t{0x3f800000} << 32, 1, n,
+          hw::bcast_flags(Bcast::kFull, Bcast::kImm)),
+      sfp(Op::kConvert, DType::kF16, half, x, static_cast<uint64_t>(DType::kF32), 1, n),
+      sfp(Op::kConvert, DType::kF32, back, half, static_cast<uint64_t>(DType::kF16), 1, n),
+      sfp(Op::kReduce, DType::kF32, arg, x, static_cast<uint64_t>(hw::ReduceFn::kArgMax) | uint64_t{best} << 32, 1, n),
+  };
+  const auto got = on_core({{x, pack(DType::kF32, v)}}, code, {{sum, n * 4}, {back, n * 4}, {arg, 8}});
+  for (uint32_t i = 0; i < n; ++i) {
+    CAPTURE(i);
+    CHECK(get(DType::kF32, got[0], i) == v[i] + 1.0);
+    CHECK(get(DType::kF32, got[1], i) == v[i]);  // each is exact in fp16
+  }
+  CHECK(get_int(DType::kI64, got[2], 0) == 5);  // 100.0
+}
+
 TEST_CASE("CONVERT between every pair of types: rounding once to nearest even, truncation, saturation, bool") {
   // 1 + 2^-8 is a bf16 tie (to 1), 1 + 3 * 2^-9 rounds up, 1 + 2^-7 + 2^-8 is a tie to the even 1 + 2^-6;
   // 1 + 2^-11 and 1 + 3 * 2^-11 are the same for f16.

@@ -38,7 +38,18 @@ uint16_t f32_to_bf16(float f) {
 }
 
 // Whole-block conversions between a scratchpad type and the two compute types (fp32, int64).
+// Scratchpad addresses need not be aligned: an unaligned block of 2-, 4- or 8-byte elements is
+// read or written through an aligned copy, since the typed loops below may assume alignment.
+bool unaligned(const void* p, DType t) {
+  return reinterpret_cast<uintptr_t>(p) % hw::dtype_size(t) != 0;
+}
+
 void to_f32(const void* src, DType t, uint64_t n, float* out) {
+  if (unaligned(src, t)) {
+    std::vector<uint8_t> copy(n * hw::dtype_size(t));
+    std::memcpy(copy.data(), src, copy.size());
+    return to_f32(copy.data(), t, n, out);
+  }
   switch (t) {
     case DType::kF32:
       std::memcpy(out, src, n * 4);
@@ -101,6 +112,12 @@ int64_t f32_to_int(float v) {
 }
 
 void from_f32(const float* in, DType t, uint64_t n, void* dst) {
+  if (unaligned(dst, t)) {
+    std::vector<uint8_t> copy(n * hw::dtype_size(t));
+    from_f32(in, t, n, copy.data());
+    std::memcpy(dst, copy.data(), copy.size());
+    return;
+  }
   switch (t) {
     case DType::kF32:
       std::memcpy(dst, in, n * 4);
@@ -146,6 +163,11 @@ void from_f32(const float* in, DType t, uint64_t n, void* dst) {
 }
 
 void to_i64(const void* src, DType t, uint64_t n, int64_t* out) {
+  if (unaligned(src, t)) {
+    std::vector<uint8_t> copy(n * hw::dtype_size(t));
+    std::memcpy(copy.data(), src, copy.size());
+    return to_i64(copy.data(), t, n, out);
+  }
   switch (t) {
     case DType::kI64:
       std::memcpy(out, src, n * 8);
@@ -175,6 +197,12 @@ void to_i64(const void* src, DType t, uint64_t n, int64_t* out) {
 }
 
 void from_i64(const int64_t* in, DType t, uint64_t n, void* dst) {
+  if (unaligned(dst, t)) {
+    std::vector<uint8_t> copy(n * hw::dtype_size(t));
+    from_i64(in, t, n, copy.data());
+    std::memcpy(dst, copy.data(), copy.size());
+    return;
+  }
   switch (t) {
     case DType::kI64:
       std::memcpy(dst, in, n * 8);
@@ -696,7 +724,7 @@ void sfp_reduce(hw::ReduceFn f, DType t, void* dst, const void* src, uint64_t ro
     };
     const std::vector<double> v = widen(src, n);
     std::vector<double> kept = accumulate ? widen(best, rows) : std::vector<double>(rows);
-    auto* out = static_cast<int64_t*>(dst);
+    auto* out = static_cast<uint8_t*>(dst);  // int64 indices, at any byte
     const bool want_max = f == ReduceFn::kArgMax;
     const auto better = [&](double x, double cur) {
       return !std::isnan(cur) && (std::isnan(x) || (want_max ? x > cur : x < cur));
@@ -709,7 +737,8 @@ void sfp_reduce(hw::ReduceFn f, DType t, void* dst, const void* src, uint64_t ro
       const double x = v[r * cols + j];
       if (!accumulate || better(x, kept[r])) {
         kept[r] = x;
-        out[r] = base + static_cast<int64_t>(j);
+        const int64_t index = base + static_cast<int64_t>(j);
+        std::memcpy(out + r * 8, &index, 8);
       }
     }
     if (hw::dtype_is_float(t)) {
