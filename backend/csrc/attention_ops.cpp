@@ -62,16 +62,6 @@ int64_t fused_sdp_choice(const at::Tensor& q, const at::Tensor& k, const at::Ten
   return choose(q, k, v, mask, dropout_p, is_causal, scale, enable_gqa);
 }
 
-void reduce(Launch& l, hw::ReduceFn fn, uint32_t in, uint32_t out) {
-  ir::Reduce r;
-  r.fn = fn;
-  r.compute = hw::DType::kF32;
-  r.in = in;
-  r.out = out;
-  r.dims = {3};
-  l.reduce(r);
-}
-
 void matmul(Launch& l, uint32_t a, uint32_t b, uint32_t out, double alpha, const at::Tensor& like) {
   ir::Matmul m;
   m.a = a;
@@ -96,14 +86,10 @@ uint32_t heads(Launch& l, const at::Tensor& t, int64_t g, bool repeat, bool swap
 
 // out = sum over each key head's g query heads of `full` [B, H, X, Y] into [B, H / g, X, Y].
 void sum_groups(Launch& l, const at::Tensor& full, const at::Tensor& out, int64_t g) {
-  ir::Reduce r;
-  r.fn = hw::ReduceFn::kSum;
-  r.compute = hw::DType::kF32;
-  r.in = heads(l, full, g, false);
-  r.out = l.view(out, {out.size(0), out.size(1), 1, out.size(2), out.size(3)},
-                 {out.stride(0), out.stride(1), 0, out.stride(2), out.stride(3)});
-  r.dims = {2};
-  l.reduce(r);
+  reduce(l, hw::ReduceFn::kSum, heads(l, full, g, false),
+         l.view(out, {out.size(0), out.size(1), 1, out.size(2), out.size(3)},
+                {out.stride(0), out.stride(1), 0, out.stride(2), out.stride(3)}),
+         {2});
 }
 
 // The scores [B, H, L, S] in fp32 (`s`): scale * Q K^T, then the causal mask (keys after the query's
@@ -172,7 +158,7 @@ void attention_kernel(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
   const at::Tensor s = l.scratch({B, H, L, S}, q);
   scores(l, q, k, bias, is_causal, scale_of(c, q), s);
   const uint32_t sv = l.view(s), m = l.view(l.scratch({B, H, L, 1}, q)), sum = l.view(l.scratch({B, H, L, 1}, q));
-  reduce(l, hw::ReduceFn::kMax, sv, m);
+  reduce(l, hw::ReduceFn::kMax, sv, m, {3});
   // exp(S - max); a row with every key masked has max -inf and takes 0 instead, so its weights are
   // 0 and its output 0, as torch's math path gives (its softmax is the safe one).
   expr(l, {m}, m, [](ir::Expr& e, const Refs& in) {
@@ -180,7 +166,7 @@ void attention_kernel(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
   });
   expr(l, {sv, m}, sv,
        [](ir::Expr& e, const Refs& in) { e.unary(UnaryFn::kExp, e.binary(BinaryFn::kSub, in[0], in[1])); });
-  reduce(l, hw::ReduceFn::kSum, sv, sum);
+  reduce(l, hw::ReduceFn::kSum, sv, sum, {3});
   const at::Tensor p_tensor = q.scalar_type() == at::kFloat ? s : l.scratch({B, H, L, S}, q, q.scalar_type());
   const uint32_t p = l.view(p_tensor);
   expr(l, {sv, sum}, p, [](ir::Expr& e, const Refs& in) {
@@ -243,7 +229,7 @@ void attention_backward_kernel(const c10::OperatorHandle& op, torch::jit::Stack*
     const uint32_t d = l.view(l.scratch({B, H, L, 1}, o));
     expr(l, {l.view(go), l.view(o)}, l.view(prod),
          [](ir::Expr& e, const Refs& in) { e.binary(BinaryFn::kMul, in[0], in[1]); });
-    reduce(l, hw::ReduceFn::kSum, l.view(prod), d);
+    reduce(l, hw::ReduceFn::kSum, l.view(prod), d, {3});
     expr(l, {pv, dsv, d}, dsv,
          [](ir::Expr& e, const Refs& in) { e.binary(BinaryFn::kMul, in[0], e.binary(BinaryFn::kSub, in[1], in[2])); });
     if (!f32) expr(l, {dsv}, l.view(dsc), [](ir::Expr& e, const Refs& in) { e.unary(UnaryFn::kCopy, in[0]); });
@@ -260,20 +246,17 @@ void attention_backward_kernel(const c10::OperatorHandle& op, torch::jit::Stack*
   }
   if (dbias.defined()) {  // dS summed over the dims the bias broadcasts along
     const at::Tensor db = dbias.expand({B, H, L, S});
-    ir::Reduce r;
-    r.fn = hw::ReduceFn::kSum;
-    r.compute = hw::DType::kF32;
-    r.in = l.view(ds);
+    std::vector<int64_t> dims, kept = {B, H, L, S};
     for (int64_t dim = 0; dim < 4; ++dim) {
-      if (db.stride(dim) == 0) r.dims.push_back(dim);
+      if (db.stride(dim) == 0) {
+        dims.push_back(dim);
+        kept[dim] = 1;
+      }
     }
-    std::vector<int64_t> kept = {B, H, L, S};
-    for (int64_t dim : r.dims) kept[dim] = 1;
-    if (r.dims.empty()) {
-      expr(l, {r.in}, l.view(db), [](ir::Expr& e, const Refs& in) { e.unary(UnaryFn::kCopy, in[0]); });
+    if (dims.empty()) {
+      expr(l, {l.view(ds)}, l.view(db), [](ir::Expr& e, const Refs& in) { e.unary(UnaryFn::kCopy, in[0]); });
     } else {
-      r.out = l.view(dbias.view(kept));
-      l.reduce(r);
+      reduce(l, hw::ReduceFn::kSum, l.view(ds), l.view(dbias.view(kept)), dims);
     }
   }
   if (!try_run(l, c)) TORCH_CHECK(false, "spyre: the attention backward did not compile");

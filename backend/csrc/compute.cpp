@@ -107,13 +107,13 @@ void expr(Launch& l, const std::vector<uint32_t>& inputs, uint32_t out,
   l.pointwise(e.done(out));
 }
 
-void sum(Launch& l, uint32_t in, uint32_t out, int64_t dim) {
+void reduce(Launch& l, hw::ReduceFn fn, uint32_t in, uint32_t out, std::vector<int64_t> dims, hw::DType compute) {
   ir::Reduce r;
-  r.fn = hw::ReduceFn::kSum;
-  r.compute = hw::DType::kF32;
+  r.fn = fn;
+  r.compute = compute;
   r.in = in;
   r.out = out;
-  r.dims = {dim};
+  r.dims = std::move(dims);
   l.reduce(r);
 }
 

@@ -81,8 +81,14 @@ class Launch {
 /// order), writing view `out`, computed in fp32 and rounded once into `out`'s type.
 void expr(Launch& l, const std::vector<uint32_t>& inputs, uint32_t out,
           const std::function<void(ir::Expr&, const std::vector<int32_t>&)>& build);
-/// Adds to `l` the fp32 sum of view `in` over `dim` into view `out` (`in`'s shape, `dim` of size 1).
-void sum(Launch& l, uint32_t in, uint32_t out, int64_t dim);
+/// Adds to `l` the reduction `fn` of view `in` over `dims` into view `out` (`in`'s shape with those
+/// dims of size 1), accumulating in `compute`.
+void reduce(Launch& l, hw::ReduceFn fn, uint32_t in, uint32_t out, std::vector<int64_t> dims,
+            hw::DType compute = hw::DType::kF32);
+/// The fp32 sum of view `in` over `dim` into view `out`.
+inline void sum(Launch& l, uint32_t in, uint32_t out, int64_t dim) {
+  reduce(l, hw::ReduceFn::kSum, in, out, {dim});
+}
 
 /// Runs `l`, labelled with the operator of call `c`; false when the compiler does not take the
 /// graph (a shape or layout its lowerings do not cover), and nothing ran.

@@ -69,13 +69,7 @@ uint32_t per_sample_table(Launch& l, const at::Tensor& t) {
 }
 
 void sum_all(Launch& l, uint32_t in, uint32_t out) {
-  ir::Reduce r;
-  r.fn = hw::ReduceFn::kSum;
-  r.compute = kF32;
-  r.in = in;
-  r.out = out;
-  r.dims = {0, 1};
-  l.reduce(r);
+  reduce(l, hw::ReduceFn::kSum, in, out, {0, 1});
 }
 
 bool supported(const at::Tensor& self, const at::Tensor& target, const c10::IValue* weight) {

@@ -171,14 +171,8 @@ void topk_kernel(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
   fill(fills.narrow(1, 0, 1), taken);
   fill(fills.narrow(1, 1, 1), 0.0);
   const uint32_t wv = l.view(work);
-  const auto reduce = [&](hw::ReduceFn fn, uint32_t in, const at::Tensor& out) {
-    ir::Reduce r;
-    r.fn = fn;
-    r.compute = t;
-    r.in = in;
-    r.out = l.view(out);
-    r.dims = {1};
-    l.reduce(r);
+  const auto reduce_rows = [&](hw::ReduceFn fn, uint32_t in, const at::Tensor& out) {
+    reduce(l, fn, in, l.view(out), {1}, t);
   };
   const auto scatter = [&](const at::Tensor& table, const at::Tensor& at, const at::Tensor& value) {
     ir::Op s;
@@ -190,7 +184,7 @@ void topk_kernel(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
     l.graph().ops.push_back(s);
   };
   for (int64_t i = 0; i < k; ++i) {
-    reduce(largest ? hw::ReduceFn::kMax : hw::ReduceFn::kMin, wv, best);
+    reduce_rows(largest ? hw::ReduceFn::kMax : hw::ReduceFn::kMin, wv, best);
     {  // score = in_play where work == best (NaN matching a NaN best), else 0; its argmax is the first
       ir::Expr e(t);
       const int32_t w = e.input(ir::Operand::of(wv));
@@ -204,7 +198,7 @@ void topk_kernel(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
       e.select(hit, e.input(ir::Operand::of(l.view(in_play))), e.constant(0));
       l.pointwise(e.done(l.view(score)));
     }
-    reduce(hw::ReduceFn::kArgMax, l.view(score), chosen);
+    reduce_rows(hw::ReduceFn::kArgMax, l.view(score), chosen);
     {  // idx[:, i] = chosen
       ir::Expr e(hw::DType::kI64);
       const int32_t col = e.input(ir::Operand::of(l.view(column, {rows, k}, {0, 1})));
