@@ -40,8 +40,11 @@ uint16_t f32_to_bf16(float f) {
 // Whole-block conversions between a scratchpad type and the two compute types (fp32, int64).
 // Scratchpad addresses need not be aligned: an unaligned block of 2-, 4- or 8-byte elements is
 // read or written through an aligned copy, since the typed loops below may assume alignment.
+bool unaligned(const void* p, uint64_t element_bytes) {
+  return reinterpret_cast<uintptr_t>(p) % element_bytes != 0;
+}
 bool unaligned(const void* p, DType t) {
-  return reinterpret_cast<uintptr_t>(p) % hw::dtype_size(t) != 0;
+  return unaligned(p, hw::dtype_size(t));
 }
 
 void to_f32(const void* src, DType t, uint64_t n, float* out) {
@@ -606,10 +609,11 @@ bool binary_f32_fast(hw::BinaryFn f, void* dst, const void* src0, Bcast b0, cons
   const uint64_t bytes = rows * cols * 4;
   if (overlaps_apart(dst, src0, b0, bytes) || overlaps_apart(dst, src1, b1, bytes)) return false;
   // The ISA lets SFP operands sit at any byte: the typed loops below need word-aligned ones.
-  const auto aligned = [](const void* q, Bcast b) {
-    return b != Bcast::kFull || reinterpret_cast<uintptr_t>(q) % 4 == 0;
-  };
-  if (!aligned(dst, Bcast::kFull) || !aligned(src0, b0) || !aligned(src1, b1)) return false;
+  // (Broadcast operands are copied into word-aligned vectors by f32_operand.)
+  if (unaligned(dst, DType::kF32) || (b0 == Bcast::kFull && unaligned(src0, DType::kF32)) ||
+      (b1 == Bcast::kFull && unaligned(src1, DType::kF32))) {
+    return false;
+  }
   const F32Operand x = f32_operand(src0, b0, imm, rows, cols), y = f32_operand(src1, b1, imm, rows, cols);
   auto* out = static_cast<float*>(dst);
   if (f == BinaryFn::kPow && !y.vector_rows() && b1 != Bcast::kCol) {
@@ -637,14 +641,10 @@ constexpr auto unary_f32_table(std::index_sequence<I...>) {
 constexpr auto kUnaryF32 = unary_f32_table(std::make_index_sequence<static_cast<size_t>(hw::UnaryFn::kCount)>());
 
 bool unary_f32_fast(hw::UnaryFn f, void* dst, const void* src, uint64_t count) {
-  const auto* s = static_cast<const uint8_t*>(src);
-  auto* d = static_cast<uint8_t*>(dst);
-  const uint64_t bytes = count * 4;
-  if ((s != d && s < d + bytes && d < s + bytes) || reinterpret_cast<uintptr_t>(s) % 4 != 0 ||
-      reinterpret_cast<uintptr_t>(d) % 4 != 0) {
+  if (overlaps_apart(dst, src, Bcast::kFull, count * 4) || unaligned(dst, DType::kF32) || unaligned(src, DType::kF32)) {
     return false;
   }
-  kUnaryF32[static_cast<size_t>(f)](reinterpret_cast<float*>(d), reinterpret_cast<const float*>(s), count);
+  kUnaryF32[static_cast<size_t>(f)](static_cast<float*>(dst), static_cast<const float*>(src), count);
   return true;
 }
 
@@ -850,7 +850,7 @@ void sfp_fill(DType t, void* dst, double value, uint64_t count) {
     std::fill_n(reinterpret_cast<decltype(word)*>(d) + 1, count - 1, word);
   };
   if (es == 1) return std::memset(d + 1, d[0], count - 1), void();
-  if (reinterpret_cast<uintptr_t>(d) % es != 0) {  // an unaligned block: element by element
+  if (unaligned(d, es)) {  // an unaligned block: element by element
     for (uint64_t k = 1; k < count; ++k) std::memcpy(d + k * es, d, es);
     return;
   }
@@ -959,7 +959,7 @@ void sfp_transpose(uint32_t es, void* dst, const void* src, uint64_t rows, uint6
       }
     }
   };
-  const bool aligned = reinterpret_cast<uintptr_t>(d) % es == 0 && reinterpret_cast<uintptr_t>(s) % es == 0;
+  const bool aligned = !unaligned(d, es) && !unaligned(s, es);
   if (es == 1) return typed(uint8_t{});
   if (aligned && es == 2) return typed(uint16_t{});
   if (aligned && es == 4) return typed(uint32_t{});
