@@ -189,13 +189,14 @@ struct Harness {
   sim::Clock clock{config.chip.clock_mhz};
   sim::Launch launch{clock.cycles(config.chip.barrier_cycles)};
   sim::CoreStats stats[kCores];
+  sim::Worker worker{config.sim.async_compute};
   std::vector<std::unique_ptr<sim::Core>> cores;
   sc_core::sc_time start, done[kCores];  // when the last launch started and each core stopped
 
   Harness() {
     for (uint32_t i = 0; i < kCores; ++i) {
-      cores.push_back(
-          std::make_unique<sim::Core>(("core" + std::to_string(i)).c_str(), 0, i, config, ring, trace, stats[i]));
+      cores.push_back(std::make_unique<sim::Core>(("core" + std::to_string(i)).c_str(), 0, i, config, ring, trace,
+                                                  stats[i], worker));
       cores[i]->mem.bind(memory.socket);
       sc_core::sc_spawn([this, i] {
         for (;;) {

@@ -27,7 +27,8 @@ struct Harness {
   DeviceMemory memory{"memory", config};
   Ring ring = make_ring(config);
   CoreStats stats;
-  Core core{"core0", 0, 0, config, ring, trace, stats};
+  Worker worker{config.sim.async_compute};
+  Core core{"core0", 0, 0, config, ring, trace, stats, worker};
   Launch launch{sc_core::SC_ZERO_TIME};
   Harness() {
     core.mem.bind(memory.socket);

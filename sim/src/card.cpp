@@ -5,7 +5,7 @@
 namespace spyre::sim {
 
 Card::Card(const sc_core::sc_module_name& name, uint32_t index, const Config& config, Trace& trace)
-    : sc_core::sc_module(name), host_bar0("host_bar0"), ring_(make_ring(config)) {
+    : sc_core::sc_module(name), host_bar0("host_bar0"), ring_(make_ring(config)), worker_(config.sim.async_compute) {
   stats_.cores.resize(config.chip.cores);
   memory_ = std::make_unique<DeviceMemory>("memory", config);
   endpoint_ = std::make_unique<Endpoint>("pcie", config, memory_->size(), stats_);
@@ -14,8 +14,8 @@ Card::Card(const sc_core::sc_module_name& name, uint32_t index, const Config& co
   dma_->mem.bind(memory_->socket);
   std::vector<Core*> cores;
   for (uint32_t i = 0; i < config.chip.cores; ++i) {
-    cores_.push_back(
-        std::make_unique<Core>(fmt::format("core{}", i).c_str(), index, i, config, ring_, trace, stats_.cores[i]));
+    cores_.push_back(std::make_unique<Core>(fmt::format("core{}", i).c_str(), index, i, config, ring_, trace,
+                                            stats_.cores[i], worker_));
     cores_.back()->mem.bind(memory_->socket);
     cores.push_back(cores_.back().get());
   }

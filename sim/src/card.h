@@ -11,6 +11,7 @@
 #include "device_memory.h"
 #include "dma_engine.h"
 #include "endpoint.h"
+#include "worker.h"
 
 namespace spyre::sim {
 
@@ -30,6 +31,7 @@ class Card : public sc_core::sc_module {
  private:
   CardStats stats_;
   Ring ring_;
+  Worker worker_;  // outlives the cores, whose arithmetic it runs
   std::unique_ptr<DeviceMemory> memory_;
   std::unique_ptr<Endpoint> endpoint_;
   std::unique_ptr<DmaEngine> dma_;

@@ -15,7 +15,8 @@ using nlohmann::json;
 
 json to_tree(const Config& c) {
   json j;
-  j["sim"] = {{"devices", c.sim.devices}, {"host_quantum_ns", c.sim.host_quantum_ns}};
+  j["sim"] = {
+      {"devices", c.sim.devices}, {"host_quantum_ns", c.sim.host_quantum_ns}, {"async_compute", c.sim.async_compute}};
   j["chip"] = {{"cores", c.chip.cores},
                {"corelets_per_core", c.chip.corelets_per_core},
                {"clock_mhz", c.chip.clock_mhz},
@@ -75,6 +76,7 @@ Config from_tree(const json& j) {
   Config c;
   get(j, "sim", "devices", c.sim.devices);
   get(j, "sim", "host_quantum_ns", c.sim.host_quantum_ns);
+  get(j, "sim", "async_compute", c.sim.async_compute);
   get(j, "chip", "cores", c.chip.cores);
   get(j, "chip", "corelets_per_core", c.chip.corelets_per_core);
   get(j, "chip", "clock_mhz", c.chip.clock_mhz);
@@ -145,6 +147,7 @@ Config Config::without_paths() const {
   Config c = *this;
   c.output.trace_path.clear();
   c.output.stats_path.clear();
+  c.sim.async_compute = Config{}.sim.async_compute;  // where the arithmetic runs changes no result
   return c;
 }
 

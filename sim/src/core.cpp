@@ -45,7 +45,7 @@ void Launch::release() {
 }
 
 Core::Core(const sc_core::sc_module_name& name, uint32_t card, uint32_t id, const Config& config, Ring& ring,
-           Trace& trace, CoreStats& stats)
+           Trace& trace, CoreStats& stats, Worker& worker)
     : sc_core::sc_module(name),
       mem("mem"),
       config_(config),
@@ -54,10 +54,45 @@ Core::Core(const sc_core::sc_module_name& name, uint32_t card, uint32_t id, cons
       ring_(ring),
       trace_(trace),
       stats_(stats),
-      track_(trace.track(card, fmt::format("core {:02}", id))) {
+      track_(trace.track(card, fmt::format("core {:02}", id))),
+      worker_(worker),
+      lane_(worker.lane()) {
   sc_core::sc_spawn_options opts;
   opts.set_stack_size(1 << 20);
   sc_core::sc_spawn([this] { thread(); }, "exec", &opts);
+}
+
+Core::~Core() {
+  try {
+    worker_.wait(lane_, last_ticket_);  // its tasks write into lx_
+  } catch (...) {                       // a task's failure was reported when it was waited for, or no one asks any more
+  }
+}
+
+void Core::drop_pending(uint64_t done) {
+  pending_.erase(std::remove_if(pending_.begin(), pending_.end(), [&](const Pending& e) { return e.ticket <= done; }),
+                 pending_.end());
+}
+
+void Core::compute(std::function<void()> task, std::initializer_list<Touch> touches) {
+  const uint64_t done = worker_.done(lane_);
+  drop_pending(done);
+  last_ticket_ = worker_.post(lane_, std::move(task));
+  if (last_ticket_ <= worker_.done(lane_)) return;  // ran inline (or already)
+  for (const Touch& t : touches) {
+    if (t.p && t.n) pending_.push_back({last_ticket_, t});
+  }
+}
+
+void Core::settle(const uint8_t* p, uint64_t n, bool write) {
+  if (pending_.empty()) return;
+  uint64_t need = 0;
+  for (const Pending& e : pending_) {
+    if ((e.touch.write || write) && e.touch.p < p + n && p < e.touch.p + e.touch.n) need = std::max(need, e.ticket);
+  }
+  if (need == 0) return;
+  worker_.wait(lane_, need);  // a lane runs in order: everything up to `need` has run
+  drop_pending(need);
 }
 
 void Core::start(uint64_t program, uint64_t args, uint64_t args_size, uint32_t rank, Launch* launch) {
@@ -318,7 +353,10 @@ bool Core::execute(const hw::Instr& in, uint32_t& pc) {
       const uint8_t* a = lx(in, static_cast<uint32_t>(in.b), uint64_t{m} * k * es);
       const uint8_t* b = lx(in, in.b >> 32, uint64_t{k} * n * es);
       if (!a || !b || !c) return false;
-      tile_matmul(reinterpret_cast<float*>(c), a, b, m, k, n, in.dtype, in.flags & hw::kMatmulAccumulate);
+      const hw::DType t = in.dtype;
+      const bool acc = in.flags & hw::kMatmulAccumulate;
+      compute([=] { tile_matmul(reinterpret_cast<float*>(c), a, b, m, k, n, t, acc); },
+              {{a, uint64_t{m} * k * es, false}, {b, uint64_t{k} * n * es, false}, {c, uint64_t{m} * n * 4, true}});
       stats_.flops += 2ull * m * k * n;
       timed(begin, matmul_cycles(m, k, n, in.dtype), stats_.compute_cycles, "matmul", uint64_t{m} * n);
       return true;
@@ -375,6 +413,9 @@ bool Core::multicast(const hw::Instr& in) {
   std::vector<uint64_t> addrs;
   uint64_t row_bytes = 0;
   if (!strided_rows(in, regs_[hw::reg_rd(in.regs)], addrs, row_bytes)) return false;
+  sync();
+  for (uint64_t i = 0; i < count; ++i)
+    launch_->rank(static_cast<uint32_t>(first + i * stride)).settle(dst[i], bytes, true);
   // The rows land in the first receiver and are copied on as the ring passes the others.
   if (!transfer(in, addrs, dst[0], row_bytes, Move::kRead)) return false;
   for (uint64_t i = 1; i < count; ++i) {
@@ -394,6 +435,8 @@ bool Core::indirect(const hw::Instr& in) {
   if (add && (in.dtype >= hw::DType::kCount || row_bytes % hw::dtype_size(in.dtype))) {
     return false;
   }
+  sync();
+  settle(idx, rows * 8, false);
   const uint64_t limit = regs_[hw::reg_rl(in.regs)];
   uint64_t base = 0;
   if (__builtin_add_overflow(regs_[hw::reg_rd(in.regs)], in.b, &base)) return false;
@@ -414,6 +457,7 @@ bool Core::indirect(const hw::Instr& in) {
 bool Core::transfer(const hw::Instr& in, const std::vector<uint64_t>& addrs, uint8_t* buf, uint64_t row_bytes,
                     Move move) {
   sync();
+  settle(buf, addrs.size() * row_bytes, move == Move::kRead);  // multicast settled its receivers
   // The data moves now; its time is booked on the memory and ring servers from the issue cycle.
   // Rows are issued back to back: memory bandwidth spaces them, its latency is paid once. An
   // accumulating row is read and written at the memory (two LPDDR5 accesses, one ring transfer).
@@ -489,6 +533,7 @@ bool Core::sfp(const hw::Instr& in) {
     bad |= p == nullptr;
     return p;
   };
+  const auto span = [&](Bcast b) { return b == Bcast::kImm ? 0 : hw::bcast_elements(b, rows, cols) * es; };
   bool transcendental = false;
   uint64_t sort_cycles = 0;  // SORT is timed by its network, not per element
   const char* name = "";
@@ -499,7 +544,8 @@ bool Core::sfp(const hw::Instr& in) {
       uint8_t* dst = lx(in, in.a, n * es);
       const uint8_t* src = lx(in, in.b, n * hw::dtype_size(from));
       if (!dst || !src) return false;
-      sfp_convert(dst, t, src, from, n);
+      compute([=] { sfp_convert(dst, t, src, from, n); },
+              {{dst, n * es, true}, {src, n * hw::dtype_size(from), false}});
       name = "convert";
       break;
     }
@@ -510,7 +556,8 @@ bool Core::sfp(const hw::Instr& in) {
       uint8_t* dst = lx(in, in.a, n * (hw::unary_is_bool(f) ? 1 : es));
       const uint8_t* src = operand(in.b, b);
       if (bad || !dst || b == Bcast::kImm) return false;
-      sfp_unary(f, t, dst, src, b, rows, cols);
+      compute([=] { sfp_unary(f, t, dst, src, b, rows, cols); },
+              {{dst, n * (hw::unary_is_bool(f) ? 1 : es), true}, {src, span(b), false}});
       transcendental = unary_is_transcendental(f);
       name = "unary";
       break;
@@ -522,7 +569,10 @@ bool Core::sfp(const hw::Instr& in) {
       const uint8_t* s1 = operand(hi(in.b), hw::bcast_src1(in.flags));
       uint8_t* dst = lx(in, in.a, n * (hw::binary_is_compare(f) ? 1 : es));
       if (bad || !dst) return false;
-      sfp_binary(f, t, dst, s0, hw::bcast_src0(in.flags), s1, hw::bcast_src1(in.flags), hi(in.c), rows, cols);
+      const Bcast b0 = hw::bcast_src0(in.flags), b1 = hw::bcast_src1(in.flags);
+      const uint32_t imm = hi(in.c);
+      compute([=] { sfp_binary(f, t, dst, s0, b0, s1, b1, imm, rows, cols); },
+              {{dst, n * (hw::binary_is_compare(f) ? 1 : es), true}, {s0, span(b0), false}, {s1, span(b1), false}});
       transcendental = binary_is_transcendental(f);
       name = "binary";
       break;
@@ -533,7 +583,10 @@ bool Core::sfp(const hw::Instr& in) {
       const uint8_t* s2 = operand(lo(in.c), hw::bcast_src1(in.flags));
       uint8_t* dst = lx(in, in.a, n * es);
       if (bad || !mask || !dst) return false;
-      sfp_select(t, dst, mask, s1, hw::bcast_src0(in.flags), s2, hw::bcast_src1(in.flags), hi(in.c), rows, cols);
+      const Bcast b1 = hw::bcast_src0(in.flags), b2 = hw::bcast_src1(in.flags);
+      const uint32_t imm = hi(in.c);
+      compute([=] { sfp_select(t, dst, mask, s1, b1, s2, b2, imm, rows, cols); },
+              {{dst, n * es, true}, {mask, n, false}, {s1, span(b1), false}, {s2, span(b2), false}});
       name = "select";
       break;
     }
@@ -543,7 +596,8 @@ bool Core::sfp(const hw::Instr& in) {
       const uint8_t* s2 = lx(in, lo(in.c), n * es);
       uint8_t* dst = lx(in, in.a, n * es);
       if (!s0 || !s1 || !s2 || !dst) return false;
-      sfp_fma(t, dst, s0, s1, s2, n);
+      compute([=] { sfp_fma(t, dst, s0, s1, s2, n); },
+              {{dst, n * es, true}, {s0, n * es, false}, {s1, n * es, false}, {s2, n * es, false}});
       name = "fma";
       break;
     }
@@ -557,8 +611,10 @@ bool Core::sfp(const hw::Instr& in) {
       const uint8_t* src = lx(in, in.b, n * es);
       uint8_t* best = arg ? lx(in, hi(in.c), rows * es) : nullptr;
       if (!dst || !src || (arg && !best) || (!arg && hi(in.c) != 0)) return false;
-      sfp_reduce(f, t, dst, src, rows, cols, in.flags & hw::kReduceAccumulate, best,
-                 static_cast<int64_t>(regs_[hw::reg_rd(in.regs)]));
+      const bool acc = in.flags & hw::kReduceAccumulate;
+      const auto base = static_cast<int64_t>(regs_[hw::reg_rd(in.regs)]);
+      compute([=] { sfp_reduce(f, t, dst, src, rows, cols, acc, best, base); },
+              {{dst, rows * (arg ? 8 : es), true}, {src, n * es, false}, {best, arg ? rows * es : 0, true}});
       name = "reduce";
       break;
     }
@@ -570,10 +626,10 @@ bool Core::sfp(const hw::Instr& in) {
       std::memcpy(&x, &in.b, 8);
       std::memcpy(&y, &in.c, 8);
       if (in.op == hw::Op::kFill) {
-        sfp_fill(t, dst, y, n);
+        compute([=] { sfp_fill(t, dst, y, n); }, {{dst, n * es, true}});
       } else {  // element i is start + (r[rd] + i) * step: a block of a longer sequence
-        const auto first = static_cast<double>(static_cast<int64_t>(regs_[hw::reg_rd(in.regs)]));
-        sfp_iota(t, dst, x + first * y, y, n);
+        const double start = x + static_cast<double>(static_cast<int64_t>(regs_[hw::reg_rd(in.regs)])) * y;
+        compute([=] { sfp_iota(t, dst, start, y, n); }, {{dst, n * es, true}});
       }
       name = in.op == hw::Op::kFill ? "fill" : "iota";
       break;
@@ -587,7 +643,10 @@ bool Core::sfp(const hw::Instr& in) {
       const uint8_t* src = lx(in, in.b, n * es);
       uint8_t* carry = hi(in.c) ? lx(in, hi(in.c), rows * es) : nullptr;
       if (!dst || !src || (hi(in.c) && !carry) || ((in.flags & hw::kReduceAccumulate) && !carry)) return false;
-      sfp_scan(static_cast<hw::ScanFn>(in.c & 0xff), t, dst, src, rows, cols, carry, in.flags & hw::kReduceAccumulate);
+      const auto f = static_cast<hw::ScanFn>(in.c & 0xff);
+      const bool acc = in.flags & hw::kReduceAccumulate;
+      compute([=] { sfp_scan(f, t, dst, src, rows, cols, carry, acc); },
+              {{dst, n * es, true}, {src, n * es, false}, {carry, carry ? rows * es : 0, true}});
       name = "scan";
       break;
     }
@@ -595,7 +654,9 @@ bool Core::sfp(const hw::Instr& in) {
       const uint32_t rd = hw::reg_rd(in.regs);
       uint8_t* dst = lx(in, in.a, n * es);
       if (!dst || !hw::dtype_is_float(t) || rd + 1 >= hw::kNumRegs) return false;
-      sfp_random(t, dst, regs_[rd], regs_[rd + 1], n, in.flags & 1);
+      const uint64_t key = regs_[rd], counter = regs_[rd + 1];
+      const bool normal = in.flags & 1;
+      compute([=] { sfp_random(t, dst, key, counter, n, normal); }, {{dst, n * es, true}});
       transcendental = true;
       name = "random";
       break;
@@ -610,7 +671,9 @@ bool Core::sfp(const hw::Instr& in) {
           !apart(src, n * es) || partly) {
         return false;
       }
-      sfp_sort(t, dst, reinterpret_cast<int64_t*>(index), src, rows, cols, in.flags & hw::kSortDescending);
+      const bool descending = in.flags & hw::kSortDescending;
+      compute([=] { sfp_sort(t, dst, reinterpret_cast<int64_t*>(index), src, rows, cols, descending); },
+              {{dst, n * es, true}, {src, n * es, false}, {index, n * 8, true}});
       name = "sort";
       sort_cycles = sort_network_cycles(rows, cols, t);
       break;
@@ -619,7 +682,8 @@ bool Core::sfp(const hw::Instr& in) {
       uint8_t* dst = lx(in, in.a, n * es);
       const uint8_t* src = lx(in, in.b, n * es);
       if (!dst || !src || (dst < src + n * es && src < dst + n * es)) return false;  // any overlap
-      sfp_transpose(static_cast<uint32_t>(es), dst, src, rows, cols);
+      compute([=] { sfp_transpose(static_cast<uint32_t>(es), dst, src, rows, cols); },
+              {{dst, n * es, true}, {src, n * es, false}});
       name = "transpose";
       break;
     }

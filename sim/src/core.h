@@ -4,6 +4,8 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
+#include <initializer_list>
 #include <vector>
 
 #include <tlm_utils/simple_initiator_socket.h>
@@ -13,6 +15,7 @@
 #include "spyre/sim/config.h"
 #include "timing.h"
 #include "trace.h"
+#include "worker.h"
 
 namespace spyre::sim {
 
@@ -60,7 +63,8 @@ class Core : public sc_core::sc_module {
   tlm_utils::simple_initiator_socket<Core> mem;
 
   Core(const sc_core::sc_module_name& name, uint32_t card, uint32_t id, const Config& config, Ring& ring, Trace& trace,
-       CoreStats& stats);
+       CoreStats& stats, Worker& worker);
+  ~Core() override;
 
   /// Starts `program` as the `rank`-th core of `launch`, with the `args_size`-byte argument block
   /// at `args` (an instruction naming a slot past it faults).
@@ -72,6 +76,9 @@ class Core : public sc_core::sc_module {
 
   /// Scratchpad pointer for `n` bytes at `addr`; nullptr when out of range.
   uint8_t* scratchpad(uint64_t addr, uint64_t n);
+  /// Before the SystemC thread reads (or with `write`, overwrites) `n` scratchpad bytes at `p`:
+  /// waits for the posted arithmetic that writes them (or, with `write`, that reads them too).
+  void settle(const uint8_t* p, uint64_t n, bool write);
 
   /// Cycles that one PT matmul instruction of this shape takes (the timing model, for tests).
   uint64_t matmul_cycles(uint32_t m, uint32_t k, uint32_t n, hw::DType t) const;
@@ -94,6 +101,14 @@ class Core : public sc_core::sc_module {
   uint64_t sfp_cycles(uint64_t elements, hw::DType t, bool transcendental) const;
   uint64_t sort_network_cycles(uint64_t rows, uint64_t cols, hw::DType t) const;
   void timed(uint64_t begin_cycle, uint64_t cycles, uint64_t& stat, const char* name, uint64_t elements);
+  /// Scratchpad bytes an instruction's arithmetic reads or writes.
+  struct Touch {
+    const uint8_t* p;
+    uint64_t n;
+    bool write;
+  };
+  /// Hands an instruction's arithmetic to the worker, noting the bytes it touches for settle().
+  void compute(std::function<void()> task, std::initializer_list<Touch> touches);
   fw::Verdict fault(uint32_t pc) const {
     return {hw::ErrorCode::kCoreFault, hw::Field::kNone, id_ << 24 | (pc & 0xffffff)};
   }
@@ -106,6 +121,15 @@ class Core : public sc_core::sc_module {
   CoreStats& stats_;
   uint32_t track_;
   std::vector<uint8_t> lx_;
+  Worker& worker_;
+  uint32_t lane_;  // this core's tasks in worker_
+  struct Pending {
+    uint64_t ticket;
+    Touch touch;
+  };
+  std::vector<Pending> pending_;  // posted arithmetic that may not have run yet
+  uint64_t last_ticket_ = 0;
+  void drop_pending(uint64_t done);  // forgets what has run up to ticket `done`
   std::vector<uint64_t> args_;
   std::vector<hw::Instr> code_;
   uint64_t regs_[hw::kNumRegs] = {};

@@ -52,6 +52,7 @@ struct FirmwareConfig {
 struct SimConfig {
   uint32_t devices = 1;              // cards in this process
   uint64_t host_quantum_ns = 10000;  // simulated time between looks at host requests
+  bool async_compute = true;         // tile arithmetic on a worker thread beside SystemC (same results)
 };
 
 struct OutputConfig {
@@ -74,7 +75,7 @@ struct Config {
   std::string to_json() const;
   /// The same config with the report paths cleared: what was simulated, as traces and stats
   /// record it (so that a trace does not depend on where it was written).
-  Config without_paths() const;
+  Config without_paths() const;  // and without the keys that change no result (sim.async_compute)
   /// FNV-1a 64 of without_paths().to_json(), printed as 16 hex digits.
   std::string hash() const;
 };
