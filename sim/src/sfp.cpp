@@ -5,6 +5,7 @@
 #include <cmath>
 #include <cstring>
 #include <limits>
+#include <type_traits>
 #include <utility>
 #include <vector>
 
@@ -555,24 +556,25 @@ F32Operand f32_operand(const void* src, Bcast b, uint32_t imm, uint64_t rows, ui
   return o;
 }
 
-// dst = op(x, y) over rows x cols of fp32, each loop a plain (vectorisable) one.
-template <typename Op>
-void binary_f32(Op op, float* dst, const F32Operand& x, const F32Operand& y, uint64_t rows, uint64_t cols) {
+// dst = op(x, y) over rows x cols of fp32 operands, each loop a plain (vectorisable) one. `Out` is
+// float, or uint8_t for the functions that give bool (op's 1 or 0).
+template <typename Out, typename Op>
+void binary_f32(Op op, Out* dst, const F32Operand& x, const F32Operand& y, uint64_t rows, uint64_t cols) {
   for (uint64_t r = 0; r < rows; ++r) {
-    float* out = dst + r * cols;
+    Out* out = dst + r * cols;
     if (x.vector_rows() && y.vector_rows()) {
       const float *a = x.row(r, cols), *b = y.row(r, cols);
-      for (uint64_t c = 0; c < cols; ++c) out[c] = op(a[c], b[c]);
+      for (uint64_t c = 0; c < cols; ++c) out[c] = static_cast<Out>(op(a[c], b[c]));
     } else if (x.vector_rows()) {
       const float* a = x.row(r, cols);
       const float b = y.value(r);
-      for (uint64_t c = 0; c < cols; ++c) out[c] = op(a[c], b);
+      for (uint64_t c = 0; c < cols; ++c) out[c] = static_cast<Out>(op(a[c], b));
     } else if (y.vector_rows()) {
       const float a = x.value(r);
       const float* b = y.row(r, cols);
-      for (uint64_t c = 0; c < cols; ++c) out[c] = op(a, b[c]);
+      for (uint64_t c = 0; c < cols; ++c) out[c] = static_cast<Out>(op(a, b[c]));
     } else {
-      std::fill_n(out, cols, op(x.value(r), y.value(r)));
+      std::fill_n(out, cols, static_cast<Out>(op(x.value(r), y.value(r))));
     }
   }
 }
@@ -580,24 +582,27 @@ void binary_f32(Op op, float* dst, const F32Operand& x, const F32Operand& y, uin
 // One instantiation of the row loops per BINARY function, so that the function is chosen once per
 // instruction rather than per element, with the general path's arithmetic (binary_f) unchanged.
 template <hw::BinaryFn F>
-void binary_f32_of(float* out, const F32Operand& x, const F32Operand& y, uint64_t rows, uint64_t cols) {
-  binary_f32([](float a, float b) { return binary_f(F, a, b); }, out, x, y, rows, cols);
+void binary_f32_of(void* out, const F32Operand& x, const F32Operand& y, uint64_t rows, uint64_t cols) {
+  using Out = std::conditional_t<hw::binary_is_compare(F), uint8_t, float>;
+  binary_f32([](float a, float b) { return binary_f(F, a, b); }, static_cast<Out*>(out), x, y, rows, cols);
 }
 
 template <size_t... I>
 constexpr auto binary_f32_table(std::index_sequence<I...>) {
-  return std::array<void (*)(float*, const F32Operand&, const F32Operand&, uint64_t, uint64_t), sizeof...(I)>{
+  return std::array<void (*)(void*, const F32Operand&, const F32Operand&, uint64_t, uint64_t), sizeof...(I)>{
       &binary_f32_of<static_cast<hw::BinaryFn>(I)>...};
 }
 constexpr auto kBinaryF32 = binary_f32_table(std::make_index_sequence<static_cast<size_t>(hw::BinaryFn::kCount)>());
 
-// A full operand that overlaps the result without being it would be read after parts of it were
-// written: such instructions take the general path (which reads everything first).
+// A full operand that overlaps the result without being it (element for element, `bytes` each)
+// would be read after parts of it were written: such instructions take the general path (which
+// reads everything first).
+bool overlaps(const void* p, uint64_t p_bytes, const void* q, uint64_t q_bytes) {
+  const auto *a = static_cast<const uint8_t*>(p), *b = static_cast<const uint8_t*>(q);
+  return a < b + q_bytes && b < a + p_bytes;
+}
 bool overlaps_apart(const void* dst, const void* src, Bcast b, uint64_t bytes) {
-  if (b != Bcast::kFull || src == dst) return false;
-  const auto* d = static_cast<const uint8_t*>(dst);
-  const auto* s = static_cast<const uint8_t*>(src);
-  return s < d + bytes && d < s + bytes;
+  return b == Bcast::kFull && src != dst && overlaps(dst, bytes, src, bytes);
 }
 
 // fp32 BINARY functions with an fp32 result, without the general path's per-element dispatch and
@@ -605,17 +610,25 @@ bool overlaps_apart(const void* dst, const void* src, Bcast b, uint64_t bytes) {
 bool binary_f32_fast(hw::BinaryFn f, void* dst, const void* src0, Bcast b0, const void* src1, Bcast b1, uint32_t imm,
                      uint64_t rows, uint64_t cols) {
   using hw::BinaryFn;
-  if (hw::binary_is_compare(f) || (f >= BinaryFn::kBitAnd && f <= BinaryFn::kBitXor)) return false;  // bool, integer
-  const uint64_t bytes = rows * cols * 4;
-  if (overlaps_apart(dst, src0, b0, bytes) || overlaps_apart(dst, src1, b1, bytes)) return false;
+  if (f >= BinaryFn::kBitAnd && f <= BinaryFn::kBitXor) return false;  // integer types only
+  const uint64_t n = rows * cols, bytes = n * 4;
+  if (hw::binary_is_compare(f)) {  // a bool result: any overlap with a full operand goes the general way
+    if ((b0 == Bcast::kFull && overlaps(dst, n, src0, bytes)) ||
+        (b1 == Bcast::kFull && overlaps(dst, n, src1, bytes))) {
+      return false;
+    }
+  } else if (overlaps_apart(dst, src0, b0, bytes) || overlaps_apart(dst, src1, b1, bytes)) {
+    return false;
+  }
   // The ISA lets SFP operands sit at any byte: the typed loops below need word-aligned ones.
   // (Broadcast operands are copied into word-aligned vectors by f32_operand.)
-  if (unaligned(dst, DType::kF32) || (b0 == Bcast::kFull && unaligned(src0, DType::kF32)) ||
-      (b1 == Bcast::kFull && unaligned(src1, DType::kF32))) {
+  if ((!hw::binary_is_compare(f) && unaligned(dst, DType::kF32)) ||
+      (b0 == Bcast::kFull && unaligned(src0, DType::kF32)) || (b1 == Bcast::kFull && unaligned(src1, DType::kF32))) {
     return false;
   }
   const F32Operand x = f32_operand(src0, b0, imm, rows, cols), y = f32_operand(src1, b1, imm, rows, cols);
   auto* out = static_cast<float*>(dst);
+  if (hw::binary_is_compare(f)) return kBinaryF32[static_cast<size_t>(f)](dst, x, y, rows, cols), true;
   if (f == BinaryFn::kPow && !y.vector_rows() && b1 != Bcast::kCol) {
     // x^2 and x^-1 are one rounding of the exact value, as pow's result is meant to be
     const float e = y.value(0);
@@ -628,10 +641,23 @@ bool binary_f32_fast(hw::BinaryFn f, void* dst, const void* src0, Bcast b0, cons
   return true;
 }
 
-// The same loops for UNARY: every function with an fp32 result, one instantiation each.
+// The same loops for UNARY: every function with an fp32 result, one instantiation each. The
+// exponentials go through Eigen's vectorised exp (within an ulp or two of the correctly rounded
+// value, as the SFP's own approximations are; the general path uses libm's).
 template <hw::UnaryFn F>
 void unary_f32(float* out, const float* in, uint64_t n) {
-  for (uint64_t i = 0; i < n; ++i) out[i] = unary_f(F, in[i]);
+  using hw::UnaryFn;
+  const Eigen::Map<const Eigen::ArrayXf> x(in, static_cast<Eigen::Index>(n));
+  Eigen::Map<Eigen::ArrayXf> y(out, static_cast<Eigen::Index>(n));
+  if constexpr (F == UnaryFn::kExp) {
+    y = x.exp();
+  } else if constexpr (F == UnaryFn::kSigmoid) {
+    y = 1.0f / (1.0f + (-x).exp());
+  } else if constexpr (F == UnaryFn::kSilu) {
+    y = x / (1.0f + (-x).exp());
+  } else {
+    for (uint64_t i = 0; i < n; ++i) out[i] = unary_f(F, in[i]);
+  }
 }
 
 template <size_t... I>
@@ -668,8 +694,32 @@ void sfp_binary(hw::BinaryFn f, DType t, void* dst, const void* src0, Bcast b0, 
   }
 }
 
+namespace {
+// SELECT of fp32 operands, without the general path's copies; false when it does not apply
+// (unaligned operands, or a full one partly overlapping the result).
+bool select_f32_fast(float* dst, const uint8_t* mask, const void* src1, Bcast b1, const void* src2, Bcast b2,
+                     uint32_t imm, uint64_t rows, uint64_t cols) {
+  const uint64_t n = rows * cols, bytes = n * 4;
+  if (overlaps(dst, bytes, mask, n) || overlaps_apart(dst, src1, b1, bytes) || overlaps_apart(dst, src2, b2, bytes) ||
+      unaligned(dst, DType::kF32) || (b1 == Bcast::kFull && unaligned(src1, DType::kF32)) ||
+      (b2 == Bcast::kFull && unaligned(src2, DType::kF32))) {
+    return false;
+  }
+  const F32Operand x = f32_operand(src1, b1, imm, rows, cols), y = f32_operand(src2, b2, imm, rows, cols);
+  for (uint64_t r = 0; r < rows; ++r) {
+    const uint8_t* m = mask + r * cols;
+    float* out = dst + r * cols;
+    const float xv = x.vector_rows() ? 0.0f : x.value(r), yv = y.vector_rows() ? 0.0f : y.value(r);
+    const float *xr = x.vector_rows() ? x.row(r, cols) : nullptr, *yr = y.vector_rows() ? y.row(r, cols) : nullptr;
+    for (uint64_t c = 0; c < cols; ++c) out[c] = m[c] ? (xr ? xr[c] : xv) : (yr ? yr[c] : yv);
+  }
+  return true;
+}
+}  // namespace
+
 void sfp_select(DType t, void* dst, const uint8_t* mask, const void* src1, Bcast b1, const void* src2, Bcast b2,
                 uint32_t imm, uint64_t rows, uint64_t cols) {
+  if (t == DType::kF32 && select_f32_fast(static_cast<float*>(dst), mask, src1, b1, src2, b2, imm, rows, cols)) return;
   const uint64_t n = rows * cols;
   if (hw::dtype_is_float(t)) {
     std::vector<float> x = expand<float>(src1, t, b1, imm, rows, cols);
@@ -702,6 +752,47 @@ void sfp_fma(DType t, void* dst, const void* src0, const void* src1, const void*
     from_i64(a.data(), t, count, dst);
   }
 }
+
+namespace {
+// Sum, Max and Min of fp32 rows in place, in loops the compiler vectorises: the sum in eight double
+// partial sums (added pairwise at the end), Max and Min NaN if any element is.
+void reduce_f32(hw::ReduceFn f, float* dst, const float* src, uint64_t rows, uint64_t cols, bool accumulate) {
+  constexpr uint64_t kLanes = 8;
+  for (uint64_t r = 0; r < rows; ++r) {
+    const float* row = src + r * cols;
+    float a;
+    if (f == hw::ReduceFn::kSum) {
+      double part[kLanes] = {};
+      uint64_t c = 0;
+      for (; c + kLanes <= cols; c += kLanes) {
+        for (uint64_t j = 0; j < kLanes; ++j) part[j] += row[c + j];
+      }
+      for (uint64_t j = 0; c < cols; ++c, ++j) part[j] += row[c];
+      for (uint64_t w = kLanes / 2; w > 0; w /= 2) {
+        for (uint64_t j = 0; j < w; ++j) part[j] += part[j + w];
+      }
+      a = static_cast<float>(part[0]);
+    } else {
+      const bool want_max = f == hw::ReduceFn::kMax;
+      float m = row[0];
+      bool nan = false;
+      for (uint64_t c = 0; c < cols; ++c) {
+        const float x = row[c];
+        nan |= x != x;
+        m = want_max ? (x > m ? x : m) : (x < m ? x : m);
+      }
+      a = nan ? std::numeric_limits<float>::quiet_NaN() : m;
+    }
+    if (accumulate) {
+      a = binary_f(f == hw::ReduceFn::kSum   ? hw::BinaryFn::kAdd
+                   : f == hw::ReduceFn::kMax ? hw::BinaryFn::kMax
+                                             : hw::BinaryFn::kMin,
+                   dst[r], a);
+    }
+    dst[r] = a;
+  }
+}
+}  // namespace
 
 void sfp_reduce(hw::ReduceFn f, DType t, void* dst, const void* src, uint64_t rows, uint64_t cols, bool accumulate,
                 void* best, int64_t base) {
@@ -749,6 +840,11 @@ void sfp_reduce(hw::ReduceFn f, DType t, void* dst, const void* src, uint64_t ro
       for (uint64_t r = 0; r < rows; ++r) ik[r] = static_cast<int64_t>(kept[r]);
       from_i64(ik.data(), t, rows, best);
     }
+    return;
+  }
+  if (t == DType::kF32 && f != ReduceFn::kProd && !unaligned(src, t) && !unaligned(dst, t) &&
+      !overlaps(dst, rows * 4, src, n * 4)) {
+    reduce_f32(f, static_cast<float*>(dst), static_cast<const float*>(src), rows, cols, accumulate);
     return;
   }
   if (hw::dtype_is_float(t)) {
