@@ -104,6 +104,35 @@ def test_device_time_is_reproducible_and_follows_the_config(tmp_path):
     assert abs(_cycles(str(big_pt), *ELEMENTWISE) - base) < 0.05 * base
 
 
+def test_arithmetic_beside_systemc_matches_inline(tmp_path):
+    """The cores' arithmetic runs on a worker thread beside the SystemC thread; with
+    sim.async_compute false it runs inline. A training step's every result and the device cycles
+    are bit for bit the same both ways (a missed wait for the worker would read stale tiles)."""
+    inline = tmp_path / "inline.json"
+    inline.write_text(json.dumps({"sim": {"async_compute": False}, "chip": {"fp16_format": "ieee"}}))
+    code = """
+import hashlib, torch, torch_spyre
+import torch.nn.functional as F
+torch_spyre.set_cpu_fallback("error")
+torch.manual_seed(0)
+layer = torch.nn.TransformerEncoderLayer(64, 4, 96, dropout=0.0, batch_first=True).to("spyre")
+x = torch.randn(3, 37, 64).to("spyre")
+c0 = torch_spyre.device_cycles()
+out = layer(x)
+q, k, v = (t.reshape(3, 37, 4, 16).transpose(1, 2) for t in (out, out * 2, out - 1))
+out = F.scaled_dot_product_attention(q, k, v, is_causal=True).sum(1) @ torch.ones(16, 300, device="spyre")
+out.square().mean().backward()
+digest = hashlib.sha256(out.detach().cpu().numpy().tobytes())
+for p in layer.parameters():
+    digest.update(p.grad.cpu().numpy().tobytes())
+print(digest.hexdigest(), torch_spyre.device_cycles() - c0)
+"""
+    runs = [run_python(code, env={"SPYRE_CONFIG": str(inline)} if cfg else None) for cfg in (False, True)]
+    for proc in runs:
+        assert proc.returncode == 0, proc.stderr
+    assert runs[0].stdout == runs[1].stdout
+
+
 def test_large_gemms_share_panels_between_cores(tmp_path):
     """Large GEMMs spread their blocks over a grid of cores that share A and B panels through
     LOAD_MULTICAST: CPU's results for every operand layout, and near the PT array's peak."""
