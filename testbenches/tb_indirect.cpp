@@ -261,7 +261,7 @@ TEST_CASE("an index outside [0, r[rb]) faults at the instruction before any byte
   }
 }
 
-TEST_CASE("a SCATTER row outside device memory faults after the rows before it have moved") {
+TEST_CASE("a SCATTER row outside device memory faults before any row moves") {
   const uint64_t end = h->memory.size(), base = end - 64;
   const uint32_t row_bytes = 32;
   const std::vector<uint8_t> before(64, 0x11), src = pattern(2 * row_bytes, 8);
@@ -278,10 +278,9 @@ TEST_CASE("a SCATTER row outside device memory faults after the rows before it h
   h->run(compiler::assemble("edge", {code}, 2));
   CHECK(h->cores[0]->result().error == hw::ErrorCode::kCoreFault);
   CHECK(h->cores[0]->result().detail == code.size() - 1);
-  std::vector<uint8_t> got(64), want = before;
+  std::vector<uint8_t> got(64);
   h->memory.read(base, got.data(), got.size());
-  std::copy_n(src.begin(), row_bytes, want.begin());
-  CHECK(got == want);
+  CHECK(got == before);
 }
 
 namespace {

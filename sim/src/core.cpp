@@ -466,22 +466,27 @@ bool Core::transfer(const hw::Instr& in, const std::vector<uint64_t>& addrs, uin
   const sc_core::sc_time now = sc_core::sc_time_stamp();
   const uint64_t total = addrs.size() * row_bytes;
   sc_core::sc_time mem_delay = issue;
-  std::vector<uint8_t> row(move == Move::kAccumulate ? row_bytes : 0);
-  for (size_t r = 0; r < addrs.size(); ++r) {
-    uint8_t* data = buf + r * row_bytes;
-    sc_core::sc_time row_delay = issue;
-    if (move == Move::kAccumulate) {  // read and write both booked from the issue: latency once
-      sc_core::sc_time read_delay = issue;
-      if (!tlm_access(mem, tlm::TLM_READ_COMMAND, addrs[r], row.data(), row_bytes, read_delay)) return false;
-      mem_delay = std::max(mem_delay, read_delay);
-      const uint64_t n = row_bytes / hw::dtype_size(in.dtype);
-      const hw::BinaryFn fn = (in.flags & hw::kScatterMul) ? hw::BinaryFn::kMul : hw::BinaryFn::kAdd;
-      sfp_binary(fn, in.dtype, row.data(), row.data(), hw::Bcast::kFull, data, hw::Bcast::kFull, 0, 1, n);
-      data = row.data();
+  if (move != Move::kAccumulate) {  // every row in one transaction: all of them move, or none
+    RowList list;
+    list.addrs = addrs.data();
+    list.rows = addrs.size();
+    list.row_bytes = row_bytes;
+    if (!tlm_access_rows(mem, move == Move::kRead ? tlm::TLM_READ_COMMAND : tlm::TLM_WRITE_COMMAND, list, buf,
+                         mem_delay)) {
+      return false;
     }
-    const tlm::tlm_command cmd = move == Move::kRead ? tlm::TLM_READ_COMMAND : tlm::TLM_WRITE_COMMAND;
-    if (!tlm_access(mem, cmd, addrs[r], data, row_bytes, row_delay)) return false;
-    mem_delay = std::max(mem_delay, row_delay);
+  }
+  std::vector<uint8_t> row(move == Move::kAccumulate ? row_bytes : 0);
+  for (size_t r = 0; move == Move::kAccumulate && r < addrs.size(); ++r) {
+    uint8_t* data = buf + r * row_bytes;
+    // Read and write both booked from the issue: latency once.
+    sc_core::sc_time read_delay = issue, write_delay = issue;
+    if (!tlm_access(mem, tlm::TLM_READ_COMMAND, addrs[r], row.data(), row_bytes, read_delay)) return false;
+    const uint64_t n = row_bytes / hw::dtype_size(in.dtype);
+    const hw::BinaryFn fn = (in.flags & hw::kScatterMul) ? hw::BinaryFn::kMul : hw::BinaryFn::kAdd;
+    sfp_binary(fn, in.dtype, row.data(), row.data(), hw::Bcast::kFull, data, hw::Bcast::kFull, 0, 1, n);
+    if (!tlm_access(mem, tlm::TLM_WRITE_COMMAND, addrs[r], row.data(), row_bytes, write_delay)) return false;
+    mem_delay = std::max({mem_delay, read_delay, write_delay});
   }
   const bool load = move == Move::kRead;
   BandwidthServer& link = load ? ring_.to_cores : ring_.from_cores;

@@ -47,6 +47,7 @@ void DeviceMemory::write(uint64_t addr, const void* src, uint64_t n) {
 }
 
 void DeviceMemory::b_transport(int /*id*/, tlm::tlm_generic_payload& gp, sc_core::sc_time& delay) {
+  if (const auto* list = gp.get_extension<RowList>()) return transport_rows(*list, gp, delay);
   const uint64_t addr = gp.get_address();
   const uint64_t n = gp.get_data_length();
   if (n == 0 || addr >= size_ || n > size_ - addr || gp.get_byte_enable_ptr() != nullptr) {
@@ -60,6 +61,29 @@ void DeviceMemory::b_transport(int /*id*/, tlm::tlm_generic_payload& gp, sc_core
   }
   const sc_core::sc_time start = sc_core::sc_time_stamp() + delay;
   delay = server_.reserve(start, n) - sc_core::sc_time_stamp();
+  gp.set_response_status(tlm::TLM_OK_RESPONSE);
+}
+
+void DeviceMemory::transport_rows(const RowList& list, tlm::tlm_generic_payload& gp, sc_core::sc_time& delay) {
+  const uint64_t n = list.row_bytes;
+  for (uint64_t r = 0; r < list.rows; ++r) {
+    if (list.addrs[r] >= size_ || n > size_ - list.addrs[r]) {
+      gp.set_response_status(tlm::TLM_ADDRESS_ERROR_RESPONSE);
+      return;
+    }
+  }
+  const sc_core::sc_time now = sc_core::sc_time_stamp(), start = now + delay;
+  sc_core::sc_time last = start;
+  uint8_t* data = gp.get_data_ptr();
+  for (uint64_t r = 0; r < list.rows; ++r, data += n) {
+    if (gp.is_read()) {
+      read(list.addrs[r], data, n);
+    } else {
+      write(list.addrs[r], data, n);
+    }
+    last = std::max(last, server_.reserve(start, n));
+  }
+  delay = last - now;
   gp.set_response_status(tlm::TLM_OK_RESPONSE);
 }
 

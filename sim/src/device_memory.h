@@ -31,6 +31,7 @@ class DeviceMemory : public sc_core::sc_module {
  private:
   static constexpr uint64_t kPageBytes = 64 * 1024;
   void b_transport(int id, tlm::tlm_generic_payload& gp, sc_core::sc_time& delay);
+  void transport_rows(const RowList& list, tlm::tlm_generic_payload& gp, sc_core::sc_time& delay);
 
   uint64_t size_;
   BandwidthServer server_;

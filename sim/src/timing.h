@@ -56,6 +56,17 @@ class BandwidthServer {
   uint64_t bytes_ = 0;
 };
 
+/// Marks a payload as rows at scattered device addresses: row r is the `row_bytes` bytes at
+/// addrs[r] and at data + r * row_bytes. The target moves every row or, if any lies out of range,
+/// none, and books each row from the same start (latency paid once, bandwidth per row).
+struct RowList : tlm::tlm_extension<RowList> {
+  const uint64_t* addrs = nullptr;
+  uint64_t rows = 0;
+  uint64_t row_bytes = 0;
+  tlm::tlm_extension_base* clone() const override { return new RowList(*this); }
+  void copy_from(const tlm::tlm_extension_base& other) override { *this = static_cast<const RowList&>(other); }
+};
+
 /// One blocking access through an initiator socket; `delay` is annotated by the target.
 /// Returns false on an error response (for example an address outside device memory).
 template <typename Socket>
@@ -70,6 +81,24 @@ bool tlm_access(Socket& socket, tlm::tlm_command cmd, uint64_t addr, uint8_t* da
   gp.set_streaming_width(static_cast<unsigned>(n));
   gp.set_response_status(tlm::TLM_INCOMPLETE_RESPONSE);
   socket->b_transport(gp, delay);
+  return gp.is_response_ok();
+}
+
+/// The rows of `list` (see RowList) in one blocking access: `data` holds them back to back.
+template <typename Socket>
+bool tlm_access_rows(Socket& socket, tlm::tlm_command cmd, RowList& list, uint8_t* data, sc_core::sc_time& delay) {
+  const uint64_t n = list.rows * list.row_bytes;
+  if (list.rows == 0 || list.row_bytes == 0 || n / list.rows != list.row_bytes || n > UINT32_MAX) return false;
+  tlm::tlm_generic_payload gp;
+  gp.set_command(cmd);
+  gp.set_address(list.addrs[0]);
+  gp.set_data_ptr(data);
+  gp.set_data_length(static_cast<unsigned>(n));
+  gp.set_streaming_width(static_cast<unsigned>(n));
+  gp.set_response_status(tlm::TLM_INCOMPLETE_RESPONSE);
+  gp.set_extension(&list);
+  socket->b_transport(gp, delay);
+  gp.clear_extension(&list);
   return gp.is_response_ok();
 }
 
