@@ -706,12 +706,24 @@ bool select_f32_fast(float* dst, const uint8_t* mask, const void* src1, Bcast b1
     return false;
   }
   const F32Operand x = f32_operand(src1, b1, imm, rows, cols), y = f32_operand(src2, b2, imm, rows, cols);
-  for (uint64_t r = 0; r < rows; ++r) {
+  for (uint64_t r = 0; r < rows; ++r) {  // a plain (vectorisable) loop for each operand form
     const uint8_t* m = mask + r * cols;
     float* out = dst + r * cols;
-    const float xv = x.vector_rows() ? 0.0f : x.value(r), yv = y.vector_rows() ? 0.0f : y.value(r);
-    const float *xr = x.vector_rows() ? x.row(r, cols) : nullptr, *yr = y.vector_rows() ? y.row(r, cols) : nullptr;
-    for (uint64_t c = 0; c < cols; ++c) out[c] = m[c] ? (xr ? xr[c] : xv) : (yr ? yr[c] : yv);
+    if (x.vector_rows() && y.vector_rows()) {
+      const float *a = x.row(r, cols), *b = y.row(r, cols);
+      for (uint64_t c = 0; c < cols; ++c) out[c] = m[c] ? a[c] : b[c];
+    } else if (x.vector_rows()) {
+      const float* a = x.row(r, cols);
+      const float b = y.value(r);
+      for (uint64_t c = 0; c < cols; ++c) out[c] = m[c] ? a[c] : b;
+    } else if (y.vector_rows()) {
+      const float a = x.value(r);
+      const float* b = y.row(r, cols);
+      for (uint64_t c = 0; c < cols; ++c) out[c] = m[c] ? a : b[c];
+    } else {
+      const float a = x.value(r), b = y.value(r);
+      for (uint64_t c = 0; c < cols; ++c) out[c] = m[c] ? a : b;
+    }
   }
   return true;
 }
@@ -754,8 +766,8 @@ void sfp_fma(DType t, void* dst, const void* src0, const void* src1, const void*
 }
 
 namespace {
-// Sum, Max and Min of fp32 rows in place, in loops the compiler vectorises: the sum in eight double
-// partial sums (added pairwise at the end), Max and Min NaN if any element is.
+// Sum, Max and Min of fp32 rows, vectorised: the sum in eight double partial sums (added pairwise
+// at the end), Max and Min by Eigen's (NaN if any element is).
 void reduce_f32(hw::ReduceFn f, float* dst, const float* src, uint64_t rows, uint64_t cols, bool accumulate) {
   constexpr uint64_t kLanes = 8;
   for (uint64_t r = 0; r < rows; ++r) {
@@ -773,15 +785,8 @@ void reduce_f32(hw::ReduceFn f, float* dst, const float* src, uint64_t rows, uin
       }
       a = static_cast<float>(part[0]);
     } else {
-      const bool want_max = f == hw::ReduceFn::kMax;
-      float m = row[0];
-      bool nan = false;
-      for (uint64_t c = 0; c < cols; ++c) {
-        const float x = row[c];
-        nan |= x != x;
-        m = want_max ? (x > m ? x : m) : (x < m ? x : m);
-      }
-      a = nan ? std::numeric_limits<float>::quiet_NaN() : m;
+      const Eigen::Map<const Eigen::ArrayXf> x(row, static_cast<Eigen::Index>(cols));
+      a = f == hw::ReduceFn::kMax ? x.maxCoeff<Eigen::PropagateNaN>() : x.minCoeff<Eigen::PropagateNaN>();
     }
     if (accumulate) {
       a = binary_f(f == hw::ReduceFn::kSum   ? hw::BinaryFn::kAdd
