@@ -126,8 +126,11 @@ class SimulatorImpl final : public Simulator {
       reply_cv_.notify_all();
     });
     if (!posted) return;  // after shutdown: reads see the defaults, like a card that went away
+    // An idle simulator thread answers within microseconds: poll. A simulating one answers after
+    // its quantum, and polling would take a host core from it (or from its worker): sleep.
     const auto until = std::chrono::steady_clock::now() + kSpin;
-    while (!done.load(std::memory_order_acquire) && std::chrono::steady_clock::now() < until) {
+    while (!simulating_.load(std::memory_order_relaxed) && !done.load(std::memory_order_acquire) &&
+           std::chrono::steady_clock::now() < until) {
     }
     std::unique_lock lock(mu_);
     reply_cv_.wait(lock, [&] { return done.load(std::memory_order_acquire); });
@@ -193,11 +196,13 @@ class SimulatorImpl final : public Simulator {
         // so simulated time never advances while waiting for the host.
         // Run at least to the next event, which may lie beyond one quantum.
         const sc_core::sc_time next = sc_core::sc_time_to_pending_activity();
+        simulating_.store(true, std::memory_order_relaxed);
         try {
           sc_core::sc_start(next > quantum ? next : quantum, sc_core::SC_EXIT_ON_STARVATION);
         } catch (const std::exception& e) {
           fail(e.what());
         }
+        simulating_.store(false, std::memory_order_relaxed);
         continue;
       }
       const auto until = std::chrono::steady_clock::now() + kSpin;
@@ -231,8 +236,9 @@ class SimulatorImpl final : public Simulator {
   Config config_;
   std::thread thread_;
   std::mutex mu_;
-  std::condition_variable cv_;        // wakes the simulator thread
-  std::condition_variable reply_cv_;  // wakes host threads waiting in call()
+  std::condition_variable cv_;           // wakes the simulator thread
+  std::condition_variable reply_cv_;     // wakes host threads waiting in call()
+  std::atomic<bool> simulating_{false};  // the simulator thread is inside sc_start
   std::deque<std::function<void()>> tasks_;
   std::atomic<bool> has_tasks_{false};
   bool ready_ = false;

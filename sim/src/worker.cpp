@@ -7,7 +7,9 @@ namespace spyre::sim {
 namespace {
 // How long the idle worker polls for a task before it sleeps: tasks are microseconds long and
 // come in bursts, and a wake-up costs about as much as one.
-constexpr auto kSpin = std::chrono::microseconds(20);
+constexpr auto kSpin = std::chrono::microseconds(100);
+// How long a waiter polls for the worker to finish the task it needs before it sleeps.
+constexpr auto kWaitSpin = std::chrono::milliseconds(1);
 }  // namespace
 
 Worker::Worker(bool threaded) : threaded_(threaded) {
@@ -83,7 +85,7 @@ void Worker::wait(uint32_t lane, uint64_t ticket) {
     }
     const uint64_t seen = l.done.load(std::memory_order_relaxed);
     lock.unlock();
-    const auto until = std::chrono::steady_clock::now() + kSpin * 50;
+    const auto until = std::chrono::steady_clock::now() + kWaitSpin;
     while (l.done.load(std::memory_order_acquire) == seen && std::chrono::steady_clock::now() < until) {
     }
     lock.lock();
