@@ -12,6 +12,10 @@
 #define EIGEN_STACK_ALLOCATION_LIMIT 0
 #include <Eigen/Core>
 
+#ifdef __AVX__
+#include <immintrin.h>
+#endif
+
 #include "spyre/hw/dlfloat16.h"
 
 namespace spyre::sim {
@@ -1043,6 +1047,34 @@ void sfp_scan(hw::ScanFn f, DType t, void* dst, const void* src, uint64_t rows, 
   }
 }
 
+namespace {
+#ifdef __AVX__
+// The 8 x 8 block of 32-bit words at `in` (rows `in_stride` words apart) into `out`, transposed:
+// unpack pairs, then quads, then swap 128-bit halves.
+void transpose8x8_32(const uint32_t* in, uint64_t in_stride, uint32_t* out, uint64_t out_stride) {
+  __m256 r[8], t[8];
+  for (int i = 0; i < 8; ++i) r[i] = _mm256_loadu_ps(reinterpret_cast<const float*>(in + i * in_stride));
+  for (int i = 0; i < 8; i += 2) {
+    t[i] = _mm256_unpacklo_ps(r[i], r[i + 1]);
+    t[i + 1] = _mm256_unpackhi_ps(r[i], r[i + 1]);
+  }
+  for (int i = 0; i < 8; i += 4) {
+    for (int j = 0; j < 2; ++j) {
+      r[i + j] = _mm256_shuffle_ps(t[i + j], t[i + j + 2], _MM_SHUFFLE(1, 0, 1, 0));
+      r[i + j + 2] = _mm256_shuffle_ps(t[i + j], t[i + j + 2], _MM_SHUFFLE(3, 2, 3, 2));
+    }
+  }
+  // r holds, per 128-bit half, rows 0,2,1,3 (and 4,6,5,7) of the transposed block.
+  const int order[4] = {0, 2, 1, 3};
+  for (int i = 0; i < 4; ++i) {
+    const __m256 lo = r[order[i]], hi = r[4 + order[i]];
+    _mm256_storeu_ps(reinterpret_cast<float*>(out + i * out_stride), _mm256_permute2f128_ps(lo, hi, 0x20));
+    _mm256_storeu_ps(reinterpret_cast<float*>(out + (i + 4) * out_stride), _mm256_permute2f128_ps(lo, hi, 0x31));
+  }
+}
+#endif
+}  // namespace
+
 void sfp_transpose(uint32_t es, void* dst, const void* src, uint64_t rows, uint64_t cols) {
   auto* d = static_cast<uint8_t*>(dst);
   const auto* s = static_cast<const uint8_t*>(src);
@@ -1054,6 +1086,16 @@ void sfp_transpose(uint32_t es, void* dst, const void* src, uint64_t rows, uint6
     for (uint64_t r0 = 0; r0 < rows; r0 += kBlock) {
       for (uint64_t c0 = 0; c0 < cols; c0 += kBlock) {
         const uint64_t r1 = std::min(rows, r0 + kBlock), c1 = std::min(cols, c0 + kBlock);
+#ifdef __AVX__
+        if constexpr (sizeof(W) == 4) {  // whole 8 x 8 blocks of words in vector registers
+          if (r1 - r0 == kBlock && c1 - c0 == kBlock) {
+            for (uint64_t r = r0; r < r1; r += 8) {
+              for (uint64_t c = c0; c < c1; c += 8) transpose8x8_32(in + r * cols + c, cols, out + c * rows + r, rows);
+            }
+            continue;
+          }
+        }
+#endif
         for (uint64_t r = r0; r < r1; ++r) {
           for (uint64_t c = c0; c < c1; ++c) out[c * rows + r] = in[r * cols + c];
         }
