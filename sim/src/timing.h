@@ -17,7 +17,11 @@ class Clock {
  public:
   explicit Clock(uint32_t mhz) : mhz_(mhz) {}
   sc_core::sc_time cycles(uint64_t n) const {
-    return sc_core::sc_time(static_cast<double>(n) * 1e6 / mhz_, sc_core::SC_PS);
+    // Building an sc_time from a double costs more than the rest of a simple instruction's step;
+    // the same few counts recur, so the last one per slot is kept.
+    Memo& m = memo_[n % kMemo];
+    if (m.n != n || !m.valid) m = {n, true, sc_core::sc_time(static_cast<double>(n) * 1e6 / mhz_, sc_core::SC_PS)};
+    return m.t;
   }
   uint64_t to_cycles(const sc_core::sc_time& t) const {
     return static_cast<uint64_t>(t.to_seconds() * 1e6 * mhz_ + 1e-6);
@@ -26,7 +30,14 @@ class Clock {
   uint32_t mhz() const { return mhz_; }
 
  private:
+  static constexpr uint64_t kMemo = 8;
+  struct Memo {
+    uint64_t n = 0;
+    bool valid = false;
+    sc_core::sc_time t;
+  };
   uint32_t mhz_;
+  mutable Memo memo_[kMemo];  // the simulator thread's alone, like every Clock
 };
 
 class BandwidthServer {
@@ -38,7 +49,11 @@ class BandwidthServer {
   /// Returns the time at which the last byte has arrived.
   sc_core::sc_time reserve(const sc_core::sc_time& at, uint64_t bytes) {
     const sc_core::sc_time start = at > next_free_ ? at : next_free_;
-    const sc_core::sc_time occupy(static_cast<double>(bytes) / bytes_per_ns_, sc_core::SC_NS);
+    if (bytes != last_bytes_) {  // the rows of a transfer are one size: build their time once
+      last_bytes_ = bytes;
+      last_occupy_ = sc_core::sc_time(static_cast<double>(bytes) / bytes_per_ns_, sc_core::SC_NS);
+    }
+    const sc_core::sc_time occupy = last_occupy_;
     next_free_ = start + occupy;
     busy_ += occupy;
     bytes_ += bytes;
@@ -54,6 +69,8 @@ class BandwidthServer {
   sc_core::sc_time next_free_ = sc_core::SC_ZERO_TIME;
   sc_core::sc_time busy_ = sc_core::SC_ZERO_TIME;
   uint64_t bytes_ = 0;
+  uint64_t last_bytes_ = 0;
+  sc_core::sc_time last_occupy_ = sc_core::SC_ZERO_TIME;
 };
 
 /// Marks a payload as rows at scattered device addresses: row r is the `row_bytes` bytes at
