@@ -3,10 +3,13 @@
 #define DOCTEST_CONFIG_IMPLEMENT
 #include <doctest/doctest.h>
 
+#include <atomic>
+#include <chrono>
 #include <cmath>
 #include <cstring>
 #include <memory>
 #include <random>
+#include <thread>
 #include <vector>
 
 #include "core.h"
@@ -147,6 +150,44 @@ TEST_CASE("an illegal scratchpad access faults with the core and program counter
   CHECK(v.error == hw::ErrorCode::kCoreFault);
   CHECK((v.detail >> 24) == 0);
   CHECK((v.detail & 0xffffff) == 2);
+}
+
+// The worker that runs the cores' arithmetic beside the SystemC thread (sim/src/worker.h).
+TEST_CASE("a worker lane runs its tasks in order, and a waiter runs them itself when the worker is busy") {
+  Worker w(true);
+  const uint32_t busy = w.lane(), lane = w.lane();
+  std::atomic<bool> release{false};
+  std::vector<int> order;
+  w.post(busy, [&] {
+    while (!release.load()) std::this_thread::yield();  // holds the worker thread
+  });
+  for (int i = 1; i <= 3; ++i) w.post(lane, [&order, i] { order.push_back(i); });
+  w.wait(lane, 3);  // the worker is stuck in the other lane: this thread runs all three
+  CHECK(order == std::vector<int>{1, 2, 3});
+  CHECK_FALSE(release.load());
+  release = true;
+  w.wait(busy, 1);
+}
+
+TEST_CASE("a device-memory write waits for the deferred loads that read it, and only for those") {
+  Worker w(true);
+  const uint32_t lane = w.lane();
+  std::atomic<bool> release{false}, loaded{false};
+  w.post(lane, [&] {
+    while (!release.load()) std::this_thread::yield();  // the worker is behind on this lane
+  });
+  const uint64_t load = w.post(lane, [&] { loaded = true; });  // a LOAD of [0x100, 0x200)
+  w.note_device_read(lane, load, 0x100, 0x200);
+  w.settle_device_write(0x200, 0x300);  // after the range: no wait
+  w.settle_device_write(0x0, 0x100);    // before it: no wait
+  CHECK_FALSE(loaded.load());
+  std::thread releaser([&] {
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    release = true;
+  });
+  w.settle_device_write(0x1ff, 0x201);  // overlaps its last byte: waits until the load has run
+  CHECK(loaded.load());
+  releaser.join();
 }
 
 extern "C" int sc_main(int argc, char* argv[]) {

@@ -8,6 +8,7 @@ Card::Card(const sc_core::sc_module_name& name, uint32_t index, const Config& co
     : sc_core::sc_module(name), host_bar0("host_bar0"), ring_(make_ring(config)), worker_(config.sim.async_compute) {
   stats_.cores.resize(config.chip.cores);
   memory_ = std::make_unique<DeviceMemory>("memory", config);
+  memory_->set_write_guard([this](uint64_t addr, uint64_t n) { worker_.settle_device_write(addr, addr + n); });
   endpoint_ = std::make_unique<Endpoint>("pcie", config, memory_->size(), stats_);
   host_bar0.bind(endpoint_->bar0);
   dma_ = std::make_unique<DmaEngine>("dma", config, index, *endpoint_, trace, stats_);

@@ -457,7 +457,10 @@ bool Core::indirect(const hw::Instr& in) {
 bool Core::transfer(const hw::Instr& in, const std::vector<uint64_t>& addrs, uint8_t* buf, uint64_t row_bytes,
                     Move move) {
   sync();
-  settle(buf, addrs.size() * row_bytes, move == Move::kRead);  // multicast settled its receivers
+  // A LOAD's copy is posted to the worker after the other arithmetic of this core (so it needs no
+  // settling here); every other transfer moves its bytes now.
+  const bool deferred = move == Move::kRead && in.op == hw::Op::kLoad;
+  if (!deferred) settle(buf, addrs.size() * row_bytes, move == Move::kRead);  // multicast settled its receivers
   // The data moves now; its time is booked on the memory and ring servers from the issue cycle.
   // Rows are issued back to back: memory bandwidth spaces them, its latency is paid once. An
   // accumulating row is read and written at the memory (two LPDDR5 accesses, one ring transfer).
@@ -471,9 +474,23 @@ bool Core::transfer(const hw::Instr& in, const std::vector<uint64_t>& addrs, uin
     list.addrs = addrs.data();
     list.rows = addrs.size();
     list.row_bytes = row_bytes;
+    std::vector<std::pair<const uint8_t*, uint64_t>> chunks;
+    if (deferred) list.deferred = &chunks;
     if (!tlm_access_rows(mem, move == Move::kRead ? tlm::TLM_READ_COMMAND : tlm::TLM_WRITE_COMMAND, list, buf,
                          mem_delay)) {
       return false;
+    }
+    if (deferred) {
+      compute(
+          [buf, chunks = std::move(chunks)] {
+            uint8_t* at = buf;
+            for (const auto& [p, n] : chunks) {
+              std::memcpy(at, p, n);
+              at += n;
+            }
+          },
+          {{buf, total, true}});
+      worker_.note_device_read(lane_, last_ticket_, addrs.front(), addrs.back() + row_bytes);
     }
   }
   std::vector<uint8_t> row(move == Move::kAccumulate ? row_bytes : 0);

@@ -31,7 +31,25 @@ void DeviceMemory::read(uint64_t addr, void* dst, uint64_t n) const {
   }
 }
 
+void DeviceMemory::locate(uint64_t addr, uint64_t n, std::vector<std::pair<const uint8_t*, uint64_t>>& out) const {
+  static const std::vector<uint8_t> zeros(kPageBytes);  // never written: reads as zero
+  while (n > 0) {
+    const uint64_t off = addr % kPageBytes;
+    const uint64_t len = std::min(n, kPageBytes - off);
+    const auto it = pages_.find(addr / kPageBytes);
+    const uint8_t* at = it == pages_.end() ? zeros.data() : it->second.get() + off;
+    if (!out.empty() && out.back().first + out.back().second == at) {
+      out.back().second += len;  // pages that happen to follow each other in host memory
+    } else {
+      out.emplace_back(at, len);
+    }
+    addr += len;
+    n -= len;
+  }
+}
+
 void DeviceMemory::write(uint64_t addr, const void* src, uint64_t n) {
+  if (guard_) guard_(addr, n);
   const auto* in = static_cast<const uint8_t*>(src);
   while (n > 0) {
     const uint64_t page = addr / kPageBytes;
@@ -76,7 +94,9 @@ void DeviceMemory::transport_rows(const RowList& list, tlm::tlm_generic_payload&
   sc_core::sc_time last = start;
   uint8_t* data = gp.get_data_ptr();
   for (uint64_t r = 0; r < list.rows; ++r, data += n) {
-    if (gp.is_read()) {
+    if (gp.is_read() && list.deferred) {
+      locate(list.addrs[r], n, *list.deferred);
+    } else if (gp.is_read()) {
       read(list.addrs[r], data, n);
     } else {
       write(list.addrs[r], data, n);

@@ -3,8 +3,11 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <unordered_map>
+#include <utility>
+#include <vector>
 
 #include <tlm_utils/multi_passthrough_target_socket.h>
 
@@ -26,16 +29,22 @@ class DeviceMemory : public sc_core::sc_module {
   void read(uint64_t addr, void* dst, uint64_t n) const;
   void write(uint64_t addr, const void* src, uint64_t n);
   uint64_t resident_bytes() const { return pages_.size() * kPageBytes; }
+  /// Called with (addr, n) before any byte of device memory is written: the owner of deferred
+  /// reads (see RowList::deferred) finishes those that read the range.
+  void set_write_guard(std::function<void(uint64_t, uint64_t)> guard) { guard_ = std::move(guard); }
   const BandwidthServer& server() const { return server_; }
 
  private:
   static constexpr uint64_t kPageBytes = 64 * 1024;
   void b_transport(int id, tlm::tlm_generic_payload& gp, sc_core::sc_time& delay);
   void transport_rows(const RowList& list, tlm::tlm_generic_payload& gp, sc_core::sc_time& delay);
+  /// Appends where the n bytes at addr are (never-written pages read from a page of zeros).
+  void locate(uint64_t addr, uint64_t n, std::vector<std::pair<const uint8_t*, uint64_t>>& out) const;
 
   uint64_t size_;
   BandwidthServer server_;
   std::unordered_map<uint64_t, std::unique_ptr<uint8_t[]>> pages_;
+  std::function<void(uint64_t, uint64_t)> guard_;
 };
 
 }  // namespace spyre::sim

@@ -4,7 +4,10 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <string>
+#include <utility>
+#include <vector>
 
 #define SC_INCLUDE_DYNAMIC_PROCESSES
 #include <systemc>
@@ -80,6 +83,11 @@ struct RowList : tlm::tlm_extension<RowList> {
   const uint64_t* addrs = nullptr;
   uint64_t rows = 0;
   uint64_t row_bytes = 0;
+  /// For a read: when set, the target books the time and checks the rows but moves no byte; it
+  /// appends where the rows' bytes are now (host pointers and lengths, in order) for the initiator
+  /// to copy later. Those bytes stay as they are until the copy is done or the target is told
+  /// before anything writes them (DeviceMemory::set_write_guard).
+  std::vector<std::pair<const uint8_t*, uint64_t>>* deferred = nullptr;
   tlm::tlm_extension_base* clone() const override { return new RowList(*this); }
   void copy_from(const tlm::tlm_extension_base& other) override { *this = static_cast<const RowList&>(other); }
 };

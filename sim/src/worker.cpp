@@ -66,8 +66,22 @@ uint64_t Worker::post(uint32_t lane, std::function<void()> task) {
 }
 
 uint64_t Worker::done(uint32_t lane) {
-  std::lock_guard lock(mu_);
-  return lanes_[lane].done.load(std::memory_order_relaxed);
+  // Lanes are made before any task is posted, so the deque does not change under this read.
+  return lanes_[lane].done.load(std::memory_order_acquire);
+}
+
+void Worker::note_device_read(uint32_t lane, uint64_t ticket, uint64_t lo, uint64_t hi) {
+  if (ticket > done(lane)) device_reads_.push_back({lane, ticket, lo, hi});
+}
+
+void Worker::settle_device_write(uint64_t lo, uint64_t hi) {
+  if (device_reads_.empty()) return;
+  size_t kept = 0;
+  for (const DeviceRead& r : device_reads_) {
+    if (r.lo < hi && lo < r.hi) wait(r.lane, r.ticket);
+    if (r.ticket > done(r.lane)) device_reads_[kept++] = r;
+  }
+  device_reads_.resize(kept);
 }
 
 void Worker::wait(uint32_t lane, uint64_t ticket) {

@@ -4,8 +4,10 @@
 // the lanes' tasks ahead, oldest first; each lane's tasks run one at a time in the order posted.
 // When the SystemC thread is about to read or overwrite bytes a posted task touches (Core::settle),
 // it waits for that task, running the lane's tasks itself rather than sleeping. A task touches only
-// its own core's scratchpad, so the results are the same as with the arithmetic done inline: only
-// the host thread it runs on changes. `sim.async_compute` false runs every task inline at post.
+// its own core's scratchpad (a deferred LOAD also reads device memory, which nothing writes before
+// the load has run: settle_device_write), so the results are the same as with everything done
+// inline: only the host thread it runs on changes. `sim.async_compute` false runs every task
+// inline at post.
 #pragma once
 
 #include <atomic>
@@ -27,7 +29,7 @@ class Worker {
   Worker(const Worker&) = delete;
   Worker& operator=(const Worker&) = delete;
 
-  /// A new lane (one per core); lanes live as long as the worker.
+  /// A new lane (one per core, before any task is posted); lanes live as long as the worker.
   uint32_t lane();
   /// Queues `task` on `lane`; its ticket (each lane's tickets count up from 1).
   uint64_t post(uint32_t lane, std::function<void()> task);
@@ -36,6 +38,11 @@ class Worker {
   void wait(uint32_t lane, uint64_t ticket);
   /// Every task of `lane` up to this ticket has run.
   uint64_t done(uint32_t lane);
+
+  /// Task `ticket` of `lane` reads device memory [lo, hi) when it runs (a deferred LOAD).
+  void note_device_read(uint32_t lane, uint64_t ticket, uint64_t lo, uint64_t hi);
+  /// Before device memory [lo, hi) is written: waits for the posted tasks that read it.
+  void settle_device_write(uint64_t lo, uint64_t hi);
 
  private:
   struct Task {
@@ -66,6 +73,11 @@ class Worker {
   std::exception_ptr error_;         // the first task that threw
   bool quit_ = false;
   std::thread thread_;
+  struct DeviceRead {
+    uint32_t lane;
+    uint64_t ticket, lo, hi;
+  };
+  std::vector<DeviceRead> device_reads_;  // the posting (SystemC) thread's alone
 };
 
 }  // namespace spyre::sim
