@@ -8,6 +8,9 @@ namespace {
 // How long the idle worker polls for a task before it sleeps: tasks are microseconds long and
 // come in bursts, and a wake-up costs about as much as one.
 constexpr auto kSpin = std::chrono::microseconds(100);
+// A sleeping worker is woken once this many tasks wait: a launch of a task or two (a tiny op) is
+// cheaper run by the SystemC thread when it needs the result than a wake-up.
+constexpr uint32_t kWakeAt = 4;
 // How long a waiter polls for the worker to finish the task it needs before it sleeps.
 constexpr auto kWaitSpin = std::chrono::milliseconds(1);
 }  // namespace
@@ -35,6 +38,7 @@ uint32_t Worker::lane() {
 void Worker::run_front(Lane& l, std::unique_lock<std::mutex>& lock) {
   std::function<void()> fn = std::move(l.tasks.front().fn);
   l.tasks.pop_front();
+  if (queued_ > 0) --queued_;
   l.running = true;
   lock.unlock();
   std::exception_ptr failed;
@@ -58,7 +62,7 @@ uint64_t Worker::post(uint32_t lane, std::function<void()> task) {
   if (!threaded_) {
     run_front(l, lock);
     if (error_) std::rethrow_exception(std::exchange(error_, nullptr));
-  } else if (idle_) {
+  } else if (idle_ && ++queued_ >= kWakeAt) {
     idle_ = false;
     work_cv_.notify_one();
   }
@@ -109,7 +113,7 @@ void Worker::wait(uint32_t lane, uint64_t ticket) {
       --sleepers_;
     }
   }
-  if (idle_ && !l.tasks.empty()) {  // the worker slept while this lane was being run here
+  if (idle_ && queued_ >= kWakeAt) {  // the worker slept while this lane was being run here
     idle_ = false;
     work_cv_.notify_one();
   }
@@ -142,6 +146,7 @@ void Worker::loop() {
     lock.lock();
     if (order_ == seen && !quit_) {
       idle_ = true;
+      queued_ = 0;  // counts the posts while it sleeps
       work_cv_.wait(lock, [&] { return !idle_ || quit_; });
     }
   }

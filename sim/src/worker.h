@@ -69,6 +69,7 @@ class Worker {
   uint64_t order_ = 0;
   std::atomic<uint64_t> posted_{0};  // order_, for the idle worker to poll
   bool idle_ = false;                // the worker sleeps on work_cv_
+  uint32_t queued_ = 0;              // tasks posted while it sleeps, not yet taken
   uint32_t sleepers_ = 0;            // waiters asleep on done_cv_
   std::exception_ptr error_;         // the first task that threw
   bool quit_ = false;
