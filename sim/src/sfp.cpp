@@ -645,20 +645,55 @@ bool binary_f32_fast(hw::BinaryFn f, void* dst, const void* src0, Bcast b0, cons
   return true;
 }
 
-// The same loops for UNARY: every function with an fp32 result, one instantiation each. The
-// exponentials go through Eigen's vectorised exp (within an ulp or two of the correctly rounded
-// value, as the SFP's own approximations are; the general path uses libm's).
+// out[i] = f(in[i]) with f on Eigen packets, the last partial packet padded, so that each
+// element's result is the same wherever it sits. (An Eigen array expression computes the elements
+// before the destination's first aligned address with the scalar function, which rounds
+// differently: results would depend on where the host allocated the scratchpad.) Where Eigen's
+// exp of `sign` * x is off (near overflow, and where the result is subnormal) the element takes
+// `scalar` instead; infinities and NaN come out right either way.
+template <typename F, typename S>
+void exp_map(float* out, const float* in, uint64_t n, float sign, F f, S scalar) {
+  namespace ei = Eigen::internal;
+  using P = ei::packet_traits<float>::type;
+  constexpr uint64_t kLanes = ei::unpacket_traits<P>::size;
+  const auto off = [sign](float x) {
+    const float e = sign * x;
+    return (e > 88.3f && e < INFINITY) || (e < -87.0f && e > -104.0f);
+  };
+  uint32_t wild = 0;
+  for (uint64_t i = 0; i < n; ++i) wild |= off(in[i]);
+  uint64_t i = 0;
+  if (!wild) {  // the common case: whole packets straight through
+    for (; i + kLanes <= n; i += kLanes) ei::pstoreu(out + i, f(ei::ploadu<P>(in + i)));
+  }
+  for (; i < n; i += kLanes) {
+    const uint64_t m = std::min(kLanes, n - i);
+    float x[kLanes] = {}, y[kLanes];
+    std::memcpy(x, in + i, m * 4);
+    ei::pstoreu(y, f(ei::ploadu<P>(x)));
+    for (uint64_t j = 0; j < m; ++j) {
+      if (off(x[j])) y[j] = scalar(x[j]);
+    }
+    std::memcpy(out + i, y, m * 4);
+  }
+}
+
+// The same loops for UNARY: every function with an fp32 result, one instantiation each. Exp,
+// sigmoid and SiLU use Eigen's vectorised exp (within a few ulp of libm's, which the general path
+// uses).
 template <hw::UnaryFn F>
 void unary_f32(float* out, const float* in, uint64_t n) {
+  namespace ei = Eigen::internal;
+  using P = ei::packet_traits<float>::type;
   using hw::UnaryFn;
-  const Eigen::Map<const Eigen::ArrayXf> x(in, static_cast<Eigen::Index>(n));
-  Eigen::Map<Eigen::ArrayXf> y(out, static_cast<Eigen::Index>(n));
+  const P one = ei::pset1<P>(1.0f);
+  const auto scalar = [](float x) { return unary_f(F, x); };
   if constexpr (F == UnaryFn::kExp) {
-    y = x.exp();
+    exp_map(out, in, n, 1.0f, [](P x) { return ei::pexp(x); }, scalar);
   } else if constexpr (F == UnaryFn::kSigmoid) {
-    y = 1.0f / (1.0f + (-x).exp());
+    exp_map(out, in, n, -1.0f, [&](P x) { return ei::pdiv(one, ei::padd(one, ei::pexp(ei::pnegate(x)))); }, scalar);
   } else if constexpr (F == UnaryFn::kSilu) {
-    y = x / (1.0f + (-x).exp());
+    exp_map(out, in, n, -1.0f, [&](P x) { return ei::pdiv(x, ei::padd(one, ei::pexp(ei::pnegate(x)))); }, scalar);
   } else {
     for (uint64_t i = 0; i < n; ++i) out[i] = unary_f(F, in[i]);
   }
