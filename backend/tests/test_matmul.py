@@ -106,10 +106,11 @@ def test_device_time_is_reproducible_and_follows_the_config(tmp_path):
 
 def test_arithmetic_beside_systemc_matches_inline(tmp_path):
     """The cores' arithmetic (and the copies of LOADs) runs on a worker thread beside the SystemC
-    thread; with sim.async_compute false it runs inline. A transformer layer, attention and GEMMs
-    give the same bits both ways: a missed wait for the worker would read stale tiles, or overwrite
-    device memory that a deferred load has yet to read. (Not the device cycles: when the host's
-    commands reach a busy card can still change those slightly; see the architect guide.)"""
+    thread; with sim.async_compute false it runs inline. A training step of a transformer layer
+    with attention, and GEMMs, give the same bits both ways: a missed wait for the worker would
+    read stale tiles, or overwrite device memory that a deferred load has yet to read. (Not the
+    device cycles: when the host's commands reach a busy card can still change those slightly;
+    see the architect guide.)"""
     inline = tmp_path / "inline.json"
     inline.write_text(json.dumps({"sim": {"async_compute": False}, "chip": {"fp16_format": "ieee"}}))
     code = """
@@ -119,16 +120,19 @@ torch_spyre.set_cpu_fallback("error")
 torch.manual_seed(0)
 layer = torch.nn.TransformerEncoderLayer(64, 4, 96, dropout=0.0, batch_first=True).to("spyre")
 x = torch.randn(3, 37, 64).to("spyre")
+out = layer(x)
+q, k, v = (t.reshape(3, 37, 4, 16).transpose(1, 2) for t in (out, out * 2, out - 1))
+out = F.scaled_dot_product_attention(q, k, v, is_causal=True).sum(1) @ torch.ones(16, 300, device="spyre")
+out.square().mean().backward()
 with torch.no_grad():
-    out = layer(x)
-    q, k, v = (t.reshape(3, 37, 4, 16).transpose(1, 2) for t in (out, out * 2, out - 1))
-    out = F.scaled_dot_product_attention(q, k, v, is_causal=True).sum(1) @ torch.ones(16, 300, device="spyre")
     busy, z, zs = torch.randn(1024, 1024).to("spyre"), torch.randn(512, 512).to("spyre"), []
     for i in range(4):
         busy @ busy  # keeps the worker busy, so that the loads of z below wait in its queue
         zs.append(z.t() * 2)
         z.copy_(torch.full((512, 512), float(i)))  # must not land before those loads have read z
-digest = hashlib.sha256(out.cpu().numpy().tobytes() + torch.cat(zs).cpu().numpy().tobytes())
+digest = hashlib.sha256(out.detach().cpu().numpy().tobytes() + torch.cat(zs).cpu().numpy().tobytes())
+for p in layer.parameters():
+    digest.update(p.grad.cpu().numpy().tobytes())
 print(digest.hexdigest())
 """
     runs = [run_python(code, env={"SPYRE_CONFIG": str(inline)} if cfg else None) for cfg in (False, True)]
