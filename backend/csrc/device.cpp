@@ -9,6 +9,7 @@
 
 #include "aten_util.h"
 #include "runtime.h"
+#include "spyre/driver/driver.h"
 
 namespace spyre::backend {
 namespace {
@@ -122,7 +123,15 @@ class Allocator final : public c10::DeviceAllocator {
       stats(b.device).allocation[kAggregate].decrease(1);
       stats(b.device).num_device_free++;
     }
-    DeviceRuntime::get(b.device).free(b.addr);
+    // A deleter must not throw: it runs in destructors. A child forked after the device started
+    // drops the tensors it inherited without touching the device, which is its parent's.
+    if (driver::Driver::forked_child()) return;
+    try {
+      DeviceRuntime::get(b.device).free(b.addr);
+    } catch (const std::exception& e) {
+      TORCH_WARN("spyre: could not free ", b.bytes, " bytes of device memory at ", reinterpret_cast<void*>(b.addr),
+                 ": ", e.what());
+    }
   }
   c10::CachingDeviceAllocator::DeviceStats& stats(int device) { return stats_[device]; }
 

@@ -147,6 +147,7 @@ PYBIND11_MODULE(_C, m) {
       "_fallback_counts", [](bool reset) { return spyre::backend::fallback_counts(reset); }, py::arg("reset") = false);
   m.def("_is_in_bad_fork", [] { return spyre::driver::Driver::forked_child(); });
   m.def("_device_opened", [](int index) { return DeviceRuntime::opened(index); });
+  m.def("_init", [](int index) { (void)DeviceRuntime::get(index); });
   m.def("_submit_raw_descriptor", [](int index, const py::bytes& raw) {
     HANDLE_TH_ERRORS
     return submit_raw_descriptor(index, raw);

@@ -87,6 +87,46 @@ def test_forked_child_gets_a_clear_error():
     assert proc.stdout.split() == ["0", "False"]
 
 
+def test_forked_child_drops_inherited_tensors_and_init_fails_at_once():
+    """A fork-based DataLoader worker inherits device tensors and drops them: that must not abort
+    (the deleter once threw from a destructor), and torch.spyre.init() tells the child at once that
+    it cannot use the device. The parent's tensors are untouched."""
+    code = (
+        "import gc, os, torch\n"
+        "x = torch.arange(4.0).to('spyre')\n"
+        "pid = os.fork()\n"
+        "if pid == 0:\n"
+        "    del x\n"
+        "    gc.collect()\n"
+        "    try:\n"
+        "        torch.spyre.init()\n"
+        "        os._exit(3)\n"
+        "    except RuntimeError as e:\n"
+        "        os._exit(0 if 'spawn' in str(e) else 4)\n"
+        "_, status = os.waitpid(pid, 0)\n"
+        "print(os.waitstatus_to_exitcode(status), (x * 2).cpu().tolist())\n"
+    )
+    proc = run_python(code, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.split("\n")[0] == "0 [0.0, 2.0, 4.0, 6.0]"
+
+
+def test_init_opens_the_device_and_is_initialized_says_so():
+    proc = run_python(
+        "import torch\n"
+        "before = torch.spyre.is_initialized()\n"
+        "torch.spyre.init()\n"
+        "print(before, torch.spyre.is_initialized())\n"
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.split() == ["False", "True"]
+
+
+def test_torch_spyre_shows_only_its_api():
+    public = {name for name in dir(torch.spyre) if not name.startswith("_")}
+    assert public == set(torch.spyre.__all__)
+
+
 def test_two_devices_from_the_config(tmp_path):
     config = tmp_path / "two.json"
     config.write_text('{"sim": {"devices": 2}}')

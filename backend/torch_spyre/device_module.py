@@ -1,13 +1,14 @@
 """``torch.spyre``: device management for the Spyre backend, in the shape of ``torch.cuda``."""
 
-from __future__ import annotations
+# Every module-level name not in __all__ is private (underscored): torch.spyre shows only its API.
+import contextlib as _contextlib
+from collections.abc import Iterator as _Iterator
 
-import contextlib
-from collections.abc import Iterator
-
-import torch
+import torch as _torch
 
 from . import _C
+
+_Device = _torch.device | str | int
 
 __all__ = [
     "current_device",
@@ -16,6 +17,7 @@ __all__ = [
     "device_count",
     "get_amp_supported_dtype",
     "get_rng_state",
+    "init",
     "initial_seed",
     "is_available",
     "is_initialized",
@@ -31,12 +33,12 @@ __all__ = [
 ]
 
 
-def _index(device: torch.device | str | int | None) -> int:
+def _index(device: _Device | None) -> int:
     if device is None:
         return current_device()
     if isinstance(device, int):
         return device
-    device = torch.device(device)
+    device = _torch.device(device)
     if device.type != "spyre":
         raise ValueError(f"torch.spyre: expected a spyre device, got {device}")
     return current_device() if device.index is None else device.index
@@ -57,13 +59,13 @@ def current_device() -> int:
     return _C._current_device()
 
 
-def set_device(device: torch.device | str | int) -> None:
+def set_device(device: _Device) -> None:
     """Makes ``device`` the calling thread's current device. Raises IndexError if it does not exist."""
     _C._set_device(_index(device))
 
 
-@contextlib.contextmanager
-def device(dev: torch.device | str | int) -> Iterator[None]:
+@_contextlib.contextmanager
+def device(dev: _Device) -> _Iterator[None]:
     """Context manager that makes ``dev`` current and restores the previous device on exit."""
     previous = current_device()
     set_device(dev)
@@ -73,13 +75,14 @@ def device(dev: torch.device | str | int) -> Iterator[None]:
         _C._set_device(previous)
 
 
-def synchronize(device: torch.device | str | int | None = None) -> None:
+def synchronize(device: _Device | None = None) -> None:
     """Waits until all work queued on ``device`` has finished; raises the first device error."""
     _C._synchronize(_index(device))
 
 
 def is_initialized() -> bool:
-    return True
+    """True once a Spyre device has been opened in this process (by ``init()`` or by first use)."""
+    return any(_C._device_opened(i) for i in range(_C._device_count()))
 
 
 def _is_in_bad_fork() -> bool:
@@ -88,27 +91,29 @@ def _is_in_bad_fork() -> bool:
 
 
 def _lazy_init() -> None:
-    pass
+    init()
 
 
 def init() -> None:
-    pass
+    """Opens the current Spyre device now rather than at its first use. Raises RuntimeError at once
+    in a subprocess forked after the device started, which cannot use it."""
+    _C._init(current_device())
 
 
-def get_amp_supported_dtype() -> list[torch.dtype]:
-    return [torch.float16]
+def get_amp_supported_dtype() -> list[_torch.dtype]:
+    return [_torch.float16]
 
 
-def memory_stats(device: torch.device | str | int | None = None) -> dict[str, int]:
+def memory_stats(device: _Device | None = None) -> dict[str, int]:
     """Device memory figures in bytes: total, allocated, peak, largest_free, and live blocks."""
     return _C._memory_stats(_index(device))
 
 
-def memory_allocated(device: torch.device | str | int | None = None) -> int:
+def memory_allocated(device: _Device | None = None) -> int:
     return memory_stats(device)["allocated"]
 
 
-def max_memory_allocated(device: torch.device | str | int | None = None) -> int:
+def max_memory_allocated(device: _Device | None = None) -> int:
     return memory_stats(device)["peak"]
 
 
@@ -116,7 +121,7 @@ def max_memory_allocated(device: torch.device | str | int | None = None) -> int:
 # generator). torch.manual_seed(s) seeds them all through manual_seed_all.
 
 
-def default_generator(device: torch.device | str | int | None = None) -> torch.Generator:
+def default_generator(device: _Device | None = None) -> _torch.Generator:
     """The device's default generator, as used by rand, randn, dropout and normal_ on it."""
     return _C._default_generator(_index(device))
 
@@ -142,11 +147,11 @@ def initial_seed() -> int:
     return default_generator().initial_seed()
 
 
-def get_rng_state(device: torch.device | str | int | None = None) -> torch.Tensor:
+def get_rng_state(device: _Device | None = None) -> _torch.Tensor:
     """The generator state of ``device``: 16 bytes (seed and offset) as a CPU uint8 tensor."""
     return default_generator(device).get_state()
 
 
-def set_rng_state(state: torch.Tensor, device: torch.device | str | int | None = None) -> None:
+def set_rng_state(state: _torch.Tensor, device: _Device | None = None) -> None:
     """Restores a state from get_rng_state()."""
     default_generator(device).set_state(state)
