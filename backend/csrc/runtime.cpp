@@ -3,6 +3,7 @@
 #include <atomic>
 #include <cstdlib>
 #include <cstring>
+#include <deque>
 
 #include <c10/util/Exception.h>
 #include <cstdio>
@@ -148,31 +149,64 @@ void DeviceRuntime::wait(uint64_t seq) {
               "hold undefined data");
 }
 
+// Host copies move in pieces of at most this many bytes, each through its own staging buffer: a
+// descriptor moves at most hw::kMaxCopyBytes (4 GiB), and staging a large copy whole would double
+// its host memory. TORCH_SPYRE_COPY_CHUNK (bytes) sets it, for tests; default 64 MiB.
+uint64_t copy_chunk() {
+  static const uint64_t chunk = [] {
+    const char* env = std::getenv("TORCH_SPYRE_COPY_CHUNK");
+    if (!env || !*env) return uint64_t{64} << 20;
+    char* end = nullptr;
+    const unsigned long long n = std::strtoull(env, &end, 10);
+    TORCH_CHECK_VALUE(end && *end == 0 && n >= 1 && n <= hw::kMaxCopyBytes,
+                      "torch_spyre: TORCH_SPYRE_COPY_CHUNK must be a byte count from 1 to 4 GiB, not '", env, "'");
+    return static_cast<uint64_t>(n);
+  }();
+  return chunk;
+}
+
+// Pieces of a host-to-device copy in flight at once: enough to keep the link busy.
+constexpr size_t kChunksInFlight = 4;
+
 void DeviceRuntime::h2d(uint64_t dst, const void* src, uint64_t n) {
-  if (n == 0) return;
-  auto staging = take_staging(n);
-  std::memcpy(staging->data(), src, n);
-  uint64_t seq = 0;
-  SPYRE_CHECK(queue_->copy(staging->iova(), dst, n, hw::kCopySrcHost, &seq));
-  // The staging buffer goes back to the pool once the card has read it.
-  auto* raw = staging.release();
-  queue_->on_complete(seq, [this, raw] { give_back(std::unique_ptr<driver::HostBuffer>(raw)); });
+  const uint64_t chunk = copy_chunk();
+  std::deque<uint64_t> in_flight;
+  for (uint64_t off = 0; off < n; off += chunk) {
+    if (in_flight.size() >= kChunksInFlight) {  // bound the staging memory of a large copy
+      wait(in_flight.front());
+      in_flight.pop_front();
+    }
+    const uint64_t m = std::min(chunk, n - off);
+    auto staging = take_staging(m);
+    std::memcpy(staging->data(), static_cast<const uint8_t*>(src) + off, m);
+    uint64_t seq = 0;
+    SPYRE_CHECK(queue_->copy(staging->iova(), dst + off, m, hw::kCopySrcHost, &seq));
+    // The staging buffer goes back to the pool once the card has read it.
+    auto* raw = staging.release();
+    queue_->on_complete(seq, [this, raw] { give_back(std::unique_ptr<driver::HostBuffer>(raw)); });
+    in_flight.push_back(seq);
+  }
 }
 
 void DeviceRuntime::d2h(void* dst, uint64_t src, uint64_t n) {
-  if (n == 0) return;
-  auto staging = take_staging(n);
-  uint64_t seq = 0;
-  SPYRE_CHECK(queue_->copy(src, staging->iova(), n, hw::kCopyDstHost, &seq));
-  wait(seq);
-  std::memcpy(dst, staging->data(), n);
-  give_back(std::move(staging));
+  const uint64_t chunk = copy_chunk();
+  for (uint64_t off = 0; off < n; off += chunk) {
+    const uint64_t m = std::min(chunk, n - off);
+    auto staging = take_staging(m);
+    uint64_t seq = 0;
+    SPYRE_CHECK(queue_->copy(src + off, staging->iova(), m, hw::kCopyDstHost, &seq));
+    wait(seq);
+    std::memcpy(static_cast<uint8_t*>(dst) + off, staging->data(), m);
+    give_back(std::move(staging));
+  }
 }
 
 void DeviceRuntime::d2d(uint64_t dst, uint64_t src, uint64_t n) {
-  if (n == 0 || dst == src) return;
-  uint64_t seq = 0;
-  SPYRE_CHECK(queue_->copy(src, dst, n, 0, &seq));
+  if (dst == src) return;
+  for (uint64_t off = 0; off < n; off += hw::kMaxCopyBytes) {  // on the card: no staging, whole descriptors
+    uint64_t seq = 0;
+    SPYRE_CHECK(queue_->copy(src + off, dst + off, std::min(hw::kMaxCopyBytes, n - off), 0, &seq));
+  }
 }
 
 // The device copy of an op name, written once per name and kept: there are a few hundred at most.
