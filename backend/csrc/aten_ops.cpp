@@ -221,7 +221,7 @@ void cpu_fallback(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
 }  // namespace
 
 uint64_t device_addr(const at::Tensor& t) {
-  return reinterpret_cast<uint64_t>(t.data_ptr());
+  return device_address(t.data_ptr());
 }
 
 at::Tensor read_device(const at::Tensor& src) {
@@ -264,7 +264,7 @@ void write_device(const at::Tensor& dst, const at::Tensor& src_cpu) {
 }
 
 std::pair<uint64_t, uint64_t> device_span(const at::Tensor& t) {
-  const uint64_t addr = reinterpret_cast<uint64_t>(t.storage().data()) + t.storage_offset() * t.itemsize();
+  const uint64_t addr = device_address(t.storage().data()) + t.storage_offset() * t.itemsize();
   int64_t extent = 1;
   for (int64_t d = 0; d < t.dim(); ++d) {
     if (t.size(d) == 0) return {addr, 0};

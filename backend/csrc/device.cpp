@@ -65,18 +65,18 @@ class Allocator final : public c10::DeviceAllocator {
     auto* block = new Block{dev, addr, nbytes};
     {
       std::lock_guard lock(mu_);
-      blocks_[addr] = dev;
+      blocks_[reinterpret_cast<uint64_t>(device_pointer(dev, addr))] = dev;
       stats(dev).allocated_bytes[kAggregate].increase(nbytes);
       stats(dev).allocation[kAggregate].increase(1);
       stats(dev).num_device_alloc++;
     }
-    return c10::DataPtr(reinterpret_cast<void*>(addr), block, &deleter, device);
+    return c10::DataPtr(device_pointer(dev, addr), block, &deleter, device);
   }
 
   c10::DeleterFnPtr raw_deleter() const override { return nullptr; }
 
   void copy_data(void* dest, const void* src, std::size_t count) const override {
-    DeviceRuntime::get(current_device()).d2d(reinterpret_cast<uint64_t>(dest), reinterpret_cast<uint64_t>(src), count);
+    DeviceRuntime::get(current_device()).d2d(device_address(dest), device_address(src), count);
   }
 
   bool initialized() override { return true; }
@@ -118,7 +118,7 @@ class Allocator final : public c10::DeviceAllocator {
   void release(const Block& b) {
     {
       std::lock_guard lock(mu_);
-      blocks_.erase(b.addr);
+      blocks_.erase(reinterpret_cast<uint64_t>(device_pointer(b.device, b.addr)));
       stats(b.device).allocated_bytes[kAggregate].decrease(b.bytes);
       stats(b.device).allocation[kAggregate].decrease(1);
       stats(b.device).num_device_free++;
@@ -203,8 +203,7 @@ void resize_storage_bytes(const c10::Storage& storage, size_t bytes) {
   c10::DataPtr fresh = g_allocator.allocate(bytes);
   set_current_device(saved);
   if (old > 0 && bytes > 0) {
-    DeviceRuntime::get(dev).d2d(reinterpret_cast<uint64_t>(fresh.get()), reinterpret_cast<uint64_t>(storage.data()),
-                                std::min(old, bytes));
+    DeviceRuntime::get(dev).d2d(device_address(fresh.get()), device_address(storage.data()), std::min(old, bytes));
   }
   // The old block is freed when its DataPtr dies; the queue is in order, so the copy reads it first.
   storage.unsafeGetStorageImpl()->set_data_ptr_noswap(std::move(fresh));

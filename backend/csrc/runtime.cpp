@@ -101,6 +101,8 @@ size_t program_cache_entries() {
 DeviceRuntime::DeviceRuntime(int index, driver::Device* device)
     : index_(index), device_(device), programs_(program_cache_entries(), 512ull << 20) {
   SPYRE_CHECK(device_->create_queue(kQueueEntries, &queue_));
+  TORCH_CHECK(device_->info().memory_bytes <= uint64_t{1} << kDevicePointerShift, "spyre: device ", index, " has ",
+              device_->info().memory_bytes, " bytes of memory; data pointers address at most 1 TiB per device");
 }
 
 uint64_t DeviceRuntime::alloc(uint64_t bytes) {

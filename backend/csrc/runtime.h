@@ -22,6 +22,17 @@ namespace spyre::backend {
 void check_status(const driver::Status& s, const char* where);
 #define SPYRE_CHECK(expr) ::spyre::backend::check_status((expr), __func__)
 
+/// The data pointer of a spyre tensor: device `index`'s memory appears from (index + 1) << 40
+/// upward, so that a pointer names its device and two devices never hand out the same pointer
+/// (torch.save tells storages apart by pointer). device_address() strips it for the driver.
+inline constexpr int kDevicePointerShift = 40;
+inline void* device_pointer(int index, uint64_t addr) {
+  return reinterpret_cast<void*>((static_cast<uint64_t>(index) + 1) << kDevicePointerShift | addr);
+}
+inline uint64_t device_address(const void* p) {
+  return reinterpret_cast<uint64_t>(p) & ((uint64_t{1} << kDevicePointerShift) - 1);
+}
+
 class DeviceRuntime {
  public:
   /// The runtime of device `index`, opened on first use. Throws (IndexError-like) for a bad index.

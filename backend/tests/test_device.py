@@ -142,6 +142,28 @@ def test_two_devices_from_the_config(tmp_path):
     assert proc.stdout.split() == ["2", "spyre:1", str((a @ a.T).sum().item()), "spyre:1"]
 
 
+def test_a_data_pointer_names_its_device(tmp_path):
+    """Each card's memory appears at its own range of data pointers: the first tensors of two cards
+    no longer share a pointer, and torch.save keeps a float tensor on one and an int tensor on the
+    other apart (it once refused them as one storage viewed as two types)."""
+    config = tmp_path / "two.json"
+    config.write_text('{"sim": {"devices": 2}}')
+    path = tmp_path / "both.pt"
+    code = (
+        "import torch\n"
+        "x = torch.arange(4.0).to('spyre:0')\n"
+        "y = torch.arange(4).to('spyre:1')\n"
+        "assert x.data_ptr() != y.data_ptr()\n"
+        "assert torch.empty(0).new_empty(1, device='spyre:1').data_ptr() >> 40 == 2\n"
+        f"torch.save({{'x': x, 'y': y}}, {str(path)!r})\n"
+        f"back = torch.load({str(path)!r})\n"
+        "print(back['x'].device, back['x'].tolist(), back['y'].device, back['y'].tolist())\n"
+    )
+    proc = run_python(code, env={"SPYRE_CONFIG": str(config)})
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.strip() == "spyre:0 [0.0, 1.0, 2.0, 3.0] spyre:1 [0, 1, 2, 3]"
+
+
 def test_bad_config_names_the_key(tmp_path):
     config = tmp_path / "bad.json"
     config.write_text('{"chip": {"corse": 8}}')
