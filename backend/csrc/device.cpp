@@ -3,7 +3,11 @@
 #include <ATen/detail/PrivateUse1HooksInterface.h>
 #include <c10/core/CachingDeviceAllocator.h>
 #include <c10/core/impl/DeviceGuardImplInterface.h>
+#include <c10/util/ApproximateClock.h>
+#include <torch/csrc/profiler/stubs/base.h>
 
+#include <functional>
+#include <memory>
 #include <mutex>
 #include <unordered_map>
 
@@ -185,6 +189,51 @@ struct Hooks final : public at::PrivateUse1HooksInterface {
     resize_storage_bytes(storage, bytes);
   }
 };
+
+// The legacy profiler's device hooks (torch.autograd.profiler.profile(use_device="spyre")). An
+// event is a sample of the card's clock taken by the host, so an op's "device time" is how far the
+// simulated card advanced while the host ran the op. (Timestamps written by the card itself in
+// queue order come with the event descriptors of the streams work.) Without these hooks the
+// profiler read garbage: every CPU time came out near -7e16 us.
+struct ProfilerHooks final : torch::profiler::impl::ProfilerStubs {
+  void record(c10::DeviceIndex* device, torch::profiler::impl::ProfilerVoidEventStub* event,
+              int64_t* cpu_ns) const override {
+    const int index = current_device();
+    if (device) *device = static_cast<c10::DeviceIndex>(index);
+    DeviceRuntime& rt = DeviceRuntime::get(index);
+    const double ns = static_cast<double>(rt.device().cycles()) * 1e3 / rt.device().info().clock_mhz;
+    if (event) *event = std::make_shared<double>(ns);
+    if (cpu_ns) *cpu_ns = c10::getTime();
+  }
+  float elapsed(const torch::profiler::impl::ProfilerVoidEventStub* a,
+                const torch::profiler::impl::ProfilerVoidEventStub* b) const override {
+    const double from = *static_cast<const double*>(a->get()), to = *static_cast<const double*>(b->get());
+    return static_cast<float>((to - from) / 1e3);  // microseconds, as the profiler expects
+  }
+  void mark(const char*) const override {}
+  void rangePush(const char*) const override {}
+  void rangePop() const override {}
+  bool enabled() const override { return true; }
+  void onEachDevice(std::function<void(int)> op) const override {
+    const int saved = current_device();
+    for (int i = 0; i < DeviceRuntime::count(); ++i) {
+      set_current_device(i);
+      op(i);
+    }
+    set_current_device(saved);
+  }
+  void synchronize() const override {
+    for (int i = 0; i < DeviceRuntime::count(); ++i) {
+      if (DeviceRuntime::opened(i)) DeviceRuntime::get(i).synchronize();
+    }
+  }
+};
+
+const bool g_profiler_registered = [] {
+  static ProfilerHooks hooks;
+  torch::profiler::impl::registerPrivateUse1Methods(&hooks);
+  return true;
+}();
 
 const bool g_hooks_registered = [] {
   at::RegisterPrivateUse1HooksInterface(new Hooks());
