@@ -12,6 +12,7 @@
 #include <unordered_map>
 
 #include "aten_util.h"
+#include "compute.h"
 #include "runtime.h"
 #include "spyre/driver/driver.h"
 
@@ -48,6 +49,17 @@ struct GuardImpl final : public c10::impl::DeviceGuardImplInterface {
   }
   void synchronizeStream(const c10::Stream& s) const override { DeviceRuntime::get(s.device_index()).synchronize(); }
   void synchronizeDevice(const c10::DeviceIndex index) const override { DeviceRuntime::get(index).synchronize(); }
+  // torch.accelerator.get_device_capability: the dtypes the card computes in (its copies convert
+  // among them on the card; tensors of other dtypes can be stored, converted on the host).
+  c10::DeviceCapability getDeviceCapability(c10::Device /*device*/) const override {
+    c10::DeviceCapability cap;
+    cap.capability_data.capability_bits = 0;
+#define SPYRE_NATIVE_DTYPE(_, name) \
+  cap.capability_data.supported_scalar_types.has_##name = device_dtype(c10::ScalarType::name).has_value();
+    AT_FORALL_SCALAR_TYPES_WITH_COMPLEX_AND_QINTS(SPYRE_NATIVE_DTYPE)
+#undef SPYRE_NATIVE_DTYPE
+    return cap;
+  }
 };
 C10_REGISTER_GUARD_IMPL(PrivateUse1, GuardImpl);
 

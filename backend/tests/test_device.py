@@ -127,6 +127,19 @@ def test_torch_spyre_shows_only_its_api():
     assert public == set(torch.spyre.__all__)
 
 
+def test_device_capability_lists_the_dtypes_the_card_converts_among():
+    """torch.accelerator.get_device_capability once raised. Its dtypes are the card's own, and a
+    conversion between any two of them runs on the card (fallback set to error) as on CPU."""
+    dtypes = torch.accelerator.get_device_capability("spyre:0")["supported_dtypes"]
+    assert dtypes == {torch.float32, torch.float16, torch.bfloat16, torch.int32, torch.int8, torch.int64, torch.bool}
+    host = torch.tensor([0.0, 1.0, -2.0, 3.5, 100.0])
+    torch_spyre.set_cpu_fallback("error")
+    for a in dtypes:
+        for b in dtypes:
+            src = host.to(a)
+            torch.testing.assert_close(src.to("spyre").to(b).cpu(), src.to(b), msg=f"{a} -> {b}")
+
+
 def test_two_devices_from_the_config(tmp_path):
     config = tmp_path / "two.json"
     config.write_text('{"sim": {"devices": 2}}')
