@@ -4,11 +4,13 @@
 #include <c10/core/CachingDeviceAllocator.h>
 #include <c10/core/impl/DeviceGuardImplInterface.h>
 #include <c10/util/ApproximateClock.h>
+#include <torch/csrc/jit/serialization/pickler_helper.h>
 #include <torch/csrc/profiler/stubs/base.h>
 
 #include <functional>
 #include <memory>
 #include <mutex>
+#include <string>
 #include <unordered_map>
 
 #include "aten_util.h"
@@ -244,6 +246,35 @@ struct ProfilerHooks final : torch::profiler::impl::ProfilerStubs {
 const bool g_profiler_registered = [] {
   static ProfilerHooks hooks;
   torch::profiler::impl::registerPrivateUse1Methods(&hooks);
+  return true;
+}();
+
+// Backend metadata: the string -> bool flags that torch._C._set_tensor_metadata gives a tensor and
+// _get_tensor_metadata reads back. They follow detach() (TensorImpl copies its backend meta with
+// its other metadata) and torch.save and torch.load (the pickler's backend-meta slot).
+struct SpyreMeta final : c10::BackendMeta {
+  std::unordered_map<std::string, bool> flags;
+  c10::intrusive_ptr<c10::BackendMeta> clone(const c10::intrusive_ptr<c10::BackendMeta>& /*self*/) const override {
+    auto copy = c10::make_intrusive<SpyreMeta>();
+    copy->flags = flags;
+    return copy;
+  }
+};
+
+void get_meta(const at::Tensor& t, std::unordered_map<std::string, bool>& out) {
+  if (const auto* m = dynamic_cast<const SpyreMeta*>(t.unsafeGetTensorImpl()->get_backend_meta())) {
+    out.insert(m->flags.begin(), m->flags.end());
+  }
+}
+
+void set_meta(const at::Tensor& t, std::unordered_map<std::string, bool>& in) {
+  auto m = c10::make_intrusive<SpyreMeta>();
+  m->flags = in;
+  t.unsafeGetTensorImpl()->set_backend_meta(m);
+}
+
+const bool g_meta_registered = [] {
+  torch::jit::TensorBackendMetaRegistry(c10::DeviceType::PrivateUse1, &get_meta, &set_meta);
   return true;
 }();
 

@@ -140,6 +140,21 @@ def test_device_capability_lists_the_dtypes_the_card_converts_among():
             torch.testing.assert_close(src.to("spyre").to(b).cpu(), src.to(b), msg=f"{a} -> {b}")
 
 
+def test_backend_metadata_is_kept_and_saved(tmp_path):
+    """torch._C._set_tensor_metadata was silently ignored (no backend-meta hooks). The flags now stay
+    with the tensor, follow detach(), and survive torch.save and torch.load."""
+    x = torch.arange(4.0).to("spyre")
+    assert torch._C._get_tensor_metadata(x) == {}
+    flags = {"calibrated": True, "stale": False}
+    torch._C._set_tensor_metadata(x, flags)
+    assert torch._C._get_tensor_metadata(x) == flags
+    assert torch._C._get_tensor_metadata(x.detach()) == flags
+    torch.save(x, tmp_path / "x.pt")
+    back = torch.load(tmp_path / "x.pt")
+    assert back.device == x.device and back.tolist() == [0.0, 1.0, 2.0, 3.0]
+    assert torch._C._get_tensor_metadata(back) == flags
+
+
 def test_two_devices_from_the_config(tmp_path):
     config = tmp_path / "two.json"
     config.write_text('{"sim": {"devices": 2}}')
