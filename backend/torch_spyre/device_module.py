@@ -101,7 +101,7 @@ def init() -> None:
 
 
 def get_amp_supported_dtype() -> list[_torch.dtype]:
-    return [_torch.float16]
+    return [_torch.float16, _torch.bfloat16]
 
 
 def memory_stats(device: _Device | None = None) -> dict[str, int]:
