@@ -113,14 +113,14 @@ bool same_dense_layout(const at::Tensor& a, const at::Tensor& b) {
 // Copies between host and device move bytes in the source's dtype; conversions, broadcasts and
 // strided layouts are done by a copy kernel on the device (compute.cpp), as on silicon. Only dtypes
 // the device does not compute in (double, complex, ...) are converted on the host.
-at::Tensor copy_from(const at::Tensor& src, const at::Tensor& dst, bool /*non_blocking*/) {
+at::Tensor copy_from(const at::Tensor& src, const at::Tensor& dst, bool non_blocking) {
   if (dst.numel() == 0) return dst;
   const bool device_types = device_dtype(src.scalar_type()) && device_dtype(dst.scalar_type());
   if (src.is_cpu() && dst.is_privateuseone()) {
     if (!device_types) {
       write_device(dst, src);
     } else if (same_dense_layout(src, dst)) {
-      write_device(dst, src);  // one DMA
+      write_device(dst, src, non_blocking);  // one DMA
     } else {
       const c10::DeviceGuard guard(dst.device());
       const at::Tensor staged = at::empty(src.sizes(), dst.options().dtype(src.scalar_type()));
@@ -233,7 +233,7 @@ at::Tensor read_device(const at::Tensor& src) {
   return buf.as_strided(src.sizes(), src.strides(), 0);
 }
 
-void write_device(const at::Tensor& dst, const at::Tensor& src_cpu) {
+void write_device(const at::Tensor& dst, const at::Tensor& src_cpu, bool non_blocking) {
   if (dst.numel() == 0) return;
   const c10::DeviceGuard guard(dst.device());
   DeviceRuntime& rt = DeviceRuntime::get(dst.device().index());
@@ -243,7 +243,7 @@ void write_device(const at::Tensor& dst, const at::Tensor& src_cpu) {
       c = c.clone();  // converted in a buffer of our own, never in the caller's tensor
       ieee_to_dlfloat(c.data_ptr(), dst.nbytes());
     }
-    rt.h2d(device_addr(dst), c.data_ptr(), dst.nbytes());
+    rt.h2d(device_addr(dst), c.data_ptr(), dst.nbytes(), non_blocking);
     return;
   }
   // Strided destination: read the span it covers, update it on the host, write the span back.

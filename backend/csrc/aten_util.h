@@ -17,8 +17,9 @@ uint64_t device_addr(const at::Tensor& t);
 std::pair<uint64_t, uint64_t> device_span(const at::Tensor& t);
 /// Copies a device tensor to a CPU tensor with the same sizes and strides. Blocks.
 at::Tensor read_device(const at::Tensor& src);
-/// Writes a CPU tensor (any dtype, any strides, broadcastable) into a device tensor.
-void write_device(const at::Tensor& dst, const at::Tensor& src_cpu);
+/// Writes a CPU tensor (any dtype, any strides, broadcastable) into a device tensor. With
+/// `non_blocking`, a copy straight from pinned memory returns before the card has read it.
+void write_device(const at::Tensor& dst, const at::Tensor& src_cpu, bool non_blocking = false);
 /// The default random generator of spyre device `index` (random_ops.cpp).
 const at::Generator& default_generator(c10::DeviceIndex index);
 /// Runs a boxed op through the CPU fallback, honouring TORCH_SPYRE_CPU_FALLBACK.

@@ -7,6 +7,7 @@
 #include <torch/csrc/jit/serialization/pickler_helper.h>
 #include <torch/csrc/profiler/stubs/base.h>
 
+#include <cstring>
 #include <functional>
 #include <memory>
 #include <mutex>
@@ -168,6 +169,24 @@ Allocator& Allocator::instance() {
 }
 REGISTER_ALLOCATOR(c10::DeviceType::PrivateUse1, &g_allocator);
 
+// pin_memory(): host memory the card's DMA reaches directly (PinnedHost in runtime.h), so copies
+// from and to it skip the staging buffer, and a non_blocking copy from it overlaps with compute.
+class PinnedAllocator final : public c10::Allocator {
+ public:
+  c10::DataPtr allocate(size_t nbytes) override {
+    if (nbytes == 0) return c10::DataPtr(nullptr, nullptr, &deleter, c10::Device(c10::kCPU));
+    void* ctx = nullptr;
+    void* data = PinnedHost::pin(nbytes, &ctx);
+    return c10::DataPtr(data, ctx, &deleter, c10::Device(c10::kCPU));
+  }
+  c10::DeleterFnPtr raw_deleter() const override { return nullptr; }
+  void copy_data(void* dest, const void* src, std::size_t count) const override { std::memcpy(dest, src, count); }
+
+ private:
+  static void deleter(void* ctx) { PinnedHost::unpin(ctx); }
+};
+PinnedAllocator g_pinned_allocator;
+
 struct Hooks final : public at::PrivateUse1HooksInterface {
   bool isBuilt() const override { return true; }
   bool isAvailable() const override { return DeviceRuntime::count() > 0; }
@@ -189,10 +208,8 @@ struct Hooks final : public at::PrivateUse1HooksInterface {
     TORCH_CHECK(dev >= 0, "spyre: pointer ", data, " was not allocated by the spyre allocator");
     return at::Device(c10::DeviceType::PrivateUse1, static_cast<c10::DeviceIndex>(dev));
   }
-  bool isPinnedPtr(const void*) const override { return false; }
-  c10::Allocator* getPinnedMemoryAllocator() const override {
-    TORCH_CHECK_NOT_IMPLEMENTED(false, "spyre: pinned host memory is not supported yet");
-  }
+  bool isPinnedPtr(const void* p) const override { return PinnedHost::contains(p); }
+  c10::Allocator* getPinnedMemoryAllocator() const override { return &g_pinned_allocator; }
   const at::Generator& getDefaultGenerator(c10::DeviceIndex index) const override {
     return default_generator(index < 0 ? static_cast<c10::DeviceIndex>(current_device()) : index);
   }

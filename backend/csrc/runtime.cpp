@@ -4,6 +4,9 @@
 #include <cstdlib>
 #include <cstring>
 #include <deque>
+#include <map>
+#include <memory>
+#include <mutex>
 
 #include <c10/util/Exception.h>
 #include <cstdio>
@@ -170,7 +173,83 @@ uint64_t copy_chunk() {
 // Pieces of a host-to-device copy in flight at once: enough to keep the link busy.
 constexpr size_t kChunksInFlight = 4;
 
-void DeviceRuntime::h2d(uint64_t dst, const void* src, uint64_t n) {
+namespace {
+struct Pinned {
+  int device;
+  std::unique_ptr<driver::HostBuffer> buffer;
+};
+std::mutex g_pinned_mu;
+std::map<uintptr_t, Pinned*> g_pinned;  // by start address
+}  // namespace
+
+void* PinnedHost::pin(uint64_t bytes, void** ctx) {
+  const int dev = current_device();
+  auto* entry = new Pinned{dev, nullptr};
+  try {
+    SPYRE_CHECK(DeviceRuntime::get(dev).device().map_host(bytes, &entry->buffer));
+  } catch (...) {
+    delete entry;
+    throw;
+  }
+  void* data = entry->buffer->data();
+  {
+    std::lock_guard lock(g_pinned_mu);
+    g_pinned[reinterpret_cast<uintptr_t>(data)] = entry;
+  }
+  *ctx = entry;
+  return data;
+}
+
+void PinnedHost::unpin(void* ctx) noexcept {
+  auto* entry = static_cast<Pinned*>(ctx);
+  if (!entry) return;
+  {
+    std::lock_guard lock(g_pinned_mu);
+    g_pinned.erase(reinterpret_cast<uintptr_t>(entry->buffer->data()));
+  }
+  if (driver::Driver::forked_child()) {
+    (void)entry->buffer.release();  // the mapping is the parent's: leave it
+  } else {
+    try {
+      if (DeviceRuntime::opened(entry->device)) DeviceRuntime::get(entry->device).synchronize();
+    } catch (const std::exception& e) {
+      TORCH_WARN("spyre: freeing pinned memory: ", e.what());
+    }
+  }
+  delete entry;
+}
+
+uint64_t PinnedHost::iova(const void* p, uint64_t n, int device) {
+  const auto at = reinterpret_cast<uintptr_t>(p);
+  std::lock_guard lock(g_pinned_mu);
+  auto it = g_pinned.upper_bound(at);
+  if (it == g_pinned.begin()) return 0;
+  --it;
+  const Pinned& e = *it->second;
+  const uintptr_t start = it->first;
+  if (e.device != device || at + n > start + e.buffer->size()) return 0;
+  return e.buffer->iova() + (at - start);
+}
+
+bool PinnedHost::contains(const void* p) {
+  const auto at = reinterpret_cast<uintptr_t>(p);
+  std::lock_guard lock(g_pinned_mu);
+  auto it = g_pinned.upper_bound(at);
+  if (it == g_pinned.begin()) return false;
+  --it;
+  return at < it->first + it->second->buffer->size();
+}
+
+void DeviceRuntime::h2d(uint64_t dst, const void* src, uint64_t n, bool non_blocking) {
+  if (n == 0) return;
+  if (const uint64_t iova = PinnedHost::iova(src, n, index_)) {  // the card reads it in place
+    uint64_t seq = 0;
+    for (uint64_t off = 0; off < n; off += hw::kMaxCopyBytes) {
+      SPYRE_CHECK(queue_->copy(iova + off, dst + off, std::min(hw::kMaxCopyBytes, n - off), hw::kCopySrcHost, &seq));
+    }
+    if (!non_blocking) wait(seq);
+    return;
+  }
   const uint64_t chunk = copy_chunk();
   std::deque<uint64_t> in_flight;
   for (uint64_t off = 0; off < n; off += chunk) {
@@ -191,6 +270,15 @@ void DeviceRuntime::h2d(uint64_t dst, const void* src, uint64_t n) {
 }
 
 void DeviceRuntime::d2h(void* dst, uint64_t src, uint64_t n) {
+  if (n == 0) return;
+  if (const uint64_t iova = PinnedHost::iova(dst, n, index_)) {  // the card writes it in place
+    uint64_t seq = 0;
+    for (uint64_t off = 0; off < n; off += hw::kMaxCopyBytes) {
+      SPYRE_CHECK(queue_->copy(src + off, iova + off, std::min(hw::kMaxCopyBytes, n - off), hw::kCopyDstHost, &seq));
+    }
+    wait(seq);
+    return;
+  }
   const uint64_t chunk = copy_chunk();
   for (uint64_t off = 0; off < n; off += chunk) {
     const uint64_t m = std::min(chunk, n - off);

@@ -33,6 +33,19 @@ inline uint64_t device_address(const void* p) {
   return reinterpret_cast<uint64_t>(p) & ((uint64_t{1} << kDevicePointerShift) - 1);
 }
 
+/// Pinned host memory (what pin_memory() returns): host buffers mapped for device `device`'s DMA,
+/// which copies read and write in place, without staging.
+struct PinnedHost {
+  /// A mapped buffer of `bytes` for the current device; `ctx` is what unpin takes back.
+  static void* pin(uint64_t bytes, void** ctx);
+  /// Waits for the device's queued work (a copy may still read the buffer), then unmaps it.
+  static void unpin(void* ctx) noexcept;
+  /// The device address (IOVA) of host bytes [p, p + n) if they lie in one pinned buffer of
+  /// `device`; 0 otherwise.
+  static uint64_t iova(const void* p, uint64_t n, int device);
+  static bool contains(const void* p);
+};
+
 class DeviceRuntime {
  public:
   /// The runtime of device `index`, opened on first use. Throws (IndexError-like) for a bad index.
@@ -51,8 +64,10 @@ class DeviceRuntime {
   uint64_t alloc(uint64_t bytes);
   void free(uint64_t addr);
 
-  /// Host -> device copy. Asynchronous: `src` is copied to a staging buffer before returning.
-  void h2d(uint64_t dst, const void* src, uint64_t n);
+  /// Host -> device copy. From pageable memory it is staged and returns at once. From pinned memory
+  /// (pin_host) of this device the card reads `src` itself: the call waits for that unless
+  /// `non_blocking`, in which case `src` must stay as it is until the copy is synchronized.
+  void h2d(uint64_t dst, const void* src, uint64_t n, bool non_blocking = false);
   /// Device -> host copy. Blocks until the data is in `dst`.
   void d2h(void* dst, uint64_t src, uint64_t n);
   /// Device -> device copy on this card. Asynchronous.

@@ -130,3 +130,18 @@ print("ok")
     assert proc.stdout.strip() == "ok"
     # 400 kB of fp32 each way alone is 800 pieces of 1000 bytes
     assert json.loads(stats.read_text())["cards"][0]["commands"]["copy"] > 800
+
+
+def test_pinned_host_memory(cpu_gen):
+    """pin_memory() gives DMA-mapped host memory: is_pinned() says so, and copies from and into it
+    (which the card makes in place, without staging) give the same bytes, non_blocking included."""
+    x = torch.randn(70000, generator=cpu_gen)
+    pinned = x.pin_memory()
+    assert pinned.is_pinned() and not x.is_pinned() and torch.equal(pinned, x)
+    assert torch.equal(pinned.to("spyre").cpu(), x)
+    dev = pinned[5:60005].to("spyre", non_blocking=True)  # a slice: an address inside the buffer
+    torch.spyre.synchronize()
+    assert torch.equal(dev.cpu(), x[5:60005])
+    out = torch.empty(60000).pin_memory()
+    out.copy_(dev * 2)
+    assert torch.equal(out, x[5:60005] * 2)
