@@ -68,47 +68,31 @@ def test_import_torch_spyre_first():
     assert proc.stdout.strip() == "spyre:0"
 
 
-def test_forked_child_gets_a_clear_error():
-    code = (
-        "import os, torch\n"
-        "torch.ones(1).to('spyre')\n"  # the device is running in the parent
-        "pid = os.fork()\n"
-        "if pid == 0:\n"
-        "    try:\n"
-        "        torch.ones(1).to('spyre')\n"
-        "        os._exit(3)\n"
-        "    except RuntimeError as e:\n"
-        "        os._exit(0 if 'forked' in str(e) and torch.spyre._is_in_bad_fork() else 4)\n"
-        "_, status = os.waitpid(pid, 0)\n"
-        "print(os.waitstatus_to_exitcode(status), torch.spyre._is_in_bad_fork())\n"
-    )
-    proc = run_python(code, timeout=120)
-    assert proc.returncode == 0, proc.stderr
-    assert proc.stdout.split() == ["0", "False"]
-
-
-def test_forked_child_drops_inherited_tensors_and_init_fails_at_once():
+def test_forked_child_drops_inherited_tensors_and_gets_a_clear_error():
     """A fork-based DataLoader worker inherits device tensors and drops them: that must not abort
-    (the deleter once threw from a destructor), and torch.spyre.init() tells the child at once that
-    it cannot use the device. The parent's tensors are untouched."""
+    (the deleter once threw from a destructor). torch.spyre.init() tells the child at once that it
+    cannot use the device, and so does any use. The parent's tensors are untouched."""
     code = (
         "import gc, os, torch\n"
-        "x = torch.arange(4.0).to('spyre')\n"
+        "x = torch.arange(4.0).to('spyre')\n"  # the device is running in the parent
         "pid = os.fork()\n"
         "if pid == 0:\n"
         "    del x\n"
         "    gc.collect()\n"
-        "    try:\n"
-        "        torch.spyre.init()\n"
-        "        os._exit(3)\n"
-        "    except RuntimeError as e:\n"
-        "        os._exit(0 if 'spawn' in str(e) else 4)\n"
+        "    for use in (torch.spyre.init, lambda: torch.ones(1).to('spyre')):\n"
+        "        try:\n"
+        "            use()\n"
+        "            os._exit(3)\n"
+        "        except RuntimeError as e:\n"
+        "            if 'spawn' not in str(e) or not torch.spyre._is_in_bad_fork():\n"
+        "                os._exit(4)\n"
+        "    os._exit(0)\n"
         "_, status = os.waitpid(pid, 0)\n"
-        "print(os.waitstatus_to_exitcode(status), (x * 2).cpu().tolist())\n"
+        "print(os.waitstatus_to_exitcode(status), torch.spyre._is_in_bad_fork(), (x * 2).cpu().tolist())\n"
     )
     proc = run_python(code, timeout=120)
     assert proc.returncode == 0, proc.stderr
-    assert proc.stdout.split("\n")[0] == "0 [0.0, 2.0, 4.0, 6.0]"
+    assert proc.stdout.split("\n")[0] == "0 False [0.0, 2.0, 4.0, 6.0]"
 
 
 def test_init_opens_the_device_and_is_initialized_says_so():
