@@ -12,6 +12,7 @@ namespace spyre::driver {
 namespace {
 // Spin this long on the fence before sleeping on the interrupt (a parked wake-up costs ~90 us).
 constexpr auto kSpin = std::chrono::microseconds(100);
+constexpr auto kHaltPoll = std::chrono::milliseconds(2);  // longest a halt goes unseen by a waiter
 constexpr size_t kRecentCompletions = 256;
 
 }  // namespace
@@ -83,6 +84,7 @@ bool Queue::wait_for_fence(std::unique_lock<std::mutex>& lock, uint64_t seq) {
   while (fence_value() < seq && std::chrono::steady_clock::now() < until) {
   }
   bool reached = true;
+  uint64_t checked = ~uint64_t{0};  // the fence value at the last status read
   while (fence_value() < seq) {
     // Take the interrupt count before looking at the queue's status: a halt raises the interrupt
     // after setting the status, so either the status read sees it or the count changes.
@@ -91,13 +93,20 @@ bool Queue::wait_for_fence(std::unique_lock<std::mutex>& lock, uint64_t seq) {
       std::lock_guard irq(dev_.irq_mu_);
       seen = dev_.irq_count_;
     }
-    if (fence_value() >= seq) break;
-    if (reg(hw::kQStatus) & hw::kQStatusHalted) {
-      reached = false;
-      break;
+    const uint64_t fence = fence_value();
+    if (fence >= seq) break;
+    // The status is an MMIO read (a round trip to the card); a queue whose fence moved since the
+    // last read is running, so only a wake-up without progress reads it. A halt right after
+    // progress is seen at the next interrupt or after kHaltPoll at the latest.
+    if (fence == checked || checked == ~uint64_t{0}) {
+      if (reg(hw::kQStatus) & hw::kQStatusHalted) {
+        reached = false;
+        break;
+      }
     }
+    checked = fence;
     std::unique_lock irq(dev_.irq_mu_);
-    dev_.irq_cv_.wait(irq, [&] { return fence_value() >= seq || dev_.irq_count_ != seen; });
+    dev_.irq_cv_.wait_for(irq, kHaltPoll, [&] { return fence_value() >= seq || dev_.irq_count_ != seen; });
   }
   lock.lock();
   return reached;
