@@ -99,24 +99,26 @@ def test_spawned_children_each_use_a_device(tmp_path):
     """torch.multiprocessing with the spawn method: each child starts its own card and computes on
     it while the parent's card is running."""
     script = tmp_path / "spawn_children.py"
-    script.write_text(
-        "import torch\n"
-        "import torch.multiprocessing as mp\n"
-        "def work(rank, q):\n"
-        "    x = torch.arange(4.0, device='spyre') * (rank + 1)\n"
-        "    q.put((rank, x.sum().item(), str(x.device)))\n"
-        "if __name__ == '__main__':\n"
-        "    ctx = mp.get_context('spawn')\n"
-        "    q = ctx.Queue()\n"
-        "    torch.ones(1, device='spyre')\n"
-        "    children = [ctx.Process(target=work, args=(r, q)) for r in range(2)]\n"
-        "    for c in children:\n"
-        "        c.start()\n"
-        "    got = sorted(q.get(timeout=120) for _ in children)\n"
-        "    for c in children:\n"
-        "        c.join(60)\n"
-        "    print(got, [c.exitcode for c in children])\n"
-    )
+    script.write_text("""
+import torch
+import torch.multiprocessing as mp
+
+def work(rank, q):
+    x = torch.arange(4.0, device="spyre") * (rank + 1)
+    q.put((rank, x.sum().item(), str(x.device)))
+
+if __name__ == "__main__":
+    ctx = mp.get_context("spawn")
+    q = ctx.Queue()
+    torch.ones(1, device="spyre")
+    children = [ctx.Process(target=work, args=(r, q)) for r in range(2)]
+    for c in children:
+        c.start()
+    got = sorted(q.get(timeout=120) for _ in children)
+    for c in children:
+        c.join(60)
+    print(got, [c.exitcode for c in children])
+""")
     proc = run_script(script, timeout=240)
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.strip() == "[(0, 6.0, 'spyre:0'), (1, 12.0, 'spyre:0')] [0, 0]"
