@@ -88,7 +88,7 @@ void Core::settle(const uint8_t* p, uint64_t n, bool write) {
   if (pending_.empty()) return;
   uint64_t need = 0;
   for (const Pending& e : pending_) {
-    if ((e.touch.write || write) && e.touch.p < p + n && p < e.touch.p + e.touch.n) need = std::max(need, e.ticket);
+    if ((e.touch.write || write) && overlaps(e.touch.p, e.touch.n, p, n)) need = std::max(need, e.ticket);
   }
   if (need == 0) return;
   worker_.wait(lane_, need);  // a lane runs in order: everything up to `need` has run
@@ -460,14 +460,14 @@ bool Core::transfer(const hw::Instr& in, const std::vector<uint64_t>& addrs, uin
   // A LOAD's copy is posted to the worker after the other arithmetic of this core (so it needs no
   // settling here); every other transfer moves its bytes now.
   const bool deferred = move == Move::kRead && in.op == hw::Op::kLoad;
-  if (!deferred) settle(buf, addrs.size() * row_bytes, move == Move::kRead);  // multicast settled its receivers
+  const uint64_t total = addrs.size() * row_bytes;
+  if (!deferred) settle(buf, total, move == Move::kRead);  // multicast settled its receivers
   // The data moves now; its time is booked on the memory and ring servers from the issue cycle.
   // Rows are issued back to back: memory bandwidth spaces them, its latency is paid once. An
   // accumulating row is read and written at the memory (two LPDDR5 accesses, one ring transfer).
   const uint64_t begin = now();
   const sc_core::sc_time issue = clock_.cycles(config_.chip.issue_cycles);
   const sc_core::sc_time now = sc_core::sc_time_stamp();
-  const uint64_t total = addrs.size() * row_bytes;
   sc_core::sc_time mem_delay = issue;
   if (move != Move::kAccumulate) {  // every row in one transaction: all of them move, or none
     RowList list;
@@ -687,10 +687,9 @@ bool Core::sfp(const hw::Instr& in) {
       uint8_t* dst = lx(in, in.a, n * es);
       const uint8_t* src = lx(in, in.b, n * es);
       uint8_t* index = lx(in, in.c, n * 8);
-      const auto apart = [&](const uint8_t* p, uint64_t pn) { return index + n * 8 <= p || p + pn <= index; };
-      const bool partly = dst != src && dst < src + n * es && src < dst + n * es;  // rows read after written
-      if (!dst || !src || !index || in.c >> 32 || (index - lx_.data()) % 8 != 0 || cols == 0 || !apart(dst, n * es) ||
-          !apart(src, n * es) || partly) {
+      const bool partly = dst != src && overlaps(dst, n * es, src, n * es);  // rows read after written
+      if (!dst || !src || !index || in.c >> 32 || (index - lx_.data()) % 8 != 0 || cols == 0 ||
+          overlaps(index, n * 8, dst, n * es) || overlaps(index, n * 8, src, n * es) || partly) {
         return false;
       }
       const bool descending = in.flags & hw::kSortDescending;
@@ -703,7 +702,7 @@ bool Core::sfp(const hw::Instr& in) {
     case hw::Op::kTranspose: {
       uint8_t* dst = lx(in, in.a, n * es);
       const uint8_t* src = lx(in, in.b, n * es);
-      if (!dst || !src || (dst < src + n * es && src < dst + n * es)) return false;  // any overlap
+      if (!dst || !src || overlaps(dst, n * es, src, n * es)) return false;  // any overlap
       compute([=] { sfp_transpose(static_cast<uint32_t>(es), dst, src, rows, cols); },
               {{dst, n * es, true}, {src, n * es, false}});
       name = "transpose";

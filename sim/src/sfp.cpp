@@ -601,10 +601,6 @@ constexpr auto kBinaryF32 = binary_f32_table(std::make_index_sequence<static_cas
 // A full operand that overlaps the result without being it (element for element, `bytes` each)
 // would be read after parts of it were written: such instructions take the general path (which
 // reads everything first).
-bool overlaps(const void* p, uint64_t p_bytes, const void* q, uint64_t q_bytes) {
-  const auto *a = static_cast<const uint8_t*>(p), *b = static_cast<const uint8_t*>(q);
-  return a < b + q_bytes && b < a + p_bytes;
-}
 bool overlaps_apart(const void* dst, const void* src, Bcast b, uint64_t bytes) {
   return b == Bcast::kFull && src != dst && overlaps(dst, bytes, src, bytes);
 }

@@ -11,6 +11,12 @@
 
 namespace spyre::sim {
 
+/// True when the byte ranges [p, p + p_bytes) and [q, q + q_bytes) share a byte.
+inline bool overlaps(const void* p, uint64_t p_bytes, const void* q, uint64_t q_bytes) {
+  const auto *a = static_cast<const uint8_t*>(p), *b = static_cast<const uint8_t*>(q);
+  return a < b + q_bytes && b < a + p_bytes;
+}
+
 /// Element-wise conversion (round to nearest even; float to integer truncates toward zero and
 /// saturates; anything to bool is "not zero").
 void sfp_convert(void* dst, hw::DType to, const void* src, hw::DType from, uint64_t count);

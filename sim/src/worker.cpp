@@ -13,6 +13,14 @@ constexpr auto kSpin = std::chrono::microseconds(100);
 constexpr uint32_t kWakeAt = 4;
 // How long a waiter polls for the worker to finish the task it needs before it sleeps.
 constexpr auto kWaitSpin = std::chrono::milliseconds(1);
+
+// Polls `changed` (lock not held) until it is true or `spin` has passed.
+template <typename Changed>
+void poll(std::chrono::microseconds spin, Changed changed) {
+  const auto until = std::chrono::steady_clock::now() + spin;
+  while (!changed() && std::chrono::steady_clock::now() < until) {
+  }
+}
 }  // namespace
 
 Worker::Worker(bool threaded) : threaded_(threaded) {
@@ -103,9 +111,7 @@ void Worker::wait(uint32_t lane, uint64_t ticket) {
     }
     const uint64_t seen = l.done.load(std::memory_order_relaxed);
     lock.unlock();
-    const auto until = std::chrono::steady_clock::now() + kWaitSpin;
-    while (l.done.load(std::memory_order_acquire) == seen && std::chrono::steady_clock::now() < until) {
-    }
+    poll(kWaitSpin, [&] { return l.done.load(std::memory_order_acquire) != seen; });
     lock.lock();
     if (l.done.load(std::memory_order_relaxed) == seen) {
       ++sleepers_;
@@ -140,9 +146,7 @@ void Worker::loop() {
     // Nothing to run (or only lanes a waiter is running): poll briefly for a post, then sleep.
     const uint64_t seen = order_;
     lock.unlock();
-    const auto until = std::chrono::steady_clock::now() + kSpin;
-    while (posted_.load(std::memory_order_acquire) == seen && std::chrono::steady_clock::now() < until) {
-    }
+    poll(kSpin, [&] { return posted_.load(std::memory_order_acquire) != seen; });
     lock.lock();
     if (order_ == seen && !quit_) {
       idle_ = true;
