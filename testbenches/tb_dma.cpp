@@ -65,7 +65,7 @@ struct Harness {
     fw::Verdict v;
     const Clock clock(config.chip.clock_mhz);
     const uint64_t start = clock.now_cycles();
-    sc_core::sc_spawn([&] { v = dma.copy(hw::CopyArgs{src, dst, size, {}}, flags); });
+    sc_core::sc_spawn([&] { v = dma.copy(hw::CopyArgs{src, dst, size, {}}, flags, hw::kQPriorityNormal); });
     sc_core::sc_start();
     if (cycles) *cycles = clock.now_cycles() - start;
     return v;

@@ -44,7 +44,7 @@ def test_trace_and_stats_describe_the_run(tmp_path):
         assert 256 % bm == 0 and 128 % (total - bm) == 0
 
     names = {e["args"]["name"] for e in t["traceEvents"] if e.get("name") == "thread_name"}
-    assert {"core 00", "core 01", "dma engine", "queue 00"} <= names
+    assert {"core 00", "core 01", "dma channel 0", "queue 00"} <= names
     slices = [e for e in t["traceEvents"] if e["ph"] == "X"]
     assert {"matmul", "load issue", "wait", "store issue", "copy h2d", "copy d2h"} <= {e["name"] for e in slices}
     assert all(e["dur"] >= 0 and isinstance(e["args"], dict) for e in slices)

@@ -177,7 +177,7 @@ void Device::release_queue(uint32_t id) {
   queue_used_[id] = false;
 }
 
-Status Device::create_queue(uint32_t entries, std::unique_ptr<Queue>* out) {
+Status Device::create_queue(uint32_t entries, std::unique_ptr<Queue>* out, uint32_t priority) {
   if (entries < hw::kMinRingEntries || entries > hw::kMaxRingEntries || (entries & (entries - 1)) != 0) {
     return {StatusCode::kInvalidArgument, fmt::format("{}: queue size {} must be a power of two in [{}, {}]", name_,
                                                       entries, hw::kMinRingEntries, hw::kMaxRingEntries)};
@@ -210,8 +210,9 @@ Status Device::create_queue(uint32_t entries, std::unique_ptr<Queue>* out) {
   w(hw::kQFenceLo, static_cast<uint32_t>(fence->iova()));
   w(hw::kQFenceHi, static_cast<uint32_t>(fence->iova() >> 32));
   w(hw::kQMsixVector, id);
+  w(hw::kQPriority, priority);
   w(hw::kQControl, hw::kQControlEnable);
-  log("driver").debug("{}: queue {} created with {} entries", name_, id, entries);
+  log("driver").debug("{}: queue {} created with {} entries, priority {}", name_, id, entries, priority);
   out->reset(new Queue(*this, id, entries, std::move(ring), std::move(cpl), std::move(fence)));
   return {};
 }

@@ -173,6 +173,32 @@ Status Queue::launch(uint64_t program, uint64_t program_size, uint64_t args, uin
   return submit_locked(lock, d, seq);
 }
 
+Status Queue::signal(uint64_t sem, uint64_t value, uint64_t* seq) {
+  hw::Descriptor d{};
+  d.opcode = hw::Opcode::kSignal;
+  d.semaphore.addr = sem;
+  d.semaphore.value = value;
+  std::unique_lock lock(mu_);
+  return submit_locked(lock, d, seq);
+}
+
+Status Queue::wait_semaphore(uint64_t sem, uint64_t value, uint64_t* seq) {
+  hw::Descriptor d{};
+  d.opcode = hw::Opcode::kWait;
+  d.semaphore.addr = sem;
+  d.semaphore.value = value;
+  std::unique_lock lock(mu_);
+  return submit_locked(lock, d, seq);
+}
+
+Status Queue::timestamp(uint64_t iova, uint64_t* seq) {
+  hw::Descriptor d{};
+  d.opcode = hw::Opcode::kTimestamp;
+  d.timestamp.dst = iova;
+  std::unique_lock lock(mu_);
+  return submit_locked(lock, d, seq);
+}
+
 Status Queue::submit_raw(const hw::Descriptor& d, uint64_t* seq) {
   std::unique_lock lock(mu_);
   return submit_locked(lock, d, seq);

@@ -72,6 +72,16 @@ Verdict validate_timestamp(const hw::Descriptor& d) {
   return {};
 }
 
+Verdict validate_semaphore(const hw::Descriptor& d, const Limits& lim) {
+  if (d.flags != 0) return fail(ErrorCode::kBadFlags, Field::kFlags);
+  for (uint64_t r : d.semaphore.reserved) {
+    if (r != 0) return fail(ErrorCode::kReservedNonZero, Field::kReserved);
+  }
+  if (d.semaphore.addr % 8 != 0) return fail(ErrorCode::kBadAlignment, Field::kSemaphoreAddr);
+  if (!in_device(d.semaphore.addr, 8, lim.dev_mem_size)) return fail(ErrorCode::kOutOfRange, Field::kSemaphoreAddr);
+  return {};
+}
+
 constexpr uint32_t qreg(uint32_t q, uint32_t r) {
   return hw::queue_reg(q, r);
 }
@@ -90,6 +100,9 @@ Verdict validate_descriptor(const hw::Descriptor& d, const Limits& limits) {
       return validate_launch(d, limits);
     case hw::Opcode::kTimestamp:
       return validate_timestamp(d);
+    case hw::Opcode::kSignal:
+    case hw::Opcode::kWait:
+      return validate_semaphore(d, limits);
     default:
       return fail(ErrorCode::kBadOpcode, Field::kOpcode);
   }
@@ -127,9 +140,9 @@ bool Firmware::poll_once() {
   return progressed;
 }
 
-void Firmware::run() {
+void Firmware::serve(uint32_t q) {
   for (;;) {
-    if (!poll_once()) hal_.wait_for_work();
+    if (!service_queue(q)) hal_.wait_for_work(q);
   }
 }
 
@@ -148,6 +161,7 @@ void Firmware::halt_queue(uint32_t q, hw::ErrorCode e, uint32_t tail) {
 bool Firmware::service_queue(uint32_t q) {
   const uint32_t status = hal_.reg_read(qreg(q, hw::kQStatus));
   if (!(status & hw::kQStatusEnabled)) return false;
+  const uint32_t resets = hal_.reg_read(qreg(q, hw::kQResets));
   const uint32_t head = hal_.reg_read(qreg(q, hw::kQHead));
   const uint32_t tail = hal_.reg_read(qreg(q, hw::kQTail));
   if (head == tail) return false;
@@ -174,14 +188,25 @@ bool Firmware::service_queue(uint32_t q) {
   hw::Completion c{};
   c.seq = d.seq;
   c.start_cycle = hal_.now_cycles();
+  const Limits limits{hal_.dev_mem_size(), hal_.num_cores()};
   Verdict v;
   if (status & hw::kQStatusError) {
     v = fail(ErrorCode::kQueueInError, Field::kNone);
+    // A signal still runs, so that a queue waiting on this one is not held forever.
+    if (d.opcode == hw::Opcode::kSignal && validate_descriptor(d, limits).ok()) signal(d.semaphore);
   } else {
-    v = validate_descriptor(d, Limits{hal_.dev_mem_size(), hal_.num_cores()});
-    if (v.ok()) v = execute(d);
-    if (!v.ok()) fail_queue(q, v.error);
+    v = validate_descriptor(d, limits);
+    if (v.ok()) {
+      if (d.opcode == hw::Opcode::kWait) {
+        if (!wait_semaphore(q, d.semaphore, resets)) return true;
+      } else {
+        v = execute(q, d);
+      }
+    }
   }
+  // A reset while the command ran dropped the ring: a completion now would land in the new one.
+  if (hal_.reg_read(qreg(q, hw::kQResets)) != resets) return true;
+  if (!v.ok() && !(status & hw::kQStatusError)) fail_queue(q, v.error);
   c.error = v.error;
   c.field = v.field;
   c.detail = v.detail;
@@ -203,14 +228,17 @@ bool Firmware::service_queue(uint32_t q) {
   return true;
 }
 
-Verdict Firmware::execute(const hw::Descriptor& d) {
+Verdict Firmware::execute(uint32_t q, const hw::Descriptor& d) {
+  const uint32_t priority = hal_.reg_read(qreg(q, hw::kQPriority)) != 0 ? hw::kQPriorityHigh : hw::kQPriorityNormal;
   switch (d.opcode) {
     case hw::Opcode::kNop:
       return {};
     case hw::Opcode::kCopy:
-      return hal_.copy(d.copy, d.flags);
+      return hal_.copy(d.copy, d.flags, priority);
     case hw::Opcode::kLaunch:
-      return run_launch(d.launch);
+      return run_launch(d.launch, priority);
+    case hw::Opcode::kSignal:
+      return signal(d.semaphore);
     case hw::Opcode::kTimestamp: {
       const uint64_t now = hal_.now_cycles();
       if (!hal_.host_write(d.timestamp.dst, &now, sizeof now)) {
@@ -223,12 +251,32 @@ Verdict Firmware::execute(const hw::Descriptor& d) {
   }
 }
 
-Verdict Firmware::run_launch(const hw::LaunchArgs& l) {
+Verdict Firmware::run_launch(const hw::LaunchArgs& l, uint32_t priority) {
   hw::ProgramHeader h{};
   hal_.dev_read(l.program, &h, sizeof h);
   const Verdict v = validate_program(h, l);
   if (!v.ok()) return v;
-  return hal_.launch(l.program, l.args, l.args_size, l.core_mask);
+  return hal_.launch(l.program, l.args, l.args_size, l.core_mask, priority);
+}
+
+Verdict Firmware::signal(const hw::SemaphoreArgs& s) {
+  uint64_t now = 0;
+  hal_.dev_read(s.addr, &now, sizeof now);
+  if (s.value > now) {  // a timeline only moves forward
+    hal_.dev_write(s.addr, &s.value, sizeof s.value);
+    hal_.signalled();
+  }
+  return {};
+}
+
+bool Firmware::wait_semaphore(uint32_t q, const hw::SemaphoreArgs& s, uint32_t resets) {
+  for (;;) {
+    uint64_t now = 0;
+    hal_.dev_read(s.addr, &now, sizeof now);
+    if (now >= s.value) return true;
+    if (hal_.reg_read(qreg(q, hw::kQResets)) != resets) return false;
+    hal_.wait_for_signal(q);
+  }
 }
 
 }  // namespace spyre::fw

@@ -3,6 +3,7 @@
 #include <doctest/doctest.h>
 
 #include <cstring>
+#include <functional>
 #include <map>
 #include <vector>
 
@@ -34,6 +35,14 @@ hw::Descriptor launch(uint64_t program, uint64_t size, uint64_t mask) {
   return d;
 }
 
+hw::Descriptor sem(hw::Opcode op, uint64_t addr, uint64_t value) {
+  hw::Descriptor d{};
+  d.opcode = op;
+  d.semaphore.addr = addr;
+  d.semaphore.value = value;
+  return d;
+}
+
 // Host memory as a flat byte array at IOVA 0x10000, registers as a map; copies and launches are recorded.
 class FakeHal final : public fw::Hal {
  public:
@@ -60,20 +69,40 @@ class FakeHal final : public fw::Hal {
     std::memcpy(&host[iova - kBase], src, n);
     return true;
   }
-  void dev_read(uint64_t, void* dst, uint32_t n) override { std::memset(dst, 0, n); }
+  std::map<uint64_t, uint64_t> sems;  // device memory: only the semaphores are kept
+  void dev_read(uint64_t addr, void* dst, uint32_t n) override {
+    std::memset(dst, 0, n);
+    if (n == 8 && sems.count(addr)) std::memcpy(dst, &sems[addr], 8);
+  }
+  void dev_write(uint64_t addr, const void* src, uint32_t n) override {
+    if (n == 8) std::memcpy(&sems[addr], src, 8);
+  }
   uint64_t dev_mem_size() override { return kLimits.dev_mem_size; }
   uint32_t num_cores() override { return kLimits.num_cores; }
-  fw::Verdict copy(const hw::CopyArgs& a, uint8_t) override {
+  std::vector<uint32_t> priorities;  // of each copy and launch
+  fw::Verdict copy(const hw::CopyArgs& a, uint8_t, uint32_t priority) override {
     copies.push_back(a);
+    priorities.push_back(priority);
     return {};
   }
-  fw::Verdict launch(uint64_t, uint64_t, uint64_t, uint64_t) override {
+  fw::Verdict launch(uint64_t, uint64_t, uint64_t, uint64_t, uint32_t priority) override {
     ++launches;
+    priorities.push_back(priority);
     return {};
   }
   void raise_msix(uint32_t) override { ++irqs; }
   uint64_t now_cycles() override { return cycle += 10; }
-  void wait_for_work() override {}
+  void wait_for_work(uint32_t) override {}
+  // A wait that is not satisfied: the test's "other queue" signals here, once.
+  std::function<void()> on_wait_for_signal;
+  int signals = 0;
+  void wait_for_signal(uint32_t) override {
+    REQUIRE(on_wait_for_signal);
+    auto f = std::move(on_wait_for_signal);
+    on_wait_for_signal = nullptr;
+    f();
+  }
+  void signalled() override { ++signals; }
   void command_done(uint32_t, const hw::Descriptor&, const hw::Completion&) override {}
 
   // Queue q: ring at 0x10000 + q * 0x4000, completions 0x2000 above it, fence 0x3000 above it.
@@ -158,6 +187,20 @@ TEST_CASE("each malformed field is named") {
   d.opcode = hw::Opcode::kTimestamp;
   d.timestamp.dst = 3;
   cases.push_back({d, ErrorCode::kBadAlignment, Field::kTimestampDst});
+  for (hw::Opcode op : {hw::Opcode::kSignal, hw::Opcode::kWait}) {
+    d = sem(op, 12, 1);
+    cases.push_back({d, ErrorCode::kBadAlignment, Field::kSemaphoreAddr});
+    d = sem(op, kLimits.dev_mem_size + 8, 1);
+    cases.push_back({d, ErrorCode::kOutOfRange, Field::kSemaphoreAddr});
+    d = sem(op, kLimits.dev_mem_size, 1);
+    cases.push_back({d, ErrorCode::kOutOfRange, Field::kSemaphoreAddr});
+    d = sem(op, 64, 1);
+    d.semaphore.reserved[3] = 1;
+    cases.push_back({d, ErrorCode::kReservedNonZero, Field::kReserved});
+    d = sem(op, 64, 1);
+    d.flags = 1;
+    cases.push_back({d, ErrorCode::kBadFlags, Field::kFlags});
+  }
 
   for (size_t i = 0; i < cases.size(); ++i) {
     CAPTURE(i);
@@ -263,4 +306,79 @@ TEST_CASE("disabled queues are left alone") {
   hal.push(0, copy(0, 64, 8), 1);
   fw::Firmware firmware(hal);
   CHECK_FALSE(firmware.poll_once());
+}
+
+TEST_CASE("a wait holds its queue until another queue's signal reaches the value") {
+  FakeHal hal;
+  hal.setup_queue(0, 8);
+  hal.setup_queue(1, 8);
+  fw::Firmware firmware(hal);
+  hal.push(0, sem(hw::Opcode::kWait, 256, 2), 1);
+  hal.push(0, copy(0, 64, 8), 2);
+  hal.push(1, sem(hw::Opcode::kSignal, 256, 1), 1);  // not enough
+  hal.push(1, sem(hw::Opcode::kSignal, 256, 2), 2);
+  CHECK(firmware.service_queue(1));
+  CHECK(hal.sems[256] == 1);
+  // Queue 0 sleeps in its wait; while it sleeps, queue 1 runs its second signal.
+  int wakes = 0;
+  hal.on_wait_for_signal = [&] {
+    ++wakes;
+    CHECK(hal.copies.empty());  // the copy behind the wait has not run
+    CHECK(firmware.service_queue(1));
+  };
+  CHECK(firmware.service_queue(0));
+  CHECK(wakes == 1);
+  CHECK(hal.completion(0, 0).error == ErrorCode::kOk);
+  CHECK(firmware.service_queue(0));
+  CHECK(hal.copies.size() == 1);
+  CHECK(hal.fence_value(0) == 2);
+  CHECK(hal.signals == 2);
+  // A timeline never goes back: a lower value leaves it as it is, and a wait for it passes at once.
+  hal.push(1, sem(hw::Opcode::kSignal, 256, 1), 3);
+  hal.push(0, sem(hw::Opcode::kWait, 256, 1), 3);
+  CHECK(firmware.service_queue(1));
+  CHECK(hal.sems[256] == 2);
+  CHECK(firmware.service_queue(0));
+  CHECK(hal.fence_value(0) == 3);
+}
+
+TEST_CASE("a queue reset while it waits drops the wait without a completion") {
+  FakeHal hal;
+  hal.setup_queue(0, 8);
+  fw::Firmware firmware(hal);
+  hal.push(0, sem(hw::Opcode::kWait, 256, 5), 7);
+  hal.on_wait_for_signal = [&] {  // the host resets the queue: head = tail = 0, one more reset
+    hal.regs[hw::queue_reg(0, hw::kQHead)] = 0;
+    hal.regs[hw::queue_reg(0, hw::kQTail)] = 0;
+    ++hal.regs[hw::queue_reg(0, hw::kQResets)];
+  };
+  CHECK(firmware.service_queue(0));
+  CHECK(hal.fence_value(0) == 0);
+  CHECK(hal.completion(0, 0).seq == 0);
+  CHECK(hal.regs[hw::queue_reg(0, hw::kQHead)] == 0);
+}
+
+TEST_CASE("a queue in error still signals, so its waiters go on") {
+  FakeHal hal;
+  hal.setup_queue(0, 8);
+  fw::Firmware firmware(hal);
+  hal.push(0, copy(0, kLimits.dev_mem_size, 8), 1);  // fails
+  hal.push(0, sem(hw::Opcode::kSignal, 512, 4), 2);
+  CHECK(firmware.service_queue(0));
+  CHECK(firmware.service_queue(0));
+  CHECK(hal.completion(0, 1).error == ErrorCode::kQueueInError);
+  CHECK(hal.sems[512] == 4);
+}
+
+TEST_CASE("copies and launches carry their queue's priority") {
+  FakeHal hal;
+  hal.setup_queue(0, 8);
+  hal.setup_queue(1, 8);
+  hal.regs[hw::queue_reg(1, hw::kQPriority)] = hw::kQPriorityHigh;
+  fw::Firmware firmware(hal);
+  hal.push(0, copy(0, 64, 8), 1);
+  hal.push(1, copy(0, 64, 8), 1);
+  CHECK(firmware.service_queue(0));
+  CHECK(firmware.service_queue(1));
+  CHECK(hal.priorities == std::vector<uint32_t>{hw::kQPriorityNormal, hw::kQPriorityHigh});
 }

@@ -32,6 +32,7 @@ json to_tree(const Config& c) {
                {"issue_cycles", c.chip.issue_cycles},
                {"scalar_cycles", c.chip.scalar_cycles},
                {"barrier_cycles", c.chip.barrier_cycles},
+               {"dma_channels", c.chip.dma_channels},
                {"fp16_format", c.chip.fp16_format}};
   j["ring"] = {{"bytes_per_cycle", c.ring.bytes_per_cycle}, {"latency_cycles", c.ring.latency_cycles}};
   j["memory"] = {{"size_bytes", c.memory.size_bytes},
@@ -92,6 +93,7 @@ Config from_tree(const json& j) {
   get(j, "chip", "issue_cycles", c.chip.issue_cycles);
   get(j, "chip", "scalar_cycles", c.chip.scalar_cycles);
   get(j, "chip", "barrier_cycles", c.chip.barrier_cycles);
+  get(j, "chip", "dma_channels", c.chip.dma_channels);
   get(j, "chip", "fp16_format", c.chip.fp16_format);
   get(j, "ring", "bytes_per_cycle", c.ring.bytes_per_cycle);
   get(j, "ring", "latency_cycles", c.ring.latency_cycles);
@@ -128,6 +130,7 @@ void validate(const Config& c) {
   require(c.chip.fp32_rate > 0, "chip.fp32_rate", "must be positive");
   require(c.chip.sfp_lanes >= 1, "chip.sfp_lanes", "must be at least 1");
   require(c.chip.sfp_transcendental_cycles >= 1, "chip.sfp_transcendental_cycles", "must be at least 1");
+  require(c.chip.dma_channels >= 1 && c.chip.dma_channels <= 64, "chip.dma_channels", "must be 1..64");
   require(c.ring.bytes_per_cycle >= 1, "ring.bytes_per_cycle", "must be at least 1");
   require(c.memory.usable_bytes >= (1ull << 20) && c.memory.usable_bytes <= c.memory.size_bytes, "memory.usable_bytes",
           "must be at least 1 MiB and at most memory.size_bytes");

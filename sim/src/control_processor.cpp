@@ -17,14 +17,16 @@ ControlProcessor::ControlProcessor(const sc_core::sc_module_name& name, const Co
       memory_(memory),
       dma_(dma),
       cores_(std::move(cores)),
-      launch_(clock_.cycles(config.chip.barrier_cycles)),
+      core_arbiter_(cores_.size() >= 64 ? ~0ull : (1ull << cores_.size()) - 1),
       trace_(trace),
       stats_(stats),
       card_(card),
       firmware_(*this) {
   sc_core::sc_spawn_options opts;
   opts.set_stack_size(256 * 1024);
-  sc_core::sc_spawn([this] { firmware_.run(); }, "firmware", &opts);
+  for (uint32_t q = 0; q < config.firmware.queues; ++q) {
+    sc_core::sc_spawn([this, q] { firmware_.serve(q); }, fmt::format("firmware_q{}", q).c_str(), &opts);
+  }
 }
 
 bool ControlProcessor::host_read(uint64_t iova, void* dst, uint32_t n) {
@@ -41,26 +43,36 @@ bool ControlProcessor::host_write(uint64_t iova, const void* src, uint32_t n) {
   return ok;
 }
 
-fw::Verdict ControlProcessor::launch(uint64_t program, uint64_t args, uint64_t args_size, uint64_t core_mask) {
+fw::Verdict ControlProcessor::launch(uint64_t program, uint64_t args, uint64_t args_size, uint64_t core_mask,
+                                     uint32_t priority) {
+  core_arbiter_.acquire(core_mask, priority, /*any=*/false);
+  std::unique_ptr<Launch> launch;
+  if (idle_launches_.empty()) {
+    launch = std::make_unique<Launch>(clock_.cycles(config_.chip.barrier_cycles));
+  } else {
+    launch = std::move(idle_launches_.back());
+    idle_launches_.pop_back();
+  }
   std::vector<Core*> ranks;
   for (uint32_t i = 0; i < cores_.size(); ++i) {
     if (core_mask >> i & 1) ranks.push_back(cores_[i]);
   }
-  launch_.reset(ranks);
-  for (uint32_t rank = 0; rank < ranks.size(); ++rank) ranks[rank]->start(program, args, args_size, rank, &launch_);
-  for (uint32_t i = 0; i < cores_.size(); ++i) {
-    if (core_mask >> i & 1) {
-      while (cores_[i]->busy()) wait(cores_[i]->done_event());
-    }
+  launch->reset(ranks);
+  for (uint32_t rank = 0; rank < ranks.size(); ++rank) ranks[rank]->start(program, args, args_size, rank, launch.get());
+  for (Core* core : ranks) {
+    while (core->busy()) wait(core->done_event());
   }
-  for (uint32_t i = 0; i < cores_.size(); ++i) {
-    if ((core_mask >> i & 1) && !cores_[i]->result().ok()) {
-      fw::Verdict v = cores_[i]->result();
+  fw::Verdict v;
+  for (Core* core : ranks) {
+    if (!core->result().ok()) {
+      v = core->result();
       v.field = hw::Field::kLaunchProgram;
-      return v;
+      break;
     }
   }
-  return {};
+  idle_launches_.push_back(std::move(launch));
+  core_arbiter_.release(core_mask);
+  return v;
 }
 
 std::string ControlProcessor::read_label(uint64_t addr) const {

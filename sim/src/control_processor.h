@@ -1,11 +1,14 @@
-// The card's control processor: runs the firmware (firmware/) on a SystemC thread and gives it
-// the hardware through fw::Hal. Every Hal call costs device time.
+// The card's control processor: runs the firmware (firmware/) and gives it the hardware through
+// fw::Hal. Every Hal call costs device time. One firmware context (a SystemC thread) per hardware
+// queue, so queues run concurrently; they meet at the cores and DMA channels, which arbiters hand
+// out by queue priority.
 #pragma once
 
 #include <cstdint>
 #include <memory>
 #include <vector>
 
+#include "arbiter.h"
 #include "core.h"
 #include "device_memory.h"
 #include "dma_engine.h"
@@ -26,15 +29,21 @@ class ControlProcessor : public sc_core::sc_module, private fw::Hal {
   bool host_read(uint64_t iova, void* dst, uint32_t n) override;
   bool host_write(uint64_t iova, const void* src, uint32_t n) override;
   void dev_read(uint64_t addr, void* dst, uint32_t n) override { memory_.read(addr, dst, n); }
+  void dev_write(uint64_t addr, const void* src, uint32_t n) override { memory_.write(addr, src, n); }
   uint64_t dev_mem_size() override { return memory_.size(); }
   uint32_t num_cores() override { return static_cast<uint32_t>(cores_.size()); }
-  fw::Verdict copy(const hw::CopyArgs& args, uint8_t flags) override { return dma_.copy(args, flags); }
-  fw::Verdict launch(uint64_t program, uint64_t args, uint64_t args_size, uint64_t core_mask) override;
+  fw::Verdict copy(const hw::CopyArgs& args, uint8_t flags, uint32_t priority) override {
+    return dma_.copy(args, flags, priority);
+  }
+  fw::Verdict launch(uint64_t program, uint64_t args, uint64_t args_size, uint64_t core_mask,
+                     uint32_t priority) override;
   void raise_msix(uint32_t vector) override { endpoint_.raise_msix(vector); }
   uint64_t now_cycles() override { return clock_.now_cycles(); }
   /// The NUL-terminated label at `addr` (at most kMaxLabelBytes - 1 characters).
   std::string read_label(uint64_t addr) const;
-  void wait_for_work() override { wait(endpoint_.work_event()); }
+  void wait_for_work(uint32_t queue) override { wait(endpoint_.work_event(queue)); }
+  void wait_for_signal(uint32_t queue) override { wait(endpoint_.work_event(queue) | signalled_); }
+  void signalled() override { signalled_.notify(sc_core::SC_ZERO_TIME); }
   void command_done(uint32_t queue, const hw::Descriptor& d, const hw::Completion& c) override;
 
   const Config& config_;
@@ -43,7 +52,9 @@ class ControlProcessor : public sc_core::sc_module, private fw::Hal {
   DeviceMemory& memory_;
   DmaEngine& dma_;
   std::vector<Core*> cores_;
-  Launch launch_;
+  Arbiter core_arbiter_;
+  std::vector<std::unique_ptr<Launch>> idle_launches_;  // barrier state, one per launch in flight
+  sc_core::sc_event signalled_;
   Trace& trace_;
   CardStats& stats_;
   uint32_t card_;

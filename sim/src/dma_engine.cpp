@@ -2,6 +2,8 @@
 
 #include <algorithm>
 
+#include <fmt/format.h>
+
 namespace spyre::sim {
 
 namespace {
@@ -17,10 +19,22 @@ DmaEngine::DmaEngine(const sc_core::sc_module_name& name, const Config& config, 
       endpoint_(endpoint),
       trace_(trace),
       stats_(stats),
-      track_(trace.track(card, "dma engine")),
-      buffer_((kReadAhead + 1) * kChunkBytes) {}
+      channels_(config.chip.dma_channels >= 64 ? ~0ull : (1ull << config.chip.dma_channels) - 1) {
+  for (uint32_t c = 0; c < config.chip.dma_channels; ++c) {
+    tracks_.push_back(trace.track(card, fmt::format("dma channel {}", c)));
+    buffers_.emplace_back((kReadAhead + 1) * kChunkBytes);
+  }
+}
 
-fw::Verdict DmaEngine::copy(const hw::CopyArgs& args, uint8_t flags) {
+fw::Verdict DmaEngine::copy(const hw::CopyArgs& args, uint8_t flags, uint32_t priority) {
+  const uint64_t all = tracks_.size() >= 64 ? ~0ull : (1ull << tracks_.size()) - 1;
+  const uint64_t granted = channels_.acquire(all, priority, /*any=*/true);
+  const fw::Verdict v = run(static_cast<uint32_t>(__builtin_ctzll(granted)), args, flags);
+  channels_.release(granted);
+  return v;
+}
+
+fw::Verdict DmaEngine::run(uint32_t channel, const hw::CopyArgs& args, uint8_t flags) {
   const bool src_host = flags & hw::kCopySrcHost;
   const bool dst_host = flags & hw::kCopyDstHost;
   const uint64_t start = clock_.now_cycles();
@@ -32,7 +46,8 @@ fw::Verdict DmaEngine::copy(const hw::CopyArgs& args, uint8_t flags) {
   std::vector<sc_core::sc_time> arrived(chunks);
   sc_core::sc_time done = sc_core::SC_ZERO_TIME;
   auto chunk_bytes = [&](uint64_t i) { return std::min(kChunkBytes, args.size - i * kChunkBytes); };
-  auto buffer = [&](uint64_t i) { return buffer_.data() + (i % (kReadAhead + 1)) * kChunkBytes; };
+  uint8_t* const base = buffers_[channel].data();
+  auto buffer = [&](uint64_t i) { return base + (i % (kReadAhead + 1)) * kChunkBytes; };
   auto write = [&](uint64_t i) {
     sc_core::sc_time t = arrived[i];
     const uint64_t at = args.dst + i * kChunkBytes;
@@ -55,7 +70,7 @@ fw::Verdict DmaEngine::copy(const hw::CopyArgs& args, uint8_t flags) {
   wait(done);
   const char* kind = src_host ? "copy h2d" : (dst_host ? "copy d2h" : "copy d2d");
   (src_host ? stats_.h2d_bytes : (dst_host ? stats_.d2h_bytes : stats_.d2d_bytes)) += args.size;
-  trace_.slice(track_, kind, start, clock_.now_cycles(), {{"bytes", args.size}});
+  trace_.slice(tracks_[channel], kind, start, clock_.now_cycles(), {{"bytes", args.size}});
   return {};
 }
 

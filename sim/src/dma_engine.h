@@ -1,6 +1,7 @@
 // The card's DMA engine: executes copy descriptors between host memory (across the PCIe
 // endpoint) and device memory, or within device memory, in chunks whose source read and
-// destination write overlap.
+// destination write overlap. It has chip.dma_channels channels, so copies of several queues run
+// at once and share the link and memory bandwidth.
 #pragma once
 
 #include <cstdint>
@@ -8,6 +9,7 @@
 
 #include <tlm_utils/simple_initiator_socket.h>
 
+#include "arbiter.h"
 #include "endpoint.h"
 #include "spyre/firmware/hal.h"
 #include "spyre/hw/commands.h"
@@ -23,17 +25,21 @@ class DmaEngine : public sc_core::sc_module {
   DmaEngine(const sc_core::sc_module_name& name, const Config& config, uint32_t card, Endpoint& endpoint, Trace& trace,
             CardStats& stats);
 
-  /// Runs a copy that the firmware has validated; must be called from a SystemC thread.
-  /// Returns a DMA fault (naming copy.src or copy.dst) when the IOMMU refuses a host range.
-  fw::Verdict copy(const hw::CopyArgs& args, uint8_t flags);
+  /// Runs a copy that the firmware has validated on a free channel, waiting for one ahead of
+  /// lower-`priority` copies; must be called from a SystemC thread. Returns a DMA fault (naming
+  /// copy.src or copy.dst) when the IOMMU refuses a host range.
+  fw::Verdict copy(const hw::CopyArgs& args, uint8_t flags, uint32_t priority);
 
  private:
+  fw::Verdict run(uint32_t channel, const hw::CopyArgs& args, uint8_t flags);
+
   Clock clock_;
   Endpoint& endpoint_;
   Trace& trace_;
   CardStats& stats_;
-  uint32_t track_;
-  std::vector<uint8_t> buffer_;
+  std::vector<uint32_t> tracks_;               // per channel
+  std::vector<std::vector<uint8_t>> buffers_;  // per channel: the chunks in flight
+  Arbiter channels_;
 };
 
 }  // namespace spyre::sim

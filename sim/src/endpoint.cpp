@@ -94,9 +94,11 @@ void Endpoint::host_reg_write(uint32_t offset, uint32_t value) {
   if (offset == hw::kRegControl) {
     if (value & hw::kControlReset) {
       for (uint32_t q = 0; q < hw::kMaxQueues; ++q) {
+        const uint32_t resets = regs_[hw::queue_reg(q, hw::kQResets) / 4];
         for (uint32_t r = 0; r < hw::kQueueStride; r += 4) regs_[hw::queue_reg(q, r) / 4] = 0;
+        regs_[hw::queue_reg(q, hw::kQResets) / 4] = resets + 1;
+        work_[q].notify(sc_core::SC_ZERO_TIME);
       }
-      work_.notify(sc_core::SC_ZERO_TIME);
     }
     return;
   }
@@ -107,19 +109,21 @@ void Endpoint::host_reg_write(uint32_t offset, uint32_t value) {
   switch (reg) {
     case hw::kQHead:
     case hw::kQStatus:
+    case hw::kQResets:
       return;  // device-owned
     case hw::kQControl:
       if (value & hw::kQControlReset) {
         status = 0;
         regs_[hw::queue_reg(q, hw::kQHead) / 4] = 0;
         regs_[hw::queue_reg(q, hw::kQTail) / 4] = 0;
+        ++regs_[hw::queue_reg(q, hw::kQResets) / 4];
       }
       status = (status & ~hw::kQStatusEnabled) | ((value & hw::kQControlEnable) ? hw::kQStatusEnabled : 0);
-      work_.notify(sc_core::SC_ZERO_TIME);
+      work_[q].notify(sc_core::SC_ZERO_TIME);
       return;
     case hw::kQTail:
       regs_[offset / 4] = value;
-      work_.notify(sc_core::SC_ZERO_TIME);
+      work_[q].notify(sc_core::SC_ZERO_TIME);
       return;
     default:
       regs_[offset / 4] = value;

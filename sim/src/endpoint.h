@@ -3,6 +3,7 @@
 // itself is spyre/hw/regs.h.
 #pragma once
 
+#include <array>
 #include <atomic>
 #include <cstdint>
 #include <vector>
@@ -10,6 +11,7 @@
 #include <tlm_utils/simple_target_socket.h>
 
 #include "spyre/hw/errors.h"
+#include "spyre/hw/regs.h"
 #include "spyre/sim/config.h"
 #include "spyre/sim/simulator.h"
 #include "timing.h"
@@ -38,8 +40,8 @@ class Endpoint : public sc_core::sc_module {
   /// The model failed: halt every enabled queue with `e` and raise its interrupt, so that no
   /// host waiter sleeps forever.
   void halt_all_queues(hw::ErrorCode e);
-  /// Notified on every doorbell and control write.
-  const sc_core::sc_event& work_event() const { return work_; }
+  /// Notified on every doorbell and control write of queue `q`, and on a device reset.
+  const sc_core::sc_event& work_event(uint32_t q) const { return work_[q]; }
 
  private:
   void b_transport(tlm::tlm_generic_payload& gp, sc_core::sc_time& delay);
@@ -56,7 +58,7 @@ class Endpoint : public sc_core::sc_module {
   uint32_t cycle_hi_latch_ = 0;
   BandwidthServer to_host_;
   BandwidthServer from_host_;
-  sc_core::sc_event work_;
+  std::array<sc_core::sc_event, hw::kMaxQueues> work_;
 };
 
 }  // namespace spyre::sim

@@ -15,6 +15,7 @@
 #include "spyre/driver/status.h"
 #include "spyre/driver/transport.h"
 #include "spyre/hw/commands.h"
+#include "spyre/hw/regs.h"
 
 namespace spyre::driver {
 
@@ -76,6 +77,14 @@ class Queue {
   /// name for traces (the host operation), or 0.
   Status launch(uint64_t program, uint64_t program_size, uint64_t args, uint64_t args_size, uint64_t core_mask,
                 uint64_t label, uint64_t* seq);
+  /// Submits a SIGNAL: raises the u64 timeline semaphore at device address `sem` to `value`.
+  Status signal(uint64_t sem, uint64_t value, uint64_t* seq);
+  /// Submits a WAIT: later descriptors of this queue start once the semaphore at `sem` is at
+  /// least `value`. The host does not wait.
+  Status wait_semaphore(uint64_t sem, uint64_t value, uint64_t* seq);
+  /// Submits a TIMESTAMP: the card writes its cycle counter (u64) to host IOVA `iova` when the
+  /// queue reaches it.
+  Status timestamp(uint64_t iova, uint64_t* seq);
   /// Submits a descriptor exactly as given (only `seq` is assigned). The card validates it; a
   /// malformed one completes with an error and puts this queue, and only this queue, in error.
   Status submit_raw(const hw::Descriptor& d, uint64_t* seq);
@@ -159,7 +168,9 @@ class Device {
   Status map_host(uint64_t bytes, std::unique_ptr<HostBuffer>* out);
 
   /// Creates a queue on a free hardware queue with `entries` descriptors (a power of two).
-  Status create_queue(uint32_t entries, std::unique_ptr<Queue>* out);
+  /// `priority` (hw::kQPriorityNormal or hw::kQPriorityHigh) decides who gets the cores and DMA
+  /// channels first when queues compete for them.
+  Status create_queue(uint32_t entries, std::unique_ptr<Queue>* out, uint32_t priority = hw::kQPriorityNormal);
 
   /// The card's cycle counter.
   uint64_t cycles();

@@ -32,13 +32,20 @@ class Firmware {
   /// Returns true when any descriptor was consumed.
   bool poll_once();
 
-  /// The control processor's main loop: poll, and sleep when there is nothing to do. Never returns.
-  [[noreturn]] void run();
+  /// Services queue `q`'s next descriptor, if any. Returns true when one was consumed.
+  bool service_queue(uint32_t q);
+
+  /// One queue's context: services queue `q` and sleeps when it is empty. Never returns. The
+  /// control processor runs one context per hardware queue, so queues run concurrently and meet
+  /// only at the cores and DMA channels they share (the Hal arbitrates them by queue priority).
+  [[noreturn]] void serve(uint32_t q);
 
  private:
-  bool service_queue(uint32_t q);
-  Verdict execute(const hw::Descriptor& d);
-  Verdict run_launch(const hw::LaunchArgs& l);
+  Verdict execute(uint32_t q, const hw::Descriptor& d);
+  Verdict run_launch(const hw::LaunchArgs& l, uint32_t priority);
+  Verdict signal(const hw::SemaphoreArgs& s);
+  /// Holds queue `q` until the semaphore reaches its value; false when the queue was reset meanwhile.
+  bool wait_semaphore(uint32_t q, const hw::SemaphoreArgs& s, uint32_t resets);
   void fail_queue(uint32_t q, hw::ErrorCode e);
   void halt_queue(uint32_t q, hw::ErrorCode e, uint32_t tail);
 

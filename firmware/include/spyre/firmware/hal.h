@@ -34,20 +34,29 @@ class Hal {
   virtual bool host_write(uint64_t iova, const void* src, uint32_t n) = 0;
   /// Reads device memory; the caller has checked the range.
   virtual void dev_read(uint64_t addr, void* dst, uint32_t n) = 0;
+  /// Writes device memory; the caller has checked the range.
+  virtual void dev_write(uint64_t addr, const void* src, uint32_t n) = 0;
 
   virtual uint64_t dev_mem_size() = 0;
   virtual uint32_t num_cores() = 0;
 
-  /// Runs a validated copy on the DMA engine and returns when it has finished.
-  virtual Verdict copy(const hw::CopyArgs& args, uint8_t flags) = 0;
-  /// Starts the program on every core in `core_mask` with the `args_size`-byte argument block at
-  /// `args`, and returns when all have stopped.
-  virtual Verdict launch(uint64_t program, uint64_t args, uint64_t args_size, uint64_t core_mask) = 0;
+  /// Runs a validated copy on a free DMA channel (waiting for one, ahead of lower `priority`
+  /// waiters) and returns when it has finished.
+  virtual Verdict copy(const hw::CopyArgs& args, uint8_t flags, uint32_t priority) = 0;
+  /// Waits until every core in `core_mask` is free (ahead of lower `priority` waiters), starts the
+  /// program on them with the `args_size`-byte argument block at `args`, and returns when all
+  /// have stopped.
+  virtual Verdict launch(uint64_t program, uint64_t args, uint64_t args_size, uint64_t core_mask,
+                         uint32_t priority) = 0;
 
   virtual void raise_msix(uint32_t vector) = 0;
   virtual uint64_t now_cycles() = 0;
-  /// Sleeps until the host writes a doorbell or a control register.
-  virtual void wait_for_work() = 0;
+  /// Sleeps until the host writes queue `queue`'s doorbell or control register, or resets the device.
+  virtual void wait_for_work(uint32_t queue) = 0;
+  /// Sleeps until a semaphore is signalled, or as wait_for_work(queue).
+  virtual void wait_for_signal(uint32_t queue) = 0;
+  /// Wakes every wait_for_signal(): a semaphore was raised.
+  virtual void signalled() = 0;
   /// Tells the model a command ran on queue `queue` (for traces and stats); no effect on results.
   virtual void command_done(uint32_t queue, const hw::Descriptor& d, const hw::Completion& c) = 0;
 };

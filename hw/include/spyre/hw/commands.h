@@ -14,6 +14,8 @@ enum class Opcode : uint8_t {
   kCopy = 1,       // DMA copy between host and device memory or within device memory
   kLaunch = 2,     // run a tile-ISA program on a set of cores
   kTimestamp = 3,  // write the device cycle counter (u64) to host memory
+  kSignal = 4,     // raise a timeline semaphore in device memory to a value
+  kWait = 5,       // hold the queue until a timeline semaphore reaches a value
   kCount
 };
 
@@ -28,6 +30,10 @@ constexpr const char* opcode_name(Opcode op) {
       return "launch";
     case Opcode::kTimestamp:
       return "timestamp";
+    case Opcode::kSignal:
+      return "signal";
+    case Opcode::kWait:
+      return "wait";
     default:
       return "invalid opcode";
   }
@@ -63,6 +69,17 @@ struct TimestampArgs {
   uint64_t reserved[5];
 };
 
+/// A timeline semaphore is a u64 in device memory that only grows: SIGNAL raises it to `value`
+/// (a lower value leaves it as it is), WAIT holds its queue, without occupying cores or DMA
+/// channels, until it is at least `value`. So one queue orders itself after another without the
+/// host. SIGNAL runs even on a queue in the error state (its completion still reports the error),
+/// so that a queue waiting on a failed one is not held forever.
+struct SemaphoreArgs {
+  uint64_t addr;  // device address of the u64 semaphore (8-byte aligned)
+  uint64_t value;
+  uint64_t reserved[4];
+};
+
 /// One 64-byte descriptor. `seq` is the queue's sequence number for this descriptor: the firmware
 /// writes it to the queue's fence word once the descriptor completed (successfully or not).
 struct Descriptor {
@@ -75,6 +92,7 @@ struct Descriptor {
     CopyArgs copy;
     LaunchArgs launch;
     TimestampArgs timestamp;
+    SemaphoreArgs semaphore;
     uint64_t raw[6];
   };
 };

@@ -36,6 +36,7 @@ enum class Field : uint16_t {
   kLaunchCoreMask,
   kTimestampDst,
   kLaunchLabel,
+  kSemaphoreAddr,
   kCount
 };
 
@@ -102,6 +103,8 @@ constexpr const char* field_name(Field f) {
       return "timestamp.dst";
     case Field::kLaunchLabel:
       return "launch.label";
+    case Field::kSemaphoreAddr:
+      return "semaphore.addr";
     default:
       return "unknown";
   }

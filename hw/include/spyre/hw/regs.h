@@ -7,7 +7,7 @@
 namespace spyre::hw {
 
 inline constexpr uint32_t kRegMagicValue = 0x52595053;  // "SPYR"
-inline constexpr uint32_t kInterfaceVersion = 1;
+inline constexpr uint32_t kInterfaceVersion = 2;        // 2: semaphores, queue priority and reset count
 
 // Device-wide registers.
 inline constexpr uint32_t kRegMagic = 0x0000;      // ro: kRegMagicValue
@@ -49,6 +49,13 @@ inline constexpr uint32_t kQControl = 0x24;     // wo: kQControl* bits
 inline constexpr uint32_t kQStatus = 0x28;      // ro: kQStatus* bits, last error code in bits 16..31
 inline constexpr uint32_t kQHead = 0x2c;        // ro: descriptors consumed (free-running)
 inline constexpr uint32_t kQTail = 0x30;        // rw: doorbell, descriptors produced (free-running)
+inline constexpr uint32_t kQPriority = 0x34;    // rw: kQPriority*: who gets the cores and DMA channels first
+inline constexpr uint32_t kQResets = 0x38;      // ro: resets of this queue (free-running)
+
+// Queues run concurrently and share the cores and the DMA channels. When several wait for the same
+// ones, a high-priority queue goes first, then the one that asked first.
+inline constexpr uint32_t kQPriorityNormal = 0;
+inline constexpr uint32_t kQPriorityHigh = 1;
 
 // A write to kQControl sets the enabled state to its Enable bit; with Reset it also clears the
 // error state and sets head = tail = 0.

@@ -23,6 +23,7 @@ struct ChipConfig {
   uint32_t issue_cycles = 2;               // fixed cost of decoding one instruction
   uint32_t scalar_cycles = 1;              // a scalar-register or branch instruction
   uint32_t barrier_cycles = 32;            // from the last core's arrival to every core's release
+  uint32_t dma_channels = 4;               // copies the DMA engine runs at once (queues share them)
   std::string fp16_format = "dlfloat16";   // fp16 data in device memory: "dlfloat16" (silicon) or "ieee"
 };
 
