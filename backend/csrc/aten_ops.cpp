@@ -11,6 +11,7 @@
 #include <ATen/ops/set_native.h>
 #include <ATen/ops/view_native.h>
 #include <c10/core/DeviceGuard.h>
+#include <c10/core/impl/DeviceGuardImplInterface.h>
 #include <torch/library.h>
 
 #include <map>
@@ -294,7 +295,16 @@ at::Tensor efficient_zero_tensor(c10::IntArrayRef size, std::optional<c10::Scala
   return t.zero_();
 }
 
+// tensor.record_stream(s): the caching allocator keeps the storage's block from reuse until the
+// work queued on `s` so far has finished.
+void record_stream(at::Tensor& self, c10::Stream s) {
+  TORCH_CHECK(s.device_type() == c10::DeviceType::PrivateUse1 && s.device_index() == self.device().index(),
+              "spyre: record_stream needs a stream of the tensor's device (", self.device(), "), got ", s);
+  c10::impl::getDeviceGuardImpl(c10::DeviceType::PrivateUse1)->recordDataPtrOnStream(self.storage().data_ptr(), s);
+}
+
 TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
+  m.impl("record_stream", TORCH_FN(record_stream));
   m.impl("empty.memory_format", TORCH_FN(empty_memory_format));
   m.impl("_efficientzerotensor", TORCH_FN(efficient_zero_tensor));
   m.impl("empty_strided", TORCH_FN(empty_strided));

@@ -16,14 +16,12 @@
 
 #include "aten_util.h"
 #include "compute.h"
+#include "device_allocator.h"
 #include "runtime.h"
 #include "spyre/driver/driver.h"
 
 namespace spyre::backend {
 namespace {
-
-using c10::CachingAllocator::StatType;
-constexpr auto kAggregate = static_cast<size_t>(StatType::AGGREGATE);
 
 struct GuardImpl final : public c10::impl::DeviceGuardImplInterface {
   c10::DeviceType type() const override { return c10::DeviceType::PrivateUse1; }
@@ -41,16 +39,84 @@ struct GuardImpl final : public c10::impl::DeviceGuardImplInterface {
     set_current_device(d.index());
   }
   void uncheckedSetDevice(c10::Device d) const noexcept override { set_current_device(d.index()); }
-  c10::Stream getStream(c10::Device d) const override { return c10::Stream(c10::Stream::DEFAULT, d); }
-  c10::Stream exchangeStream(c10::Stream s) const override { return c10::Stream(c10::Stream::DEFAULT, s.device()); }
+  // Streams: a c10::Stream's id is the hardware queue's stream id in DeviceRuntime.
+  static c10::Stream stream(c10::Device d, int64_t id) {
+    if (!d.has_index()) d = c10::Device(d.type(), static_cast<c10::DeviceIndex>(current_device()));
+    return c10::Stream(c10::Stream::UNSAFE, d, id);
+  }
+  static DeviceRuntime& runtime(c10::Device d) {
+    return DeviceRuntime::get(d.has_index() ? d.index() : current_device());
+  }
+  c10::Stream getStream(c10::Device d) const override { return stream(d, runtime(d).current_stream()); }
+  c10::Stream getDefaultStream(c10::Device d) const override { return stream(d, 0); }
+  c10::Stream getStreamFromGlobalPool(c10::Device d, bool high) const override {
+    return stream(d, runtime(d).pool_stream(high));
+  }
+  // As CUDA: a negative priority is a high one.
+  c10::Stream getNewStream(c10::Device d, int priority) const override {
+    return stream(d, runtime(d).pool_stream(priority < 0));
+  }
+  c10::Stream exchangeStream(c10::Stream s) const override {
+    DeviceRuntime& rt = runtime(s.device());
+    const c10::Stream old = stream(s.device(), rt.current_stream());
+    rt.set_current_stream(s.id());
+    return old;
+  }
+  bool queryStream(const c10::Stream& s) const override { return runtime(s.device()).stream_query(s.id()); }
+  void synchronizeStream(const c10::Stream& s) const override { runtime(s.device()).stream_synchronize(s.id()); }
+
+  // Events: a StreamEvent (runtime.h) behind the void*.
+  void record(void** event, const c10::Stream& s, const c10::DeviceIndex device_index,
+              const c10::EventFlag flag) const override {
+    TORCH_CHECK(device_index == -1 || device_index == s.device_index(), "spyre: event of device ", device_index,
+                " recorded on a stream of device ", s.device_index());
+    auto* ev = static_cast<StreamEvent*>(*event);
+    if (!ev) ev = new StreamEvent();
+    try {
+      runtime(s.device()).record_event(*ev, s.id(), flag == c10::EventFlag::BACKEND_DEFAULT);
+    } catch (...) {
+      if (!*event) delete ev;
+      throw;
+    }
+    *event = ev;
+  }
+  void block(void* event, const c10::Stream& s) const override {
+    if (!event) return;  // never recorded: nothing to wait for
+    runtime(s.device()).wait_event(*static_cast<StreamEvent*>(event), s.id());
+  }
+  bool queryEvent(void* event) const override {
+    if (!event) return true;
+    const auto& ev = *static_cast<StreamEvent*>(event);
+    return DeviceRuntime::get(ev.device).event_query(ev);
+  }
+  void synchronizeEvent(void* event) const override {
+    if (!event) return;
+    const auto& ev = *static_cast<StreamEvent*>(event);
+    DeviceRuntime::get(ev.device).event_synchronize(ev);
+  }
+  double elapsedTime(void* a, void* b, const c10::DeviceIndex device_index) const override {
+    TORCH_CHECK_VALUE(a && b, "spyre: elapsed_time needs both events recorded");
+    return DeviceRuntime::get(device_index).elapsed_ms(*static_cast<StreamEvent*>(a), *static_cast<StreamEvent*>(b));
+  }
+  void destroyEvent(void* event, const c10::DeviceIndex /*device_index*/) const noexcept override {
+    auto* ev = static_cast<StreamEvent*>(event);
+    if (!ev) return;
+    if (ev->device >= 0 && DeviceRuntime::opened(ev->device) && !driver::Driver::forked_child()) {
+      try {
+        DeviceRuntime::get(ev->device).release_event(*ev);
+      } catch (...) {
+      }
+    }
+    delete ev;
+  }
+  void recordDataPtrOnStream(const c10::DataPtr& data, const c10::Stream& s) const override {
+    if (auto* a = dynamic_cast<c10::DeviceAllocator*>(c10::GetAllocator(c10::DeviceType::PrivateUse1))) {
+      a->recordStream(data, s);
+    }
+  }
   c10::DeviceIndex deviceCount() const noexcept override {
     return static_cast<c10::DeviceIndex>(DeviceRuntime::count());
   }
-  bool queryStream(const c10::Stream& s) const override {
-    synchronizeStream(s);
-    return true;
-  }
-  void synchronizeStream(const c10::Stream& s) const override { DeviceRuntime::get(s.device_index()).synchronize(); }
   void synchronizeDevice(const c10::DeviceIndex index) const override { DeviceRuntime::get(index).synchronize(); }
   // torch.accelerator.get_device_capability: the dtypes the card computes in (its copies convert
   // among them on the card; tensors of other dtypes can be stored, converted on the host).
@@ -66,108 +132,7 @@ struct GuardImpl final : public c10::impl::DeviceGuardImplInterface {
 };
 C10_REGISTER_GUARD_IMPL(PrivateUse1, GuardImpl);
 
-// Device pointers are device addresses; the context remembers the device for the deleter.
-struct Block {
-  int device;
-  uint64_t addr;
-  uint64_t bytes;
-};
-
-class Allocator final : public c10::DeviceAllocator {
- public:
-  c10::DataPtr allocate(size_t nbytes) override {
-    const int dev = current_device();
-    DeviceRuntime& rt = DeviceRuntime::get(dev);
-    const c10::Device device(c10::DeviceType::PrivateUse1, static_cast<c10::DeviceIndex>(dev));
-    if (nbytes == 0) return c10::DataPtr(nullptr, nullptr, &deleter, device);
-    const uint64_t addr = rt.alloc(nbytes);  // throws torch.OutOfMemoryError
-    auto* block = new Block{dev, addr, nbytes};
-    {
-      std::lock_guard lock(mu_);
-      blocks_[reinterpret_cast<uint64_t>(device_pointer(dev, addr))] = dev;
-      stats(dev).allocated_bytes[kAggregate].increase(nbytes);
-      stats(dev).allocation[kAggregate].increase(1);
-      stats(dev).num_device_alloc++;
-    }
-    return c10::DataPtr(device_pointer(dev, addr), block, &deleter, device);
-  }
-
-  c10::DeleterFnPtr raw_deleter() const override { return nullptr; }
-
-  void copy_data(void* dest, const void* src, std::size_t count) const override {
-    DeviceRuntime::get(current_device()).d2d(device_address(dest), device_address(src), count);
-  }
-
-  bool initialized() override { return true; }
-  void emptyCache(c10::MempoolId_t) override {}  // no cache yet: freed blocks return to the driver at once
-  void recordStream(const c10::DataPtr&, c10::Stream) override {}  // one in-order queue per device
-  c10::CachingDeviceAllocator::DeviceStats getDeviceStats(c10::DeviceIndex device) override {
-    std::lock_guard lock(mu_);
-    return stats(device);
-  }
-  void resetAccumulatedStats(c10::DeviceIndex device) override {
-    std::lock_guard lock(mu_);
-    for (auto& s : stats(device).allocated_bytes) s.reset_accumulated();
-    for (auto& s : stats(device).allocation) s.reset_accumulated();
-  }
-  void resetPeakStats(c10::DeviceIndex device) override {
-    std::lock_guard lock(mu_);
-    for (auto& s : stats(device).allocated_bytes) s.reset_peak();
-    for (auto& s : stats(device).allocation) s.reset_peak();
-  }
-  std::pair<size_t, size_t> getMemoryInfo(c10::DeviceIndex device) override {
-    const driver::MemoryStats m = DeviceRuntime::get(device).device().memory_stats();
-    return {m.total - m.allocated, m.total};
-  }
-
-  /// Device of a pointer returned by allocate(); -1 when unknown.
-  int device_of(const void* p) {
-    std::lock_guard lock(mu_);
-    const auto it = blocks_.find(reinterpret_cast<uint64_t>(p));
-    return it == blocks_.end() ? -1 : it->second;
-  }
-
- private:
-  static void deleter(void* ctx) {
-    auto* block = static_cast<Block*>(ctx);
-    if (!block) return;
-    instance().release(*block);
-    delete block;
-  }
-  void release(const Block& b) {
-    {
-      std::lock_guard lock(mu_);
-      blocks_.erase(reinterpret_cast<uint64_t>(device_pointer(b.device, b.addr)));
-      stats(b.device).allocated_bytes[kAggregate].decrease(b.bytes);
-      stats(b.device).allocation[kAggregate].decrease(1);
-      stats(b.device).num_device_free++;
-    }
-    // A deleter must not throw: it runs in destructors. A child forked after the device started
-    // drops the tensors it inherited without touching the device, which is its parent's.
-    if (driver::Driver::forked_child()) return;
-    try {
-      DeviceRuntime::get(b.device).free(b.addr);
-    } catch (const std::exception& e) {
-      TORCH_WARN("spyre: could not free ", b.bytes, " bytes of device memory at ", reinterpret_cast<void*>(b.addr),
-                 ": ", e.what());
-    }
-  }
-  c10::CachingDeviceAllocator::DeviceStats& stats(int device) { return stats_[device]; }
-
- public:
-  static Allocator& instance();
-
- private:
-  std::mutex mu_;
-  std::unordered_map<uint64_t, int> blocks_;
-  std::unordered_map<int, c10::CachingDeviceAllocator::DeviceStats> stats_;
-};
-
-Allocator g_allocator;
-Allocator& Allocator::instance() {
-  return g_allocator;
-}
-REGISTER_ALLOCATOR(c10::DeviceType::PrivateUse1, &g_allocator);
+// The tensor allocator is in device_allocator.cpp.
 
 // pin_memory(): host memory the card's DMA reaches directly (PinnedHost in runtime.h), so copies
 // from and to it skip the staging buffer, and a non_blocking copy from it overlaps with compute.
@@ -204,7 +169,7 @@ struct Hooks final : public at::PrivateUse1HooksInterface {
   }
   c10::DeviceIndex maybeExchangeDevice(c10::DeviceIndex index) const override { return exchangeDevice(index); }
   at::Device getDeviceFromPtr(void* data) const override {
-    const int dev = g_allocator.device_of(data);
+    const int dev = device_of_pointer(data);
     TORCH_CHECK(dev >= 0, "spyre: pointer ", data, " was not allocated by the spyre allocator");
     return at::Device(c10::DeviceType::PrivateUse1, static_cast<c10::DeviceIndex>(dev));
   }
@@ -309,7 +274,7 @@ void resize_storage_bytes(const c10::Storage& storage, size_t bytes) {
   const int dev = storage.device().index();
   const int saved = current_device();
   set_current_device(dev);
-  c10::DataPtr fresh = g_allocator.allocate(bytes);
+  c10::DataPtr fresh = device_allocator().allocate(bytes);
   set_current_device(saved);
   if (old > 0 && bytes > 0) {
     DeviceRuntime::get(dev).d2d(device_address(fresh.get()), device_address(storage.data()), std::min(old, bytes));

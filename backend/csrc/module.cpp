@@ -1,5 +1,6 @@
-// The Python extension torch_spyre._C: the only binding translation unit. Loading it registers
-// the device (guard, hooks, allocator, kernels) through static initialisers in the other files.
+// The Python extension torch_spyre._C: its module initialiser (device-memory functions are bound
+// in memory_bindings.cpp). Loading it registers the device (guard, hooks, allocator, kernels)
+// through static initialisers in the other files.
 #include <torch/csrc/Exceptions.h>
 #include <torch/csrc/Generator.h>
 #include <torch/csrc/utils/pybind.h>
@@ -7,6 +8,7 @@
 #include <cstring>
 
 #include "aten_util.h"
+#include "memory_bindings.h"
 #include "runtime.h"
 #include "spyre/driver/driver.h"
 #include "spyre/hw/commands.h"
@@ -44,17 +46,6 @@ py::dict device_info(int index) {
   return d;
 }
 
-py::dict memory_stats(int index) {
-  const spyre::driver::MemoryStats s = DeviceRuntime::get(index).device().memory_stats();
-  py::dict d;
-  d["total"] = s.total;
-  d["allocated"] = s.allocated;
-  d["peak"] = s.peak;
-  d["largest_free"] = s.largest_free;
-  d["blocks"] = s.allocations;
-  return d;
-}
-
 // Submits 64 raw descriptor bytes on a fresh queue of `index` and returns its completion record.
 // For debugging and for tests of the firmware's validation through the whole stack.
 py::dict submit_raw_descriptor(int index, const py::bytes& raw) {
@@ -83,6 +74,7 @@ py::dict submit_raw_descriptor(int index, const py::bytes& raw) {
 
 PYBIND11_MODULE(_C, m) {
   m.doc() = "torch_spyre native module: the Spyre PrivateUse1 device";
+  spyre::backend::bind_memory(m);
   m.def("_device_count", [] { return DeviceRuntime::count(); });
   m.def("_current_device", [] { return spyre::backend::current_device(); });
   m.def("_set_device", [](int index) {
@@ -105,11 +97,6 @@ PYBIND11_MODULE(_C, m) {
   m.def("_device_info", [](int index) {
     HANDLE_TH_ERRORS
     return device_info(index);
-    END_HANDLE_TH_ERRORS_PYBIND
-  });
-  m.def("_memory_stats", [](int index) {
-    HANDLE_TH_ERRORS
-    return memory_stats(index);
     END_HANDLE_TH_ERRORS_PYBIND
   });
   m.def("_default_generator", [](int index) {

@@ -101,9 +101,21 @@ size_t program_cache_entries() {
   return static_cast<size_t>(n);
 }
 
+// Timed events in flight at once per device (each holds an 8-byte slot of mapped host memory).
+constexpr int kTimestampSlots = 4096;
+
 DeviceRuntime::DeviceRuntime(int index, driver::Device* device)
-    : index_(index), device_(device), programs_(program_cache_entries(), 512ull << 20) {
-  SPYRE_CHECK(device_->create_queue(kQueueEntries, &queue_));
+    : index_(index),
+      device_(device),
+      num_streams_(static_cast<int>(device->info().num_queues)),
+      // A third of the pool streams are high priority (at least one when there are pool streams).
+      first_high_(num_streams_ - std::max(num_streams_ > 1 ? 1 : 0, (num_streams_ - 1) / 3)),
+      streams_(num_streams_),
+      programs_(program_cache_entries(), 512ull << 20) {
+  TORCH_CHECK(num_streams_ >= 1, "spyre: device ", index, " has no hardware queues");
+  queue(0);  // the default stream
+  SPYRE_CHECK(device_->map_host(kTimestampSlots * sizeof(uint64_t), &timestamps_));
+  for (int i = kTimestampSlots - 1; i >= 0; --i) free_slots_.push_back(i);
   TORCH_CHECK(device_->info().memory_bytes <= uint64_t{1} << kDevicePointerShift, "spyre: device ", index, " has ",
               device_->info().memory_bytes, " bytes of memory; data pointers address at most 1 TiB per device");
 }
@@ -141,13 +153,13 @@ void DeviceRuntime::give_back(std::unique_ptr<driver::HostBuffer> b) {
   staging_.emplace(b->size(), std::move(b));
 }
 
-void DeviceRuntime::wait(uint64_t seq) {
-  const driver::Status s = queue_->wait(seq);
+void DeviceRuntime::wait(driver::Queue& q, uint64_t seq) {
+  const driver::Status s = q.wait(seq);
   if (s.ok()) return;
   // Report the error once, with what it cost, and reset the queue so the device stays usable.
-  (void)queue_->synchronize();
-  const uint64_t skipped = queue_->not_executed();
-  (void)queue_->reset();
+  (void)q.synchronize();
+  const uint64_t skipped = q.not_executed();
+  (void)q.reset();
   if (skipped == 0) check_status(s, "wait");
   TORCH_CHECK(false, s.message(), "; ", skipped,
               " later command(s) on this device were not executed, so the tensors they would have written "
@@ -242,41 +254,43 @@ bool PinnedHost::contains(const void* p) {
 
 void DeviceRuntime::h2d(uint64_t dst, const void* src, uint64_t n, bool non_blocking) {
   if (n == 0) return;
+  driver::Queue& q = queue();
   if (const uint64_t iova = PinnedHost::iova(src, n, index_)) {  // the card reads it in place
     uint64_t seq = 0;
     for (uint64_t off = 0; off < n; off += hw::kMaxCopyBytes) {
-      SPYRE_CHECK(queue_->copy(iova + off, dst + off, std::min(hw::kMaxCopyBytes, n - off), hw::kCopySrcHost, &seq));
+      SPYRE_CHECK(q.copy(iova + off, dst + off, std::min(hw::kMaxCopyBytes, n - off), hw::kCopySrcHost, &seq));
     }
-    if (!non_blocking) wait(seq);
+    if (!non_blocking) wait(q, seq);
     return;
   }
   const uint64_t chunk = copy_chunk();
   std::deque<uint64_t> in_flight;
   for (uint64_t off = 0; off < n; off += chunk) {
     if (in_flight.size() >= kChunksInFlight) {  // bound the staging memory of a large copy
-      wait(in_flight.front());
+      wait(q, in_flight.front());
       in_flight.pop_front();
     }
     const uint64_t m = std::min(chunk, n - off);
     auto staging = take_staging(m);
     std::memcpy(staging->data(), static_cast<const uint8_t*>(src) + off, m);
     uint64_t seq = 0;
-    SPYRE_CHECK(queue_->copy(staging->iova(), dst + off, m, hw::kCopySrcHost, &seq));
+    SPYRE_CHECK(q.copy(staging->iova(), dst + off, m, hw::kCopySrcHost, &seq));
     // The staging buffer goes back to the pool once the card has read it.
     auto* raw = staging.release();
-    queue_->on_complete(seq, [this, raw] { give_back(std::unique_ptr<driver::HostBuffer>(raw)); });
+    q.on_complete(seq, [this, raw] { give_back(std::unique_ptr<driver::HostBuffer>(raw)); });
     in_flight.push_back(seq);
   }
 }
 
 void DeviceRuntime::d2h(void* dst, uint64_t src, uint64_t n) {
   if (n == 0) return;
+  driver::Queue& q = queue();
   if (const uint64_t iova = PinnedHost::iova(dst, n, index_)) {  // the card writes it in place
     uint64_t seq = 0;
     for (uint64_t off = 0; off < n; off += hw::kMaxCopyBytes) {
-      SPYRE_CHECK(queue_->copy(src + off, iova + off, std::min(hw::kMaxCopyBytes, n - off), hw::kCopyDstHost, &seq));
+      SPYRE_CHECK(q.copy(src + off, iova + off, std::min(hw::kMaxCopyBytes, n - off), hw::kCopyDstHost, &seq));
     }
-    wait(seq);
+    wait(q, seq);
     return;
   }
   const uint64_t chunk = copy_chunk();
@@ -284,8 +298,8 @@ void DeviceRuntime::d2h(void* dst, uint64_t src, uint64_t n) {
     const uint64_t m = std::min(chunk, n - off);
     auto staging = take_staging(m);
     uint64_t seq = 0;
-    SPYRE_CHECK(queue_->copy(src + off, staging->iova(), m, hw::kCopyDstHost, &seq));
-    wait(seq);
+    SPYRE_CHECK(q.copy(src + off, staging->iova(), m, hw::kCopyDstHost, &seq));
+    wait(q, seq);
     std::memcpy(static_cast<uint8_t*>(dst) + off, staging->data(), m);
     give_back(std::move(staging));
   }
@@ -293,9 +307,10 @@ void DeviceRuntime::d2h(void* dst, uint64_t src, uint64_t n) {
 
 void DeviceRuntime::d2d(uint64_t dst, uint64_t src, uint64_t n) {
   if (dst == src) return;
+  driver::Queue& q = queue();
   for (uint64_t off = 0; off < n; off += hw::kMaxCopyBytes) {  // on the card: no staging, whole descriptors
     uint64_t seq = 0;
-    SPYRE_CHECK(queue_->copy(src + off, dst + off, std::min(hw::kMaxCopyBytes, n - off), 0, &seq));
+    SPYRE_CHECK(q.copy(src + off, dst + off, std::min(hw::kMaxCopyBytes, n - off), 0, &seq));
   }
 }
 
@@ -309,6 +324,7 @@ uint64_t DeviceRuntime::label(const std::string& op) {
   const std::string text = op.substr(0, hw::kMaxLabelBytes - 1);
   const uint64_t addr = alloc(text.size() + 1);
   h2d(addr, text.c_str(), text.size() + 1);
+  wait(queue(), queue().last_seq());  // any stream may use it next
   std::lock_guard lock(mu_);
   const auto [it, inserted] = labels_.emplace(op, addr);
   if (!inserted) free(addr);  // another thread wrote it meanwhile
@@ -330,23 +346,27 @@ void DeviceRuntime::launch(const std::string& key, const std::function<compiler:
     TORCH_INTERNAL_ASSERT(p.num_args <= args.size(), "spyre: program ", p.name, " needs ", p.num_args, " arguments");
     const LoadedProgram mine{alloc(p.image.size()), p.image.size(), p.core_mask};
     h2d(mine.addr, p.image.data(), p.image.size());
+    wait(queue(), queue().last_seq());  // any stream may launch it next
     std::vector<LoadedProgram> evicted;
     {
       std::lock_guard lock(mu_);
       evicted = programs_.insert(key, mine, &prog);
     }
-    // Safe to free at once: the queue is in order, so work already queued with these programs (or
-    // our upload) runs before anything queued later reuses the memory.
     if (prog.addr != mine.addr) free(mine.addr);  // another thread loaded the same program meanwhile
+    // Work queued on any stream may still run an evicted program: let it finish first (evictions
+    // are rare: the cache holds thousands of programs).
+    if (!evicted.empty()) drain();
     for (const LoadedProgram& e : evicted) free(e.addr);
   }
   TORCH_CHECK(args.size() <= hw::kMaxLaunchArgs, "spyre: too many launch arguments (", args.size(), ")");
   const uint64_t args_bytes = args.size() * sizeof(uint64_t);
   const uint64_t args_addr = alloc(hw::kMaxLaunchArgs * sizeof(uint64_t));
   h2d(args_addr, args.data(), args_bytes);
+  const uint64_t op_label = label(op);
+  driver::Queue& q = queue();
   uint64_t seq = 0;
-  SPYRE_CHECK(queue_->launch(prog.addr, prog.size, args_addr, args_bytes, prog.core_mask, label(op), &seq));
-  queue_->on_complete(seq, [this, args_addr] { (void)device_->free(args_addr); });
+  SPYRE_CHECK(q.launch(prog.addr, prog.size, args_addr, args_bytes, prog.core_mask, op_label, &seq));
+  q.on_complete(seq, [this, args_addr] { (void)device_->free(args_addr); });
 }
 
 ProgramCacheStats DeviceRuntime::program_cache_stats() {
@@ -354,8 +374,166 @@ ProgramCacheStats DeviceRuntime::program_cache_stats() {
   return programs_.stats();
 }
 
+namespace {
+// Each thread's current stream per device (absent: the default stream, 0).
+thread_local std::map<int, int64_t> t_streams;
+}  // namespace
+
+int64_t DeviceRuntime::current_stream() const {
+  const auto it = t_streams.find(index_);
+  return it == t_streams.end() ? 0 : it->second;
+}
+
+void DeviceRuntime::set_current_stream(int64_t stream) {
+  check_stream(stream);
+  t_streams[index_] = stream;
+}
+
+void DeviceRuntime::check_stream(int64_t stream) const {
+  TORCH_CHECK_INDEX(stream >= 0 && stream < num_streams_, "spyre: device ", index_, " has no stream ", stream, " (",
+                    num_streams_, " hardware queues)");
+}
+
+bool DeviceRuntime::is_high_priority(int64_t stream) const {
+  return stream >= first_high_;
+}
+
+int64_t DeviceRuntime::pool_stream(bool high_priority) {
+  std::lock_guard lock(streams_mu_);
+  if (high_priority && first_high_ < num_streams_) {
+    return first_high_ + next_high_++ % (num_streams_ - first_high_);
+  }
+  if (first_high_ <= 1) return 0;  // a card with one queue: every stream is the default one
+  return 1 + next_normal_++ % (first_high_ - 1);
+}
+
+driver::Queue& DeviceRuntime::queue(int64_t stream) {
+  check_stream(stream);
+  std::lock_guard lock(streams_mu_);
+  Stream& st = streams_[stream];
+  if (!st.queue) {
+    const uint32_t priority = is_high_priority(stream) ? hw::kQPriorityHigh : hw::kQPriorityNormal;
+    std::unique_ptr<driver::Queue> q;
+    SPYRE_CHECK(device_->create_queue(kQueueEntries, &q, priority));
+    // The stream's timeline semaphore starts at 0 (device memory may hold anything).
+    uint64_t sem = 0;
+    SPYRE_CHECK(device_->alloc(sizeof(uint64_t), &sem));
+    std::unique_ptr<driver::HostBuffer> zero;
+    SPYRE_CHECK(device_->map_host(sizeof(uint64_t), &zero));
+    std::memset(zero->data(), 0, sizeof(uint64_t));
+    uint64_t seq = 0;
+    SPYRE_CHECK(q->copy(zero->iova(), sem, sizeof(uint64_t), hw::kCopySrcHost, &seq));
+    SPYRE_CHECK(q->wait(seq));
+    st.semaphore = sem;
+    st.queue = std::move(q);
+  }
+  return *st.queue;
+}
+
+bool DeviceRuntime::stream_query(int64_t stream) {
+  driver::Queue& q = queue(stream);
+  return q.is_complete(q.last_seq());
+}
+
+void DeviceRuntime::stream_synchronize(int64_t stream) {
+  driver::Queue& q = queue(stream);
+  wait(q, q.last_seq());
+}
+
+void DeviceRuntime::record_event(StreamEvent& ev, int64_t stream, bool timing) {
+  driver::Queue& q = queue(stream);
+  if (ev.slot >= 0) release_event(ev);  // re-recorded: the old timestamp is of no more use
+  ev.slot = -1;
+  if (timing) {
+    std::lock_guard lock(slots_mu_);
+    TORCH_CHECK(!free_slots_.empty(), "spyre: more than ", kTimestampSlots, " timed events are alive on device ",
+                index_, "; destroy some, or create events without timing");
+    ev.slot = free_slots_.back();
+    free_slots_.pop_back();
+  }
+  // One lock for the value and the submission, so that a stream's values reach the card in order.
+  std::lock_guard lock(streams_mu_);
+  Stream& st = streams_[stream];
+  if (ev.slot >= 0) {
+    uint64_t ts = 0;
+    SPYRE_CHECK(q.timestamp(timestamps_->iova() + ev.slot * sizeof(uint64_t), &ts));
+  }
+  ev.device = index_;
+  ev.stream = stream;
+  ev.value = ++st.signalled;
+  SPYRE_CHECK(q.signal(st.semaphore, ev.value, &ev.seq));
+}
+
+void DeviceRuntime::wait_event(const StreamEvent& ev, int64_t stream) {
+  TORCH_CHECK(ev.device == index_, "spyre: an event recorded on device ", ev.device, " cannot be waited on by device ",
+              index_);
+  if (ev.stream == stream) return;  // a stream is in order with itself
+  queue(ev.stream);                 // the semaphore exists
+  uint64_t sem = 0;
+  {
+    std::lock_guard lock(streams_mu_);
+    sem = streams_[ev.stream].semaphore;
+  }
+  uint64_t seq = 0;
+  SPYRE_CHECK(queue(stream).wait_semaphore(sem, ev.value, &seq));
+}
+
+bool DeviceRuntime::event_query(const StreamEvent& ev) {
+  return queue(ev.stream).is_complete(ev.seq);
+}
+
+void DeviceRuntime::event_synchronize(const StreamEvent& ev) {
+  wait(queue(ev.stream), ev.seq);
+}
+
+double DeviceRuntime::elapsed_ms(const StreamEvent& a, const StreamEvent& b) {
+  TORCH_CHECK_VALUE(a.slot >= 0 && b.slot >= 0,
+                    "spyre: elapsed_time needs two events created with enable_timing=True and recorded");
+  event_synchronize(a);
+  event_synchronize(b);
+  const auto* slots = static_cast<const volatile uint64_t*>(timestamps_->data());
+  const double cycles = static_cast<double>(slots[b.slot]) - static_cast<double>(slots[a.slot]);
+  return cycles / device_->info().clock_mhz / 1e3;
+}
+
+void DeviceRuntime::release_event(const StreamEvent& ev) noexcept {
+  if (ev.slot < 0 || ev.device != index_) return;
+  const int slot = ev.slot;
+  try {
+    driver::Queue& q = queue(ev.stream);
+    // The card may still write the slot: give it back once it has.
+    q.on_complete(ev.seq, [this, slot] {
+      std::lock_guard lock(slots_mu_);
+      free_slots_.push_back(slot);
+    });
+  } catch (...) {
+  }
+}
+
+uint64_t DeviceRuntime::stream_mark(int64_t stream) {
+  return queue(stream).last_seq();
+}
+
+bool DeviceRuntime::stream_passed(int64_t stream, uint64_t mark) {
+  return queue(stream).is_complete(mark);
+}
+
 void DeviceRuntime::synchronize() {
-  wait(queue_->last_seq());
+  for (int64_t s = 0; s < num_streams_; ++s) {
+    driver::Queue* q = nullptr;
+    {
+      std::lock_guard lock(streams_mu_);
+      q = streams_[s].queue.get();
+    }
+    if (q) wait(*q, q->last_seq());
+  }
+}
+
+void DeviceRuntime::drain() noexcept {
+  std::lock_guard lock(streams_mu_);
+  for (Stream& s : streams_) {
+    if (s.queue) (void)s.queue->synchronize();
+  }
 }
 
 int current_device() {

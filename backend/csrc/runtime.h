@@ -46,6 +46,17 @@ struct PinnedHost {
   static bool contains(const void* p);
 };
 
+/// A recorded event: where a stream had got to when it was recorded. The card signals the
+/// stream's timeline semaphore to `value` there (other streams wait on it without the host), and
+/// with timing it also writes its cycle counter to timestamp slot `slot`.
+struct StreamEvent {
+  int device = -1;
+  int64_t stream = 0;
+  uint64_t seq = 0;    // the SIGNAL descriptor's sequence number on the stream's queue
+  uint64_t value = 0;  // the semaphore value it signals
+  int slot = -1;       // timestamp slot, -1 without timing
+};
+
 class DeviceRuntime {
  public:
   /// The runtime of device `index`, opened on first use. Throws (IndexError-like) for a bad index.
@@ -59,6 +70,33 @@ class DeviceRuntime {
 
   driver::Device& device() { return *device_; }
   int index() const { return index_; }
+
+  // Streams. A stream is a hardware queue; its id is the queue's index. Stream 0 is the default
+  // stream; the others come from two pools, normal and high priority, handed out round robin.
+  /// The calling thread's current stream on this device.
+  int64_t current_stream() const;
+  void set_current_stream(int64_t stream);
+  /// A stream from the pool: high priority ones get the cores and DMA channels first.
+  int64_t pool_stream(bool high_priority);
+  bool is_high_priority(int64_t stream) const;
+  /// Throws IndexError unless `stream` names a stream of this device.
+  void check_stream(int64_t stream) const;
+  /// True when everything queued on `stream` has finished. Never blocks.
+  bool stream_query(int64_t stream);
+  /// Waits for everything queued on `stream`; raises its device error, if any.
+  void stream_synchronize(int64_t stream);
+
+  // Events.
+  /// Records `ev` on `stream` (re-recording moves it), with a timestamp if `timing`.
+  void record_event(StreamEvent& ev, int64_t stream, bool timing);
+  /// Makes `stream` wait on the card, not the host, until `ev` has happened.
+  void wait_event(const StreamEvent& ev, int64_t stream);
+  bool event_query(const StreamEvent& ev);
+  void event_synchronize(const StreamEvent& ev);
+  /// Device time from `a` to `b` in milliseconds; waits for both. Both need timing.
+  double elapsed_ms(const StreamEvent& a, const StreamEvent& b);
+  /// Gives back the event's timestamp slot (once the card has written it).
+  void release_event(const StreamEvent& ev) noexcept;
 
   /// Device memory; alloc throws torch.OutOfMemoryError when it is exhausted.
   uint64_t alloc(uint64_t bytes);
@@ -81,8 +119,15 @@ class DeviceRuntime {
   /// Entries, bytes, hits, misses and evictions of the program cache.
   ProgramCacheStats program_cache_stats();
 
-  /// Waits for all work. A device error is raised here (and the queue is reset so the device
-  /// stays usable).
+  /// Where stream `stream` of this device has got to: a mark for stream_passed(). The caching
+  /// allocator takes one when a block used on `stream` is freed, and reuses the block once passed.
+  uint64_t stream_mark(int64_t stream);
+  /// True once the card has finished all of `stream`'s work queued before `mark` was taken. Never
+  /// blocks.
+  bool stream_passed(int64_t stream, uint64_t mark);
+
+  /// Waits for all work on every stream. A device error is raised here (and the queue is reset so
+  /// the device stays usable).
   void synchronize();
 
   compiler::Target target() const { return {device_->info().num_cores, device_->info().lx_bytes}; }
@@ -92,15 +137,33 @@ class DeviceRuntime {
   std::mutex& host_rmw_mutex() { return rmw_mu_; }
 
  private:
+  struct Stream {
+    std::unique_ptr<driver::Queue> queue;
+    uint64_t semaphore = 0;  // device address of its u64 timeline semaphore
+    uint64_t signalled = 0;  // the last value queued to signal it
+  };
   DeviceRuntime(int index, driver::Device* device);
   std::unique_ptr<driver::HostBuffer> take_staging(uint64_t n);
   void give_back(std::unique_ptr<driver::HostBuffer> b);
-  void wait(uint64_t seq);
+  /// The queue of `stream`, created on first use.
+  driver::Queue& queue(int64_t stream);
+  /// The queue of the calling thread's current stream.
+  driver::Queue& queue() { return queue(current_stream()); }
+  void wait(driver::Queue& q, uint64_t seq);
+  /// Waits for all work on every stream without raising (before freeing memory they may use).
+  void drain() noexcept;
   uint64_t label(const std::string& op);
 
   int index_;
   driver::Device* device_;
-  std::unique_ptr<driver::Queue> queue_;
+  int num_streams_;
+  int first_high_;  // streams [first_high_, num_streams_) are high priority
+  std::mutex streams_mu_;
+  std::vector<Stream> streams_;
+  int next_normal_ = 0, next_high_ = 0;
+  std::unique_ptr<driver::HostBuffer> timestamps_;  // one u64 slot per timed event
+  std::mutex slots_mu_;
+  std::vector<int> free_slots_;
   std::mutex mu_;
   std::multimap<uint64_t, std::unique_ptr<driver::HostBuffer>> staging_;  // by size
   uint64_t staging_bytes_ = 0;

@@ -30,7 +30,7 @@ for n in range(1, 61):
     (x[:n] + 1).sum()                      # two new programs per n
     if n in (20, 60):
         torch.spyre.synchronize()
-        held.append(torch.spyre.memory_stats()["allocated"])
+        held.append(torch_spyre.debug.driver_memory_info()["allocated"])
 info = torch_spyre.debug.program_cache_info()
 print(info["entries"], info["evictions"], held[0], held[1])
 """

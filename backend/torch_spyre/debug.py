@@ -28,3 +28,13 @@ def program_cache_info(device: torch.device | str | int | None = None) -> dict:
     (default 4096, and at most 512 MiB); an evicted program's device memory is freed.
     """
     return _C._program_cache_stats(_index(device))
+
+
+def driver_memory_info(device: torch.device | str | int | None = None) -> dict:
+    """The driver's view of the device's memory: ``total``, ``allocated`` (everything handed out:
+    the caching allocator's segments, compiled programs, launch arguments), ``peak``,
+    ``largest_free`` and ``blocks`` (live allocations).
+
+    ``torch.spyre.memory_stats`` gives the caching allocator's figures for tensors instead.
+    """
+    return _C._driver_memory_stats(_index(device))

@@ -7,15 +7,40 @@ from collections.abc import Iterator as _Iterator
 import torch as _torch
 
 from . import _C
+from ._memory import (
+    MemPool,
+    empty_cache,
+    get_per_process_memory_fraction,
+    max_memory_allocated,
+    max_memory_reserved,
+    mem_get_info,
+    memory_allocated,
+    memory_reserved,
+    memory_stats,
+    reset_accumulated_memory_stats,
+    reset_peak_memory_stats,
+    set_per_process_memory_fraction,
+    use_mem_pool,
+)
+from ._streams import Event, Stream, current_stream, default_stream, set_stream, stream
 
 _Device = _torch.device | str | int
 
 __all__ = [
+    "Event",
+    "MemPool",
+    "Stream",
+    "current_stream",
+    "default_stream",
+    "set_stream",
+    "stream",
     "current_device",
     "default_generator",
     "device",
     "device_count",
+    "empty_cache",
     "get_amp_supported_dtype",
+    "get_per_process_memory_fraction",
     "get_rng_state",
     "init",
     "initial_seed",
@@ -23,13 +48,20 @@ __all__ = [
     "is_initialized",
     "manual_seed",
     "manual_seed_all",
-    "memory_allocated",
     "max_memory_allocated",
+    "max_memory_reserved",
+    "mem_get_info",
+    "memory_allocated",
+    "memory_reserved",
     "memory_stats",
+    "reset_accumulated_memory_stats",
+    "reset_peak_memory_stats",
     "seed",
     "set_device",
+    "set_per_process_memory_fraction",
     "set_rng_state",
     "synchronize",
+    "use_mem_pool",
 ]
 
 
@@ -102,19 +134,6 @@ def init() -> None:
 
 def get_amp_supported_dtype() -> list[_torch.dtype]:
     return [_torch.float16, _torch.bfloat16]
-
-
-def memory_stats(device: _Device | None = None) -> dict[str, int]:
-    """Device memory figures in bytes: total, allocated, peak, largest_free, and live blocks."""
-    return _C._memory_stats(_index(device))
-
-
-def memory_allocated(device: _Device | None = None) -> int:
-    return memory_stats(device)["allocated"]
-
-
-def max_memory_allocated(device: _Device | None = None) -> int:
-    return memory_stats(device)["peak"]
 
 
 # Random numbers: one counter-based generator per device (seed and offset, like CUDA's Philox
