@@ -17,6 +17,7 @@
 #include "aten_util.h"
 #include "compute.h"
 #include "device_allocator.h"
+#include "profiler.h"
 #include "runtime.h"
 #include "spyre/driver/driver.h"
 
@@ -186,23 +187,29 @@ struct Hooks final : public at::PrivateUse1HooksInterface {
   }
 };
 
-// The legacy profiler's device hooks (torch.autograd.profiler.profile(use_device="spyre")). An
-// event is a sample of the card's clock taken by the host, so an op's "device time" is how far the
-// simulated card advanced while the host ran the op. (Timestamps written by the card itself in
-// queue order come with the event descriptors of the streams work.) Without these hooks the
-// profiler read garbage: every CPU time came out near -7e16 us.
+// The profiler's per-op device hooks. torch calls them around every op when spyre is profiled.
+// While the kineto plugin (profiler.cpp) records the card's own kernels and copies, they only give
+// the host time: a second, coarser device time per op would be counted on top of the kernels'.
+// Without kineto (use_kineto=False), an event is a sample of the card's clock taken by the host,
+// so an op's device time is how far the simulated card advanced while the host ran the op.
+// Without these hooks the profiler read garbage: every CPU time came out near -7e16 us.
 struct ProfilerHooks final : torch::profiler::impl::ProfilerStubs {
   void record(c10::DeviceIndex* device, torch::profiler::impl::ProfilerVoidEventStub* event,
               int64_t* cpu_ns) const override {
     const int index = current_device();
     if (device) *device = static_cast<c10::DeviceIndex>(index);
-    DeviceRuntime& rt = DeviceRuntime::get(index);
-    const double ns = static_cast<double>(rt.device().cycles()) * 1e3 / rt.device().info().clock_mhz;
-    if (event) *event = std::make_shared<double>(ns);
     if (cpu_ns) *cpu_ns = c10::getTime();
+    if (!event) return;
+    if (profiling::active()) {
+      *event = nullptr;
+      return;
+    }
+    DeviceRuntime& rt = DeviceRuntime::get(index);
+    *event = std::make_shared<double>(static_cast<double>(rt.device().cycles()) * 1e3 / rt.device().info().clock_mhz);
   }
   float elapsed(const torch::profiler::impl::ProfilerVoidEventStub* a,
                 const torch::profiler::impl::ProfilerVoidEventStub* b) const override {
+    if (!a || !b || !*a || !*b) return 0;  // kineto's device events carry the time
     const double from = *static_cast<const double*>(a->get()), to = *static_cast<const double*>(b->get());
     return static_cast<float>((to - from) / 1e3);  // microseconds, as the profiler expects
   }

@@ -16,6 +16,7 @@ struct LoadedProgram {
   uint64_t addr = 0;  // device memory holding the image
   uint64_t size = 0;
   uint64_t core_mask = 0;
+  std::string name;  // the program's own name (kernel name in profiles)
 };
 
 struct ProgramCacheStats {

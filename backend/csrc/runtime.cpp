@@ -11,6 +11,7 @@
 #include <c10/util/Exception.h>
 #include <cstdio>
 
+#include "profiler.h"
 #include "spyre/driver/driver.h"
 #include "spyre/hw/commands.h"
 
@@ -258,7 +259,9 @@ void DeviceRuntime::h2d(uint64_t dst, const void* src, uint64_t n, bool non_bloc
   if (const uint64_t iova = PinnedHost::iova(src, n, index_)) {  // the card reads it in place
     uint64_t seq = 0;
     for (uint64_t off = 0; off < n; off += hw::kMaxCopyBytes) {
-      SPYRE_CHECK(q.copy(iova + off, dst + off, std::min(hw::kMaxCopyBytes, n - off), hw::kCopySrcHost, &seq));
+      const uint64_t m = std::min(hw::kMaxCopyBytes, n - off);
+      SPYRE_CHECK(q.copy(iova + off, dst + off, m, hw::kCopySrcHost, &seq));
+      profiling::note(index_, current_stream(), q, seq, profiling::Kind::kMemcpy, "Memcpy HtoD (pinned)", m);
     }
     if (!non_blocking) wait(q, seq);
     return;
@@ -275,6 +278,7 @@ void DeviceRuntime::h2d(uint64_t dst, const void* src, uint64_t n, bool non_bloc
     std::memcpy(staging->data(), static_cast<const uint8_t*>(src) + off, m);
     uint64_t seq = 0;
     SPYRE_CHECK(q.copy(staging->iova(), dst + off, m, hw::kCopySrcHost, &seq));
+    profiling::note(index_, current_stream(), q, seq, profiling::Kind::kMemcpy, "Memcpy HtoD", m);
     // The staging buffer goes back to the pool once the card has read it.
     auto* raw = staging.release();
     q.on_complete(seq, [this, raw] { give_back(std::unique_ptr<driver::HostBuffer>(raw)); });
@@ -288,7 +292,9 @@ void DeviceRuntime::d2h(void* dst, uint64_t src, uint64_t n) {
   if (const uint64_t iova = PinnedHost::iova(dst, n, index_)) {  // the card writes it in place
     uint64_t seq = 0;
     for (uint64_t off = 0; off < n; off += hw::kMaxCopyBytes) {
-      SPYRE_CHECK(q.copy(src + off, iova + off, std::min(hw::kMaxCopyBytes, n - off), hw::kCopyDstHost, &seq));
+      const uint64_t m = std::min(hw::kMaxCopyBytes, n - off);
+      SPYRE_CHECK(q.copy(src + off, iova + off, m, hw::kCopyDstHost, &seq));
+      profiling::note(index_, current_stream(), q, seq, profiling::Kind::kMemcpy, "Memcpy DtoH (pinned)", m);
     }
     wait(q, seq);
     return;
@@ -299,6 +305,7 @@ void DeviceRuntime::d2h(void* dst, uint64_t src, uint64_t n) {
     auto staging = take_staging(m);
     uint64_t seq = 0;
     SPYRE_CHECK(q.copy(src + off, staging->iova(), m, hw::kCopyDstHost, &seq));
+    profiling::note(index_, current_stream(), q, seq, profiling::Kind::kMemcpy, "Memcpy DtoH", m);
     wait(q, seq);
     std::memcpy(static_cast<uint8_t*>(dst) + off, staging->data(), m);
     give_back(std::move(staging));
@@ -310,7 +317,9 @@ void DeviceRuntime::d2d(uint64_t dst, uint64_t src, uint64_t n) {
   driver::Queue& q = queue();
   for (uint64_t off = 0; off < n; off += hw::kMaxCopyBytes) {  // on the card: no staging, whole descriptors
     uint64_t seq = 0;
-    SPYRE_CHECK(q.copy(src + off, dst + off, std::min(hw::kMaxCopyBytes, n - off), 0, &seq));
+    const uint64_t m = std::min(hw::kMaxCopyBytes, n - off);
+    SPYRE_CHECK(q.copy(src + off, dst + off, m, 0, &seq));
+    profiling::note(index_, current_stream(), q, seq, profiling::Kind::kMemcpy, "Memcpy DtoD", m);
   }
 }
 
@@ -344,7 +353,7 @@ void DeviceRuntime::launch(const std::string& key, const std::function<compiler:
   } else {
     const compiler::Program p = build();
     TORCH_INTERNAL_ASSERT(p.num_args <= args.size(), "spyre: program ", p.name, " needs ", p.num_args, " arguments");
-    const LoadedProgram mine{alloc(p.image.size()), p.image.size(), p.core_mask};
+    const LoadedProgram mine{alloc(p.image.size()), p.image.size(), p.core_mask, p.name};
     h2d(mine.addr, p.image.data(), p.image.size());
     wait(queue(), queue().last_seq());  // any stream may launch it next
     std::vector<LoadedProgram> evicted;
@@ -366,6 +375,7 @@ void DeviceRuntime::launch(const std::string& key, const std::function<compiler:
   driver::Queue& q = queue();
   uint64_t seq = 0;
   SPYRE_CHECK(q.launch(prog.addr, prog.size, args_addr, args_bytes, prog.core_mask, op_label, &seq));
+  profiling::note(index_, current_stream(), q, seq, profiling::Kind::kKernel, prog.name, 0);
   q.on_complete(seq, [this, args_addr] { (void)device_->free(args_addr); });
 }
 
@@ -425,6 +435,7 @@ driver::Queue& DeviceRuntime::queue(int64_t stream) {
     SPYRE_CHECK(q->copy(zero->iova(), sem, sizeof(uint64_t), hw::kCopySrcHost, &seq));
     SPYRE_CHECK(q->wait(seq));
     st.semaphore = sem;
+    profiling::watch(*q);
     st.queue = std::move(q);
   }
   return *st.queue;

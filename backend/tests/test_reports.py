@@ -7,6 +7,7 @@ import json
 import time
 
 import torch
+import torch_spyre
 from conftest import run_python
 
 
@@ -93,3 +94,45 @@ def test_legacy_profiler_with_the_spyre_device_reports_sane_times():
         assert e.self_device_time_total >= 0, (e.key, e.self_device_time_total)
     item = next(e for e in events if e.key == "aten::item")
     assert item.count == 3 and item.device_time_total > 0
+
+
+def test_torch_profiler_shows_device_kernels_and_copies_with_device_time(tmp_path):
+    """torch.profiler with ProfilerActivity.PrivateUse1: each kernel and copy is a device event
+    timed by the card, linked to the op that queued it, and the exported trace has device tracks."""
+    from torch.profiler import ProfilerActivity, profile
+
+    x = torch.randn(512, 512, device="spyre")
+    (x @ x).cpu()  # warm up: the program is loaded
+    torch.spyre.synchronize()
+    c0 = torch_spyre.device_cycles()
+    with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.PrivateUse1]) as prof:
+        y = x @ x
+        out = y.cpu()
+    cycles = torch_spyre.device_cycles() - c0
+    torch.testing.assert_close(out, x.cpu() @ x.cpu(), rtol=1e-3, atol=1e-3)
+    clock_mhz = torch_spyre.device_info()["clock_mhz"]
+
+    mm = next(e for e in prof.key_averages() if e.key == "aten::mm" and e.device_time_total > 0)
+    # The kernel's device time is part of the card's time over the whole profiled region, and at
+    # least the PT array's time for the 2 * 512^3 flops at its fp32 peak (a quarter of the fp16
+    # peak of 32 cores x 2 corelets x 8 x 8 PEs x 8 lanes, two flops each).
+    fp32_flops_per_cycle = 32 * 2 * 8 * 8 * 8 * 2 * 0.25
+    assert 2 * 512**3 / fp32_flops_per_cycle / clock_mhz <= mm.device_time_total <= cycles / clock_mhz
+
+    path = tmp_path / "trace.json"
+    prof.export_chrome_trace(str(path))
+    events = json.loads(path.read_text())["traceEvents"]
+    kernels = [e for e in events if e.get("cat") == "kernel"]
+    copies = [e for e in events if e.get("cat") == "gpu_memcpy"]
+    assert [k["name"] for k in kernels] == ["mm f32 512x512x512"]  # the program's name
+    assert kernels[0]["args"]["stream"] == 0 and kernels[0]["args"]["device"] == 0
+    mm_op = next(e for e in events if e.get("cat") == "cpu_op" and e["name"] == "aten::mm")
+    assert kernels[0]["args"]["External id"] == mm_op["args"]["External id"]  # linked to its op
+    assert any(c["name"] == "Memcpy DtoH" and c["args"]["bytes"] == 512 * 512 * 4 for c in copies)
+    # DtoH from the card: the modelled link moves 64 GB/s, so 1 MiB takes at least 16 us.
+    d2h = next(c for c in copies if c["name"] == "Memcpy DtoH")
+    assert d2h["dur"] >= 512 * 512 * 4 / 64e9 * 1e6
+    # Without PrivateUse1 activity, no device events.
+    with profile(activities=[ProfilerActivity.CPU]) as cpu_only:
+        x @ x
+    assert all(e.device_time_total == 0 for e in cpu_only.key_averages())

@@ -64,6 +64,7 @@ void Queue::poll_locked() {
     }
     recent_[p.seq] = c;
     if (recent_.size() > kRecentCompletions) recent_.erase(recent_.begin());
+    if (observer_) observer_(p.opcode, c);
     completed_ = p.seq;
   }
   run_due_callbacks_locked();
@@ -173,30 +174,34 @@ Status Queue::launch(uint64_t program, uint64_t program_size, uint64_t args, uin
   return submit_locked(lock, d, seq);
 }
 
-Status Queue::signal(uint64_t sem, uint64_t value, uint64_t* seq) {
+namespace {
+hw::Descriptor semaphore_op(hw::Opcode op, uint64_t sem, uint64_t value) {
   hw::Descriptor d{};
-  d.opcode = hw::Opcode::kSignal;
+  d.opcode = op;
   d.semaphore.addr = sem;
   d.semaphore.value = value;
-  std::unique_lock lock(mu_);
-  return submit_locked(lock, d, seq);
+  return d;
+}
+}  // namespace
+
+Status Queue::signal(uint64_t sem, uint64_t value, uint64_t* seq) {
+  return submit_raw(semaphore_op(hw::Opcode::kSignal, sem, value), seq);
 }
 
 Status Queue::wait_semaphore(uint64_t sem, uint64_t value, uint64_t* seq) {
-  hw::Descriptor d{};
-  d.opcode = hw::Opcode::kWait;
-  d.semaphore.addr = sem;
-  d.semaphore.value = value;
-  std::unique_lock lock(mu_);
-  return submit_locked(lock, d, seq);
+  return submit_raw(semaphore_op(hw::Opcode::kWait, sem, value), seq);
 }
 
 Status Queue::timestamp(uint64_t iova, uint64_t* seq) {
   hw::Descriptor d{};
   d.opcode = hw::Opcode::kTimestamp;
   d.timestamp.dst = iova;
-  std::unique_lock lock(mu_);
-  return submit_locked(lock, d, seq);
+  return submit_raw(d, seq);
+}
+
+void Queue::observe(std::function<void(hw::Opcode, const hw::Completion&)> fn) {
+  std::lock_guard lock(mu_);
+  observer_ = std::move(fn);
 }
 
 Status Queue::submit_raw(const hw::Descriptor& d, uint64_t* seq) {

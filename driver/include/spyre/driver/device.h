@@ -102,6 +102,9 @@ class Queue {
   /// Runs `fn` once descriptor `seq` has completed (at once if it has); used to release staging
   /// buffers and temporaries. `fn` runs on a host thread inside a queue call and must not call the queue.
   void on_complete(uint64_t seq, std::function<void()> fn);
+  /// Calls `fn` with each completion seen from now on (an empty function stops it), for
+  /// profilers. `fn` runs inside queue calls and must not call the queue.
+  void observe(std::function<void(hw::Opcode op, const hw::Completion& c)> fn);
   /// The completion record of `seq`, once complete and not yet overwritten; for tests and tools.
   Status completion(uint64_t seq, hw::Completion* out);
 
@@ -143,6 +146,7 @@ class Queue {
   std::deque<Pending> pending_;
   std::multimap<uint64_t, std::function<void()>> callbacks_;
   std::map<uint64_t, hw::Completion> recent_;  // last completions, for completion()
+  std::function<void(hw::Opcode, const hw::Completion&)> observer_;
   Status error_;
   uint64_t error_seq_ = UINT64_MAX;  // first sequence number that failed or was not executed
   uint64_t not_executed_ = 0;
