@@ -143,8 +143,30 @@ at::Tensor copy_from(const at::Tensor& src, const at::Tensor& dst, bool non_bloc
   } else {
     TORCH_CHECK(src.is_privateuseone() && dst.is_privateuseone(), "spyre: _copy_from between ", src.device(), " and ",
                 dst.device(), " is not supported");
-    if (src.device() != dst.device() || !device_types) {
-      write_device(dst, read_device(src));  // across cards, or a dtype the device does not compute in
+    if (!device_types) {
+      write_device(dst, read_device(src));  // a dtype the device does not compute in: via the host
+      return dst;
+    }
+    if (src.device() != dst.device()) {  // card to card by DMA, dense bytes in the destination dtype
+      const at::Tensor whole = src.sizes() == dst.sizes() ? src : src.expand(dst.sizes());  // broadcast
+      at::Tensor packed = whole;
+      if (!whole.is_contiguous() || whole.dtype() != dst.dtype()) {
+        const c10::DeviceGuard guard(src.device());
+        packed = at::empty(dst.sizes(), src.options().dtype(dst.scalar_type()));
+        device_copy(packed, whole);
+      }
+      at::Tensor landing = dst;
+      if (!same_dense_layout(packed, dst)) {
+        const c10::DeviceGuard guard(dst.device());
+        landing = at::empty(dst.sizes(), dst.options());
+      }
+      const c10::DeviceGuard guard(src.device());
+      DeviceRuntime::get(src.device().index())
+          .copy_to_peer(dst.device().index(), device_addr(landing), device_addr(packed), landing.nbytes());
+      if (!landing.is_same(dst)) {
+        const c10::DeviceGuard dst_guard(dst.device());
+        device_copy(dst, landing);
+      }
       return dst;
     }
     const c10::DeviceGuard guard(dst.device());

@@ -323,6 +323,30 @@ void DeviceRuntime::d2d(uint64_t dst, uint64_t src, uint64_t n) {
   }
 }
 
+void DeviceRuntime::copy_to_peer(int peer, uint64_t dst, uint64_t src, uint64_t n) {
+  TORCH_CHECK(peer != index_, "spyre: copy_to_peer needs another card, not ", index_);
+  DeviceRuntime& other = get(peer);
+  other.stream_synchronize(other.current_stream());
+  uint64_t window = 0;
+  {
+    std::lock_guard lock(mu_);
+    auto it = peer_windows_.find(peer);
+    if (it == peer_windows_.end()) {
+      SPYRE_CHECK(device_->map_peer(static_cast<uint32_t>(peer), 0, other.device().info().memory_bytes, &window));
+      it = peer_windows_.emplace(peer, window).first;
+    }
+    window = it->second;
+  }
+  driver::Queue& q = queue();
+  uint64_t seq = 0;
+  for (uint64_t off = 0; off < n; off += hw::kMaxCopyBytes) {
+    const uint64_t m = std::min(hw::kMaxCopyBytes, n - off);
+    SPYRE_CHECK(q.copy(src + off, window + dst + off, m, hw::kCopyDstHost, &seq));
+    profiling::note(index_, current_stream(), q, seq, profiling::Kind::kMemcpy, "Memcpy PtoP", m);
+  }
+  wait(q, seq);
+}
+
 // The device copy of an op name, written once per name and kept: there are a few hundred at most.
 uint64_t DeviceRuntime::label(const std::string& op) {
   if (op.empty()) return 0;

@@ -110,6 +110,10 @@ class DeviceRuntime {
   void d2h(void* dst, uint64_t src, uint64_t n);
   /// Device -> device copy on this card. Asynchronous.
   void d2d(uint64_t dst, uint64_t src, uint64_t n);
+  /// Copy from this card to address `dst` of card `peer`, by this card's DMA across PCIe (through
+  /// the peer's memory window, not host memory). Waits for the peer's current stream first (its
+  /// queued work may still use `dst`), and for the copy, so the peer's later work sees the data.
+  void copy_to_peer(int peer, uint64_t dst, uint64_t src, uint64_t n);
 
   /// Launches the program cached under `key` (compiled by `build` on first use) with `args`,
   /// labelled `op` in the trace (the ATen operator). Asynchronous.
@@ -162,6 +166,7 @@ class DeviceRuntime {
   std::vector<Stream> streams_;
   int next_normal_ = 0, next_high_ = 0;
   std::unique_ptr<driver::HostBuffer> timestamps_;  // one u64 slot per timed event
+  std::map<int, uint64_t> peer_windows_;            // peer card -> IOVA of its whole memory, mapped on first use
   std::mutex slots_mu_;
   std::vector<int> free_slots_;
   std::mutex mu_;

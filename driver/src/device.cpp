@@ -177,6 +177,14 @@ void Device::release_queue(uint32_t id) {
   queue_used_[id] = false;
 }
 
+Status Device::map_peer(uint32_t peer, uint64_t addr, uint64_t len, uint64_t* iova) {
+  return transport_.dma_map_peer(index_, peer, addr, len, iova);
+}
+
+Status Device::unmap_peer(uint64_t iova) {
+  return transport_.dma_unmap(index_, iova);
+}
+
 Status Device::create_queue(uint32_t entries, std::unique_ptr<Queue>* out, uint32_t priority) {
   if (entries < hw::kMinRingEntries || entries > hw::kMaxRingEntries || (entries & (entries - 1)) != 0) {
     return {StatusCode::kInvalidArgument, fmt::format("{}: queue size {} must be a power of two in [{}, {}]", name_,

@@ -20,17 +20,20 @@ namespace {
 constexpr uint64_t kIovaBase = 0x1000'0000'0000ull;
 constexpr uint64_t kIovaAlign = 4096;
 
-// One card's IOMMU and interrupt line.
+// One card's IOMMU and interrupt line. A mapping is host memory, or another card's memory window
+// (peer-to-peer DMA), which the simulator serves.
 class Link final : public sim::HostLink {
  public:
+  explicit Link(sim::Simulator& sim) : sim_(sim) {}
+
   Status map(void* host, uint64_t len, uint64_t* iova) {
     if (host == nullptr || len == 0) return {StatusCode::kInvalidArgument, "iommu: cannot map an empty range"};
-    std::lock_guard lock(mu_);
-    const uint64_t base = next_;
-    next_ += (len + kIovaAlign - 1) / kIovaAlign * kIovaAlign + kIovaAlign;  // a guard page between mappings
-    regions_[base] = Region{static_cast<uint8_t*>(host), len};
-    *iova = base;
-    return {};
+    return add(Region{static_cast<uint8_t*>(host), len, 0, 0}, iova);
+  }
+
+  Status map_peer(uint32_t peer, uint64_t offset, uint64_t len, uint64_t* iova) {
+    if (len == 0) return {StatusCode::kInvalidArgument, "iommu: cannot map an empty range"};
+    return add(Region{nullptr, len, peer, offset}, iova);
   }
 
   Status unmap(uint64_t iova) {
@@ -48,16 +51,19 @@ class Link final : public sim::HostLink {
 
   bool dma_read(uint64_t iova, void* dst, uint64_t n) override {
     std::lock_guard lock(mu_);
-    const uint8_t* p = lookup(iova, n);
-    if (!p) return false;
-    std::memcpy(dst, p, n);
+    const Region* r = lookup(iova, n);
+    if (!r) return false;
+    if (!r->host) return sim_.peer_read(r->peer, r->peer_offset + (iova - r->iova), dst, n);
+    std::memcpy(dst, r->host + (iova - r->iova), n);
     return true;
   }
 
   bool dma_write(uint64_t iova, const void* src, uint64_t n) override {
     std::lock_guard lock(mu_);
-    uint8_t* p = lookup(iova, n);
-    if (!p) return false;
+    const Region* r = lookup(iova, n);
+    if (!r) return false;
+    if (!r->host) return sim_.peer_write(r->peer, r->peer_offset + (iova - r->iova), src, n);
+    uint8_t* p = r->host + (iova - r->iova);
     if (n == 8 && reinterpret_cast<uintptr_t>(p) % 8 == 0) {
       // Fence words are polled by host threads: publish them as one atomic store.
       uint64_t v;
@@ -80,18 +86,30 @@ class Link final : public sim::HostLink {
 
  private:
   struct Region {
-    uint8_t* host;
+    uint8_t* host;  // nullptr: a peer card's memory window
     uint64_t len;
+    uint32_t peer;
+    uint64_t peer_offset;
+    uint64_t iova = 0;
   };
-  uint8_t* lookup(uint64_t iova, uint64_t n) {
+  Status add(Region r, uint64_t* iova) {
+    std::lock_guard lock(mu_);
+    r.iova = next_;
+    next_ += (r.len + kIovaAlign - 1) / kIovaAlign * kIovaAlign + kIovaAlign;  // a guard page between mappings
+    regions_[r.iova] = r;
+    *iova = r.iova;
+    return {};
+  }
+  const Region* lookup(uint64_t iova, uint64_t n) const {
     auto it = regions_.upper_bound(iova);
     if (it == regions_.begin()) return nullptr;
     --it;
     const uint64_t off = iova - it->first;
     if (off >= it->second.len || n > it->second.len - off) return nullptr;
-    return it->second.host + off;
+    return &it->second;
   }
 
+  sim::Simulator& sim_;
   std::mutex mu_;
   std::map<uint64_t, Region> regions_;
   uint64_t next_ = kIovaBase;
@@ -102,7 +120,7 @@ class InprocTransport final : public Transport {
  public:
   explicit InprocTransport(sim::Simulator& sim) : sim_(sim) {
     for (uint32_t i = 0; i < sim.num_cards(); ++i) {
-      links_.push_back(std::make_unique<Link>());
+      links_.push_back(std::make_unique<Link>(sim));
       sim_.attach(i, links_.back().get());
     }
   }
@@ -120,6 +138,12 @@ class InprocTransport final : public Transport {
   void mmio_write(uint32_t dev, uint32_t offset, uint32_t value) override { sim_.mmio_write(dev, offset, value); }
   Status dma_map(uint32_t dev, void* host, uint64_t len, uint64_t* iova) override {
     return links_.at(dev)->map(host, len, iova);
+  }
+  Status dma_map_peer(uint32_t dev, uint32_t peer, uint64_t offset, uint64_t len, uint64_t* iova) override {
+    if (peer >= links_.size() || peer == dev) {
+      return {StatusCode::kInvalidArgument, fmt::format("iommu: no peer card {} for card {}", peer, dev)};
+    }
+    return links_.at(dev)->map_peer(peer, offset, len, iova);
   }
   Status dma_unmap(uint32_t dev, uint64_t iova) override { return links_.at(dev)->unmap(iova); }
   void set_irq_handler(uint32_t dev, std::function<void(uint32_t)> handler) override {

@@ -74,6 +74,22 @@ class SimulatorImpl final : public Simulator {
     });
   }
 
+  bool peer_read(uint32_t card, uint64_t offset, void* dst, uint64_t n) override {
+    if (card >= cards_.size()) return false;
+    DeviceMemory& m = cards_[card]->memory();
+    if (offset > m.size() || n > m.size() - offset) return false;
+    m.read(offset, dst, n);
+    return true;
+  }
+
+  bool peer_write(uint32_t card, uint64_t offset, const void* src, uint64_t n) override {
+    if (card >= cards_.size()) return false;
+    DeviceMemory& m = cards_[card]->memory();
+    if (offset > m.size() || n > m.size() - offset) return false;
+    m.write(offset, src, n);
+    return true;
+  }
+
   Reports flush_reports() override {
     Reports r;
     std::string error;

@@ -170,6 +170,11 @@ class Device {
 
   /// Allocates and maps host memory for DMA.
   Status map_host(uint64_t bytes, std::unique_ptr<HostBuffer>* out);
+  /// Maps `len` bytes of card `peer`'s device memory, from `addr`, for this card's DMA: a copy
+  /// with the host flag on that side and `*iova` as its address moves data card to card across
+  /// PCIe, not through host memory. Undo with unmap_peer.
+  Status map_peer(uint32_t peer, uint64_t addr, uint64_t len, uint64_t* iova);
+  Status unmap_peer(uint64_t iova);
 
   /// Creates a queue on a free hardware queue with `entries` descriptors (a power of two).
   /// `priority` (hw::kQPriorityNormal or hw::kQPriorityHigh) decides who gets the cores and DMA

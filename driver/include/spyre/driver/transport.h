@@ -30,6 +30,10 @@ class Transport {
 
   /// Makes `len` bytes at `host` reachable by the card's DMA; returns the device-visible address.
   virtual Status dma_map(uint32_t dev, void* host, uint64_t len, uint64_t* iova) = 0;
+  /// Makes `len` bytes of card `peer`'s device memory, from `offset`, reachable by card `dev`'s
+  /// DMA (peer-to-peer through the peer's memory window); returns the device-visible address.
+  virtual Status dma_map_peer(uint32_t dev, uint32_t peer, uint64_t offset, uint64_t len, uint64_t* iova) = 0;
+  /// Removes a mapping made by dma_map or dma_map_peer.
   virtual Status dma_unmap(uint32_t dev, uint64_t iova) = 0;
 
   /// Installs the MSI-X handler of `dev`. It runs on a transport thread and must not block.

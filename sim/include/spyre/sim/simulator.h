@@ -54,6 +54,12 @@ class Simulator {
   virtual uint32_t mmio_read(uint32_t card, uint32_t offset) = 0;
   virtual void mmio_write(uint32_t card, uint32_t offset, uint32_t value) = 0;
 
+  /// Card `card`'s device memory as another card's DMA reaches it across the PCIe fabric (its
+  /// memory window, for peer-to-peer copies): `n` bytes at `offset`. False when the range leaves
+  /// device memory. Called only from the simulator thread, by a HostLink serving a card's DMA.
+  virtual bool peer_read(uint32_t card, uint64_t offset, void* dst, uint64_t n) = 0;
+  virtual bool peer_write(uint32_t card, uint64_t offset, const void* src, uint64_t n) = 0;
+
   /// Simulator service, not part of the wire: writes the trace and stats files configured in
   /// the config's "output" section and returns their paths. Thread-safe.
   virtual Reports flush_reports() = 0;
