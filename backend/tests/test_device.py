@@ -267,3 +267,14 @@ def test_copies_between_cards_go_card_to_card_by_dma(tmp_path):
     assert into_1 < n // 100 and out_of_1 == 0 and into_0 < n // 100  # ...and no host staged it
     # At the modelled link rate (64 GB/s at 1500 MHz), plus little.
     assert n / 64e9 * 1500e6 <= cycles <= 1.2 * n / 64e9 * 1500e6 + 20000
+
+
+def test_device_properties_are_the_configured_card():
+    # The default config (docs/architect-guide.md) with the test session's IEEE fp16 override.
+    p = torch.spyre.get_device_properties(0)
+    assert p.total_memory == 112 << 30
+    assert (p.multi_processor_count, p.clock_rate_mhz, p.scratchpad_bytes, p.queues) == (32, 1500, 2 << 20, 16)
+    assert p.fp16_format == "ieee"
+    assert torch.spyre.get_device_name() == p.name == "IBM Spyre (simulated)"
+    assert torch.spyre.get_device_capability()["supported_dtypes"] >= {torch.float32, torch.float16, torch.bfloat16}
+    assert torch.float64 not in torch.spyre.get_device_capability()["supported_dtypes"]

@@ -2,6 +2,7 @@
 
 # Every module-level name not in __all__ is private (underscored): torch.spyre shows only its API.
 import contextlib as _contextlib
+import dataclasses as _dataclasses
 from collections.abc import Iterator as _Iterator
 
 import torch as _torch
@@ -40,6 +41,9 @@ __all__ = [
     "device_count",
     "empty_cache",
     "get_amp_supported_dtype",
+    "get_device_capability",
+    "get_device_name",
+    "get_device_properties",
     "get_per_process_memory_fraction",
     "get_rng_state",
     "init",
@@ -130,6 +134,43 @@ def init() -> None:
     """Opens the current Spyre device now rather than at its first use. Raises RuntimeError at once
     in a subprocess forked after the device started, which cannot use it."""
     _C._init(current_device())
+
+
+@_dataclasses.dataclass(frozen=True)
+class _DeviceProperties:
+    """What torch.spyre.get_device_properties() returns (CUDA's names where they fit)."""
+
+    name: str
+    total_memory: int  # usable device memory in bytes
+    multi_processor_count: int  # AI cores
+    clock_rate_mhz: int
+    scratchpad_bytes: int  # per core
+    queues: int  # hardware queues: the default stream and the stream pools
+    fp16_format: str  # "dlfloat16" (the silicon's) or "ieee"
+
+
+def get_device_properties(device: _Device | None = None) -> _DeviceProperties:
+    """Name, memory, cores, clock, scratchpad and queues of ``device``."""
+    info = _C._device_info(_index(device))
+    return _DeviceProperties(
+        name=info["name"],
+        total_memory=info["memory_bytes"],
+        multi_processor_count=info["cores"],
+        clock_rate_mhz=info["clock_mhz"],
+        scratchpad_bytes=info["lx_bytes"],
+        queues=info["queues"],
+        fp16_format=info["fp16_format"],
+    )
+
+
+def get_device_name(device: _Device | None = None) -> str:
+    """The name of ``device``, e.g. "IBM Spyre (simulated)"."""
+    return get_device_properties(device).name
+
+
+def get_device_capability(device: _Device | None = None) -> dict:
+    """As ``torch.accelerator.get_device_capability``: the dtypes the card computes in."""
+    return _torch.accelerator.get_device_capability(_torch.device("spyre", _index(device)))
 
 
 def get_amp_supported_dtype() -> list[_torch.dtype]:
