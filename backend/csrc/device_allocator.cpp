@@ -248,6 +248,21 @@ class Allocator final : public c10::DeviceAllocator {
 Allocator g_allocator;
 REGISTER_ALLOCATOR(c10::DeviceType::PrivateUse1, &g_allocator);
 
+// The runtime's own allocations (programs, launch arguments) may find the device full of cached
+// tensor memory: give it back to them.
+const bool g_release_registered = [] {
+  set_release_cached_memory([](int dev) {
+    if (CachingAllocator* c = g_allocator.existing(dev)) {
+      try {
+        c->empty_cache();
+      } catch (const std::exception& e) {
+        TORCH_WARN("spyre: emptying the memory cache of device ", dev, ": ", e.what());
+      }
+    }
+  });
+  return true;
+}();
+
 // The caching allocator that holds memory pool `pool`; ValueError if there is none.
 CachingAllocator& pool_cache(uint64_t pool) {
   const int dev = g_allocator.pool_device(pool);

@@ -127,6 +127,27 @@ uint64_t DeviceRuntime::alloc(uint64_t bytes) {
   return addr;
 }
 
+namespace {
+std::atomic<void (*)(int)> g_release_cached{nullptr};
+}  // namespace
+
+void set_release_cached_memory(void (*fn)(int device)) {
+  g_release_cached.store(fn);
+}
+
+uint64_t DeviceRuntime::alloc_reclaiming(uint64_t bytes) {
+  uint64_t addr = 0;
+  driver::Status s = device_->alloc(bytes, &addr);
+  if (s.code() == driver::StatusCode::kOutOfMemory) {
+    if (auto* release = g_release_cached.load()) {
+      release(index_);  // tensor memory the cache holds but no tensor uses
+      s = device_->alloc(bytes, &addr);
+    }
+  }
+  SPYRE_CHECK(s);
+  return addr;
+}
+
 void DeviceRuntime::free(uint64_t addr) {
   SPYRE_CHECK(device_->free(addr));
 }
@@ -355,7 +376,7 @@ uint64_t DeviceRuntime::label(const std::string& op) {
     if (const auto it = labels_.find(op); it != labels_.end()) return it->second;
   }
   const std::string text = op.substr(0, hw::kMaxLabelBytes - 1);
-  const uint64_t addr = alloc(text.size() + 1);
+  const uint64_t addr = alloc_reclaiming(text.size() + 1);
   h2d(addr, text.c_str(), text.size() + 1);
   wait(queue(), queue().last_seq());  // any stream may use it next
   std::lock_guard lock(mu_);
@@ -377,7 +398,7 @@ void DeviceRuntime::launch(const std::string& key, const std::function<compiler:
   } else {
     const compiler::Program p = build();
     TORCH_INTERNAL_ASSERT(p.num_args <= args.size(), "spyre: program ", p.name, " needs ", p.num_args, " arguments");
-    const LoadedProgram mine{alloc(p.image.size()), p.image.size(), p.core_mask, p.name};
+    const LoadedProgram mine{alloc_reclaiming(p.image.size()), p.image.size(), p.core_mask, p.name};
     h2d(mine.addr, p.image.data(), p.image.size());
     wait(queue(), queue().last_seq());  // any stream may launch it next
     std::vector<LoadedProgram> evicted;
@@ -393,7 +414,7 @@ void DeviceRuntime::launch(const std::string& key, const std::function<compiler:
   }
   TORCH_CHECK(args.size() <= hw::kMaxLaunchArgs, "spyre: too many launch arguments (", args.size(), ")");
   const uint64_t args_bytes = args.size() * sizeof(uint64_t);
-  const uint64_t args_addr = alloc(hw::kMaxLaunchArgs * sizeof(uint64_t));
+  const uint64_t args_addr = alloc_reclaiming(hw::kMaxLaunchArgs * sizeof(uint64_t));
   h2d(args_addr, args.data(), args_bytes);
   const uint64_t op_label = label(op);
   driver::Queue& q = queue();

@@ -157,6 +157,9 @@ class DeviceRuntime {
   /// Waits for all work on every stream without raising (before freeing memory they may use).
   void drain() noexcept;
   uint64_t label(const std::string& op);
+  /// alloc() for the runtime's own memory (programs, launch arguments, labels): when the device is
+  /// full, asks the tensor allocator to give back what it caches, and tries once more.
+  uint64_t alloc_reclaiming(uint64_t bytes);
 
   int index_;
   driver::Device* device_;
@@ -176,6 +179,10 @@ class DeviceRuntime {
   std::map<std::string, uint64_t> labels_;  // op name -> its NUL-terminated copy in device memory
   std::mutex rmw_mu_;
 };
+
+/// Installs what the runtime calls when its own allocations find device `device` full: the tensor
+/// allocator gives back the memory it caches. Called once by the tensor allocator.
+void set_release_cached_memory(void (*fn)(int device));
 
 /// Reallocates a spyre storage to `bytes`, keeping its contents up to the smaller size.
 void resize_storage_bytes(const c10::Storage& storage, size_t bytes);
