@@ -1,5 +1,6 @@
 // Registers the Spyre device with c10: device guard (the backend of torch.accelerator), hooks,
 // and the device memory allocator. Only c10 headers here, no ATen operators.
+#include <ATen/core/CachingHostAllocator.h>
 #include <ATen/detail/PrivateUse1HooksInterface.h>
 #include <c10/core/CachingDeviceAllocator.h>
 #include <c10/core/impl/DeviceGuardImplInterface.h>
@@ -64,6 +65,7 @@ struct GuardImpl final : public c10::impl::DeviceGuardImplInterface {
     return old;
   }
   bool queryStream(const c10::Stream& s) const override { return runtime(s.device()).stream_query(s.id()); }
+  bool isStreamCapturing(const c10::Stream& s) const override { return runtime(s.device()).capturing(s.id()); }
   void synchronizeStream(const c10::Stream& s) const override { runtime(s.device()).stream_synchronize(s.id()); }
 
   // Events: a StreamEvent (runtime.h) behind the void*.
@@ -137,21 +139,72 @@ C10_REGISTER_GUARD_IMPL(PrivateUse1, GuardImpl);
 
 // pin_memory(): host memory the card's DMA reaches directly (PinnedHost in runtime.h), so copies
 // from and to it skip the staging buffer, and a non_blocking copy from it overlaps with compute.
-class PinnedAllocator final : public c10::Allocator {
+// Also the device's host allocator (torch.accelerator.empty_host_cache and the host memory
+// stats): it caches nothing, since a buffer is mapped for its life and unmapped when freed (after
+// the card's queued work, which may still read it), so record_event has nothing to track.
+class PinnedAllocator final : public at::HostAllocator {
  public:
   c10::DataPtr allocate(size_t nbytes) override {
     if (nbytes == 0) return c10::DataPtr(nullptr, nullptr, &deleter, c10::Device(c10::kCPU));
     void* ctx = nullptr;
     void* data = PinnedHost::pin(nbytes, &ctx);
+    {
+      std::lock_guard lock(mu_);
+      stats_.allocations.increase(1);
+      stats_.allocated_bytes.increase(static_cast<int64_t>(nbytes));
+      stats_.active_requests.increase(1);
+      stats_.active_bytes.increase(static_cast<int64_t>(nbytes));
+      sizes_[ctx] = nbytes;
+    }
     return c10::DataPtr(data, ctx, &deleter, c10::Device(c10::kCPU));
   }
   c10::DeleterFnPtr raw_deleter() const override { return nullptr; }
   void copy_data(void* dest, const void* src, std::size_t count) const override { std::memcpy(dest, src, count); }
 
+  bool record_event(void* /*ptr*/, void* /*ctx*/, c10::Stream /*stream*/) override { return true; }
+  void empty_cache() override {}
+  at::HostStats get_stats() override {
+    std::lock_guard lock(mu_);
+    return stats_;
+  }
+  void reset_accumulated_stats() override {
+    std::lock_guard lock(mu_);
+    for (auto* s : {&stats_.allocations, &stats_.allocated_bytes, &stats_.active_requests, &stats_.active_bytes}) {
+      s->reset_accumulated();
+    }
+  }
+  void reset_peak_stats() override {
+    std::lock_guard lock(mu_);
+    for (auto* s : {&stats_.allocations, &stats_.allocated_bytes, &stats_.active_requests, &stats_.active_bytes}) {
+      s->reset_peak();
+    }
+  }
+
+  static PinnedAllocator& instance();
+
  private:
-  static void deleter(void* ctx) { PinnedHost::unpin(ctx); }
+  static void deleter(void* ctx) {
+    {
+      std::lock_guard lock(instance().mu_);
+      const auto it = instance().sizes_.find(ctx);
+      if (it != instance().sizes_.end()) {
+        instance().stats_.active_requests.decrease(1);
+        instance().stats_.active_bytes.decrease(static_cast<int64_t>(it->second));
+        instance().sizes_.erase(it);
+      }
+    }
+    PinnedHost::unpin(ctx);
+  }
+
+  std::mutex mu_;
+  at::HostStats stats_;
+  std::unordered_map<void*, size_t> sizes_;
 };
 PinnedAllocator g_pinned_allocator;
+PinnedAllocator& PinnedAllocator::instance() {
+  return g_pinned_allocator;
+}
+REGISTER_HOST_ALLOCATOR(c10::DeviceType::PrivateUse1, &g_pinned_allocator);
 
 struct Hooks final : public at::PrivateUse1HooksInterface {
   bool isBuilt() const override { return true; }

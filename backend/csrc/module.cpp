@@ -8,6 +8,7 @@
 #include <cstring>
 
 #include "aten_util.h"
+#include "graph.h"
 #include "memory_bindings.h"
 #include "runtime.h"
 #include "spyre/driver/driver.h"
@@ -135,6 +136,7 @@ PYBIND11_MODULE(_C, m) {
   m.def("_is_in_bad_fork", [] { return spyre::driver::Driver::forked_child(); });
   m.def("_device_opened", [](int index) { return DeviceRuntime::opened(index); });
   m.def("_init", [](int index) { (void)DeviceRuntime::get(index); });
+  m.def("_register_graph_impl", [] { spyre::backend::register_graph_impl(); });
   m.def("_submit_raw_descriptor", [](int index, const py::bytes& raw) {
     HANDLE_TH_ERRORS
     return submit_raw_descriptor(index, raw);

@@ -275,6 +275,11 @@ bool PinnedHost::contains(const void* p) {
 }
 
 void DeviceRuntime::h2d(uint64_t dst, const void* src, uint64_t n, bool non_blocking) {
+  check_not_capturing("a copy from the host");
+  upload(dst, src, n, non_blocking);
+}
+
+void DeviceRuntime::upload(uint64_t dst, const void* src, uint64_t n, bool non_blocking) {
   if (n == 0) return;
   driver::Queue& q = queue();
   if (const uint64_t iova = PinnedHost::iova(src, n, index_)) {  // the card reads it in place
@@ -308,6 +313,7 @@ void DeviceRuntime::h2d(uint64_t dst, const void* src, uint64_t n, bool non_bloc
 }
 
 void DeviceRuntime::d2h(void* dst, uint64_t src, uint64_t n) {
+  check_not_capturing("a copy to the host (it waits for the card)");
   if (n == 0) return;
   driver::Queue& q = queue();
   if (const uint64_t iova = PinnedHost::iova(dst, n, index_)) {  // the card writes it in place
@@ -335,6 +341,10 @@ void DeviceRuntime::d2h(void* dst, uint64_t src, uint64_t n) {
 
 void DeviceRuntime::d2d(uint64_t dst, uint64_t src, uint64_t n) {
   if (dst == src) return;
+  if (CaptureSink* sink = capture_sink()) {
+    sink->copy(dst, src, n);
+    return;
+  }
   driver::Queue& q = queue();
   for (uint64_t off = 0; off < n; off += hw::kMaxCopyBytes) {  // on the card: no staging, whole descriptors
     uint64_t seq = 0;
@@ -377,7 +387,7 @@ uint64_t DeviceRuntime::label(const std::string& op) {
   }
   const std::string text = op.substr(0, hw::kMaxLabelBytes - 1);
   const uint64_t addr = alloc_reclaiming(text.size() + 1);
-  h2d(addr, text.c_str(), text.size() + 1);
+  upload(addr, text.c_str(), text.size() + 1);
   wait(queue(), queue().last_seq());  // any stream may use it next
   std::lock_guard lock(mu_);
   const auto [it, inserted] = labels_.emplace(op, addr);
@@ -399,7 +409,7 @@ void DeviceRuntime::launch(const std::string& key, const std::function<compiler:
     const compiler::Program p = build();
     TORCH_INTERNAL_ASSERT(p.num_args <= args.size(), "spyre: program ", p.name, " needs ", p.num_args, " arguments");
     const LoadedProgram mine{alloc_reclaiming(p.image.size()), p.image.size(), p.core_mask, p.name};
-    h2d(mine.addr, p.image.data(), p.image.size());
+    upload(mine.addr, p.image.data(), p.image.size());
     wait(queue(), queue().last_seq());  // any stream may launch it next
     std::vector<LoadedProgram> evicted;
     {
@@ -415,8 +425,12 @@ void DeviceRuntime::launch(const std::string& key, const std::function<compiler:
   TORCH_CHECK(args.size() <= hw::kMaxLaunchArgs, "spyre: too many launch arguments (", args.size(), ")");
   const uint64_t args_bytes = args.size() * sizeof(uint64_t);
   const uint64_t args_addr = alloc_reclaiming(hw::kMaxLaunchArgs * sizeof(uint64_t));
-  h2d(args_addr, args.data(), args_bytes);
+  upload(args_addr, args.data(), args_bytes);
   const uint64_t op_label = label(op);
+  if (CaptureSink* sink = capture_sink()) {
+    sink->launch(prog, args_addr, args_bytes, op_label, prog.name);
+    return;
+  }
   driver::Queue& q = queue();
   uint64_t seq = 0;
   SPYRE_CHECK(q.launch(prog.addr, prog.size, args_addr, args_bytes, prog.core_mask, op_label, &seq));
@@ -486,6 +500,62 @@ driver::Queue& DeviceRuntime::queue(int64_t stream) {
   return *st.queue;
 }
 
+void DeviceRuntime::begin_capture(int64_t stream, CaptureSink* sink) {
+  queue(stream);
+  std::lock_guard lock(streams_mu_);
+  TORCH_CHECK(!streams_[stream].capture, "spyre: stream ", stream, " of device ", index_, " is already capturing");
+  streams_[stream].capture = sink;
+}
+
+void DeviceRuntime::end_capture(int64_t stream) {
+  check_stream(stream);
+  {
+    std::lock_guard lock(streams_mu_);
+    streams_[stream].capture = nullptr;
+  }
+  // The captured launches' argument blocks and programs were uploaded on the stream: let them
+  // land before any replay, on whatever stream, can read them.
+  stream_synchronize(stream);
+}
+
+bool DeviceRuntime::capturing(int64_t stream) {
+  check_stream(stream);
+  std::lock_guard lock(streams_mu_);
+  return streams_[stream].capture != nullptr;
+}
+
+void DeviceRuntime::submit(const std::vector<hw::Descriptor>& commands, const std::vector<std::string>& names) {
+  check_not_capturing("a graph replay");
+  driver::Queue& q = queue();
+  for (size_t i = 0; i < commands.size(); ++i) {
+    uint64_t seq = 0;
+    SPYRE_CHECK(q.submit_raw(commands[i], &seq));
+    profiling::note(index_, current_stream(), q, seq,
+                    commands[i].opcode == hw::Opcode::kLaunch ? profiling::Kind::kKernel : profiling::Kind::kMemcpy,
+                    names[i], commands[i].opcode == hw::Opcode::kCopy ? commands[i].copy.size : 0);
+  }
+}
+
+uint64_t DeviceRuntime::copy_program(const LoadedProgram& program) {
+  const uint64_t mine = alloc_reclaiming(program.size);
+  driver::Queue& q = queue();
+  uint64_t seq = 0;
+  SPYRE_CHECK(q.copy(program.addr, mine, program.size, 0, &seq));
+  wait(q, seq);
+  return mine;
+}
+
+CaptureSink* DeviceRuntime::capture_sink() {
+  const int64_t stream = current_stream();
+  std::lock_guard lock(streams_mu_);
+  return streams_[stream].capture;
+}
+
+void DeviceRuntime::check_not_capturing(const char* what) {
+  TORCH_CHECK(!capture_sink(), "spyre: ", what, " cannot be captured in a graph (stream ", current_stream(),
+              " of device ", index_, " is capturing); do it before capture_begin or after capture_end");
+}
+
 bool DeviceRuntime::stream_query(int64_t stream) {
   driver::Queue& q = queue(stream);
   return q.is_complete(q.last_seq());
@@ -493,6 +563,10 @@ bool DeviceRuntime::stream_query(int64_t stream) {
 
 void DeviceRuntime::stream_synchronize(int64_t stream) {
   driver::Queue& q = queue(stream);
+  {
+    std::lock_guard lock(streams_mu_);
+    TORCH_CHECK(!streams_[stream].capture, "spyre: cannot synchronize stream ", stream, " while a graph captures it");
+  }
   wait(q, q.last_seq());
 }
 
@@ -579,6 +653,8 @@ void DeviceRuntime::synchronize() {
     driver::Queue* q = nullptr;
     {
       std::lock_guard lock(streams_mu_);
+      TORCH_CHECK(!streams_[s].capture, "spyre: cannot synchronize device ", index_, " while a graph captures stream ",
+                  s);
       q = streams_[s].queue.get();
     }
     if (q) wait(*q, q->last_seq());

@@ -57,6 +57,18 @@ struct StreamEvent {
   int slot = -1;       // timestamp slot, -1 without timing
 };
 
+/// Where a stream under graph capture (torch.accelerator.Graph, graph.cpp) sends its work instead
+/// of the card. Called with the command as it would have been submitted.
+class CaptureSink {
+ public:
+  virtual ~CaptureSink() = default;
+  /// A kernel launch. `args` (its argument block, already on the card) now belongs to the sink.
+  virtual void launch(const LoadedProgram& program, uint64_t args, uint64_t args_bytes, uint64_t label,
+                      const std::string& name) = 0;
+  /// A device-to-device copy.
+  virtual void copy(uint64_t dst, uint64_t src, uint64_t n) = 0;
+};
+
 class DeviceRuntime {
  public:
   /// The runtime of device `index`, opened on first use. Throws (IndexError-like) for a bad index.
@@ -120,6 +132,20 @@ class DeviceRuntime {
   void launch(const std::string& key, const std::function<compiler::Program()>& build,
               const std::vector<uint64_t>& args, const std::string& op);
 
+  /// Graph capture: until end_capture, kernels and device copies queued on `stream` go to `sink`
+  /// instead of the card; host copies and synchronizing calls on it raise. One capture per stream.
+  void begin_capture(int64_t stream, CaptureSink* sink);
+  void end_capture(int64_t stream);
+  bool capturing(int64_t stream);
+  /// Submits captured descriptors (a graph's replay) on the calling thread's current stream;
+  /// `names` label them for the profiler. Asynchronous.
+  void submit(const std::vector<hw::Descriptor>& commands, const std::vector<std::string>& names);
+  /// A copy of a loaded program in memory of its own (for a graph, which the cache's evictions must
+  /// not touch); free() it when done. Waits for the copy.
+  uint64_t copy_program(const LoadedProgram& program);
+  /// Raises if the calling thread's current stream is capturing: `what` cannot be captured.
+  void check_not_capturing(const char* what);
+
   /// Entries, bytes, hits, misses and evictions of the program cache.
   ProgramCacheStats program_cache_stats();
 
@@ -143,10 +169,15 @@ class DeviceRuntime {
  private:
   struct Stream {
     std::unique_ptr<driver::Queue> queue;
-    uint64_t semaphore = 0;  // device address of its u64 timeline semaphore
-    uint64_t signalled = 0;  // the last value queued to signal it
+    CaptureSink* capture = nullptr;  // set while a graph captures this stream
+    uint64_t semaphore = 0;          // device address of its u64 timeline semaphore
+    uint64_t signalled = 0;          // the last value queued to signal it
   };
   DeviceRuntime(int index, driver::Device* device);
+  /// The capture sink of the calling thread's current stream, or nullptr.
+  CaptureSink* capture_sink();
+  /// h2d without the capture check: the runtime's own uploads run at once even during a capture.
+  void upload(uint64_t dst, const void* src, uint64_t n, bool non_blocking = false);
   std::unique_ptr<driver::HostBuffer> take_staging(uint64_t n);
   void give_back(std::unique_ptr<driver::HostBuffer> b);
   /// The queue of `stream`, created on first use.

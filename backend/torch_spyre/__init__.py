@@ -44,6 +44,9 @@ def _register() -> None:
     # Every step is idempotent so that autoload followed by an explicit import is harmless.
     if torch._C._get_privateuse1_backend_name() != BACKEND_NAME:
         torch.utils.rename_privateuse1_backend(BACKEND_NAME)
+    from . import _C as ext  # the module deletes its own _C name below
+
+    ext._register_graph_impl()  # torch.accelerator.Graph; keyed by the device's name: after the rename
     if not hasattr(torch, BACKEND_NAME):
         torch._register_device_module(BACKEND_NAME, _device_module)
     if not hasattr(torch.Tensor, "is_" + BACKEND_NAME):
