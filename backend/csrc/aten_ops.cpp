@@ -111,10 +111,22 @@ bool same_dense_layout(const at::Tensor& a, const at::Tensor& b) {
   return a.sizes() == b.sizes() && a.dtype() == b.dtype() && a.is_contiguous() && b.is_contiguous();
 }
 
+// Device metadata (torch._C._set_tensor_metadata) describes a tensor's data: views of it and copies
+// made on the device get it too, unless they have their own.
+const at::Tensor& carry_backend_meta(const at::Tensor& from, const at::Tensor& to) {
+  c10::TensorImpl* src = from.unsafeGetTensorImpl();
+  c10::TensorImpl* dst = to.unsafeGetTensorImpl();
+  if (src != dst && src->get_backend_meta() && !dst->get_backend_meta()) {
+    const auto meta = src->get_backend_meta_intrusive_ptr();
+    dst->set_backend_meta(meta->clone(meta));
+  }
+  return to;
+}
+
 // Copies between host and device move bytes in the source's dtype; conversions, broadcasts and
 // strided layouts are done by a copy kernel on the device (compute.cpp), as on silicon. Only dtypes
 // the device does not compute in (double, complex, ...) are converted on the host.
-at::Tensor copy_from(const at::Tensor& src, const at::Tensor& dst, bool non_blocking) {
+at::Tensor copy_between(const at::Tensor& src, const at::Tensor& dst, bool non_blocking) {
   if (dst.numel() == 0) return dst;
   const bool device_types = device_dtype(src.scalar_type()) && device_dtype(dst.scalar_type());
   if (src.is_cpu() && dst.is_privateuseone()) {
@@ -189,6 +201,12 @@ at::Tensor copy_from(const at::Tensor& src, const at::Tensor& dst, bool non_bloc
   return dst;
 }
 
+at::Tensor copy_from(const at::Tensor& src, const at::Tensor& dst, bool non_blocking) {
+  copy_between(src, dst, non_blocking);
+  if (src.is_privateuseone() && dst.is_privateuseone()) carry_backend_meta(src, dst);  // clone() and to()
+  return dst;
+}
+
 at::Tensor copy_from_and_resize(const at::Tensor& src, const at::Tensor& dst) {
   resize_(dst, src.sizes(), std::nullopt);
   return copy_from(src, dst, false);
@@ -201,7 +219,16 @@ at::Scalar local_scalar_dense(const at::Tensor& self) {
 
 at::Tensor as_strided(const at::Tensor& self, c10::IntArrayRef size, c10::IntArrayRef stride,
                       std::optional<int64_t> storage_offset) {
-  return at::native::as_strided_tensorimpl(self, size, stride, storage_offset);
+  return carry_backend_meta(self, at::native::as_strided_tensorimpl(self, size, stride, storage_offset));
+}
+
+at::Tensor view(const at::Tensor& self, c10::SymIntArrayRef size) {
+  return carry_backend_meta(self, at::native::view(self, C10_AS_INTARRAYREF_SLOW(size)));
+}
+
+at::Tensor reshape_alias(const at::Tensor& self, c10::SymIntArrayRef size, c10::SymIntArrayRef stride) {
+  return carry_backend_meta(
+      self, at::native::_reshape_alias(self, C10_AS_INTARRAYREF_SLOW(size), C10_AS_INTARRAYREF_SLOW(stride)));
 }
 
 at::Tensor& set_source_storage_offset(at::Tensor& self, c10::Storage source, int64_t offset, c10::IntArrayRef size,
@@ -331,8 +358,8 @@ TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
   m.impl("_efficientzerotensor", TORCH_FN(efficient_zero_tensor));
   m.impl("empty_strided", TORCH_FN(empty_strided));
   m.impl("as_strided", TORCH_FN(as_strided));
-  m.impl("view", TORCH_FN(at::native::view));
-  m.impl("_reshape_alias", TORCH_FN(at::native::_reshape_alias));
+  m.impl("view", TORCH_FN(view));
+  m.impl("_reshape_alias", TORCH_FN(reshape_alias));
   m.impl("resize_", TORCH_FN(resize_));
   m.impl("_copy_from", TORCH_FN(copy_from));
   m.impl("_copy_from_and_resize", TORCH_FN(copy_from_and_resize));

@@ -168,6 +168,27 @@ def test_backend_metadata_is_kept_and_saved(tmp_path):
     assert torch._C._get_tensor_metadata(back) == flags
 
 
+def test_backend_metadata_follows_views_device_copies_and_compile():
+    x = torch.arange(8.0).to("spyre")
+    flags = {"calibrated": True}
+    torch._C._set_tensor_metadata(x, flags)
+    derived = {
+        "view": x.view(2, 4),
+        "slice": x[2:],
+        "transpose": x.view(2, 4).t(),
+        "clone": x.clone(),
+        "dtype copy": x.half(),
+        "compiled alias": torch.compile(lambda t: t.detach(), backend="aot_eager")(x),
+    }
+    for what, t in derived.items():
+        assert torch._C._get_tensor_metadata(t) == flags, what
+    own = torch.zeros(8).to("spyre")
+    torch._C._set_tensor_metadata(own, {"other": True})
+    own.copy_(x)  # a destination keeps its own
+    assert torch._C._get_tensor_metadata(own) == {"other": True}
+    assert torch._C._get_tensor_metadata(x + 1) == {}  # a computed result is new data
+
+
 def test_two_devices_from_the_config(tmp_path):
     config = tmp_path / "two.json"
     config.write_text('{"sim": {"devices": 2}}')
