@@ -3,6 +3,7 @@
 #include <ATen/core/CachingHostAllocator.h>
 #include <ATen/detail/PrivateUse1HooksInterface.h>
 #include <c10/core/CachingDeviceAllocator.h>
+#include <c10/core/DeviceGuard.h>
 #include <c10/core/impl/DeviceGuardImplInterface.h>
 #include <c10/util/ApproximateClock.h>
 #include <torch/csrc/jit/serialization/pickler_helper.h>
@@ -332,14 +333,19 @@ void resize_storage_bytes(const c10::Storage& storage, size_t bytes) {
   const size_t old = storage.nbytes();
   if (bytes == old) return;
   const int dev = storage.device().index();
-  const int saved = current_device();
-  set_current_device(dev);
-  c10::DataPtr fresh = device_allocator().allocate(bytes);
-  set_current_device(saved);
-  if (old > 0 && bytes > 0) {
-    DeviceRuntime::get(dev).d2d(device_address(fresh.get()), device_address(storage.data()), std::min(old, bytes));
+  c10::DataPtr fresh;
+  {
+    const c10::DeviceGuard guard(storage.device());
+    fresh = device_allocator().allocate(bytes);
   }
-  // The old block is freed when its DataPtr dies; the queue is in order, so the copy reads it first.
+  DeviceRuntime& rt = DeviceRuntime::get(dev);
+  if (old > 0 && bytes > 0) {
+    rt.d2d(device_address(fresh.get()), device_address(storage.data()), std::min(old, bytes));
+    // The copy reads the old block on the current stream, which may not be the one it was
+    // allocated on: keep it from reuse until the copy has run.
+    device_allocator().recordStream(storage.data_ptr(),
+                                    c10::Stream(c10::Stream::UNSAFE, storage.device(), rt.current_stream()));
+  }
   storage.unsafeGetStorageImpl()->set_data_ptr_noswap(std::move(fresh));
   storage.unsafeGetStorageImpl()->set_nbytes(bytes);
 }

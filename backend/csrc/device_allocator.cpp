@@ -55,6 +55,9 @@ AllocatorHooks driver_hooks(DeviceRuntime* rt) {
   };
   h.segment_free = [rt](uint64_t addr, uint64_t bytes) noexcept {
     try {
+      // The driver's memory map knows no streams: work still queued on any stream may use the
+      // segment, so it goes back only once the card has caught up (as cudaFree waits).
+      rt->drain();
       rt->free(addr);
     } catch (const std::exception& e) {
       TORCH_WARN("spyre: could not free ", bytes, " bytes of device memory at ", reinterpret_cast<void*>(addr), ": ",

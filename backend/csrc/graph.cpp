@@ -51,8 +51,9 @@ class SpyreGraph final : public at::GraphImplInterface, private CaptureSink {
   void capture_end() override {
     TORCH_CHECK(capturing_, "spyre: capture_end without capture_begin");
     capturing_ = false;
-    end_mem_pool(pool_);
+    // The stream stops sending work here first, whatever happens to the pool after.
     DeviceRuntime::get(device_).end_capture(stream_);
+    end_mem_pool(pool_);
   }
 
   void instantiate() override {
@@ -69,10 +70,8 @@ class SpyreGraph final : public at::GraphImplInterface, private CaptureSink {
     if (capturing_) capture_end();
     if (device_ < 0) return;
     DeviceRuntime& rt = DeviceRuntime::get(device_);
-    if (!owned_.empty()) {
-      rt.synchronize();  // a replay may still read the programs and arguments
-      for (const uint64_t addr : owned_) rt.free(addr);
-    }
+    rt.drain();  // a replay may still use the programs, arguments and pool memory
+    for (const uint64_t addr : owned_) rt.free(addr);
     owned_.clear();
     commands_.clear();
     names_.clear();

@@ -55,6 +55,9 @@ py::dict submit_raw_descriptor(int index, const py::bytes& raw) {
                     sizeof(spyre::hw::Descriptor), " bytes, got ", bytes.size());
   spyre::hw::Descriptor d;
   std::memcpy(&d, bytes.data(), sizeof d);
+  TORCH_CHECK_VALUE(d.opcode != spyre::hw::Opcode::kWait,
+                    "spyre: submit_raw_descriptor does not take WAIT descriptors: one that no SIGNAL satisfies "
+                    "would hold the queue, and this call, forever");
   std::unique_ptr<spyre::driver::Queue> q;
   SPYRE_CHECK(DeviceRuntime::get(index).device().create_queue(4, &q));
   uint64_t seq = 0;

@@ -78,21 +78,21 @@ class Session final : public libkineto::IActivityProfilerSession {
       std::lock_guard lock(g_mu);
       g_submitted.clear();
       g_completed.clear();
-      anchor_devices();
+      try {
+        anchor_devices();
+      } catch (const std::exception& e) {
+        errors_.push_back(e.what());
+      }
     }
     g_active = true;
     status_ = libkineto::TraceStatus::RECORDING;
   }
 
   void stop() override {
-    // Wait for what was queued, so that every submitted command has its completion record.
+    // Wait for what was queued, so that every submitted command has its completion record (device
+    // errors stay for the user's next synchronize).
     for (int i = 0; i < DeviceRuntime::count(); ++i) {
-      if (!DeviceRuntime::opened(i)) continue;
-      try {
-        DeviceRuntime::get(i).synchronize();
-      } catch (const std::exception& e) {
-        errors_.push_back(e.what());
-      }
+      if (DeviceRuntime::opened(i)) DeviceRuntime::get(i).drain();
     }
     g_active = false;
     status_ = libkineto::TraceStatus::PROCESSING;
@@ -204,8 +204,8 @@ void note(int device, int64_t stream, const driver::Queue& q, uint64_t seq, Kind
 }
 
 void watch(driver::Queue& q) {
-  q.observe([queue = &q](hw::Opcode /*op*/, const hw::Completion& c) {
-    if (!active()) return;
+  q.observe([queue = &q](hw::Opcode op, const hw::Completion& c) {
+    if (!active() || (op != hw::Opcode::kLaunch && op != hw::Opcode::kCopy)) return;
     std::lock_guard lock(g_mu);
     g_completed[{queue, c.seq}] = c;
   });

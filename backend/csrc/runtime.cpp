@@ -182,6 +182,16 @@ void DeviceRuntime::wait(driver::Queue& q, uint64_t seq) {
   (void)q.synchronize();
   const uint64_t skipped = q.not_executed();
   (void)q.reset();
+  // A halted queue dropped its SIGNALs: raise its semaphore to every value handed out, so that
+  // other streams waiting on its events are not held forever.
+  {
+    std::lock_guard lock(streams_mu_);
+    for (Stream& st : streams_) {
+      if (st.queue.get() != &q || st.signalled == 0) continue;
+      uint64_t ignored = 0;
+      (void)q.signal(st.semaphore, st.signalled, &ignored);
+    }
+  }
   if (skipped == 0) check_status(s, "wait");
   TORCH_CHECK(false, s.message(), "; ", skipped,
               " later command(s) on this device were not executed, so the tensors they would have written "
@@ -245,7 +255,7 @@ void PinnedHost::unpin(void* ctx) noexcept {
     (void)entry->buffer.release();  // the mapping is the parent's: leave it
   } else {
     try {
-      if (DeviceRuntime::opened(entry->device)) DeviceRuntime::get(entry->device).synchronize();
+      if (DeviceRuntime::opened(entry->device)) DeviceRuntime::get(entry->device).drain();
     } catch (const std::exception& e) {
       TORCH_WARN("spyre: freeing pinned memory: ", e.what());
     }
@@ -356,6 +366,7 @@ void DeviceRuntime::d2d(uint64_t dst, uint64_t src, uint64_t n) {
 
 void DeviceRuntime::copy_to_peer(int peer, uint64_t dst, uint64_t src, uint64_t n) {
   TORCH_CHECK(peer != index_, "spyre: copy_to_peer needs another card, not ", index_);
+  check_not_capturing("a copy to another card");
   DeviceRuntime& other = get(peer);
   other.stream_synchronize(other.current_stream());
   uint64_t window = 0;
@@ -572,6 +583,7 @@ void DeviceRuntime::stream_synchronize(int64_t stream) {
 
 void DeviceRuntime::record_event(StreamEvent& ev, int64_t stream, bool timing) {
   driver::Queue& q = queue(stream);
+  TORCH_CHECK(!capturing(stream), "spyre: events cannot be recorded on a stream while a graph captures it");
   if (ev.slot >= 0) release_event(ev);  // re-recorded: the old timestamp is of no more use
   ev.slot = -1;
   if (timing) {
@@ -590,15 +602,18 @@ void DeviceRuntime::record_event(StreamEvent& ev, int64_t stream, bool timing) {
   }
   ev.device = index_;
   ev.stream = stream;
-  ev.value = ++st.signalled;
+  ev.value = st.signalled + 1;
   SPYRE_CHECK(q.signal(st.semaphore, ev.value, &ev.seq));
+  st.signalled = ev.value;  // only once queued: a value never signalled would hold its waiters
 }
 
 void DeviceRuntime::wait_event(const StreamEvent& ev, int64_t stream) {
   TORCH_CHECK(ev.device == index_, "spyre: an event recorded on device ", ev.device, " cannot be waited on by device ",
               index_);
   if (ev.stream == stream) return;  // a stream is in order with itself
-  queue(ev.stream);                 // the semaphore exists
+  TORCH_CHECK(!capturing(stream) && !capturing(ev.stream),
+              "spyre: a wait between streams cannot be captured in a graph (a stream it joins is capturing)");
+  queue(ev.stream);  // the semaphore exists
   uint64_t sem = 0;
   {
     std::lock_guard lock(streams_mu_);
@@ -662,10 +677,14 @@ void DeviceRuntime::synchronize() {
 }
 
 void DeviceRuntime::drain() noexcept {
-  std::lock_guard lock(streams_mu_);
-  for (Stream& s : streams_) {
-    if (s.queue) (void)s.queue->synchronize();
+  std::vector<driver::Queue*> queues;
+  {
+    std::lock_guard lock(streams_mu_);
+    for (Stream& s : streams_) {
+      if (s.queue) queues.push_back(s.queue.get());
+    }
   }
+  for (driver::Queue* q : queues) (void)q->synchronize();
 }
 
 int current_device() {

@@ -83,8 +83,9 @@ class DeviceRuntime {
   driver::Device& device() { return *device_; }
   int index() const { return index_; }
 
-  // Streams. A stream is a hardware queue; its id is the queue's index. Stream 0 is the default
-  // stream; the others come from two pools, normal and high priority, handed out round robin.
+  // Streams. A stream is a hardware queue of its own; its id (0 .. queues - 1) numbers the streams,
+  // not the hardware queues. Stream 0 is the default stream; the others come from two pools,
+  // normal and high priority, handed out round robin.
   /// The calling thread's current stream on this device.
   int64_t current_stream() const;
   void set_current_stream(int64_t stream);
@@ -159,6 +160,9 @@ class DeviceRuntime {
   /// Waits for all work on every stream. A device error is raised here (and the queue is reset so
   /// the device stays usable).
   void synchronize();
+  /// Waits for all work on every stream without raising or resetting anything, for cleanup before
+  /// memory the card may still use is freed or unmapped. Errors stay for the user's next wait.
+  void drain() noexcept;
 
   compiler::Target target() const { return {device_->info().num_cores, device_->info().lx_bytes}; }
 
@@ -185,8 +189,6 @@ class DeviceRuntime {
   /// The queue of the calling thread's current stream.
   driver::Queue& queue() { return queue(current_stream()); }
   void wait(driver::Queue& q, uint64_t seq);
-  /// Waits for all work on every stream without raising (before freeing memory they may use).
-  void drain() noexcept;
   uint64_t label(const std::string& op);
   /// alloc() for the runtime's own memory (programs, launch arguments, labels): when the device is
   /// full, asks the tensor allocator to give back what it caches, and tries once more.

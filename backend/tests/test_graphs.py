@@ -42,7 +42,13 @@ def test_what_cannot_be_captured_raises_and_capture_ends_cleanly():
     x = torch.ones(16, device="spyre")
     warm(lambda: x.mul_(2))
     x.fill_(1)
-    for bad in (lambda: x.cpu(), lambda: x.copy_(torch.ones(16)), torch.spyre.synchronize):
+    for bad in (
+        lambda: x.cpu(),
+        lambda: x.copy_(torch.ones(16)),
+        torch.spyre.synchronize,
+        lambda: torch.spyre.Event().record(),  # its signal would run once, at capture
+        lambda: torch.spyre.current_stream().wait_stream(torch.spyre.default_stream()),
+    ):
         graph = torch.accelerator.Graph()
         with pytest.raises(RuntimeError, match="captur"):
             with torch.spyre.Stream(), graph:

@@ -271,3 +271,25 @@ print(torch.spyre.memory_reserved())
     proc = run_python(code, env={"TORCH_SPYRE_NO_MEMORY_CACHING": "1"})
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.split() == [str(round512(4000)), "0"]
+
+
+def test_memory_given_back_to_the_driver_waits_for_every_stream():
+    """empty_cache() returns segments to the driver, whose memory map knows no streams: a segment
+    that a kernel on another stream is still writing must not go to a new tensor before that
+    kernel is done (here a DMA on a second stream would finish first and be overwritten)."""
+    a = torch.randn(2048, 2048, device="spyre")
+    keep = a @ a  # warm up, and keep its memory out of the way
+    torch.spyre.synchronize()
+    writer, other = torch.spyre.Stream(), torch.spyre.Stream()
+    with torch.spyre.stream(writer):
+        x = a @ a  # a kernel of about a millisecond of device time, writing x
+        x_addr = x.data_ptr()
+        del x
+    torch.spyre.empty_cache()
+    host = torch.full((2048, 2048), 7.0).pin_memory()
+    with torch.spyre.stream(other):
+        y = host.to("spyre", non_blocking=True)
+    torch.spyre.synchronize()
+    assert y.data_ptr() == x_addr  # the driver handed out the same memory...
+    assert torch.equal(y.cpu(), host)  # ...only once the kernel was done with it
+    del keep

@@ -1,6 +1,7 @@
 // Hands out units of a shared resource (the cores, the DMA channels) to the queue contexts that
 // want them: a high-priority queue first, then the one that asked first. A waiter ahead in that
-// order that wants any of the same units holds back those behind it, so nobody starves.
+// order that wants any of the same units holds back those behind it, so no queue starves behind
+// others of its priority (steady high-priority demand does hold normal queues back, by design).
 #pragma once
 
 #include <cstdint>
