@@ -7,6 +7,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <shared_mutex>
 
 #include <c10/util/Exception.h>
 #include <cstdio>
@@ -408,6 +409,24 @@ uint64_t DeviceRuntime::label(const std::string& op) {
 
 void DeviceRuntime::launch(const std::string& key, const std::function<compiler::Program()>& build,
                            const std::vector<uint64_t>& args, const std::string& op) {
+  std::vector<LoadedProgram> evicted;
+  {
+    // Held until the launch is queued: an evicted program's memory is freed only under the
+    // exclusive lock, so no launch between finding a program and queueing it sees it freed.
+    std::shared_lock using_programs(programs_rw_);
+    submit_launch(key, build, args, op, &evicted);
+  }
+  if (evicted.empty()) return;
+  // Work queued on any stream may still run an evicted program: let it finish first (evictions
+  // are rare: the cache holds thousands of programs).
+  std::unique_lock freeing(programs_rw_);
+  drain();
+  for (const LoadedProgram& e : evicted) free(e.addr);
+}
+
+void DeviceRuntime::submit_launch(const std::string& key, const std::function<compiler::Program()>& build,
+                                  const std::vector<uint64_t>& args, const std::string& op,
+                                  std::vector<LoadedProgram>* evicted) {
   std::optional<LoadedProgram> found;
   {
     std::lock_guard lock(mu_);
@@ -422,16 +441,11 @@ void DeviceRuntime::launch(const std::string& key, const std::function<compiler:
     const LoadedProgram mine{alloc_reclaiming(p.image.size()), p.image.size(), p.core_mask, p.name};
     upload(mine.addr, p.image.data(), p.image.size());
     wait(queue(), queue().last_seq());  // any stream may launch it next
-    std::vector<LoadedProgram> evicted;
     {
       std::lock_guard lock(mu_);
-      evicted = programs_.insert(key, mine, &prog);
+      *evicted = programs_.insert(key, mine, &prog);
     }
     if (prog.addr != mine.addr) free(mine.addr);  // another thread loaded the same program meanwhile
-    // Work queued on any stream may still run an evicted program: let it finish first (evictions
-    // are rare: the cache holds thousands of programs).
-    if (!evicted.empty()) drain();
-    for (const LoadedProgram& e : evicted) free(e.addr);
   }
   TORCH_CHECK(args.size() <= hw::kMaxLaunchArgs, "spyre: too many launch arguments (", args.size(), ")");
   const uint64_t args_bytes = args.size() * sizeof(uint64_t);

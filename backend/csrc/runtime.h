@@ -7,6 +7,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <shared_mutex>
 #include <string>
 #include <vector>
 
@@ -190,6 +191,9 @@ class DeviceRuntime {
   driver::Queue& queue() { return queue(current_stream()); }
   void wait(driver::Queue& q, uint64_t seq);
   uint64_t label(const std::string& op);
+  /// launch() under the shared program lock; returns the programs the cache evicted in `evicted`.
+  void submit_launch(const std::string& key, const std::function<compiler::Program()>& build,
+                     const std::vector<uint64_t>& args, const std::string& op, std::vector<LoadedProgram>* evicted);
   /// alloc() for the runtime's own memory (programs, launch arguments, labels): when the device is
   /// full, asks the tensor allocator to give back what it caches, and tries once more.
   uint64_t alloc_reclaiming(uint64_t bytes);
@@ -209,6 +213,7 @@ class DeviceRuntime {
   std::multimap<uint64_t, std::unique_ptr<driver::HostBuffer>> staging_;  // by size
   uint64_t staging_bytes_ = 0;
   ProgramCache programs_;
+  std::shared_mutex programs_rw_;           // shared while a launch uses a program, exclusive to free evicted ones
   std::map<std::string, uint64_t> labels_;  // op name -> its NUL-terminated copy in device memory
   std::mutex rmw_mu_;
 };
