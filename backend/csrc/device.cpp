@@ -114,9 +114,7 @@ struct GuardImpl final : public c10::impl::DeviceGuardImplInterface {
     delete ev;
   }
   void recordDataPtrOnStream(const c10::DataPtr& data, const c10::Stream& s) const override {
-    if (auto* a = dynamic_cast<c10::DeviceAllocator*>(c10::GetAllocator(c10::DeviceType::PrivateUse1))) {
-      a->recordStream(data, s);
-    }
+    device_allocator().recordStream(data, s);
   }
   c10::DeviceIndex deviceCount() const noexcept override {
     return static_cast<c10::DeviceIndex>(DeviceRuntime::count());
@@ -155,7 +153,6 @@ class PinnedAllocator final : public at::HostAllocator {
       stats_.allocated_bytes.increase(static_cast<int64_t>(nbytes));
       stats_.active_requests.increase(1);
       stats_.active_bytes.increase(static_cast<int64_t>(nbytes));
-      sizes_[ctx] = nbytes;
     }
     return c10::DataPtr(data, ctx, &deleter, c10::Device(c10::kCPU));
   }
@@ -185,21 +182,17 @@ class PinnedAllocator final : public at::HostAllocator {
 
  private:
   static void deleter(void* ctx) {
+    if (!ctx) return;  // an empty allocation
     {
       std::lock_guard lock(instance().mu_);
-      const auto it = instance().sizes_.find(ctx);
-      if (it != instance().sizes_.end()) {
-        instance().stats_.active_requests.decrease(1);
-        instance().stats_.active_bytes.decrease(static_cast<int64_t>(it->second));
-        instance().sizes_.erase(it);
-      }
+      instance().stats_.active_requests.decrease(1);
+      instance().stats_.active_bytes.decrease(static_cast<int64_t>(PinnedHost::bytes(ctx)));
     }
     PinnedHost::unpin(ctx);
   }
 
   std::mutex mu_;
   at::HostStats stats_;
-  std::unordered_map<void*, size_t> sizes_;
 };
 PinnedAllocator g_pinned_allocator;
 PinnedAllocator& PinnedAllocator::instance() {

@@ -221,6 +221,7 @@ constexpr size_t kChunksInFlight = 4;
 namespace {
 struct Pinned {
   int device;
+  uint64_t bytes;  // as asked for (the mapping is rounded up to pages)
   std::unique_ptr<driver::HostBuffer> buffer;
 };
 std::mutex g_pinned_mu;
@@ -229,7 +230,7 @@ std::map<uintptr_t, Pinned*> g_pinned;  // by start address
 
 void* PinnedHost::pin(uint64_t bytes, void** ctx) {
   const int dev = current_device();
-  auto* entry = new Pinned{dev, nullptr};
+  auto* entry = new Pinned{dev, bytes, nullptr};
   try {
     SPYRE_CHECK(DeviceRuntime::get(dev).device().map_host(bytes, &entry->buffer));
   } catch (...) {
@@ -264,6 +265,10 @@ void PinnedHost::unpin(void* ctx) noexcept {
   delete entry;
 }
 
+uint64_t PinnedHost::bytes(const void* ctx) {
+  return static_cast<const Pinned*>(ctx)->bytes;
+}
+
 uint64_t PinnedHost::iova(const void* p, uint64_t n, int device) {
   const auto at = reinterpret_cast<uintptr_t>(p);
   std::lock_guard lock(g_pinned_mu);
@@ -285,6 +290,18 @@ bool PinnedHost::contains(const void* p) {
   return at < it->first + it->second->buffer->size();
 }
 
+uint64_t DeviceRuntime::copy_in_pieces(driver::Queue& q, uint64_t src, uint64_t dst, uint64_t n, uint8_t flags,
+                                       const char* name) {
+  const int64_t stream = current_stream();
+  uint64_t seq = 0;
+  for (uint64_t off = 0; off < n; off += hw::kMaxCopyBytes) {
+    const uint64_t m = std::min(hw::kMaxCopyBytes, n - off);
+    SPYRE_CHECK(q.copy(src + off, dst + off, m, flags, &seq));
+    profiling::note(index_, stream, q, seq, profiling::Kind::kMemcpy, name, m);
+  }
+  return seq;
+}
+
 void DeviceRuntime::h2d(uint64_t dst, const void* src, uint64_t n, bool non_blocking) {
   check_not_capturing("a copy from the host");
   upload(dst, src, n, non_blocking);
@@ -294,12 +311,7 @@ void DeviceRuntime::upload(uint64_t dst, const void* src, uint64_t n, bool non_b
   if (n == 0) return;
   driver::Queue& q = queue();
   if (const uint64_t iova = PinnedHost::iova(src, n, index_)) {  // the card reads it in place
-    uint64_t seq = 0;
-    for (uint64_t off = 0; off < n; off += hw::kMaxCopyBytes) {
-      const uint64_t m = std::min(hw::kMaxCopyBytes, n - off);
-      SPYRE_CHECK(q.copy(iova + off, dst + off, m, hw::kCopySrcHost, &seq));
-      profiling::note(index_, current_stream(), q, seq, profiling::Kind::kMemcpy, "Memcpy HtoD (pinned)", m);
-    }
+    const uint64_t seq = copy_in_pieces(q, iova, dst, n, hw::kCopySrcHost, "Memcpy HtoD (pinned)");
     if (!non_blocking) wait(q, seq);
     return;
   }
@@ -328,13 +340,7 @@ void DeviceRuntime::d2h(void* dst, uint64_t src, uint64_t n) {
   if (n == 0) return;
   driver::Queue& q = queue();
   if (const uint64_t iova = PinnedHost::iova(dst, n, index_)) {  // the card writes it in place
-    uint64_t seq = 0;
-    for (uint64_t off = 0; off < n; off += hw::kMaxCopyBytes) {
-      const uint64_t m = std::min(hw::kMaxCopyBytes, n - off);
-      SPYRE_CHECK(q.copy(src + off, iova + off, m, hw::kCopyDstHost, &seq));
-      profiling::note(index_, current_stream(), q, seq, profiling::Kind::kMemcpy, "Memcpy DtoH (pinned)", m);
-    }
-    wait(q, seq);
+    wait(q, copy_in_pieces(q, src, iova, n, hw::kCopyDstHost, "Memcpy DtoH (pinned)"));
     return;
   }
   const uint64_t chunk = copy_chunk();
@@ -356,13 +362,7 @@ void DeviceRuntime::d2d(uint64_t dst, uint64_t src, uint64_t n) {
     sink->copy(dst, src, n);
     return;
   }
-  driver::Queue& q = queue();
-  for (uint64_t off = 0; off < n; off += hw::kMaxCopyBytes) {  // on the card: no staging, whole descriptors
-    uint64_t seq = 0;
-    const uint64_t m = std::min(hw::kMaxCopyBytes, n - off);
-    SPYRE_CHECK(q.copy(src + off, dst + off, m, 0, &seq));
-    profiling::note(index_, current_stream(), q, seq, profiling::Kind::kMemcpy, "Memcpy DtoD", m);
-  }
+  (void)copy_in_pieces(queue(), src, dst, n, 0, "Memcpy DtoD");  // on the card: no staging
 }
 
 void DeviceRuntime::copy_to_peer(int peer, uint64_t dst, uint64_t src, uint64_t n) {
@@ -381,13 +381,7 @@ void DeviceRuntime::copy_to_peer(int peer, uint64_t dst, uint64_t src, uint64_t 
     window = it->second;
   }
   driver::Queue& q = queue();
-  uint64_t seq = 0;
-  for (uint64_t off = 0; off < n; off += hw::kMaxCopyBytes) {
-    const uint64_t m = std::min(hw::kMaxCopyBytes, n - off);
-    SPYRE_CHECK(q.copy(src + off, window + dst + off, m, hw::kCopyDstHost, &seq));
-    profiling::note(index_, current_stream(), q, seq, profiling::Kind::kMemcpy, "Memcpy PtoP", m);
-  }
-  wait(q, seq);
+  wait(q, copy_in_pieces(q, src, window + dst, n, hw::kCopyDstHost, "Memcpy PtoP"));
 }
 
 // The device copy of an op name, written once per name and kept: there are a few hundred at most.
@@ -587,11 +581,8 @@ bool DeviceRuntime::stream_query(int64_t stream) {
 }
 
 void DeviceRuntime::stream_synchronize(int64_t stream) {
+  TORCH_CHECK(!capturing(stream), "spyre: cannot synchronize stream ", stream, " while a graph captures it");
   driver::Queue& q = queue(stream);
-  {
-    std::lock_guard lock(streams_mu_);
-    TORCH_CHECK(!streams_[stream].capture, "spyre: cannot synchronize stream ", stream, " while a graph captures it");
-  }
   wait(q, q.last_seq());
 }
 

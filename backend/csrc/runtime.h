@@ -39,6 +39,8 @@ inline uint64_t device_address(const void* p) {
 struct PinnedHost {
   /// A mapped buffer of `bytes` for the current device; `ctx` is what unpin takes back.
   static void* pin(uint64_t bytes, void** ctx);
+  /// The bytes pin() was asked for, from its `ctx`.
+  static uint64_t bytes(const void* ctx);
   /// Waits for the device's queued work (a copy may still read the buffer), then unmaps it.
   static void unpin(void* ctx) noexcept;
   /// The device address (IOVA) of host bytes [p, p + n) if they lie in one pinned buffer of
@@ -181,6 +183,9 @@ class DeviceRuntime {
   DeviceRuntime(int index, driver::Device* device);
   /// The capture sink of the calling thread's current stream, or nullptr.
   CaptureSink* capture_sink();
+  /// Queues a copy of `n` bytes on `q` as descriptors of at most hw::kMaxCopyBytes (`flags`: which
+  /// side is a host IOVA), each noted for the profiler as `name`. Returns the last one's sequence.
+  uint64_t copy_in_pieces(driver::Queue& q, uint64_t src, uint64_t dst, uint64_t n, uint8_t flags, const char* name);
   /// h2d without the capture check: the runtime's own uploads run at once even during a capture.
   void upload(uint64_t dst, const void* src, uint64_t n, bool non_blocking = false);
   std::unique_ptr<driver::HostBuffer> take_staging(uint64_t n);

@@ -17,14 +17,9 @@ _Device = _torch.device | str | int
 
 
 def _device(device: _Device | None) -> _torch.device:
-    if device is None:
-        return _torch.device("spyre", _torch.accelerator.current_device_index())
-    if isinstance(device, int):
-        return _torch.device("spyre", device)
-    device = _torch.device(device)
-    if device.type != "spyre":
-        raise ValueError(f"torch.spyre: expected a spyre device, got {device}")
-    return device
+    from .device_module import _index  # device_module imports this module
+
+    return _torch.device("spyre", _index(device))
 
 
 class _SpyreOf(type):
