@@ -13,8 +13,11 @@ namespace spyre::sim {
 
 class Arbiter {
  public:
-  /// `units`: one bit per unit (at most 64).
-  explicit Arbiter(uint64_t units) : free_(units) {}
+  /// `count` units (at most 64), unit i as bit i.
+  explicit Arbiter(uint32_t count) : all_(count >= 64 ? ~0ull : (1ull << count) - 1), free_(all_) {}
+
+  /// Every unit's bit.
+  uint64_t all() const { return all_; }
 
   /// Waits for the units in `want` and takes them. With `any`, one free unit of `want` is
   /// enough. Returns the units taken. Call from a SystemC thread.
@@ -55,6 +58,7 @@ class Arbiter {
     return false;
   }
 
+  const uint64_t all_;
   uint64_t free_;
   uint64_t next_ticket_ = 0;
   std::list<Waiter> waiters_;

@@ -17,7 +17,7 @@ ControlProcessor::ControlProcessor(const sc_core::sc_module_name& name, const Co
       memory_(memory),
       dma_(dma),
       cores_(std::move(cores)),
-      core_arbiter_(cores_.size() >= 64 ? ~0ull : (1ull << cores_.size()) - 1),
+      core_arbiter_(static_cast<uint32_t>(cores_.size())),
       trace_(trace),
       stats_(stats),
       card_(card),

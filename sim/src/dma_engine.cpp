@@ -19,7 +19,7 @@ DmaEngine::DmaEngine(const sc_core::sc_module_name& name, const Config& config, 
       endpoint_(endpoint),
       trace_(trace),
       stats_(stats),
-      channels_(config.chip.dma_channels >= 64 ? ~0ull : (1ull << config.chip.dma_channels) - 1) {
+      channels_(config.chip.dma_channels) {
   for (uint32_t c = 0; c < config.chip.dma_channels; ++c) {
     tracks_.push_back(trace.track(card, fmt::format("dma channel {}", c)));
     buffers_.emplace_back((kReadAhead + 1) * kChunkBytes);
@@ -27,8 +27,7 @@ DmaEngine::DmaEngine(const sc_core::sc_module_name& name, const Config& config, 
 }
 
 fw::Verdict DmaEngine::copy(const hw::CopyArgs& args, uint8_t flags, uint32_t priority) {
-  const uint64_t all = tracks_.size() >= 64 ? ~0ull : (1ull << tracks_.size()) - 1;
-  const uint64_t granted = channels_.acquire(all, priority, /*any=*/true);
+  const uint64_t granted = channels_.acquire(channels_.all(), priority, /*any=*/true);
   const fw::Verdict v = run(static_cast<uint32_t>(__builtin_ctzll(granted)), args, flags);
   channels_.release(granted);
   return v;
