@@ -75,19 +75,15 @@ class SimulatorImpl final : public Simulator {
   }
 
   bool peer_read(uint32_t card, uint64_t offset, void* dst, uint64_t n) override {
-    if (card >= cards_.size()) return false;
-    DeviceMemory& m = cards_[card]->memory();
-    if (offset > m.size() || n > m.size() - offset) return false;
-    m.read(offset, dst, n);
-    return true;
+    DeviceMemory* m = peer_window(card, offset, n);
+    if (m) m->read(offset, dst, n);
+    return m != nullptr;
   }
 
   bool peer_write(uint32_t card, uint64_t offset, const void* src, uint64_t n) override {
-    if (card >= cards_.size()) return false;
-    DeviceMemory& m = cards_[card]->memory();
-    if (offset > m.size() || n > m.size() - offset) return false;
-    m.write(offset, src, n);
-    return true;
+    DeviceMemory* m = peer_window(card, offset, n);
+    if (m) m->write(offset, src, n);
+    return m != nullptr;
   }
 
   Reports flush_reports() override {
@@ -264,6 +260,13 @@ class SimulatorImpl final : public Simulator {
   std::string init_error_;
   // Owned by the simulator thread.
   std::unique_ptr<Trace> trace_;
+  // Card `card`'s memory if [offset, offset + n) lies inside it; nullptr otherwise.
+  DeviceMemory* peer_window(uint32_t card, uint64_t offset, uint64_t n) {
+    if (card >= cards_.size()) return nullptr;
+    DeviceMemory& m = cards_[card]->memory();
+    return offset <= m.size() && n <= m.size() - offset ? &m : nullptr;
+  }
+
   std::vector<std::unique_ptr<Card>> cards_;
 };
 
