@@ -184,8 +184,8 @@ struct Harness {
     return c;
   }();
   sim::Trace trace{config};
-  sim::DeviceMemory memory{"memory", config};
-  sim::Ring ring = sim::make_ring(config);
+  sim::Fabric fabric{config};
+  sim::DeviceMemory memory{"memory", config, fabric};
   sim::Clock clock{config.chip.clock_mhz};
   sim::Launch launch{clock.cycles(config.chip.barrier_cycles)};
   sim::CoreStats stats[kCores];
@@ -195,8 +195,8 @@ struct Harness {
 
   Harness() {
     for (uint32_t i = 0; i < kCores; ++i) {
-      cores.push_back(std::make_unique<sim::Core>(("core" + std::to_string(i)).c_str(), 0, i, config, ring, trace,
-                                                  stats[i], worker));
+      cores.push_back(std::make_unique<sim::Core>(("core" + std::to_string(i)).c_str(), 0, i, config,
+                                                  fabric.core_stop(i), trace, stats[i], worker));
       cores[i]->mem.bind(memory.socket);
       sc_core::sc_spawn([this, i] {
         for (;;) {
@@ -208,10 +208,15 @@ struct Harness {
     sc_core::sc_start(sc_core::SC_ZERO_TIME);
   }
 
-  /// Cycles from the start of the last launch until core i stopped (fractional: no rounding).
-  double stopped(uint32_t i) const { return (done[i] - start).to_seconds() * config.chip.clock_mhz * 1e6; }
+  /// Cycles from when core i's program had arrived (its first instruction issued) until it
+  /// stopped, in the last launch (fractional: no rounding). Instruction timing without the fetch,
+  /// whose cost varies with the program's length (see fetched()).
+  double stopped(uint32_t i) const { return cycles(done[i] - cores[i]->code_ready()); }
+  /// Cycles from the start of the last launch until core i's program had arrived.
+  double fetched(uint32_t i) const { return cycles(cores[i]->code_ready() - start); }
+  double cycles(const sc_core::sc_time& t) const { return t.to_seconds() * config.chip.clock_mhz * 1e6; }
 
-  /// Launches `p` on cores 0.. (rank = core) with `args`; returns the cycles until the last one stopped.
+  /// Launches `p` on cores 0.. (rank = core) with `args`; returns the largest stopped(i).
   double run(const compiler::Program& p, std::vector<uint64_t> args = {kIn, kOut}) {
     const auto n = static_cast<uint32_t>(__builtin_popcountll(p.core_mask));
     memory.write(kProgram, p.image.data(), p.image.size());

@@ -27,29 +27,28 @@ constexpr uint64_t kProgram = 0x10000, kArgs = 0x8000, kA = 0x100000, kB = 0x800
 struct Harness {
   Config config;
   Trace trace{config};
-  DeviceMemory memory{"memory", config};
-  Ring ring = make_ring(config);
+  Fabric fabric{config};
+  DeviceMemory memory{"memory", config, fabric};
   CoreStats stats;
   Worker worker{config.sim.async_compute};
-  Core core{"core0", 0, 0, config, ring, trace, stats, worker};
+  Core core{"core0", 0, 0, config, fabric.core_stop(0), trace, stats, worker};
   Launch launch{sc_core::SC_ZERO_TIME};
   Harness() {
     core.mem.bind(memory.socket);
     sc_core::sc_start(sc_core::SC_ZERO_TIME);  // elaborate; the core now waits for a start
   }
 
-  // Loads `p`, runs it as rank 0 until the core stops, returns the cycles it took.
+  // Loads `p`, runs it as rank 0 until the core stops, returns the cycles it ran after its code arrived.
   uint64_t run(const compiler::Program& p, std::vector<uint64_t> args = {kA, kB, kC}) {
     memory.write(kProgram, p.image.data(), p.image.size());
     args.resize(hw::kMaxLaunchArgs, 0);
     memory.write(kArgs, args.data(), args.size() * 8);
     const Clock clock(config.chip.clock_mhz);
-    const uint64_t start = clock.now_cycles();
     launch.reset({&core});
     core.start(kProgram, kArgs, args.size() * 8, 0, &launch);
     sc_core::sc_start();  // until the core is idle again
     REQUIRE_FALSE(core.busy());
-    return clock.now_cycles() - start;
+    return clock.now_cycles() - clock.to_cycles(core.code_ready());  // without the program fetch
   }
 };
 Harness* h = nullptr;
@@ -84,13 +83,8 @@ hw::Instr matmul(uint32_t m, uint32_t k, uint32_t n, hw::DType t) {
   return i;
 }
 
-// The PT timing model restated independently: rows over the 8 PT rows, columns over 8 PT columns
-// x 2 corelets, K over 8 SIMD lanes; fp32 at a quarter of the fp16 rate; 24 cycles fill.
-uint64_t expected_matmul_cycles(uint64_t m, uint64_t k, uint64_t n, hw::DType t) {
-  auto up = [](uint64_t v, uint64_t q) { return (v + q - 1) / q * q; };
-  const double per_cycle = 8 * 8 * 8 * 2 * (t == hw::DType::kF32 ? 0.25 : 1.0);
-  return static_cast<uint64_t>(std::ceil(up(m, 8) * up(n, 16) * up(k, 8) / per_cycle)) + 24;
-}
+// One instruction's cost: the same program with and without one more matmul.
+uint64_t matmul_delta(uint32_t m, uint32_t k, uint32_t n, hw::DType t);
 
 }  // namespace
 
@@ -117,30 +111,37 @@ TEST_CASE("a compiled matmul program matches the golden model") {
   CHECK(h->stats.flops >= 2ull * m * k * n);
 }
 
-TEST_CASE("one PT matmul instruction takes the analytical number of cycles") {
-  for (const hw::DType t : {hw::DType::kF32, hw::DType::kF16}) {
-    for (const auto& [m, k, n] : {std::tuple{128u, 256u, 128u}, std::tuple{5u, 7u, 9u}, std::tuple{64u, 64u, 200u}}) {
-      CAPTURE(static_cast<int>(t));
-      CAPTURE(m);
-      // The same program with and without one more matmul: the difference is that instruction.
-      const auto one = compiler::assemble("one", {{matmul(m, k, n, t)}}, 0);
-      const auto two = compiler::assemble("two", {{matmul(m, k, n, t), matmul(m, k, n, t)}}, 0);
-      const uint64_t delta = h->run(two) - h->run(one);
-      const uint64_t want = expected_matmul_cycles(m, k, n, t) + h->config.chip.issue_cycles;
-      CHECK(delta >= want - 1);  // picosecond rounding of the 1.5 GHz period
-      CHECK(delta <= want + 1);
-    }
+TEST_CASE("a PT matmul instruction runs at the array's peak on full tiles and pays whole tiles for partial ones") {
+  // The public array: 2 corelets of 8 x 8 PEs, each 8 fp16 FMAs per cycle: 1024 multiply-adds per
+  // cycle per core. fp32 runs at chip.fp32_rate of that.
+  const double macs_per_cycle = 2 * 8 * 8 * 8;
+  for (const hw::DType t : {hw::DType::kF16, hw::DType::kF32}) {
+    CAPTURE(static_cast<int>(t));
+    const double rate = t == hw::DType::kF32 ? h->config.chip.fp32_rate : 1.0;
+    const uint64_t big = matmul_delta(128, 1024, 128, t);
+    const double ideal = 128.0 * 1024 * 128 / (macs_per_cycle * rate);
+    CAPTURE(big);
+    CHECK(big >= ideal);
+    CHECK(big <= ideal * 1.02 + 64);  // a fixed fill and drain of a few dozen cycles at most
+    // Twice the K: twice the work, the same fixed cost.
+    const uint64_t twice = matmul_delta(128, 2048, 128, t);
+    CHECK(twice - big >= ideal * 0.99);
+    CHECK(twice - big <= ideal * 1.01);
+    // A 5 x 7 x 9 tile costs what the 8 x 8 x 16 tile that holds it costs: padding is work.
+    CHECK(matmul_delta(5, 7, 9, t) == matmul_delta(8, 8, 16, t));
+    CHECK(matmul_delta(9, 8, 16, t) > matmul_delta(8, 8, 16, t));
   }
 }
 
 TEST_CASE("a load is bound by the slower of the ring and LPDDR5") {
-  // 1 MiB: the ring moves 128 B/cycle = 192 GB/s, LPDDR5 204.8 GB/s, so the ring bounds it:
-  // 8192 cycles + 16 cycles of ring latency + 2 issue cycles.
+  // 1 MiB spread over the 16 channels: 5120 ns at 204.8 GB/s = 7680 cycles, + 120 ns = 180 cycles
+  // of LPDDR5 latency + 2 issue cycles. The ring brings it into the core from both sides, 2 x 128
+  // B/cycle, so LPDDR5 bounds it; the farthest memory controller is at most half the 37 stops away.
   const auto empty = compiler::assemble("empty", {{arg(1, 0)}}, 1);
   const auto big = compiler::assemble("load", {{arg(1, 0), load(1, 0, 512, 2048)}}, 1);
   const uint64_t delta = h->run(big) - h->run(empty);
-  CHECK(delta >= 8192 + 16 + 2 - 2);
-  CHECK(delta <= 8192 + 16 + 2 + 2);
+  CHECK(delta >= 7680 + 180 + 2 - 1);
+  CHECK(delta <= 7680 + 180 + 2 + 18 + 1);
 }
 
 TEST_CASE("an illegal scratchpad access faults with the core and program counter") {
@@ -189,6 +190,14 @@ TEST_CASE("a device-memory write waits for the deferred loads that read it, and 
   CHECK(loaded.load());
   releaser.join();
 }
+
+namespace {
+uint64_t matmul_delta(uint32_t m, uint32_t k, uint32_t n, hw::DType t) {
+  const auto one = compiler::assemble("one", {{matmul(m, k, n, t)}}, 0);
+  const auto two = compiler::assemble("two", {{matmul(m, k, n, t), matmul(m, k, n, t)}}, 0);
+  return h->run(two) - h->run(one);
+}
+}  // namespace
 
 extern "C" int sc_main(int argc, char* argv[]) {
   Harness harness;

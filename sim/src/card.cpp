@@ -5,9 +5,9 @@
 namespace spyre::sim {
 
 Card::Card(const sc_core::sc_module_name& name, uint32_t index, const Config& config, Trace& trace)
-    : sc_core::sc_module(name), host_bar0("host_bar0"), ring_(make_ring(config)), worker_(config.sim.async_compute) {
+    : sc_core::sc_module(name), host_bar0("host_bar0"), fabric_(config), worker_(config.sim.async_compute) {
   stats_.cores.resize(config.chip.cores);
-  memory_ = std::make_unique<DeviceMemory>("memory", config);
+  memory_ = std::make_unique<DeviceMemory>("memory", config, fabric_);
   memory_->set_write_guard([this](uint64_t addr, uint64_t n) { worker_.settle_device_write(addr, addr + n); });
   endpoint_ = std::make_unique<Endpoint>("pcie", config, memory_->size(), stats_);
   host_bar0.bind(endpoint_->bar0);
@@ -15,13 +15,25 @@ Card::Card(const sc_core::sc_module_name& name, uint32_t index, const Config& co
   dma_->mem.bind(memory_->socket);
   std::vector<Core*> cores;
   for (uint32_t i = 0; i < config.chip.cores; ++i) {
-    cores_.push_back(std::make_unique<Core>(fmt::format("core{}", i).c_str(), index, i, config, ring_, trace,
-                                            stats_.cores[i], worker_));
+    cores_.push_back(std::make_unique<Core>(fmt::format("core{}", i).c_str(), index, i, config, fabric_.core_stop(i),
+                                            trace, stats_.cores[i], worker_));
     cores_.back()->mem.bind(memory_->socket);
     cores.push_back(cores_.back().get());
   }
   cp_ = std::make_unique<ControlProcessor>("cp", config, index, *endpoint_, *memory_, *dma_, std::move(cores), trace,
                                            stats_);
+}
+
+const CardStats& Card::stats() {
+  const auto server = [](const BandwidthServer& b) { return ServerStats{b.bytes(), b.busy_ps()}; };
+  stats_.channels.clear();
+  for (const BandwidthServer& c : fabric_.channels()) stats_.channels.push_back(server(c));
+  stats_.links.clear();
+  for (const Fabric::Link& l : fabric_.links()) stats_.links.push_back({l.from, l.to, l.clockwise, server(*l.server)});
+  stats_.ring_byte_hops = fabric_.byte_hops();
+  stats_.pcie_up = server(endpoint_->to_host());
+  stats_.pcie_down = server(endpoint_->from_host());
+  return stats_;
 }
 
 bool Card::mmio(bool write, uint32_t offset, uint32_t& value) {

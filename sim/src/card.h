@@ -11,6 +11,7 @@
 #include "device_memory.h"
 #include "dma_engine.h"
 #include "endpoint.h"
+#include "fabric.h"
 #include "worker.h"
 
 namespace spyre::sim {
@@ -26,11 +27,12 @@ class Card : public sc_core::sc_module {
   /// BAR0 access from the host side, through the endpoint's target socket. False on a bus error.
   bool mmio(bool write, uint32_t offset, uint32_t& value);
   DeviceMemory& memory() { return *memory_; }
-  const CardStats& stats() const { return stats_; }
+  /// The counters, with the fabric's and the PCIe link's brought up to date.
+  const CardStats& stats();
 
  private:
   CardStats stats_;
-  Ring ring_;
+  Fabric fabric_;
   Worker worker_;  // outlives the cores, whose arithmetic it runs
   std::unique_ptr<DeviceMemory> memory_;
   std::unique_ptr<Endpoint> endpoint_;

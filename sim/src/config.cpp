@@ -15,8 +15,10 @@ using nlohmann::json;
 
 json to_tree(const Config& c) {
   json j;
-  j["sim"] = {
-      {"devices", c.sim.devices}, {"host_quantum_ns", c.sim.host_quantum_ns}, {"async_compute", c.sim.async_compute}};
+  j["sim"] = {{"devices", c.sim.devices},
+              {"host_quantum_ns", c.sim.host_quantum_ns},
+              {"async_compute", c.sim.async_compute},
+              {"mode", c.sim.mode}};
   j["chip"] = {{"cores", c.chip.cores},
                {"corelets_per_core", c.chip.corelets_per_core},
                {"clock_mhz", c.chip.clock_mhz},
@@ -26,22 +28,37 @@ json to_tree(const Config& c) {
                {"pt_simd", c.chip.pt_simd},
                {"fp32_rate", c.chip.fp32_rate},
                {"pt_fill_cycles", c.chip.pt_fill_cycles},
+               {"pt_drain_cycles", c.chip.pt_drain_cycles},
+               {"pt_tile_cycles", c.chip.pt_tile_cycles},
+               {"lx_read_bytes_per_cycle", c.chip.lx_read_bytes_per_cycle},
                {"sfp_lanes", c.chip.sfp_lanes},
                {"sfp_fill_cycles", c.chip.sfp_fill_cycles},
                {"sfp_transcendental_cycles", c.chip.sfp_transcendental_cycles},
+               {"sfp_reduce_cycles", c.chip.sfp_reduce_cycles},
+               {"sfp_convert_cycles", c.chip.sfp_convert_cycles},
                {"issue_cycles", c.chip.issue_cycles},
                {"scalar_cycles", c.chip.scalar_cycles},
                {"barrier_cycles", c.chip.barrier_cycles},
                {"dma_channels", c.chip.dma_channels},
                {"fp16_format", c.chip.fp16_format}};
-  j["ring"] = {{"bytes_per_cycle", c.ring.bytes_per_cycle}, {"latency_cycles", c.ring.latency_cycles}};
+  j["ring"] = {{"bytes_per_cycle", c.ring.bytes_per_cycle}, {"hop_cycles", c.ring.hop_cycles}};
   j["memory"] = {{"size_bytes", c.memory.size_bytes},
                  {"usable_bytes", c.memory.usable_bytes},
                  {"channels", c.memory.channels},
+                 {"controllers", c.memory.controllers},
+                 {"interleave_bytes", c.memory.interleave_bytes},
+                 {"channel_hash", c.memory.channel_hash},
                  {"bandwidth_gbps", c.memory.bandwidth_gbps},
                  {"latency_ns", c.memory.latency_ns}};
-  j["pcie"] = {{"bandwidth_gbps", c.pcie.bandwidth_gbps}, {"latency_ns", c.pcie.latency_ns}};
+  j["pcie"] = {{"bandwidth_gbps", c.pcie.bandwidth_gbps},
+               {"latency_ns", c.pcie.latency_ns},
+               {"max_payload_bytes", c.pcie.max_payload_bytes},
+               {"packet_overhead_bytes", c.pcie.packet_overhead_bytes}};
   j["firmware"] = {{"queues", c.firmware.queues}, {"command_cycles", c.firmware.command_cycles}};
+  j["energy"] = {
+      {"pt_pj_per_flop", c.energy.pt_pj_per_flop},         {"sfp_pj_per_element", c.energy.sfp_pj_per_element},
+      {"memory_pj_per_byte", c.energy.memory_pj_per_byte}, {"ring_pj_per_byte_hop", c.energy.ring_pj_per_byte_hop},
+      {"pcie_pj_per_byte", c.energy.pcie_pj_per_byte},     {"static_watts", c.energy.static_watts}};
   j["output"] = {{"trace_path", c.output.trace_path},
                  {"stats_path", c.output.stats_path},
                  {"trace_instructions", c.output.trace_instructions},
@@ -78,6 +95,7 @@ Config from_tree(const json& j) {
   get(j, "sim", "devices", c.sim.devices);
   get(j, "sim", "host_quantum_ns", c.sim.host_quantum_ns);
   get(j, "sim", "async_compute", c.sim.async_compute);
+  get(j, "sim", "mode", c.sim.mode);
   get(j, "chip", "cores", c.chip.cores);
   get(j, "chip", "corelets_per_core", c.chip.corelets_per_core);
   get(j, "chip", "clock_mhz", c.chip.clock_mhz);
@@ -87,23 +105,39 @@ Config from_tree(const json& j) {
   get(j, "chip", "pt_simd", c.chip.pt_simd);
   get(j, "chip", "fp32_rate", c.chip.fp32_rate);
   get(j, "chip", "pt_fill_cycles", c.chip.pt_fill_cycles);
+  get(j, "chip", "pt_drain_cycles", c.chip.pt_drain_cycles);
+  get(j, "chip", "pt_tile_cycles", c.chip.pt_tile_cycles);
+  get(j, "chip", "lx_read_bytes_per_cycle", c.chip.lx_read_bytes_per_cycle);
   get(j, "chip", "sfp_lanes", c.chip.sfp_lanes);
   get(j, "chip", "sfp_fill_cycles", c.chip.sfp_fill_cycles);
   get(j, "chip", "sfp_transcendental_cycles", c.chip.sfp_transcendental_cycles);
+  get(j, "chip", "sfp_reduce_cycles", c.chip.sfp_reduce_cycles);
+  get(j, "chip", "sfp_convert_cycles", c.chip.sfp_convert_cycles);
   get(j, "chip", "issue_cycles", c.chip.issue_cycles);
   get(j, "chip", "scalar_cycles", c.chip.scalar_cycles);
   get(j, "chip", "barrier_cycles", c.chip.barrier_cycles);
   get(j, "chip", "dma_channels", c.chip.dma_channels);
   get(j, "chip", "fp16_format", c.chip.fp16_format);
   get(j, "ring", "bytes_per_cycle", c.ring.bytes_per_cycle);
-  get(j, "ring", "latency_cycles", c.ring.latency_cycles);
+  get(j, "ring", "hop_cycles", c.ring.hop_cycles);
   get(j, "memory", "size_bytes", c.memory.size_bytes);
   get(j, "memory", "usable_bytes", c.memory.usable_bytes);
   get(j, "memory", "channels", c.memory.channels);
+  get(j, "memory", "controllers", c.memory.controllers);
+  get(j, "memory", "interleave_bytes", c.memory.interleave_bytes);
+  get(j, "memory", "channel_hash", c.memory.channel_hash);
   get(j, "memory", "bandwidth_gbps", c.memory.bandwidth_gbps);
   get(j, "memory", "latency_ns", c.memory.latency_ns);
   get(j, "pcie", "bandwidth_gbps", c.pcie.bandwidth_gbps);
   get(j, "pcie", "latency_ns", c.pcie.latency_ns);
+  get(j, "pcie", "max_payload_bytes", c.pcie.max_payload_bytes);
+  get(j, "pcie", "packet_overhead_bytes", c.pcie.packet_overhead_bytes);
+  get(j, "energy", "pt_pj_per_flop", c.energy.pt_pj_per_flop);
+  get(j, "energy", "sfp_pj_per_element", c.energy.sfp_pj_per_element);
+  get(j, "energy", "memory_pj_per_byte", c.energy.memory_pj_per_byte);
+  get(j, "energy", "ring_pj_per_byte_hop", c.energy.ring_pj_per_byte_hop);
+  get(j, "energy", "pcie_pj_per_byte", c.energy.pcie_pj_per_byte);
+  get(j, "energy", "static_watts", c.energy.static_watts);
   get(j, "firmware", "queues", c.firmware.queues);
   get(j, "firmware", "command_cycles", c.firmware.command_cycles);
   get(j, "output", "trace_path", c.output.trace_path);
@@ -123,6 +157,9 @@ void validate(const Config& c) {
   require(c.chip.cores >= 1 && c.chip.cores <= 64, "chip.cores", "must be 1..64");
   require(c.chip.corelets_per_core >= 1, "chip.corelets_per_core", "must be at least 1");
   require(c.chip.clock_mhz >= 1, "chip.clock_mhz", "must be at least 1");
+  require(c.sim.mode == "timed" || c.sim.mode == "functional", "sim.mode", "must be \"timed\" or \"functional\"");
+  require(c.chip.lx_read_bytes_per_cycle >= 1, "chip.lx_read_bytes_per_cycle", "must be at least 1");
+  require(c.chip.sfp_reduce_cycles >= 1 && c.chip.sfp_convert_cycles >= 1, "chip.sfp_*_cycles", "must be at least 1");
   require(c.chip.fp16_format == "dlfloat16" || c.chip.fp16_format == "ieee", "chip.fp16_format",
           "must be \"dlfloat16\" (the silicon's) or \"ieee\"");
   require(c.chip.lx_bytes >= 64 * 1024 && c.chip.lx_bytes <= (1ull << 31), "chip.lx_bytes", "must be 64 KiB..2 GiB");
@@ -134,9 +171,21 @@ void validate(const Config& c) {
   require(c.ring.bytes_per_cycle >= 1, "ring.bytes_per_cycle", "must be at least 1");
   require(c.memory.usable_bytes >= (1ull << 20) && c.memory.usable_bytes <= c.memory.size_bytes, "memory.usable_bytes",
           "must be at least 1 MiB and at most memory.size_bytes");
-  require(c.memory.channels >= 1, "memory.channels", "must be at least 1");
+  require(c.memory.channels >= 1 && c.memory.channels <= 1024, "memory.channels", "must be 1..1024");
+  require(c.memory.controllers >= 1 && c.memory.controllers <= c.memory.channels, "memory.controllers",
+          "must be 1..memory.channels");
+  require(c.memory.interleave_bytes >= 64 && (c.memory.interleave_bytes & (c.memory.interleave_bytes - 1)) == 0,
+          "memory.interleave_bytes", "must be a power of two of at least 64");
+  require(c.memory.channel_hash == "modulo" ||
+              (c.memory.channel_hash == "xor" && (c.memory.channels & (c.memory.channels - 1)) == 0),
+          "memory.channel_hash", "must be \"modulo\", or \"xor\" with a power-of-two channel count");
   require(c.memory.bandwidth_gbps > 0, "memory.bandwidth_gbps", "must be positive");
   require(c.pcie.bandwidth_gbps > 0, "pcie.bandwidth_gbps", "must be positive");
+  require(c.pcie.max_payload_bytes >= 64, "pcie.max_payload_bytes", "must be at least 64");
+  for (const double v : {c.energy.pt_pj_per_flop, c.energy.sfp_pj_per_element, c.energy.memory_pj_per_byte,
+                         c.energy.ring_pj_per_byte_hop, c.energy.pcie_pj_per_byte, c.energy.static_watts}) {
+    require(v >= 0, "energy.*", "must not be negative");
+  }
   require(c.firmware.queues >= 1 && c.firmware.queues <= 16, "firmware.queues", "must be 1..16");
 }
 

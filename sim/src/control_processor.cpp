@@ -58,10 +58,34 @@ fw::Verdict ControlProcessor::launch(uint64_t program, uint64_t args, uint64_t a
     if (core_mask >> i & 1) ranks.push_back(cores_[i]);
   }
   launch->reset(ranks);
+  // The launch's share of its cores' counters: what they count from its start to its end.
+  const auto totals = [&] {
+    LaunchStats t;
+    for (uint32_t i = 0; i < cores_.size(); ++i) {
+      if (!(core_mask >> i & 1)) continue;
+      const CoreStats& cs = stats_.cores[i];
+      for (int k = 0; k < static_cast<int>(Stall::kCount); ++k) t.stall[k] += cs.stall[k];
+      t.flops += cs.flops;
+      t.bytes_loaded += cs.bytes_loaded;
+      t.bytes_stored += cs.bytes_stored;
+    }
+    return t;
+  };
+  const LaunchStats before = totals();
+  const uint64_t start = clock_.now_cycles();
   for (uint32_t rank = 0; rank < ranks.size(); ++rank) ranks[rank]->start(program, args, args_size, rank, launch.get());
   for (Core* core : ranks) {
     while (core->busy()) wait(core->done_event());
   }
+  LaunchStats record = totals();
+  for (int k = 0; k < static_cast<int>(Stall::kCount); ++k) record.stall[k] -= before.stall[k];
+  record.flops -= before.flops;
+  record.bytes_loaded -= before.bytes_loaded;
+  record.bytes_stored -= before.bytes_stored;
+  record.cores = static_cast<uint32_t>(ranks.size());
+  record.start = start;
+  record.end = clock_.now_cycles();
+  finished_launches_.emplace(std::make_pair(program, args), std::move(record));
   fw::Verdict v;
   for (Core* core : ranks) {
     if (!core->result().ok()) {
@@ -100,6 +124,20 @@ void ControlProcessor::command_done(uint32_t queue, const hw::Descriptor& d, con
       memory_.read(d.launch.program + h.name_offset, slice.data(), h.name_size);
     }
     if (d.launch.label != 0) op = read_label(d.launch.label);
+  }
+  if (d.opcode == hw::Opcode::kLaunch) {
+    const auto it = finished_launches_.find({d.launch.program, d.launch.args});
+    if (it != finished_launches_.end()) {
+      if (stats_.launches.size() < CardStats::kMaxLaunches) {
+        it->second.name = slice;
+        it->second.op = op;
+        it->second.queue = queue;
+        stats_.launches.push_back(std::move(it->second));
+      } else {
+        ++stats_.launches_dropped;
+      }
+      finished_launches_.erase(it);
+    }
   }
   trace_.slice(track, slice, c.start_cycle, clock_.now_cycles(),
                {{"seq", d.seq}, {"error", static_cast<uint64_t>(c.error)}, {"field", static_cast<uint64_t>(c.field)}},

@@ -5,6 +5,7 @@
 #pragma once
 
 #include <cstdint>
+#include <map>
 #include <memory>
 #include <vector>
 
@@ -55,6 +56,8 @@ class ControlProcessor : public sc_core::sc_module, private fw::Hal {
   Arbiter core_arbiter_;
   std::vector<std::unique_ptr<Launch>> idle_launches_;  // barrier state, one per launch in flight
   sc_core::sc_event signalled_;
+  // Launches whose cores are done, until command_done names them: by (program, argument block).
+  std::multimap<std::pair<uint64_t, uint64_t>, LaunchStats> finished_launches_;
   Trace& trace_;
   CardStats& stats_;
   uint32_t card_;

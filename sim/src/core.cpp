@@ -17,13 +17,6 @@ uint64_t round_up(uint64_t v, uint64_t m) {
 }
 }  // namespace
 
-Ring make_ring(const Config& c) {
-  const double bytes_per_ns = c.ring.bytes_per_cycle * (c.chip.clock_mhz / 1000.0);
-  const sc_core::sc_time latency = Clock(c.chip.clock_mhz).cycles(c.ring.latency_cycles);
-  return Ring{BandwidthServer(bytes_per_ns, sc_core::SC_ZERO_TIME),
-              BandwidthServer(bytes_per_ns, sc_core::SC_ZERO_TIME), latency};
-}
-
 void Launch::arrive() {
   const uint64_t generation = generation_;
   if (++arrived_ >= active_) release();
@@ -44,14 +37,15 @@ void Launch::release() {
   released_.notify(latency_);
 }
 
-Core::Core(const sc_core::sc_module_name& name, uint32_t card, uint32_t id, const Config& config, Ring& ring,
+Core::Core(const sc_core::sc_module_name& name, uint32_t card, uint32_t id, const Config& config, uint32_t stop,
            Trace& trace, CoreStats& stats, Worker& worker)
     : sc_core::sc_module(name),
       mem("mem"),
       config_(config),
       id_(id),
+      stop_(stop),
+      functional_(config.sim.mode == "functional"),
       clock_(config.chip.clock_mhz),
-      ring_(ring),
       trace_(trace),
       stats_(stats),
       track_(trace.track(card, fmt::format("core {:02}", id))),
@@ -109,21 +103,25 @@ void Core::start(uint64_t program, uint64_t args, uint64_t args_size, uint32_t r
 
 uint64_t Core::matmul_cycles(uint32_t m, uint32_t k, uint32_t n, hw::DType t) const {
   const ChipConfig& c = config_.chip;
-  // Rows map onto PT rows, columns onto PT columns of every corelet, K onto the SIMD lanes.
-  const uint64_t per_cycle = uint64_t{c.pt_rows} * c.pt_cols * c.pt_simd * c.corelets_per_core;
-  const uint64_t work =
-      round_up(m, c.pt_rows) * round_up(n, uint64_t{c.pt_cols} * c.corelets_per_core) * round_up(k, c.pt_simd);
+  // Output-stationary: each output tile of pt_rows x (pt_cols x corelets) elements sits in the
+  // PEs while K streams through the SIMD lanes; partial tiles cost whole ones. The scratchpad feeds
+  // every tile its A block (pt_rows x K) and B block (K x its columns) through the read port.
+  const uint64_t rows = c.pt_rows, cols = uint64_t{c.pt_cols} * c.corelets_per_core;
+  const uint64_t tiles = (m + rows - 1) / rows * ((n + cols - 1) / cols);
+  const uint64_t k_padded = round_up(k, c.pt_simd);
   const double rate = t == hw::DType::kF32 ? c.fp32_rate : 1.0;
-  return static_cast<uint64_t>(static_cast<double>(work) / (static_cast<double>(per_cycle) * rate) + 0.999999) +
-         c.pt_fill_cycles;
+  const auto compute = static_cast<uint64_t>(static_cast<double>(tiles * (k_padded / c.pt_simd)) / rate + 0.999999);
+  const uint64_t feed_bytes = tiles * (rows + cols) * k_padded * hw::dtype_size(t);
+  const uint64_t feed = (feed_bytes + c.lx_read_bytes_per_cycle - 1) / c.lx_read_bytes_per_cycle;
+  return std::max(compute, feed) + tiles * c.pt_tile_cycles + c.pt_fill_cycles + c.pt_drain_cycles;
 }
 
-uint64_t Core::sfp_cycles(uint64_t elements, hw::DType t, bool transcendental) const {
+uint64_t Core::sfp_cycles(uint64_t elements, hw::DType t, uint32_t per_group) const {
   // sfp_lanes 16-bit lanes: 32-bit elements go at half the rate, 64-bit at a quarter.
   const uint64_t bytes = std::max<uint32_t>(hw::dtype_size(t), 2);
   const uint64_t per_cycle = std::max<uint64_t>(uint64_t{config_.chip.sfp_lanes} * 2 / bytes, 1);
   const uint64_t groups = (elements + per_cycle - 1) / per_cycle;
-  return groups * (transcendental ? config_.chip.sfp_transcendental_cycles : 1) + config_.chip.sfp_fill_cycles;
+  return groups * per_group + config_.chip.sfp_fill_cycles;
 }
 
 void Core::thread() {
@@ -135,7 +133,7 @@ void Core::thread() {
     if (launch_) launch_->depart();
     const uint64_t end = now();
     ++stats_.programs;
-    stats_.busy_cycles += end - begin;
+    stats_.busy_cycles += end - begin;  // = what run() attributed, cycle for cycle
     trace_.slice(track_, result_.ok() ? "program" : "program (fault)", begin, end,
                  {{"rank", rank_}, {"program", program_}});
     busy_ = false;
@@ -147,21 +145,38 @@ fw::Verdict Core::run() {
   // The firmware checked the header against the launch; the core checks what it executes.
   // Each fetch depends on the one before, so each is issued when the previous one has landed:
   // booking them ahead would make the memory server queue other cores' fetches behind them.
+  // The fetches cross the ring from the memory controllers to this core's stop; the cores of a
+  // launch share them (Launch::fetched).
   const auto fetch = [this](uint64_t addr, void* dst, uint64_t n) {
-    sc_core::sc_time delay = sc_core::SC_ZERO_TIME;
-    const bool ok = tlm_access(mem, tlm::TLM_READ_COMMAND, addr, static_cast<uint8_t*>(dst), n, delay);
-    wait(delay);
+    const uint64_t before = now();
+    sc_core::sc_time delay = sc_core::SC_ZERO_TIME, done;
+    RowList list;
+    list.addrs = &addr;
+    list.rows = 1;
+    list.row_bytes = n;
+    list.stop = stop_;
+    list.book = !(launch_ && launch_->fetched(addr, n, &done));
+    const bool ok = tlm_access_rows(mem, tlm::TLM_READ_COMMAND, list, static_cast<uint8_t*>(dst), delay);
+    if (list.book) {
+      done = sc_core::sc_time_stamp() + delay;
+      if (launch_) launch_->note_fetch(addr, n, done);
+    }
+    if (done > sc_core::sc_time_stamp()) wait(done - sc_core::sc_time_stamp());
+    stats_.stall[static_cast<int>(Stall::kMemory)] += now() - before;
     return ok;
   };
   hw::ProgramHeader h{};
   if (!fetch(program_, &h, sizeof h)) return fault(0);
-  uint32_t entry = 0;
-  if (rank_ >= h.num_entries || !fetch(program_ + sizeof h + 4ull * rank_, &entry, 4)) return fault(0);
+  // The whole entry table, the same bytes for every rank.
+  std::vector<uint32_t> entries(h.num_entries);
+  if (rank_ >= h.num_entries || !fetch(program_ + sizeof h, entries.data(), 4ull * h.num_entries)) return fault(0);
+  const uint32_t entry = entries[rank_];
   args_.assign(num_args_, 0);
   if (num_args_ > 0 && !fetch(args_addr_, args_.data(), num_args_ * 8ull)) return fault(0);
   if (entry >= h.num_instrs) return fault(entry);
   code_.resize(h.num_instrs);
   if (!fetch(program_ + h.instr_offset, code_.data(), code_.size() * sizeof(hw::Instr))) return fault(entry);
+  code_ready_ = sc_core::sc_time_stamp() + local_;
   std::fill(std::begin(regs_), std::end(regs_), 0);
   std::fill(std::begin(tag_done_), std::end(tag_done_), sc_core::SC_ZERO_TIME);
   uint32_t pc = entry;
@@ -169,7 +184,12 @@ fw::Verdict Core::run() {
     const hw::Instr& in = code_[pc];
     if (in.op == hw::Op::kEnd) return {};
     const uint32_t at = pc++;
-    if (!execute(in, pc)) return fault(at);
+    const uint64_t before = now();
+    stall_ = Stall::kIssue;
+    issue_ = 0;
+    const bool ok = execute(in, pc);
+    account(before);
+    if (!ok) return fault(at);
   }
   return fault(pc);  // ran off the end without END
 }
@@ -184,11 +204,18 @@ uint8_t* Core::scratchpad(uint64_t addr, uint64_t n) {
   return lx_.data() + addr;
 }
 
-void Core::timed(uint64_t begin, uint64_t cycles, uint64_t& stat, const char* name, uint64_t elements) {
-  local_ += clock_.cycles(config_.chip.issue_cycles + cycles);
-  const uint64_t end = now();
-  stat += end - begin;
-  if (trace_.instructions()) trace_.slice(track_, name, begin, end, {{"elements", elements}});
+void Core::timed(uint64_t begin, uint64_t cycles, const char* name, uint64_t elements) {
+  stall_ = Stall::kCompute;
+  issue_ = functional_ ? 1 : config_.chip.issue_cycles;
+  local_ += clock_.cycles(functional_ ? 1 : config_.chip.issue_cycles + cycles);
+  if (trace_.instructions()) trace_.slice(track_, name, begin, now(), {{"elements", elements}});
+}
+
+void Core::account(uint64_t before) {
+  const uint64_t elapsed = now() - before;
+  const uint64_t issue = stall_ == Stall::kIssue ? elapsed : std::min(elapsed, issue_);
+  stats_.stall[static_cast<int>(Stall::kIssue)] += issue;
+  stats_.stall[static_cast<int>(stall_)] += elapsed - issue;
 }
 
 namespace {
@@ -277,7 +304,7 @@ bool Core::execute(const hw::Instr& in, uint32_t& pc) {
         r[in.a] = rank_;
         r[in.a + 1] = launch_ ? launch_->size() : 1;
       }
-      local_ += clock_.cycles(config_.chip.scalar_cycles);
+      local_ += clock_.cycles(functional_ ? 1 : config_.chip.scalar_cycles);
       return true;
     }
     case hw::Op::kBranch: {
@@ -310,14 +337,14 @@ bool Core::execute(const hw::Instr& in, uint32_t& pc) {
           return false;
       }
       if (taken) pc = in.a;
-      local_ += clock_.cycles(config_.chip.scalar_cycles);
+      local_ += clock_.cycles(functional_ ? 1 : config_.chip.scalar_cycles);
       return true;
     }
     case hw::Op::kBarrier: {
       if (!launch_) return false;
       sync();
       launch_->arrive();
-      stats_.memory_cycles += now() - begin;
+      stall_ = Stall::kSync;
       if (trace_.instructions()) trace_.slice(track_, "barrier", begin, now(), {});
       return true;
     }
@@ -332,13 +359,14 @@ bool Core::execute(const hw::Instr& in, uint32_t& pc) {
     case hw::Op::kWait: {
       if (in.a >> hw::kNumDmaTags) return false;
       // The tags are this core's own: waiting for them is local time too.
-      sc_core::sc_time until = sc_core::sc_time_stamp() + local_ + clock_.cycles(config_.chip.issue_cycles);
+      issue_ = functional_ ? 1 : config_.chip.issue_cycles;
+      stall_ = Stall::kMemory;
+      sc_core::sc_time until = sc_core::sc_time_stamp() + local_ + clock_.cycles(issue_);
       for (uint32_t t = 0; t < hw::kNumDmaTags; ++t) {
         if (in.a >> t & 1) until = std::max(until, tag_done_[t]);
       }
       local_ = until - sc_core::sc_time_stamp();
       const uint64_t end = now();
-      stats_.memory_cycles += end - begin;
       if (trace_.instructions() && end - begin > config_.chip.issue_cycles) {
         trace_.slice(track_, "wait", begin, end, {{"tags", in.a}});
       }
@@ -358,7 +386,7 @@ bool Core::execute(const hw::Instr& in, uint32_t& pc) {
       compute([=] { tile_matmul(reinterpret_cast<float*>(c), a, b, m, k, n, t, acc); },
               {{a, uint64_t{m} * k * es, false}, {b, uint64_t{k} * n * es, false}, {c, uint64_t{m} * n * 4, true}});
       stats_.flops += 2ull * m * k * n;
-      timed(begin, matmul_cycles(m, k, n, in.dtype), stats_.compute_cycles, "matmul", uint64_t{m} * n);
+      timed(begin, matmul_cycles(m, k, n, in.dtype), "matmul", uint64_t{m} * n);
       return true;
     }
     default:
@@ -413,7 +441,7 @@ bool Core::multicast(const hw::Instr& in) {
   std::vector<uint64_t> addrs;
   uint64_t row_bytes = 0;
   if (!strided_rows(in, regs_[hw::reg_rd(in.regs)], addrs, row_bytes)) return false;
-  sync();
+  sync_to_book();
   for (uint64_t i = 0; i < count; ++i)
     launch_->rank(static_cast<uint32_t>(first + i * stride)).settle(dst[i], bytes, true);
   // The rows land in the first receiver and are copied on as the ring passes the others.
@@ -435,7 +463,7 @@ bool Core::indirect(const hw::Instr& in) {
   if (add && (in.dtype >= hw::DType::kCount || row_bytes % hw::dtype_size(in.dtype))) {
     return false;
   }
-  sync();
+  sync_to_book();
   settle(idx, rows * 8, false);
   const uint64_t limit = regs_[hw::reg_rl(in.regs)];
   uint64_t base = 0;
@@ -456,7 +484,7 @@ bool Core::indirect(const hw::Instr& in) {
 
 bool Core::transfer(const hw::Instr& in, const std::vector<uint64_t>& addrs, uint8_t* buf, uint64_t row_bytes,
                     Move move) {
-  sync();
+  sync_to_book();
   // A LOAD's copy is posted to the worker after the other arithmetic of this core (so it needs no
   // settling here); every other transfer moves its bytes now.
   const bool deferred = move == Move::kRead && in.op == hw::Op::kLoad;
@@ -466,7 +494,8 @@ bool Core::transfer(const hw::Instr& in, const std::vector<uint64_t>& addrs, uin
   // Rows are issued back to back: memory bandwidth spaces them, its latency is paid once. An
   // accumulating row is read and written at the memory (two LPDDR5 accesses, one ring transfer).
   const uint64_t begin = now();
-  const sc_core::sc_time issue = clock_.cycles(config_.chip.issue_cycles);
+  issue_ = functional_ ? 1 : config_.chip.issue_cycles;
+  const sc_core::sc_time issue = clock_.cycles(issue_);
   const sc_core::sc_time now = sc_core::sc_time_stamp();
   sc_core::sc_time mem_delay = issue;
   if (move != Move::kAccumulate) {  // every row in one transaction: all of them move, or none
@@ -474,6 +503,7 @@ bool Core::transfer(const hw::Instr& in, const std::vector<uint64_t>& addrs, uin
     list.addrs = addrs.data();
     list.rows = addrs.size();
     list.row_bytes = row_bytes;
+    list.stop = stop_;
     std::vector<std::pair<const uint8_t*, uint64_t>> chunks;
     if (deferred) list.deferred = &chunks;
     if (!tlm_access_rows(mem, move == Move::kRead ? tlm::TLM_READ_COMMAND : tlm::TLM_WRITE_COMMAND, list, buf,
@@ -498,16 +528,15 @@ bool Core::transfer(const hw::Instr& in, const std::vector<uint64_t>& addrs, uin
     uint8_t* data = buf + r * row_bytes;
     // Read and write both booked from the issue: latency once.
     sc_core::sc_time read_delay = issue, write_delay = issue;
-    if (!tlm_access(mem, tlm::TLM_READ_COMMAND, addrs[r], row.data(), row_bytes, read_delay)) return false;
+    if (!tlm_access(mem, tlm::TLM_READ_COMMAND, addrs[r], row.data(), row_bytes, read_delay, stop_)) return false;
     const uint64_t n = row_bytes / hw::dtype_size(in.dtype);
     const hw::BinaryFn fn = (in.flags & hw::kScatterMul) ? hw::BinaryFn::kMul : hw::BinaryFn::kAdd;
     sfp_binary(fn, in.dtype, row.data(), row.data(), hw::Bcast::kFull, data, hw::Bcast::kFull, 0, 1, n);
-    if (!tlm_access(mem, tlm::TLM_WRITE_COMMAND, addrs[r], row.data(), row_bytes, write_delay)) return false;
+    if (!tlm_access(mem, tlm::TLM_WRITE_COMMAND, addrs[r], row.data(), row_bytes, write_delay, stop_)) return false;
     mem_delay = std::max({mem_delay, read_delay, write_delay});
   }
   const bool load = move == Move::kRead;
-  BandwidthServer& link = load ? ring_.to_cores : ring_.from_cores;
-  const sc_core::sc_time done = std::max(now + mem_delay, link.reserve(now + issue, total) + ring_.latency);
+  const sc_core::sc_time done = now + mem_delay;  // the fabric booked the channels and the ring
   (load ? stats_.bytes_loaded : stats_.bytes_stored) += total;
   const char* name = in.op == hw::Op::kGather          ? "gather"
                      : in.op == hw::Op::kScatter       ? "scatter"
@@ -526,7 +555,7 @@ bool Core::transfer(const hw::Instr& in, const std::vector<uint64_t>& addrs, uin
   }
   local_ += done - now;
   const uint64_t end = this->now();
-  stats_.memory_cycles += end - begin;
+  stall_ = Stall::kMemory;
   if (trace_.instructions()) trace_.slice(track_, name, begin, end, {{"bytes", total}});
   return true;
 }
@@ -556,7 +585,10 @@ bool Core::sfp(const hw::Instr& in) {
     return p;
   };
   const auto span = [&](Bcast b) { return b == Bcast::kImm ? 0 : hw::bcast_elements(b, rows, cols) * es; };
-  bool transcendental = false;
+  // Cycles per group of lanes by instruction class (config keys chip.sfp_*_cycles), and the type
+  // whose width sets how many elements a group holds.
+  uint32_t per_group = 1;
+  hw::DType width = t;
   uint64_t sort_cycles = 0;  // SORT is timed by its network, not per element
   const char* name = "";
   switch (in.op) {
@@ -568,6 +600,8 @@ bool Core::sfp(const hw::Instr& in) {
       if (!dst || !src) return false;
       compute([=] { sfp_convert(dst, t, src, from, n); },
               {{dst, n * es, true}, {src, n * hw::dtype_size(from), false}});
+      per_group = config_.chip.sfp_convert_cycles;
+      if (hw::dtype_size(from) > es) width = from;
       name = "convert";
       break;
     }
@@ -580,7 +614,7 @@ bool Core::sfp(const hw::Instr& in) {
       if (bad || !dst || b == Bcast::kImm) return false;
       compute([=] { sfp_unary(f, t, dst, src, b, rows, cols); },
               {{dst, n * (hw::unary_is_bool(f) ? 1 : es), true}, {src, span(b), false}});
-      transcendental = unary_is_transcendental(f);
+      if (unary_is_transcendental(f)) per_group = config_.chip.sfp_transcendental_cycles;
       name = "unary";
       break;
     }
@@ -595,7 +629,7 @@ bool Core::sfp(const hw::Instr& in) {
       const uint32_t imm = hi(in.c);
       compute([=] { sfp_binary(f, t, dst, s0, b0, s1, b1, imm, rows, cols); },
               {{dst, n * (hw::binary_is_compare(f) ? 1 : es), true}, {s0, span(b0), false}, {s1, span(b1), false}});
-      transcendental = binary_is_transcendental(f);
+      if (binary_is_transcendental(f)) per_group = config_.chip.sfp_transcendental_cycles;
       name = "binary";
       break;
     }
@@ -638,6 +672,7 @@ bool Core::sfp(const hw::Instr& in) {
       compute([=] { sfp_reduce(f, t, dst, src, rows, cols, acc, best, base); },
               {{dst, rows * (arg ? 8 : es), true}, {src, n * es, false}, {best, arg ? rows * es : 0, true}});
       name = "reduce";
+      per_group = config_.chip.sfp_reduce_cycles;
       break;
     }
     case hw::Op::kFill:
@@ -670,6 +705,7 @@ bool Core::sfp(const hw::Instr& in) {
       compute([=] { sfp_scan(f, t, dst, src, rows, cols, carry, acc); },
               {{dst, n * es, true}, {src, n * es, false}, {carry, carry ? rows * es : 0, true}});
       name = "scan";
+      per_group = config_.chip.sfp_reduce_cycles;
       break;
     }
     case hw::Op::kRandom: {
@@ -679,7 +715,7 @@ bool Core::sfp(const hw::Instr& in) {
       const uint64_t key = regs_[rd], counter = regs_[rd + 1];
       const bool normal = in.flags & 1;
       compute([=] { sfp_random(t, dst, key, counter, n, normal); }, {{dst, n * es, true}});
-      transcendental = true;
+      per_group = config_.chip.sfp_transcendental_cycles;
       name = "random";
       break;
     }
@@ -711,7 +747,8 @@ bool Core::sfp(const hw::Instr& in) {
     default:
       return false;
   }
-  timed(begin, sort_cycles ? sort_cycles : sfp_cycles(n, t, transcendental), stats_.compute_cycles, name, n);
+  stats_.sfp_elements += n;
+  timed(begin, sort_cycles ? sort_cycles : sfp_cycles(n, width, per_group), name, n);
   return true;
 }
 

@@ -1,6 +1,7 @@
 // One AI core: a 2 MB scratchpad (LX), the PT matmul arrays of its corelets and the SFP vector
 // units. Executes tile-ISA programs from device memory; every instruction is one timed event
-// whose latency comes from the config (compute) or from the memory and ring servers (loads/stores).
+// whose latency comes from the config (compute) or from the fabric's channels and ring links
+// (fetch, loads, stores). Each cycle of a program is attributed to one Stall category.
 #pragma once
 
 #include <cstdint>
@@ -19,16 +20,6 @@
 
 namespace spyre::sim {
 
-/// The on-chip ring as the cores see it: one server per direction.
-struct Ring {
-  BandwidthServer to_cores;
-  BandwidthServer from_cores;
-  sc_core::sc_time latency;
-};
-
-/// The ring of a card as the config describes it.
-Ring make_ring(const Config& config);
-
 class Core;
 
 /// One launch as its cores see it: the cores by rank (a multicast load writes into theirs) and its
@@ -41,7 +32,21 @@ class Launch {
     ranks_ = std::move(ranks);
     active_ = static_cast<uint32_t>(ranks_.size());
     arrived_ = 0;
+    fetches_.clear();
   }
+  /// The cores of a launch fetch one program: the first core's read of [addr, addr + n) is booked
+  /// on the fabric and the ring multicasts it to the others. True (and when its bytes land, in
+  /// `done`) if a core of this launch has already fetched that range.
+  bool fetched(uint64_t addr, uint64_t n, sc_core::sc_time* done) const {
+    for (const Fetch& f : fetches_) {
+      if (f.addr == addr && f.n == n) {
+        *done = f.done;
+        return true;
+      }
+    }
+    return false;
+  }
+  void note_fetch(uint64_t addr, uint64_t n, const sc_core::sc_time& done) { fetches_.push_back({addr, n, done}); }
   uint32_t size() const { return static_cast<uint32_t>(ranks_.size()); }
   Core& rank(uint32_t r) const { return *ranks_.at(r); }
   /// Called from a core's thread; returns when the barrier releases.
@@ -51,6 +56,11 @@ class Launch {
  private:
   void release();
   sc_core::sc_time latency_;
+  struct Fetch {
+    uint64_t addr, n;
+    sc_core::sc_time done;
+  };
+  std::vector<Fetch> fetches_;
   std::vector<Core*> ranks_;
   uint32_t active_ = 0;
   uint32_t arrived_ = 0;
@@ -62,8 +72,9 @@ class Core : public sc_core::sc_module {
  public:
   tlm_utils::simple_initiator_socket<Core> mem;
 
-  Core(const sc_core::sc_module_name& name, uint32_t card, uint32_t id, const Config& config, Ring& ring, Trace& trace,
-       CoreStats& stats, Worker& worker);
+  /// Core `id` of card `card`, at ring stop `stop` (Fabric::core_stop).
+  Core(const sc_core::sc_module_name& name, uint32_t card, uint32_t id, const Config& config, uint32_t stop,
+       Trace& trace, CoreStats& stats, Worker& worker);
   ~Core() override;
 
   /// Starts `program` as the `rank`-th core of `launch`, with the `args_size`-byte argument block
@@ -73,6 +84,8 @@ class Core : public sc_core::sc_module {
   const sc_core::sc_event& done_event() const { return done_; }
   /// Outcome of the last program: kOk or kCoreFault with detail = core << 24 | pc.
   const fw::Verdict& result() const { return result_; }
+  /// When the last program's code had arrived and its first instruction issued.
+  const sc_core::sc_time& code_ready() const { return code_ready_; }
 
   /// Scratchpad pointer for `n` bytes at `addr`; nullptr when out of range.
   uint8_t* scratchpad(uint64_t addr, uint64_t n);
@@ -98,9 +111,14 @@ class Core : public sc_core::sc_module {
   bool sfp(const hw::Instr& in);
   /// Scratchpad pointer for `n` bytes at `addr` + r[rl] of `in`; nullptr when out of range.
   uint8_t* lx(const hw::Instr& in, uint64_t addr, uint64_t n);
-  uint64_t sfp_cycles(uint64_t elements, hw::DType t, bool transcendental) const;
+  /// Cycles of an SFP pass over `elements` of type t at `per_group` cycles per group of lanes.
+  uint64_t sfp_cycles(uint64_t elements, hw::DType t, uint32_t per_group) const;
   uint64_t sort_network_cycles(uint64_t rows, uint64_t cols, hw::DType t) const;
-  void timed(uint64_t begin_cycle, uint64_t cycles, uint64_t& stat, const char* name, uint64_t elements);
+  /// A compute instruction that started at `begin_cycle` and takes `cycles` after its issue.
+  void timed(uint64_t begin_cycle, uint64_t cycles, const char* name, uint64_t elements);
+  /// Attributes the cycles since `before` to the running instruction: its first issue_ cycles to
+  /// kIssue, the rest to stall_ (set by the instruction; kIssue when it sets nothing).
+  void account(uint64_t before);
   /// Scratchpad bytes an instruction's arithmetic reads or writes.
   struct Touch {
     const uint8_t* p;
@@ -115,8 +133,11 @@ class Core : public sc_core::sc_module {
 
   const Config& config_;
   uint32_t id_;
+  uint32_t stop_;
+  bool functional_;  // sim.mode "functional": one cycle per instruction, no bookings on the fabric
   Clock clock_;
-  Ring& ring_;
+  Stall stall_ = Stall::kIssue;  // what the running instruction's time beyond its issue is
+  uint64_t issue_ = 0;           // the running instruction's issue cycles
   Trace& trace_;
   CoreStats& stats_;
   uint32_t track_;
@@ -145,6 +166,10 @@ class Core : public sc_core::sc_module {
     local_ = sc_core::SC_ZERO_TIME;
     wait(t);
   }
+  /// Before booking on the fabric: at the true time (in functional mode nothing is booked).
+  void sync_to_book() {
+    if (!functional_) sync();
+  }
   uint64_t now() const { return clock_.to_cycles(sc_core::sc_time_stamp() + local_); }
   uint64_t program_ = 0;
   uint64_t args_addr_ = 0;
@@ -153,6 +178,7 @@ class Core : public sc_core::sc_module {
   Launch* launch_ = nullptr;
   bool busy_ = false;
   fw::Verdict result_;
+  sc_core::sc_time code_ready_;
   sc_core::sc_event start_;
   sc_core::sc_event done_;
 };

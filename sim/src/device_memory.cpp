@@ -5,11 +5,8 @@
 
 namespace spyre::sim {
 
-DeviceMemory::DeviceMemory(const sc_core::sc_module_name& name, const Config& config)
-    : sc_core::sc_module(name),
-      socket("socket"),
-      size_(config.memory.usable_bytes),
-      server_(config.memory.bandwidth_gbps, sc_core::sc_time(config.memory.latency_ns, sc_core::SC_NS)) {
+DeviceMemory::DeviceMemory(const sc_core::sc_module_name& name, const Config& config, Fabric& fabric)
+    : sc_core::sc_module(name), socket("socket"), size_(config.memory.usable_bytes), fabric_(fabric) {
   socket.register_b_transport(this, &DeviceMemory::b_transport);
 }
 
@@ -65,33 +62,28 @@ void DeviceMemory::write(uint64_t addr, const void* src, uint64_t n) {
 }
 
 void DeviceMemory::b_transport(int /*id*/, tlm::tlm_generic_payload& gp, sc_core::sc_time& delay) {
-  if (const auto* list = gp.get_extension<RowList>()) return transport_rows(*list, gp, delay);
-  const uint64_t addr = gp.get_address();
-  const uint64_t n = gp.get_data_length();
-  if (n == 0 || addr >= size_ || n > size_ - addr || gp.get_byte_enable_ptr() != nullptr) {
-    gp.set_response_status(tlm::TLM_ADDRESS_ERROR_RESPONSE);
+  if (gp.get_byte_enable_ptr() != nullptr) {
+    gp.set_response_status(tlm::TLM_BYTE_ENABLE_ERROR_RESPONSE);
     return;
   }
-  if (gp.is_read()) {
-    read(addr, gp.get_data_ptr(), n);
-  } else if (gp.is_write()) {
-    write(addr, gp.get_data_ptr(), n);
-  }
-  const sc_core::sc_time start = sc_core::sc_time_stamp() + delay;
-  delay = server_.reserve(start, n) - sc_core::sc_time_stamp();
-  gp.set_response_status(tlm::TLM_OK_RESPONSE);
+  if (const auto* list = gp.get_extension<RowList>()) return transport_rows(*list, gp, delay);
+  const uint64_t addr = gp.get_address();
+  RowList one;  // a plain access: one row, from the PCIe stop
+  one.addrs = &addr;
+  one.rows = 1;
+  one.row_bytes = gp.get_data_length();
+  one.stop = Fabric::pcie_stop();
+  transport_rows(one, gp, delay);
 }
 
 void DeviceMemory::transport_rows(const RowList& list, tlm::tlm_generic_payload& gp, sc_core::sc_time& delay) {
   const uint64_t n = list.row_bytes;
   for (uint64_t r = 0; r < list.rows; ++r) {
-    if (list.addrs[r] >= size_ || n > size_ - list.addrs[r]) {
+    if (n == 0 || list.addrs[r] >= size_ || n > size_ - list.addrs[r]) {
       gp.set_response_status(tlm::TLM_ADDRESS_ERROR_RESPONSE);
       return;
     }
   }
-  const sc_core::sc_time now = sc_core::sc_time_stamp(), start = now + delay;
-  sc_core::sc_time last = start;
   uint8_t* data = gp.get_data_ptr();
   for (uint64_t r = 0; r < list.rows; ++r, data += n) {
     if (gp.is_read() && list.deferred) {
@@ -101,10 +93,12 @@ void DeviceMemory::transport_rows(const RowList& list, tlm::tlm_generic_payload&
     } else {
       write(list.addrs[r], data, n);
     }
-    last = std::max(last, server_.reserve(start, n));
   }
-  delay = last - now;
   gp.set_response_status(tlm::TLM_OK_RESPONSE);
+  if (!list.book) return;
+  const sc_core::sc_time now = sc_core::sc_time_stamp();
+  const uint64_t done = fabric_.transfer((now + delay).value(), list.stop, gp.is_read(), list.addrs, list.rows, n);
+  delay = sc_core::sc_time::from_value(done) - now;
 }
 
 }  // namespace spyre::sim

@@ -1,5 +1,6 @@
-// Device memory (LPDDR5): sparse backing store plus a bandwidth/latency model. All of the
-// card's 112 GB are addressable; host memory grows only with the 64 KiB pages that are written.
+// Device memory (LPDDR5): a sparse backing store whose accesses are timed by the fabric's channels
+// and ring links. All of the card's 112 GB are addressable; host memory grows only with the 64 KiB
+// pages that are written.
 #pragma once
 
 #include <cstdint>
@@ -11,6 +12,7 @@
 
 #include <tlm_utils/multi_passthrough_target_socket.h>
 
+#include "fabric.h"
 #include "spyre/sim/config.h"
 #include "timing.h"
 
@@ -18,11 +20,12 @@ namespace spyre::sim {
 
 class DeviceMemory : public sc_core::sc_module {
  public:
-  /// Every initiator (DMA engine, cores) binds here. Out-of-range accesses answer
-  /// TLM_ADDRESS_ERROR_RESPONSE; the annotated delay includes queueing for bandwidth.
+  /// Every initiator (DMA engine, cores) binds here, and names its ring stop in a RowList (an access
+  /// without one comes from the PCIe stop). Out-of-range accesses answer TLM_ADDRESS_ERROR_RESPONSE;
+  /// the annotated delay includes queueing on the channels and ring links.
   tlm_utils::multi_passthrough_target_socket<DeviceMemory> socket;
 
-  DeviceMemory(const sc_core::sc_module_name& name, const Config& config);
+  DeviceMemory(const sc_core::sc_module_name& name, const Config& config, Fabric& fabric);
 
   uint64_t size() const { return size_; }
   /// Untimed functional access for loaders and tests; the range must lie inside memory.
@@ -32,7 +35,6 @@ class DeviceMemory : public sc_core::sc_module {
   /// Called with (addr, n) before any byte of device memory is written: the owner of deferred
   /// reads (see RowList::deferred) finishes those that read the range.
   void set_write_guard(std::function<void(uint64_t, uint64_t)> guard) { guard_ = std::move(guard); }
-  const BandwidthServer& server() const { return server_; }
 
  private:
   static constexpr uint64_t kPageBytes = 64 * 1024;
@@ -42,7 +44,7 @@ class DeviceMemory : public sc_core::sc_module {
   void locate(uint64_t addr, uint64_t n, std::vector<std::pair<const uint8_t*, uint64_t>>& out) const;
 
   uint64_t size_;
-  BandwidthServer server_;
+  Fabric& fabric_;
   std::unordered_map<uint64_t, std::unique_ptr<uint8_t[]>> pages_;
   std::function<void(uint64_t, uint64_t)> guard_;
 };

@@ -50,8 +50,9 @@ fw::Verdict DmaEngine::run(uint32_t channel, const hw::CopyArgs& args, uint8_t f
   auto write = [&](uint64_t i) {
     sc_core::sc_time t = arrived[i];
     const uint64_t at = args.dst + i * kChunkBytes;
-    const bool ok = dst_host ? endpoint_.host_write(at, buffer(i), chunk_bytes(i), t)
-                             : tlm_access(mem, tlm::TLM_WRITE_COMMAND, at, buffer(i), chunk_bytes(i), t);
+    const bool ok =
+        dst_host ? endpoint_.host_write(at, buffer(i), chunk_bytes(i), t)
+                 : tlm_access(mem, tlm::TLM_WRITE_COMMAND, at, buffer(i), chunk_bytes(i), t, Fabric::pcie_stop());
     done = std::max(done, t);
     return ok;
   };
@@ -59,8 +60,9 @@ fw::Verdict DmaEngine::run(uint32_t channel, const hw::CopyArgs& args, uint8_t f
     if (i < chunks) {
       sc_core::sc_time t = sc_core::SC_ZERO_TIME;
       const uint64_t at = args.src + i * kChunkBytes;
-      const bool ok = src_host ? endpoint_.host_read(at, buffer(i), chunk_bytes(i), t)
-                               : tlm_access(mem, tlm::TLM_READ_COMMAND, at, buffer(i), chunk_bytes(i), t);
+      const bool ok =
+          src_host ? endpoint_.host_read(at, buffer(i), chunk_bytes(i), t)
+                   : tlm_access(mem, tlm::TLM_READ_COMMAND, at, buffer(i), chunk_bytes(i), t, Fabric::pcie_stop());
       if (!ok) return {hw::ErrorCode::kDmaFault, hw::Field::kCopySrc, 0};
       arrived[i] = t;
     }

@@ -11,6 +11,7 @@
 
 #include "arbiter.h"
 #include "endpoint.h"
+#include "fabric.h"
 #include "spyre/firmware/hal.h"
 #include "spyre/hw/commands.h"
 #include "timing.h"

@@ -18,8 +18,9 @@ Endpoint::Endpoint(const sc_core::sc_module_name& name, const Config& config, ui
       clock_(config.chip.clock_mhz),
       cfg_(hw::kCfgSize, 0),
       regs_(hw::kBar0Size / 4, 0),
-      to_host_(config.pcie.bandwidth_gbps, sc_core::sc_time(config.pcie.latency_ns / 2.0, sc_core::SC_NS)),
-      from_host_(config.pcie.bandwidth_gbps, sc_core::sc_time(config.pcie.latency_ns, sc_core::SC_NS)) {
+      functional_(config.sim.mode == "functional"),
+      to_host_(config.pcie.bandwidth_gbps),
+      from_host_(config.pcie.bandwidth_gbps) {
   bar0.register_b_transport(this, &Endpoint::b_transport);
   auto put16 = [&](uint32_t off, uint16_t v) { std::memcpy(&cfg_[off], &v, 2); };
   put16(hw::kCfgVendorId, hw::kPciVendorId);
@@ -153,17 +154,28 @@ void Endpoint::b_transport(tlm::tlm_generic_payload& gp, sc_core::sc_time& /*del
   gp.set_response_status(tlm::TLM_OK_RESPONSE);
 }
 
+uint64_t Endpoint::wire_bytes(uint64_t n) const {
+  const uint64_t packets = (n + config_.pcie.max_payload_bytes - 1) / config_.pcie.max_payload_bytes;
+  return n + packets * config_.pcie.packet_overhead_bytes;
+}
+
 bool Endpoint::host_read(uint64_t iova, void* dst, uint64_t n, sc_core::sc_time& delay) {
   if (!host_ || !bus_master() || !host_->dma_read(iova, dst, n)) return false;
+  if (functional_) return true;
+  // A read is a request upstream and completions with the data downstream: a round trip.
   const sc_core::sc_time start = sc_core::sc_time_stamp() + delay;
-  delay = from_host_.reserve(start, n) - sc_core::sc_time_stamp();
+  const uint64_t done = from_host_.reserve_ps(start.value(), wire_bytes(n)) + uint64_t{config_.pcie.latency_ns} * 1000;
+  delay = sc_core::sc_time::from_value(done) - sc_core::sc_time_stamp();
   return true;
 }
 
 bool Endpoint::host_write(uint64_t iova, const void* src, uint64_t n, sc_core::sc_time& delay) {
   if (!host_ || !bus_master() || !host_->dma_write(iova, src, n)) return false;
+  if (functional_) return true;
+  // A posted write: one way, half the round trip.
   const sc_core::sc_time start = sc_core::sc_time_stamp() + delay;
-  delay = to_host_.reserve(start, n) - sc_core::sc_time_stamp();
+  const uint64_t done = to_host_.reserve_ps(start.value(), wire_bytes(n)) + uint64_t{config_.pcie.latency_ns} * 500;
+  delay = sc_core::sc_time::from_value(done) - sc_core::sc_time_stamp();
   return true;
 }
 

@@ -37,6 +37,9 @@ class Endpoint : public sc_core::sc_module {
   bool host_read(uint64_t iova, void* dst, uint64_t n, sc_core::sc_time& delay);
   bool host_write(uint64_t iova, const void* src, uint64_t n, sc_core::sc_time& delay);
   void raise_msix(uint32_t vector);
+  /// Bytes on the link in each direction, headers included.
+  const BandwidthServer& to_host() const { return to_host_; }
+  const BandwidthServer& from_host() const { return from_host_; }
   /// The model failed: halt every enabled queue with `e` and raise its interrupt, so that no
   /// host waiter sleeps forever.
   void halt_all_queues(hw::ErrorCode e);
@@ -47,6 +50,9 @@ class Endpoint : public sc_core::sc_module {
   void b_transport(tlm::tlm_generic_payload& gp, sc_core::sc_time& delay);
   void host_reg_write(uint32_t offset, uint32_t value);
   bool bus_master() const;
+  /// Bytes on the wire for `n` bytes of data: each packet of pcie.max_payload_bytes carries
+  /// pcie.packet_overhead_bytes more.
+  uint64_t wire_bytes(uint64_t n) const;
 
   const Config& config_;
   uint64_t mem_size_;
@@ -56,6 +62,7 @@ class Endpoint : public sc_core::sc_module {
   std::vector<uint8_t> cfg_;
   std::vector<uint32_t> regs_;  // the queue block storage, indexed by offset / 4
   uint32_t cycle_hi_latch_ = 0;
+  bool functional_;
   BandwidthServer to_host_;
   BandwidthServer from_host_;
   std::array<sc_core::sc_event, hw::kMaxQueues> work_;

@@ -43,46 +43,49 @@ class Clock {
   mutable Memo memo_[kMemo];  // the simulator thread's alone, like every Clock
 };
 
+/// A shared resource with a bandwidth: a request waits for the resource to be free, then occupies
+/// it for bytes / bandwidth. Latency is the caller's to add. Times are integer picoseconds
+/// (SystemC's resolution), so that booking builds no sc_time.
 class BandwidthServer {
  public:
-  /// `bytes_per_ns` is the sustained bandwidth; `latency` the fixed time to the first byte.
-  BandwidthServer(double bytes_per_ns, sc_core::sc_time latency) : bytes_per_ns_(bytes_per_ns), latency_(latency) {}
+  /// `bytes_per_ns` is the sustained bandwidth (GB/s).
+  explicit BandwidthServer(double bytes_per_ns) : ps_per_byte_(1000.0 / bytes_per_ns) {}
 
-  /// Reserves the resource for `bytes`, starting no earlier than `at`.
-  /// Returns the time at which the last byte has arrived.
-  sc_core::sc_time reserve(const sc_core::sc_time& at, uint64_t bytes) {
-    const sc_core::sc_time start = at > next_free_ ? at : next_free_;
-    if (bytes != last_bytes_) {  // the rows of a transfer are one size: build their time once
-      last_bytes_ = bytes;
-      last_occupy_ = sc_core::sc_time(static_cast<double>(bytes) / bytes_per_ns_, sc_core::SC_NS);
-    }
-    const sc_core::sc_time occupy = last_occupy_;
+  /// Reserves the resource for `bytes`, starting no earlier than `at_ps`; returns when the last
+  /// byte has passed.
+  uint64_t reserve_ps(uint64_t at_ps, uint64_t bytes) {
+    const uint64_t start = at_ps > next_free_ ? at_ps : next_free_;
+    const auto occupy = static_cast<uint64_t>(static_cast<double>(bytes) * ps_per_byte_ + 0.5);
     next_free_ = start + occupy;
     busy_ += occupy;
     bytes_ += bytes;
-    return next_free_ + latency_;
+    return next_free_;
+  }
+  sc_core::sc_time reserve(const sc_core::sc_time& at, uint64_t bytes) {
+    return sc_core::sc_time::from_value(reserve_ps(at.value(), bytes));
   }
 
   uint64_t bytes() const { return bytes_; }
-  const sc_core::sc_time& busy() const { return busy_; }
+  /// Picoseconds during which the resource moved data.
+  uint64_t busy_ps() const { return busy_; }
 
  private:
-  double bytes_per_ns_;
-  sc_core::sc_time latency_;
-  sc_core::sc_time next_free_ = sc_core::SC_ZERO_TIME;
-  sc_core::sc_time busy_ = sc_core::SC_ZERO_TIME;
+  double ps_per_byte_;
+  uint64_t next_free_ = 0;
+  uint64_t busy_ = 0;
   uint64_t bytes_ = 0;
-  uint64_t last_bytes_ = 0;
-  sc_core::sc_time last_occupy_ = sc_core::SC_ZERO_TIME;
 };
 
-/// Marks a payload as rows at scattered device addresses: row r is the `row_bytes` bytes at
-/// addrs[r] and at data + r * row_bytes. The target moves every row or, if any lies out of range,
-/// none, and books each row from the same start (latency paid once, bandwidth per row).
+/// The Spyre attributes of a device-memory access: rows at scattered device addresses (row r is the
+/// `row_bytes` bytes at addrs[r] and at data + r * row_bytes) and the ring stop of the initiator,
+/// which decides the links the bytes cross. The target moves every row or, if any lies out of
+/// range, none, and books all rows from the same start (latency paid once, bandwidth per row).
 struct RowList : tlm::tlm_extension<RowList> {
   const uint64_t* addrs = nullptr;
   uint64_t rows = 0;
   uint64_t row_bytes = 0;
+  uint32_t stop = 0;  // the initiator's ring stop (Fabric::core_stop, Fabric::pcie_stop)
+  bool book = true;   // false: the bytes ride on a transfer already booked (a multicast on the ring)
   /// For a read: when set, the target books the time and checks the rows but moves no byte; it
   /// appends where the rows' bytes are now (host pointers and lengths, in order) for the initiator
   /// to copy later. Those bytes stay as they are until the copy is done or the target is told
@@ -91,23 +94,6 @@ struct RowList : tlm::tlm_extension<RowList> {
   tlm::tlm_extension_base* clone() const override { return new RowList(*this); }
   void copy_from(const tlm::tlm_extension_base& other) override { *this = static_cast<const RowList&>(other); }
 };
-
-/// One blocking access through an initiator socket; `delay` is annotated by the target.
-/// Returns false on an error response (for example an address outside device memory).
-template <typename Socket>
-bool tlm_access(Socket& socket, tlm::tlm_command cmd, uint64_t addr, uint8_t* data, uint64_t n,
-                sc_core::sc_time& delay) {
-  if (n == 0 || n > UINT32_MAX) return false;  // a generic payload length is 32 bits
-  tlm::tlm_generic_payload gp;
-  gp.set_command(cmd);
-  gp.set_address(addr);
-  gp.set_data_ptr(data);
-  gp.set_data_length(static_cast<unsigned>(n));
-  gp.set_streaming_width(static_cast<unsigned>(n));
-  gp.set_response_status(tlm::TLM_INCOMPLETE_RESPONSE);
-  socket->b_transport(gp, delay);
-  return gp.is_response_ok();
-}
 
 /// The rows of `list` (see RowList) in one blocking access: `data` holds them back to back.
 template <typename Socket>
@@ -125,6 +111,19 @@ bool tlm_access_rows(Socket& socket, tlm::tlm_command cmd, RowList& list, uint8_
   socket->b_transport(gp, delay);
   gp.clear_extension(&list);
   return gp.is_response_ok();
+}
+
+/// One blocking access of `n` bytes at `addr` from ring stop `stop`; `delay` is annotated by the
+/// target. Returns false on an error response (for example an address outside device memory).
+template <typename Socket>
+bool tlm_access(Socket& socket, tlm::tlm_command cmd, uint64_t addr, uint8_t* data, uint64_t n, sc_core::sc_time& delay,
+                uint32_t stop) {
+  RowList list;
+  list.addrs = &addr;
+  list.rows = 1;
+  list.row_bytes = n;
+  list.stop = stop;
+  return tlm_access_rows(socket, cmd, list, data, delay);
 }
 
 }  // namespace spyre::sim

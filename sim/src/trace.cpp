@@ -1,5 +1,6 @@
 #include "trace.h"
 
+#include <algorithm>
 #include <cstdio>
 #include <memory>
 #include <stdexcept>
@@ -80,32 +81,114 @@ void Trace::write(const std::string& path) const {
   if (std::ferror(f.get())) throw std::runtime_error(fmt::format("trace: error writing '{}'", path));
 }
 
+namespace {
+
+nlohmann::json stall_json(const uint64_t (&stall)[static_cast<int>(Stall::kCount)]) {
+  nlohmann::json j;
+  for (int k = 0; k < static_cast<int>(Stall::kCount); ++k) j[kStallNames[k]] = stall[k];
+  return j;
+}
+
+nlohmann::json server_json(const ServerStats& s, uint64_t cycles, const Config& config) {
+  const double span_ps = static_cast<double>(cycles) * 1e6 / config.chip.clock_mhz;
+  return {{"bytes", s.bytes},
+          {"busy_cycles", static_cast<uint64_t>(static_cast<double>(s.busy_ps) * config.chip.clock_mhz / 1e6)},
+          {"utilisation", span_ps > 0 ? static_cast<double>(s.busy_ps) / span_ps : 0.0}};
+}
+
+}  // namespace
+
 void write_stats(const std::string& path, const Config& config, const std::vector<const CardStats*>& cards,
                  const std::vector<uint64_t>& card_cycles, uint64_t trace_dropped) {
   nlohmann::json j;
   j["config_hash"] = config.hash();
   j["config"] = nlohmann::json::parse(config.without_paths().to_json());
   j["trace_dropped_events"] = trace_dropped;
+  const EnergyConfig& e = config.energy;
   for (size_t i = 0; i < cards.size(); ++i) {
     const CardStats& s = *cards[i];
+    const uint64_t cycles = card_cycles[i];
+    const double seconds = static_cast<double>(cycles) / (config.chip.clock_mhz * 1e6);
     nlohmann::json c;
-    c["cycles"] = card_cycles[i];
-    c["seconds"] = static_cast<double>(card_cycles[i]) / (config.chip.clock_mhz * 1e6);
+    c["cycles"] = cycles;
+    c["seconds"] = seconds;
     c["commands"] = s.commands;
     c["command_errors"] = s.command_errors;
     c["bytes"] = {{"h2d", s.h2d_bytes}, {"d2h", s.d2h_bytes}, {"d2d", s.d2d_bytes}};
     c["msix"] = s.msix;
-    uint64_t flops = 0;
+    uint64_t flops = 0, sfp_elements = 0, idle = 0;
+    uint64_t stall[static_cast<int>(Stall::kCount)] = {};
+    c["cores"] = nlohmann::json::object();
     for (size_t k = 0; k < s.cores.size(); ++k) {
       const CoreStats& cs = s.cores[k];
       flops += cs.flops;
+      sfp_elements += cs.sfp_elements;
+      for (int x = 0; x < static_cast<int>(Stall::kCount); ++x) stall[x] += cs.stall[x];
+      idle += cycles - std::min(cycles, cs.busy_cycles);
       if (cs.programs == 0) continue;
-      c["cores"][std::to_string(k)] = {{"programs", cs.programs},           {"instructions", cs.instructions},
-                                       {"busy_cycles", cs.busy_cycles},     {"compute_cycles", cs.compute_cycles},
-                                       {"memory_cycles", cs.memory_cycles}, {"flops", cs.flops},
-                                       {"bytes_loaded", cs.bytes_loaded},   {"bytes_stored", cs.bytes_stored}};
+      nlohmann::json st = stall_json(cs.stall);
+      st["idle"] = cycles - std::min(cycles, cs.busy_cycles);
+      c["cores"][std::to_string(k)] = {{"programs", cs.programs},
+                                       {"instructions", cs.instructions},
+                                       {"busy_cycles", cs.busy_cycles},
+                                       {"stall", st},
+                                       {"flops", cs.flops},
+                                       {"sfp_elements", cs.sfp_elements},
+                                       {"bytes_loaded", cs.bytes_loaded},
+                                       {"bytes_stored", cs.bytes_stored}};
     }
     c["flops"] = flops;
+    c["stall"] = stall_json(stall);
+    c["stall"]["idle"] = idle;
+    nlohmann::json launches = nlohmann::json::array();
+    for (const LaunchStats& l : s.launches) {
+      nlohmann::json st = stall_json(l.stall);
+      uint64_t busy = 0;
+      for (const uint64_t x : l.stall) busy += x;
+      st["idle"] = uint64_t{l.cores} * (l.end - l.start) - std::min(uint64_t{l.cores} * (l.end - l.start), busy);
+      launches.push_back({{"name", l.name},
+                          {"op", l.op},
+                          {"queue", l.queue},
+                          {"cores", l.cores},
+                          {"start", l.start},
+                          {"end", l.end},
+                          {"stall", st},
+                          {"flops", l.flops},
+                          {"bytes_loaded", l.bytes_loaded},
+                          {"bytes_stored", l.bytes_stored}});
+    }
+    c["launches"] = launches;
+    c["launches_dropped"] = s.launches_dropped;
+    uint64_t memory_bytes = 0;
+    for (size_t k = 0; k < s.channels.size(); ++k) {
+      memory_bytes += s.channels[k].bytes;
+      nlohmann::json ch = server_json(s.channels[k], cycles, config);
+      ch["channel"] = k;
+      c["memory_channels"].push_back(ch);
+    }
+    for (const CardStats::LinkStats& l : s.links) {
+      nlohmann::json link = server_json(l.s, cycles, config);
+      link["from"] = l.from;
+      link["to"] = l.to;
+      link["direction"] = l.clockwise ? "cw" : "ccw";
+      c["ring_links"].push_back(link);
+    }
+    c["pcie"] = {{"to_host", server_json(s.pcie_up, cycles, config)},
+                 {"from_host", server_json(s.pcie_down, cycles, config)}};
+    // Energy from counted work: every key is a config figure (docs/architect-guide.md).
+    const double pj =
+        static_cast<double>(flops) * e.pt_pj_per_flop + static_cast<double>(sfp_elements) * e.sfp_pj_per_element;
+    const double mem = static_cast<double>(memory_bytes) * e.memory_pj_per_byte;
+    const double ring = static_cast<double>(s.ring_byte_hops) * e.ring_pj_per_byte_hop;
+    const double pcie = static_cast<double>(s.pcie_up.bytes + s.pcie_down.bytes) * e.pcie_pj_per_byte;
+    const double fixed = e.static_watts * seconds;
+    c["energy_j"] = {{"pt", static_cast<double>(flops) * e.pt_pj_per_flop * 1e-12},
+                     {"sfp", static_cast<double>(sfp_elements) * e.sfp_pj_per_element * 1e-12},
+                     {"memory", mem * 1e-12},
+                     {"ring", ring * 1e-12},
+                     {"pcie", pcie * 1e-12},
+                     {"static", fixed},
+                     {"total", (pj + mem + ring + pcie) * 1e-12 + fixed}};
     j["cards"].push_back(c);
   }
   std::unique_ptr<FILE, int (*)(FILE*)> f(std::fopen(path.c_str(), "w"), &std::fclose);

@@ -56,18 +56,48 @@ class Trace {
   uint64_t dropped_ = 0;
 };
 
-/// Counters of one card.
+/// Where a core's time goes while it runs a program. Idle (no program) is the rest of the run.
+enum class Stall : uint8_t {
+  kCompute,  // PT and SFP instructions at work
+  kMemory,   // waiting for data: program fetch, synchronous loads and stores, WAIT on DMA tags
+  kSync,     // waiting at a BARRIER for the other cores of the launch
+  kIssue,    // decoding instructions; scalar and branch instructions
+  kCount
+};
+inline constexpr const char* kStallNames[] = {"compute", "memory", "sync", "issue"};
+
+/// Counters of one core.
 struct CoreStats {
   uint64_t programs = 0;
   uint64_t instructions = 0;
-  uint64_t busy_cycles = 0;     // from program start to end
-  uint64_t compute_cycles = 0;  // PT and SFP instructions
-  uint64_t memory_cycles = 0;   // waiting: synchronous loads and stores, WAIT and BARRIER
+  uint64_t busy_cycles = 0;  // from program start to end: the sum of `stall`
+  uint64_t stall[static_cast<int>(Stall::kCount)] = {};
+  uint64_t flops = 0;         // PT array
+  uint64_t sfp_elements = 0;  // elements through the SFP
+  uint64_t bytes_loaded = 0;
+  uint64_t bytes_stored = 0;
+};
+
+/// One launch as the stats report it: the sums over its cores while it ran.
+struct LaunchStats {
+  std::string name;  // the program's
+  std::string op;    // the host operation that queued it, when labelled
+  uint32_t queue = 0;
+  uint32_t cores = 0;
+  uint64_t start = 0, end = 0;  // cycles
+  uint64_t stall[static_cast<int>(Stall::kCount)] = {};
   uint64_t flops = 0;
   uint64_t bytes_loaded = 0;
   uint64_t bytes_stored = 0;
 };
 
+/// Bytes and busy time of one bandwidth server (a memory channel, a ring link, a PCIe direction).
+struct ServerStats {
+  uint64_t bytes = 0;
+  uint64_t busy_ps = 0;
+};
+
+/// Counters of one card.
 struct CardStats {
   std::map<std::string, uint64_t> commands;  // by opcode name
   uint64_t command_errors = 0;
@@ -76,6 +106,19 @@ struct CardStats {
   uint64_t d2d_bytes = 0;
   uint64_t msix = 0;
   std::vector<CoreStats> cores;
+  std::vector<LaunchStats> launches;  // at most kMaxLaunches; later ones are only counted
+  uint64_t launches_dropped = 0;
+  static constexpr size_t kMaxLaunches = 100000;
+  // Filled from the fabric and the endpoint when the stats are written.
+  std::vector<ServerStats> channels;
+  struct LinkStats {
+    uint32_t from, to;
+    bool clockwise;
+    ServerStats s;
+  };
+  std::vector<LinkStats> links;
+  uint64_t ring_byte_hops = 0;
+  ServerStats pcie_up, pcie_down;  // card to host, host to card (wire bytes, headers included)
 };
 
 /// Writes the stats of all cards as JSON to `path`. Throws std::runtime_error on I/O errors.

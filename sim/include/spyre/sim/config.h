@@ -14,12 +14,17 @@ struct ChipConfig {
   uint64_t lx_bytes = 2u << 20;  // scratchpad per core
   uint32_t pt_rows = 8;          // PT systolic array per corelet
   uint32_t pt_cols = 8;
-  uint32_t pt_simd = 8;          // fp16 FMA lanes per PE
-  double fp32_rate = 0.25;       // fp32 matmul throughput relative to fp16
-  uint32_t pt_fill_cycles = 24;  // pipeline fill and drain per matmul instruction
-  uint32_t sfp_lanes = 64;       // SFP 16-bit elements per cycle per core (wider types: fewer)
+  uint32_t pt_simd = 8;                    // fp16 FMA lanes per PE
+  double fp32_rate = 0.25;                 // fp32 matmul throughput relative to fp16
+  uint32_t pt_fill_cycles = 24;            // operands skewed into the array at the start of a matmul instruction
+  uint32_t pt_drain_cycles = 8;            // the last output tile's accumulators leaving the array
+  uint32_t pt_tile_cycles = 0;             // extra cycles per output tile (0: double-buffered accumulators)
+  uint32_t lx_read_bytes_per_cycle = 512;  // scratchpad read port feeding the PT arrays, per core
+  uint32_t sfp_lanes = 64;                 // SFP 16-bit elements per cycle per core (wider types: fewer)
   uint32_t sfp_fill_cycles = 8;
   uint32_t sfp_transcendental_cycles = 4;  // cycles per lane-group of exp, log, tanh, divide, ...
+  uint32_t sfp_reduce_cycles = 1;          // cycles per lane-group of a reduction or scan
+  uint32_t sfp_convert_cycles = 1;         // cycles per lane-group of a type conversion
   uint32_t issue_cycles = 2;               // fixed cost of decoding one instruction
   uint32_t scalar_cycles = 1;              // a scalar-register or branch instruction
   uint32_t barrier_cycles = 32;            // from the last core's arrival to every core's release
@@ -28,21 +33,36 @@ struct ChipConfig {
 };
 
 struct RingConfig {
-  uint32_t bytes_per_cycle = 128;  // per direction
-  uint32_t latency_cycles = 16;    // average hops from a core to a memory controller
+  uint32_t bytes_per_cycle = 128;  // per link and direction
+  uint32_t hop_cycles = 1;         // latency of one link
 };
 
 struct MemoryConfig {
   uint64_t size_bytes = 128ull << 30;
   uint64_t usable_bytes = 112ull << 30;  // the rest holds ECC
   uint32_t channels = 16;
-  double bandwidth_gbps = 204.8;  // aggregate over all channels
+  uint32_t controllers = 4;          // ring stops that serve the channels (channel c: controller c % controllers)
+  uint64_t interleave_bytes = 256;   // granules of this size go round the channels
+  std::string channel_hash = "xor";  // "xor": granule index hashed (power-of-two strides spread); "modulo"
+  double bandwidth_gbps = 204.8;     // aggregate over all channels
   uint32_t latency_ns = 120;
 };
 
 struct PcieConfig {
-  double bandwidth_gbps = 64.0;  // per direction, Gen5 x16
-  uint32_t latency_ns = 600;     // one DMA round trip to host memory
+  double bandwidth_gbps = 64.0;         // per direction, Gen5 x16
+  uint32_t latency_ns = 600;            // one DMA round trip to host memory
+  uint32_t max_payload_bytes = 256;     // data per transaction-layer packet
+  uint32_t packet_overhead_bytes = 24;  // header, sequence number, CRC and framing per packet
+};
+
+/// Energy per unit of work, for the estimate in the stats (all assumptions: see the architect guide).
+struct EnergyConfig {
+  double pt_pj_per_flop = 0.3;
+  double sfp_pj_per_element = 1.0;
+  double memory_pj_per_byte = 40.0;  // LPDDR5, about 5 pJ/bit
+  double ring_pj_per_byte_hop = 0.5;
+  double pcie_pj_per_byte = 40.0;  // about 5 pJ/bit
+  double static_watts = 20.0;
 };
 
 struct FirmwareConfig {
@@ -54,6 +74,7 @@ struct SimConfig {
   uint32_t devices = 1;              // cards in this process
   uint64_t host_quantum_ns = 10000;  // simulated time between looks at host requests
   bool async_compute = true;         // tile arithmetic on a worker thread beside SystemC (same results)
+  std::string mode = "timed";        // "functional": the same programs and results, no timing
 };
 
 struct OutputConfig {
@@ -70,6 +91,7 @@ struct Config {
   MemoryConfig memory;
   PcieConfig pcie;
   FirmwareConfig firmware;
+  EnergyConfig energy;
   OutputConfig output;
 
   /// The config as canonical JSON text (sorted keys), as written into stats and traces.

@@ -1,0 +1,136 @@
+#include "fabric.h"
+
+#include <algorithm>
+
+namespace spyre::sim {
+
+Fabric::Fabric(const Config& c)
+    : interleave_(c.memory.interleave_bytes),
+      controllers_(c.memory.controllers),
+      hashed_(c.memory.channel_hash == "xor"),
+      functional_(c.sim.mode == "functional"),
+      memory_latency_ps_(uint64_t{c.memory.latency_ns} * 1000),
+      hop_ps_(static_cast<uint64_t>(c.ring.hop_cycles * 1e6 / c.chip.clock_mhz + 0.5)) {
+  while ((1u << channel_bits_) < c.memory.channels) ++channel_bits_;
+  kind_.push_back(Kind::kPcie);
+  uint32_t next_mc = 0;
+  for (uint32_t core = 0; core < c.chip.cores; ++core) {
+    core_stops_.push_back(stops());
+    kind_.push_back(Kind::kCore);
+    // Controller j follows core (j + 1) * cores / controllers - 1, evenly spaced around the ring
+    // (with more controllers than cores, several follow one core).
+    while (next_mc < controllers_ && (uint64_t{next_mc} + 1) * c.chip.cores / controllers_ <= core + 1) {
+      controller_stops_.push_back(stops());
+      kind_.push_back(Kind::kController);
+      ++next_mc;
+    }
+  }
+  const double link_bytes_per_ns = c.ring.bytes_per_cycle * (c.chip.clock_mhz / 1000.0);
+  channels_.assign(c.memory.channels, BandwidthServer(c.memory.bandwidth_gbps / c.memory.channels));
+  clockwise_.assign(stops(), BandwidthServer(link_bytes_per_ns));
+  counter_.assign(stops(), BandwidthServer(link_bytes_per_ns));
+  bytes_per_channel_.assign(c.memory.channels, 0);
+  bytes_per_controller_.assign(controllers_, 0);
+  clockwise_bytes_.assign(stops(), 0);
+  counter_bytes_.assign(stops(), 0);
+}
+
+uint32_t Fabric::channel_of(uint64_t addr) const {
+  uint64_t g = addr / interleave_;
+  if (!hashed_) return static_cast<uint32_t>(g % channels_.size());
+  // XOR-fold every channel_bits_-bit digit of the granule index: rows a power of two apart, which
+  // plain interleaving sends to one channel, spread over all; C aligned granules still cover each
+  // of the C channels once.
+  const uint64_t mask = channels_.size() - 1;
+  uint64_t h = 0;
+  for (; g != 0; g >>= channel_bits_) h ^= g & mask;
+  return static_cast<uint32_t>(h);
+}
+
+void Fabric::spread(uint64_t addr, uint64_t n) {
+  if (n == 0) return;
+  const uint64_t channels = channels_.size();
+  const uint64_t first = addr / interleave_, last = (addr + n - 1) / interleave_;
+  const auto add = [&](uint64_t granule, uint64_t bytes) {
+    bytes_per_channel_[channel_of(granule * interleave_)] += bytes;
+  };
+  if (first == last) {
+    add(first, n);
+    return;
+  }
+  add(first, (first + 1) * interleave_ - addr);
+  add(last, addr + n - last * interleave_);
+  // The whole granules between: one at a time up to a multiple of the channel count, then whole
+  // blocks of `channels` granules (one granule on every channel each), then the rest.
+  uint64_t g = first + 1;
+  for (; g < last && g % channels != 0; ++g) add(g, interleave_);
+  const uint64_t blocks = (last - g) / channels;
+  if (blocks > 0) {
+    for (uint64_t& b : bytes_per_channel_) b += blocks * interleave_;
+    g += blocks * channels;
+  }
+  for (; g < last; ++g) add(g, interleave_);
+}
+
+uint32_t Fabric::route(uint32_t from, uint32_t to, uint64_t bytes) {
+  const uint32_t s = stops();
+  const uint32_t cw = (to + s - from) % s;
+  const bool clockwise = cw <= s - cw;  // the shorter way; clockwise on a tie
+  const uint32_t hops = clockwise ? cw : s - cw;
+  std::vector<uint64_t>& count = clockwise ? clockwise_bytes_ : counter_bytes_;
+  std::vector<uint32_t>& touched = clockwise ? touched_cw_ : touched_ccw_;
+  for (uint32_t h = 0; h < hops; ++h) {
+    // Link i joins stops i and i + 1: clockwise from `from` crosses from, from + 1, ...;
+    // counter-clockwise crosses from - 1, from - 2, ...
+    const uint32_t link = clockwise ? (from + h) % s : (from + s - 1 - h) % s;
+    if (count[link] == 0) touched.push_back(link);
+    count[link] += bytes;
+  }
+  byte_hops_ += bytes * hops;
+  return hops;
+}
+
+uint64_t Fabric::transfer(uint64_t at_ps, uint32_t stop, bool to_stop, const uint64_t* addrs, uint64_t rows,
+                          uint64_t row_bytes) {
+  if (functional_ || rows == 0 || row_bytes == 0) return at_ps;
+  for (uint64_t r = 0; r < rows; ++r) spread(addrs[r], row_bytes);
+  uint64_t end = at_ps;
+  for (uint32_t c = 0; c < channels_.size(); ++c) {
+    uint64_t& b = bytes_per_channel_[c];
+    if (b == 0) continue;
+    end = std::max(end, channels_[c].reserve_ps(at_ps, b));
+    bytes_per_controller_[controller_of(c)] += b;
+    b = 0;
+  }
+  uint32_t hops = 0;
+  for (uint32_t mc = 0; mc < controllers_; ++mc) {
+    uint64_t& b = bytes_per_controller_[mc];
+    if (b == 0) continue;
+    const uint32_t h = to_stop ? route(controller_stops_[mc], stop, b) : route(stop, controller_stops_[mc], b);
+    hops = std::max(hops, h);
+    b = 0;
+  }
+  for (const uint32_t link : touched_cw_) {
+    end = std::max(end, clockwise_[link].reserve_ps(at_ps, clockwise_bytes_[link]));
+    clockwise_bytes_[link] = 0;
+  }
+  for (const uint32_t link : touched_ccw_) {
+    end = std::max(end, counter_[link].reserve_ps(at_ps, counter_bytes_[link]));
+    counter_bytes_[link] = 0;
+  }
+  touched_cw_.clear();
+  touched_ccw_.clear();
+  return end + memory_latency_ps_ + hops * hop_ps_;
+}
+
+std::vector<Fabric::Link> Fabric::links() const {
+  std::vector<Link> out;
+  const uint32_t s = stops();
+  for (uint32_t i = 0; i < s; ++i) {
+    out.push_back({i, (i + 1) % s, true, &clockwise_[i]});
+    out.push_back({(i + 1) % s, i, false, &counter_[i]});
+  }
+  return out;
+}
+
+}  // namespace spyre::sim

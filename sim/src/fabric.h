@@ -1,0 +1,74 @@
+// The card's data paths as timing: LPDDR5 channels behind memory controllers, and the
+// bidirectional ring whose stops are the PCIe endpoint (with the DMA engine), the cores and the
+// memory controllers. Every channel and every link direction is a bandwidth server. A transfer
+// books, from one start time, the bytes it puts on each channel and on each link its bytes cross,
+// and its last byte lands when the busiest of them has moved its share, plus the memory latency and
+// the hops of its longest route. Nothing ticks per cycle.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "spyre/sim/config.h"
+#include "timing.h"
+
+namespace spyre::sim {
+
+class Fabric {
+ public:
+  explicit Fabric(const Config& config);
+
+  /// Ring stops: 0 is the PCIe endpoint; cores and memory controllers follow around the ring, the
+  /// controllers spread evenly between the cores.
+  uint32_t stops() const { return static_cast<uint32_t>(kind_.size()); }
+  static constexpr uint32_t pcie_stop() { return 0; }
+  uint32_t core_stop(uint32_t core) const { return core_stops_.at(core); }
+  uint32_t controller_stop(uint32_t mc) const { return controller_stops_.at(mc); }
+  /// The memory channel that holds device address `addr`: granules of memory.interleave_bytes go
+  /// round the channels, in order ("modulo") or with the granule index hashed ("xor").
+  uint32_t channel_of(uint64_t addr) const;
+  /// The controller that serves channel `c`: consecutive channels go to different controllers.
+  uint32_t controller_of(uint32_t c) const { return c % controllers_; }
+
+  /// Books the rows [addrs[r], addrs[r] + row_bytes) moving between device memory and ring stop
+  /// `stop` (towards the stop when `to_stop`), starting at `at_ps`. Returns the picosecond at which
+  /// the last byte has arrived. In functional mode nothing is booked and the bytes arrive at once.
+  uint64_t transfer(uint64_t at_ps, uint32_t stop, bool to_stop, const uint64_t* addrs, uint64_t rows,
+                    uint64_t row_bytes);
+
+  struct Link {
+    uint32_t from, to;  // neighbouring stops
+    bool clockwise;
+    const BandwidthServer* server;
+  };
+  const std::vector<BandwidthServer>& channels() const { return channels_; }
+  /// Both directions of every link; a link that never carried a byte is listed too.
+  std::vector<Link> links() const;
+  /// Byte-hops moved on the ring (a byte crossing three links counts three), for energy.
+  uint64_t byte_hops() const { return byte_hops_; }
+
+ private:
+  /// Adds the bytes of [addr, addr + n) to each channel's count in `bytes_per_channel_`.
+  void spread(uint64_t addr, uint64_t n);
+  /// Adds `bytes` to every link from stop `from` to stop `to` by the shorter way; returns the hops.
+  uint32_t route(uint32_t from, uint32_t to, uint64_t bytes);
+
+  enum class Kind : uint8_t { kPcie, kCore, kController };
+  std::vector<Kind> kind_;
+  std::vector<uint32_t> core_stops_, controller_stops_;
+  uint64_t interleave_;
+  uint32_t controllers_;
+  bool hashed_;
+  uint32_t channel_bits_ = 0;  // log2 of the channel count
+  bool functional_;
+  uint64_t memory_latency_ps_, hop_ps_;
+  std::vector<BandwidthServer> channels_;
+  std::vector<BandwidthServer> clockwise_, counter_;  // link i joins stop i and stop i + 1
+  // Scratch of one transfer, kept to avoid allocating per transfer.
+  std::vector<uint64_t> bytes_per_channel_, bytes_per_controller_;
+  std::vector<uint64_t> clockwise_bytes_, counter_bytes_;
+  std::vector<uint32_t> touched_cw_, touched_ccw_;
+  uint64_t byte_hops_ = 0;
+};
+
+}  // namespace spyre::sim
