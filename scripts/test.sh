@@ -17,6 +17,6 @@ echo "== lint (ruff)"
 .venv/bin/ruff format --check backend scripts benchmarks
 
 echo "== format (clang-format, pinned in .venv)"
-find common hw firmware sim driver backend testbenches \( -name '*.h' -o -name '*.cpp' \) -print0 |
+find common hw firmware sim driver backend testbenches tools \( -name '*.h' -o -name '*.cpp' \) -print0 |
   xargs -0 .venv/bin/clang-format --dry-run --Werror
 echo "format: all C++ files clean"

@@ -12,6 +12,7 @@ import os
 import pathlib
 import subprocess
 import sys
+from collections.abc import Sequence
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 IEEE_FP16 = ROOT / "configs" / "ieee_fp16.json"
@@ -41,10 +42,10 @@ def run_python(code: str, env: dict[str, str] | None = None, timeout: int = 300)
 
 
 def run_script(
-    path: pathlib.Path, env: dict[str, str] | None = None, timeout: int = 300
+    path: pathlib.Path, env: dict[str, str] | None = None, timeout: int = 300, args: Sequence[str] = ()
 ) -> subprocess.CompletedProcess:
-    """Runs a script file in a fresh interpreter and returns the finished process."""
-    return _run([sys.executable, str(path)], env, timeout)
+    """Runs a script file (with command-line `args`) in a fresh interpreter; returns the finished process."""
+    return _run([sys.executable, str(path), *args], env, timeout)
 
 
 def _run(argv: list[str], env: dict[str, str] | None, timeout: int) -> subprocess.CompletedProcess:

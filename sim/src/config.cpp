@@ -61,6 +61,7 @@ json to_tree(const Config& c) {
       {"pcie_pj_per_byte", c.energy.pcie_pj_per_byte},     {"static_watts", c.energy.static_watts}};
   j["output"] = {{"trace_path", c.output.trace_path},
                  {"stats_path", c.output.stats_path},
+                 {"capture_path", c.output.capture_path},
                  {"trace_instructions", c.output.trace_instructions},
                  {"max_trace_events", c.output.max_trace_events}};
   return j;
@@ -142,6 +143,7 @@ Config from_tree(const json& j) {
   get(j, "firmware", "command_cycles", c.firmware.command_cycles);
   get(j, "output", "trace_path", c.output.trace_path);
   get(j, "output", "stats_path", c.output.stats_path);
+  get(j, "output", "capture_path", c.output.capture_path);
   get(j, "output", "trace_instructions", c.output.trace_instructions);
   get(j, "output", "max_trace_events", c.output.max_trace_events);
   return c;
@@ -199,6 +201,7 @@ Config Config::without_paths() const {
   Config c = *this;
   c.output.trace_path.clear();
   c.output.stats_path.clear();
+  c.output.capture_path.clear();
   c.sim.async_compute = Config{}.sim.async_compute;  // where the arithmetic runs changes no result
   return c;
 }
@@ -242,6 +245,7 @@ Config load_config_from_env() {
   }
   if (const char* p = std::getenv("SPYRE_TRACE"); p && *p) c.output.trace_path = p;
   if (const char* p = std::getenv("SPYRE_STATS"); p && *p) c.output.stats_path = p;
+  if (const char* p = std::getenv("SPYRE_CAPTURE"); p && *p) c.output.capture_path = p;
   return c;
 }
 

@@ -14,6 +14,7 @@
 
 #include <fmt/format.h>
 
+#include "capture.h"
 #include "card.h"
 #include "spyre/common/log.h"
 
@@ -42,7 +43,13 @@ class SimulatorImpl final : public Simulator {
 
   void attach(uint32_t card, HostLink* link) override {
     check(card);
-    call([&] { cards_[card]->endpoint().attach(link); });
+    call([&] {
+      if (capture_ && link) {  // the card's DMA and interrupts pass through a recorder
+        recording_[card] = std::make_unique<RecordingLink>(card, link, *capture_);
+        link = recording_[card].get();
+      }
+      cards_[card]->endpoint().attach(link);
+    });
   }
 
   uint32_t cfg_read(uint32_t card, uint32_t offset, uint32_t size) override {
@@ -54,7 +61,13 @@ class SimulatorImpl final : public Simulator {
 
   void cfg_write(uint32_t card, uint32_t offset, uint32_t size, uint32_t value) override {
     check(card);
-    call([=] { cards_[card]->endpoint().cfg_write(offset, size, value); });
+    CaptureEvent e;
+    e.kind = CaptureEvent::Kind::kCfgWrite;
+    e.card = card;
+    e.addr = offset;
+    e.size = size;
+    e.value = value;
+    call([=, this] { host_write(e); });
   }
 
   uint32_t mmio_read(uint32_t card, uint32_t offset) override {
@@ -68,10 +81,43 @@ class SimulatorImpl final : public Simulator {
 
   void mmio_write(uint32_t card, uint32_t offset, uint32_t value) override {
     check(card);
-    post([=, this] {
-      uint32_t v = value;
-      cards_[card]->mmio(true, offset, v);
+    CaptureEvent e;
+    e.kind = CaptureEvent::Kind::kMmioWrite;
+    e.card = card;
+    e.addr = offset;
+    e.value = value;
+    post([=, this] { host_write(e); });
+  }
+
+  ReplayResult replay(const Capture& capture) override {
+    ReplayResult result;
+    bool finished = false;
+    std::string error;
+    post([&] {
+      try {
+        replay_ = std::make_unique<ReplayHost>(capture, static_cast<uint32_t>(cards_.size()),
+                                               [this](const CaptureEvent& e) { host_write(e); });
+        for (uint32_t i = 0; i < cards_.size(); ++i) cards_[i]->endpoint().attach(replay_->link(i));
+      } catch (const std::exception& ex) {
+        error = ex.what();
+        replay_.reset();
+      }
+      replay_done_ = [&] {
+        result = replay_->result();
+        const Clock clock(config_.chip.clock_mhz);
+        result.cycles.assign(cards_.size(), clock.now_cycles());
+        for (auto& c : cards_) c->endpoint().attach(nullptr);
+        replay_.reset();
+        std::lock_guard lock(mu_);
+        finished = true;
+        reply_cv_.notify_all();
+      };
+      if (!replay_) replay_done_();
     });
+    std::unique_lock lock(mu_);
+    reply_cv_.wait(lock, [&] { return finished || stopped_; });
+    if (!error.empty()) throw std::runtime_error(error);
+    return result;
   }
 
   bool peer_read(uint32_t card, uint64_t offset, void* dst, uint64_t n) override {
@@ -158,6 +204,38 @@ class SimulatorImpl final : public Simulator {
     for (auto& t : batch) t();
   }
 
+  // A write from the host (or a replay standing in for it), recorded when capturing.
+  void host_write(const CaptureEvent& e) {
+    if (capture_) {
+      CaptureEvent at = e;
+      at.time_ps = sc_core::sc_time_stamp().value();
+      capture_->write(at);
+    }
+    if (e.kind == CaptureEvent::Kind::kCfgWrite) {
+      cards_[e.card]->endpoint().cfg_write(static_cast<uint32_t>(e.addr), static_cast<uint32_t>(e.size),
+                                           static_cast<uint32_t>(e.value));
+    } else {
+      uint32_t v = static_cast<uint32_t>(e.value);
+      cards_[e.card]->mmio(true, static_cast<uint32_t>(e.addr), v);
+    }
+  }
+
+  // Closes the capture with each card's cycle counter: a replay on this config must end there.
+  void close_capture() {
+    if (!capture_) return;
+    const Clock clock(config_.chip.clock_mhz);
+    for (uint32_t i = 0; i < cards_.size(); ++i) {
+      CaptureEvent e;
+      e.kind = CaptureEvent::Kind::kEnd;
+      e.card = i;
+      e.time_ps = sc_core::sc_time_stamp().value();
+      e.value = clock.now_cycles();
+      capture_->write(e);
+    }
+    capture_.reset();
+    log("sim").info("capture written to {}", config_.output.capture_path);
+  }
+
   Reports write_reports() {
     Reports r;
     if (!config_.output.trace_path.empty()) {
@@ -186,6 +264,10 @@ class SimulatorImpl final : public Simulator {
       for (uint32_t i = 0; i < config_.sim.devices; ++i) {
         cards_.push_back(std::make_unique<Card>(fmt::format("card{}", i).c_str(), i, config_, *trace_));
       }
+      if (!config_.output.capture_path.empty()) {
+        capture_ = std::make_unique<CaptureWriter>(config_.output.capture_path, config_.without_paths().to_json());
+        recording_.resize(config_.sim.devices);
+      }
       sc_core::sc_start(sc_core::SC_ZERO_TIME);  // elaborate and start the firmware
       log("sim").info("{} card(s) of {} cores at {} MHz, config {}", config_.sim.devices, config_.chip.cores,
                       config_.chip.clock_mhz, config_.hash());
@@ -203,14 +285,39 @@ class SimulatorImpl final : public Simulator {
     while (!quit_) {
       run_tasks();
       if (quit_) break;
-      if (fatal_.empty() && sc_core::sc_pending_activity()) {
+      // A replay's next host write, which the model must not run past.
+      uint64_t next_write = UINT64_MAX;
+      if (replay_) {
+        try {
+          next_write = replay_->step(sc_core::sc_time_stamp().value());
+        } catch (const std::exception& e) {
+          fail(e.what());
+        }
+        if (!fatal_.empty() || (next_write == UINT64_MAX && !sc_core::sc_pending_activity())) {
+          replay_done_();  // every write applied and the cards idle, or waiting for what never comes
+          continue;
+        }
+      }
+      const bool active = sc_core::sc_pending_activity();
+      if (fatal_.empty() && (active || next_write != UINT64_MAX)) {
         // Host requests are looked at between quanta; an idle device stops at its last event,
         // so simulated time never advances while waiting for the host.
         // Run at least to the next event, which may lie beyond one quantum.
-        const sc_core::sc_time next = sc_core::sc_time_to_pending_activity();
+        sc_core::sc_time run = quantum;
+        if (active) run = std::max(run, sc_core::sc_time_to_pending_activity());
+        // Stopping short of the next event needs kRunToTime: a run that ends on starvation stays at
+        // the last event instead of reaching the host's write.
+        bool to_time = !active;
+        if (next_write != UINT64_MAX) {
+          const auto until = sc_core::sc_time::from_value(next_write - sc_core::sc_time_stamp().value());
+          if (until < run) {
+            run = until;
+            to_time = true;
+          }
+        }
         simulating_.store(true, std::memory_order_relaxed);
         try {
-          sc_core::sc_start(next > quantum ? next : quantum, sc_core::SC_EXIT_ON_STARVATION);
+          sc_core::sc_start(run, to_time ? sc_core::SC_RUN_TO_TIME : sc_core::SC_EXIT_ON_STARVATION);
         } catch (const std::exception& e) {
           fail(e.what());
         }
@@ -225,6 +332,7 @@ class SimulatorImpl final : public Simulator {
     }
     try {
       write_reports();
+      close_capture();
     } catch (const std::exception& e) {
       log("sim").error("{}", e.what());
     }
@@ -268,18 +376,48 @@ class SimulatorImpl final : public Simulator {
   }
 
   std::vector<std::unique_ptr<Card>> cards_;
+  std::unique_ptr<CaptureWriter> capture_;                 // when output.capture_path is set
+  std::vector<std::unique_ptr<RecordingLink>> recording_;  // per card, while attached
+  std::unique_ptr<ReplayHost> replay_;                     // while replay() runs
+  std::function<void()> replay_done_;
 };
 
 SimulatorImpl* g_sim = nullptr;
 
+// The config given to Simulator::configure(), and whether instance() has taken its config yet.
+std::mutex g_config_mu;
+std::unique_ptr<Config> g_config;
+bool g_config_taken = false;
+
+// The config of the process's simulator: configure()'s if it was called, else the environment's.
+Config take_config() {
+  {
+    std::lock_guard lock(g_config_mu);
+    g_config_taken = true;
+    if (g_config) return *g_config;
+  }
+  return load_config_from_env();
+}
+
 }  // namespace
+
+void Simulator::configure(const Config& config) {
+  // The round trip through the parser validates every value, with the parser's messages.
+  Config checked = parse_config(config.to_json());
+  std::lock_guard lock(g_config_mu);
+  if (g_config_taken) {
+    throw std::logic_error(
+        "simulator: configure() called after the simulator was started; call it before the first device is opened");
+  }
+  g_config = std::make_unique<Config>(std::move(checked));
+}
 
 Simulator& Simulator::instance() {
   static std::once_flag once;
   static std::string error;
   std::call_once(once, [] {
     try {
-      g_sim = new SimulatorImpl(load_config_from_env());  // lives until process exit
+      g_sim = new SimulatorImpl(take_config());  // lives until process exit
       std::atexit([] { g_sim->shutdown(); });
     } catch (const std::exception& e) {
       error = e.what();

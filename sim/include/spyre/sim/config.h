@@ -80,6 +80,7 @@ struct SimConfig {
 struct OutputConfig {
   std::string trace_path;          // Chrome/Perfetto JSON trace; empty = none
   std::string stats_path;          // JSON stats; empty = none
+  std::string capture_path;        // capture of the run for replay (spyre/sim/capture.h); empty = none
   bool trace_instructions = true;  // false: commands only
   uint64_t max_trace_events = 2000000;
 };
@@ -108,7 +109,8 @@ struct Config {
 Config parse_config(const std::string& json_text);
 
 /// Loads the run's config: defaults, then the file named by $SPYRE_CONFIG (if set), then
-/// $SPYRE_TRACE / $SPYRE_STATS for the output paths. Throws std::invalid_argument on errors.
+/// $SPYRE_TRACE / $SPYRE_STATS / $SPYRE_CAPTURE for the output paths. Throws std::invalid_argument
+/// on errors.
 Config load_config_from_env();
 
 }  // namespace spyre::sim

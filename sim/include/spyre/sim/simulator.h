@@ -8,6 +8,7 @@
 #include <memory>
 #include <string>
 
+#include "spyre/sim/capture.h"
 #include "spyre/sim/config.h"
 
 namespace spyre::sim {
@@ -33,10 +34,19 @@ struct Reports {
 
 class Simulator {
  public:
-  /// The process's simulator, elaborated on first use from load_config_from_env().
-  /// SystemC allows one elaboration per process, so every card of the process lives here.
+  /// The process's simulator, elaborated on first use from the config given to configure(), or
+  /// from load_config_from_env() when configure() was not called. SystemC allows one elaboration
+  /// per process, so every card of the process lives here.
   /// Throws std::invalid_argument when the config is invalid.
   static Simulator& instance();
+
+  /// Sets the config the process's simulator will be elaborated with, in place of the
+  /// environment's ($SPYRE_CONFIG, $SPYRE_TRACE, $SPYRE_STATS), for tools that build their config
+  /// themselves. Call it before anything opens a device; a later call replaces an earlier one.
+  /// `config`: the whole config (defaults plus overrides), report paths included.
+  /// Throws std::invalid_argument naming the key when a value is out of range, and
+  /// std::logic_error when the simulator has already been elaborated (instance() was called).
+  static void configure(const Config& config);
 
   virtual ~Simulator() = default;
   virtual const Config& config() const = 0;
@@ -59,6 +69,12 @@ class Simulator {
   /// device memory. Called only from the simulator thread, by a HostLink serving a card's DMA.
   virtual bool peer_read(uint32_t card, uint64_t offset, void* dst, uint64_t n) = 0;
   virtual bool peer_write(uint32_t card, uint64_t offset, const void* src, uint64_t n) = 0;
+
+  /// Simulator service, not part of the wire: plays `capture` against the cards in place of any
+  /// host (nothing else may be attached), until every host write has been applied and the cards
+  /// are idle, and returns what happened. On the capturing config the cycles equal the capture's.
+  /// Throws std::runtime_error when the simulator has stopped.
+  virtual ReplayResult replay(const Capture& capture) = 0;
 
   /// Simulator service, not part of the wire: writes the trace and stats files configured in
   /// the config's "output" section and returns their paths. Thread-safe.

@@ -1,0 +1,257 @@
+#include "capture.h"
+
+#include <cstring>
+#include <stdexcept>
+
+#include <fmt/format.h>
+
+#define SC_INCLUDE_DYNAMIC_PROCESSES
+#include <systemc>
+
+namespace spyre::sim {
+
+namespace {
+
+// File layout: the magic, a version, the config's length and text, then one fixed-size record
+// per event (a DMA read's bytes right after its record). Little-endian, as the host.
+constexpr char kMagic[8] = {'S', 'P', 'Y', 'R', 'E', 'C', 'A', 'P'};
+constexpr uint32_t kVersion = 1;
+
+struct Record {
+  uint8_t kind;
+  uint8_t ok;
+  uint16_t reserved;
+  uint32_t card;
+  uint64_t time_ps, addr, value, size, hash;
+};
+static_assert(sizeof(Record) == 48);
+
+uint64_t now_ps() {
+  return sc_core::sc_time_stamp().value();
+}
+
+}  // namespace
+
+uint64_t fnv1a(const void* p, uint64_t n, uint64_t h) {
+  const auto* b = static_cast<const uint8_t*>(p);
+  for (uint64_t i = 0; i < n; ++i) {
+    h ^= b[i];
+    h *= 1099511628211ull;
+  }
+  return h;
+}
+
+// ---- Writing ------------------------------------------------------------------------------------
+
+CaptureWriter::CaptureWriter(const std::string& path, const std::string& config_json)
+    : path_(path), f_(std::fopen(path.c_str(), "wb")) {
+  if (!f_) throw std::runtime_error(fmt::format("capture: cannot create '{}'", path));
+  std::setvbuf(f_, nullptr, _IOFBF, 1 << 20);
+  const auto len = static_cast<uint32_t>(config_json.size());
+  std::fwrite(kMagic, 1, sizeof kMagic, f_);
+  std::fwrite(&kVersion, 4, 1, f_);
+  std::fwrite(&len, 4, 1, f_);
+  std::fwrite(config_json.data(), 1, len, f_);
+}
+
+CaptureWriter::~CaptureWriter() {
+  std::fclose(f_);
+}
+
+void CaptureWriter::write(const CaptureEvent& e, const void* bytes) {
+  const Record r{static_cast<uint8_t>(e.kind), e.ok, 0, e.card, e.time_ps, e.addr, e.value, e.size, e.hash};
+  std::fwrite(&r, sizeof r, 1, f_);
+  if (e.kind == CaptureEvent::Kind::kDmaRead && e.ok) std::fwrite(bytes, 1, e.size, f_);
+  if (std::ferror(f_)) throw std::runtime_error(fmt::format("capture: error writing '{}'", path_));
+}
+
+void CaptureWriter::flush() {
+  std::fflush(f_);
+}
+
+bool RecordingLink::dma_read(uint64_t iova, void* dst, uint64_t n) {
+  const bool ok = inner_ && inner_->dma_read(iova, dst, n);
+  CaptureEvent e;
+  e.kind = CaptureEvent::Kind::kDmaRead;
+  e.ok = ok;
+  e.card = card_;
+  e.time_ps = now_ps();
+  e.addr = iova;
+  e.size = n;
+  writer_.write(e, dst);
+  return ok;
+}
+
+bool RecordingLink::dma_write(uint64_t iova, const void* src, uint64_t n) {
+  const bool ok = inner_ && inner_->dma_write(iova, src, n);
+  CaptureEvent e;
+  e.kind = CaptureEvent::Kind::kDmaWrite;
+  e.ok = ok;
+  e.card = card_;
+  e.time_ps = now_ps();
+  e.addr = iova;
+  e.size = n;
+  e.hash = fnv1a(src, n);
+  writer_.write(e);
+  return ok;
+}
+
+void RecordingLink::raise_irq(uint32_t vector) {
+  CaptureEvent e;
+  e.kind = CaptureEvent::Kind::kIrq;
+  e.card = card_;
+  e.time_ps = now_ps();
+  e.value = vector;
+  writer_.write(e);
+  if (inner_) inner_->raise_irq(vector);
+}
+
+// ---- Reading ------------------------------------------------------------------------------------
+
+Capture Capture::load(const std::string& path) {
+  std::unique_ptr<FILE, int (*)(FILE*)> f(std::fopen(path.c_str(), "rb"), &std::fclose);
+  if (!f) throw std::runtime_error(fmt::format("capture: cannot read '{}'", path));
+  char magic[8] = {};
+  uint32_t version = 0, len = 0;
+  if (std::fread(magic, 1, 8, f.get()) != 8 || std::memcmp(magic, kMagic, 8) != 0) {
+    throw std::runtime_error(fmt::format("capture: '{}' is not a Spyre capture file", path));
+  }
+  if (std::fread(&version, 4, 1, f.get()) != 1 || version != kVersion) {
+    throw std::runtime_error(
+        fmt::format("capture: '{}' has version {}, this simulator reads {}", path, version, kVersion));
+  }
+  Capture c;
+  if (std::fread(&len, 4, 1, f.get()) != 1) throw std::runtime_error(fmt::format("capture: '{}' is truncated", path));
+  c.config_json.resize(len);
+  if (std::fread(c.config_json.data(), 1, len, f.get()) != len) {
+    throw std::runtime_error(fmt::format("capture: '{}' is truncated", path));
+  }
+  Record r;
+  while (std::fread(&r, sizeof r, 1, f.get()) == 1) {
+    if (r.kind > static_cast<uint8_t>(CaptureEvent::Kind::kEnd)) {
+      throw std::runtime_error(fmt::format("capture: '{}' has an event of unknown kind {}", path, r.kind));
+    }
+    CaptureEvent e;
+    e.kind = static_cast<CaptureEvent::Kind>(r.kind);
+    e.ok = r.ok != 0;
+    e.card = r.card;
+    e.time_ps = r.time_ps;
+    e.addr = r.addr;
+    e.value = r.value;
+    e.size = r.size;
+    e.hash = r.hash;
+    if (e.kind == CaptureEvent::Kind::kDmaRead && e.ok) {
+      e.data = c.data.size();
+      c.data.resize(c.data.size() + e.size);
+      if (std::fread(c.data.data() + e.data, 1, e.size, f.get()) != e.size) {
+        throw std::runtime_error(fmt::format("capture: '{}' is truncated", path));
+      }
+    }
+    c.events.push_back(e);
+  }
+  if (c.events.empty() || c.events.back().kind != CaptureEvent::Kind::kEnd) {
+    throw std::runtime_error(
+        fmt::format("capture: '{}' has no end record (the capturing process did not exit cleanly)", path));
+  }
+  return c;
+}
+
+std::vector<uint64_t> Capture::end_cycles() const {
+  std::vector<uint64_t> out;
+  for (const CaptureEvent& e : events) {
+    if (e.kind != CaptureEvent::Kind::kEnd) continue;
+    if (out.size() <= e.card) out.resize(e.card + 1);
+    out[e.card] = e.value;
+  }
+  return out;
+}
+
+// ---- Replaying ----------------------------------------------------------------------------------
+
+class ReplayHost::Link final : public HostLink {
+ public:
+  Link(ReplayHost& host, uint32_t card) : host_(host), card_(card) {}
+  bool dma_read(uint64_t iova, void* dst, uint64_t n) override {
+    auto it = host_.reads_.find({card_, iova, n});
+    if (it == host_.reads_.end() || it->second.empty()) {
+      ++host_.result_.missing_reads;
+      return false;
+    }
+    const CaptureEvent& e = host_.capture_.events[it->second.front()];
+    it->second.pop_front();
+    if (e.ok) std::memcpy(dst, host_.capture_.data.data() + e.data, n);
+    return e.ok;
+  }
+  bool dma_write(uint64_t iova, const void* src, uint64_t n) override {
+    CaptureEvent e;
+    e.kind = CaptureEvent::Kind::kDmaWrite;
+    e.addr = iova;
+    e.size = n;
+    host_.answered(card_, e, fnv1a(src, n));
+    return true;
+  }
+  void raise_irq(uint32_t vector) override {
+    CaptureEvent e;
+    e.kind = CaptureEvent::Kind::kIrq;
+    e.value = vector;
+    host_.answered(card_, e, 0);
+  }
+
+ private:
+  ReplayHost& host_;
+  uint32_t card_;
+};
+
+ReplayHost::ReplayHost(const Capture& capture, uint32_t cards, std::function<void(const CaptureEvent&)> apply)
+    : capture_(capture), apply_(std::move(apply)) {
+  for (uint32_t c = 0; c < cards; ++c) links_.push_back(std::make_unique<Link>(*this, c));
+  int64_t answers = -1;
+  for (size_t i = 0; i < capture.events.size(); ++i) {
+    const CaptureEvent& e = capture.events[i];
+    if (e.from_host()) {
+      if (e.card < cards) actions_.push_back({i, answers});
+    } else if (e.to_host()) {
+      ++answers;
+      answer_times_.push_back(e.time_ps);
+      answer_hashes_.push_back(e.kind == CaptureEvent::Kind::kDmaWrite ? e.hash : 0);
+    } else if (e.kind == CaptureEvent::Kind::kDmaRead) {
+      reads_[{e.card, e.addr, e.size}].push_back(i);
+    }
+  }
+}
+
+ReplayHost::~ReplayHost() = default;
+
+HostLink* ReplayHost::link(uint32_t card) {
+  return links_.at(card).get();
+}
+
+void ReplayHost::answered(uint32_t /*card*/, const CaptureEvent& e, uint64_t hash) {
+  const size_t k = replayed_times_.size();
+  replayed_times_.push_back(now_ps());
+  if (e.kind == CaptureEvent::Kind::kDmaWrite && (k >= answer_hashes_.size() || answer_hashes_[k] != hash)) {
+    ++result_.diverged_writes;
+  }
+}
+
+uint64_t ReplayHost::step(uint64_t now) {
+  while (next_ < actions_.size()) {
+    const Action& a = actions_[next_];
+    const CaptureEvent& e = capture_.events[a.event];
+    uint64_t at = e.time_ps;
+    if (a.answer >= 0) {
+      // The host acted (e.time_ps - answer time) after the card's answer; keep that gap.
+      if (static_cast<size_t>(a.answer) >= replayed_times_.size()) return UINT64_MAX;  // not answered yet
+      at = replayed_times_[a.answer] + (e.time_ps - answer_times_[a.answer]);
+    }
+    at = std::max(at, last_applied_);
+    if (at > now) return at;
+    apply_(e);
+    last_applied_ = now;
+    ++result_.host_actions;
+    ++next_;
+  }
+  return UINT64_MAX;
+}
+
+}  // namespace spyre::sim

@@ -1,0 +1,88 @@
+// The simulator's side of capture and replay (spyre/sim/capture.h): a writer that streams events
+// to the capture file, a HostLink that records what passes through it, and the replay host that
+// stands in for the host software, re-enacting its writes and serving the cards' DMA reads.
+// Everything here runs on the simulator thread.
+#pragma once
+
+#include <cstdint>
+#include <cstdio>
+#include <deque>
+#include <functional>
+#include <map>
+#include <memory>
+#include <string>
+#include <tuple>
+#include <utility>
+#include <vector>
+
+#include "spyre/sim/capture.h"
+#include "spyre/sim/simulator.h"
+
+namespace spyre::sim {
+
+class CaptureWriter {
+ public:
+  /// Creates `path` and writes the header. Throws std::runtime_error when it cannot.
+  CaptureWriter(const std::string& path, const std::string& config_json);
+  ~CaptureWriter();
+  /// Appends `e` (and for a DMA read, its `e.size` bytes at `bytes`). Throws on an I/O error.
+  void write(const CaptureEvent& e, const void* bytes = nullptr);
+  void flush();
+
+ private:
+  std::string path_;
+  FILE* f_;
+};
+
+/// Records the DMA and interrupts of one card while passing them on to the real link.
+class RecordingLink final : public HostLink {
+ public:
+  RecordingLink(uint32_t card, HostLink* inner, CaptureWriter& writer) : card_(card), inner_(inner), writer_(writer) {}
+  bool dma_read(uint64_t iova, void* dst, uint64_t n) override;
+  bool dma_write(uint64_t iova, const void* src, uint64_t n) override;
+  void raise_irq(uint32_t vector) override;
+
+ private:
+  uint32_t card_;
+  HostLink* inner_;
+  CaptureWriter& writer_;
+};
+
+/// Plays a capture: the host's writes at the times the capture gives, moved by as much as the
+/// card's answer they followed moved (so that on another config the host still waits for what it
+/// waited for), and the card's DMA reads served from the captured bytes.
+class ReplayHost {
+ public:
+  /// `apply` performs one host write on the cards.
+  ReplayHost(const Capture& capture, uint32_t cards, std::function<void(const CaptureEvent&)> apply);
+  ~ReplayHost();
+  HostLink* link(uint32_t card);
+
+  /// Applies every host write due at `now_ps`. Returns the time of the next one, or UINT64_MAX
+  /// when none is left or the next waits for an answer the cards have not given yet.
+  uint64_t step(uint64_t now_ps);
+  /// Every host write has been applied.
+  bool done() const { return next_ >= actions_.size(); }
+  ReplayResult& result() { return result_; }
+
+ private:
+  class Link;
+  struct Action {
+    size_t event;    // index into the capture's events
+    int64_t answer;  // the ordinal of the last card answer before it in the capture, or -1
+  };
+  void answered(uint32_t card, const CaptureEvent& e, uint64_t hash);
+  const Capture& capture_;
+  std::function<void(const CaptureEvent&)> apply_;
+  std::vector<std::unique_ptr<Link>> links_;
+  std::vector<Action> actions_;
+  std::vector<uint64_t> answer_times_;    // capture: each answer's time
+  std::vector<uint64_t> answer_hashes_;   // capture: each DMA write's hash (0 for an interrupt)
+  std::vector<uint64_t> replayed_times_;  // replay: the answers so far
+  std::map<std::tuple<uint32_t, uint64_t, uint64_t>, std::deque<size_t>> reads_;  // (card, iova, size) -> events
+  size_t next_ = 0;
+  uint64_t last_applied_ = 0;
+  ReplayResult result_;
+};
+
+}  // namespace spyre::sim

@@ -1,0 +1,327 @@
+// spyre-sim: runs a built-in kernel on the simulated Spyre card, through the real driver and the
+// inproc transport exactly as the PyTorch device would, and prints its device time against the
+// configured peak and roofline, the simulator's stall breakdown, and a check against a host golden
+// model. For hardware architects: no PyTorch, any config (docs/architect-guide.md, "spyre-sim").
+//
+// Exit status: 0 when the run succeeded (and its check passed), 1 when the check failed or the
+// config, compiler, driver or card failed, 2 when the command line is wrong.
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <fstream>
+#include <map>
+#include <memory>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include <fmt/format.h>
+#include <CLI/CLI.hpp>
+#include <nlohmann/json.hpp>
+
+#include "kernels.h"
+#include "runner.h"
+#include "sim_config.h"
+#include "spyre/driver/driver.h"
+#include "spyre/sim/simulator.h"
+#include "summary.h"
+
+namespace spyre::simtool {
+namespace {
+
+constexpr double kCheckByDefaultUpTo = 134217728;  // 2^27: the golden model takes well under a second
+
+struct Options {
+  std::string config_file;
+  std::vector<std::string> sets;
+  std::string stats_path, trace_path;
+  uint32_t repeat = 1;
+  bool json = false;
+  uint64_t seed = 1;
+  bool check = false;  // meaningful when --check or --no-check was given
+  std::string dtype = "f16";
+  uint32_t m = 512, k = 512, n = 512;
+  std::string op = "add";
+  uint64_t numel = 1 << 20;
+  uint32_t rows = 1024, cols = 1024;
+  double eps = 1e-5;
+  uint32_t batch = 1, heads = 8, seq = 256, dim = 64;
+  std::string capture;
+};
+
+// The stats file of a run that did not ask for one: removed at exit, after the simulator, which
+// writes its reports once more when it shuts down (its exit handler runs before this one).
+std::string g_temp_stats;
+
+std::string temp_stats_path() {
+  const char* dir = std::getenv("TMPDIR");
+  std::string path = fmt::format("{}/spyre-sim-stats-XXXXXX", dir && *dir ? dir : "/tmp");
+  const int fd = mkstemp(path.data());
+  if (fd < 0) throw std::runtime_error(fmt::format("cannot create a temporary stats file in {}", path));
+  close(fd);
+  g_temp_stats = path;
+  std::atexit([] { std::remove(g_temp_stats.c_str()); });
+  return path;
+}
+
+std::string env(const char* name) {
+  const char* v = std::getenv(name);
+  return v ? v : "";
+}
+
+hw::DType dtype_of(const std::string& name) {
+  static const std::map<std::string, hw::DType> types = {
+      {"f32", hw::DType::kF32}, {"f16", hw::DType::kF16}, {"bf16", hw::DType::kBF16}};
+  return types.at(name);
+}
+
+// A size option: at least 1; at most 2^20 (a dimension) or 2^36 (an element count).
+template <typename T>
+void add_size(CLI::App* sub, const char* name, T& value, const char* what) {
+  const T most = sizeof(T) > 4 ? T{1} << 36 : T{1} << 20;
+  sub->add_option(name, value, what)->check(CLI::Range(T{1}, most))->type_name("N")->capture_default_str();
+}
+
+void add_dtype(CLI::App* sub, Options& o) {
+  sub->add_option("--dtype", o.dtype, "element type of the inputs and the output")
+      ->check(CLI::IsMember({"f16", "bf16", "f32"}))
+      ->capture_default_str();
+}
+
+// The card's device 0, opened through the driver on the inproc transport.
+driver::Device& open_device() {
+  driver::Driver& drv = driver::Driver::instance();
+  if (!drv.transport_status().ok()) throw std::runtime_error(drv.transport_status().message());
+  if (drv.transport_name() != "inproc") {
+    throw std::runtime_error(
+        fmt::format("runs its own simulator in this process, but $SPYRE_TRANSPORT chose '{}'; unset SPYRE_TRANSPORT",
+                    drv.transport_name()));
+  }
+  driver::Device* dev = nullptr;
+  if (const driver::Status s = drv.device(0, &dev); !s.ok()) throw std::runtime_error(s.message());
+  return *dev;
+}
+
+nlohmann::json read_stats(const std::string& path) {
+  std::ifstream in(path);
+  if (!in) throw std::runtime_error(fmt::format("cannot read the simulator's stats file '{}'", path));
+  try {
+    return nlohmann::json::parse(in);
+  } catch (const nlohmann::json::parse_error& e) {
+    throw std::runtime_error(fmt::format("the simulator's stats file '{}' is not JSON ({})", path, e.what()));
+  }
+}
+
+// The config of a run: the defaults (or a capture's config), then $SPYRE_CONFIG, --config and --set;
+// the report paths from the command line or the environment.
+sim::Config run_config(const Options& o, const std::string& base = "") {
+  sim::Config config = build_config({env("SPYRE_CONFIG"), o.config_file}, o.sets, base);
+  const std::string stats_path = o.stats_path.empty() ? env("SPYRE_STATS") : o.stats_path;
+  config.output.trace_path = o.trace_path.empty() ? env("SPYRE_TRACE") : o.trace_path;
+  config.output.stats_path = stats_path.empty() ? temp_stats_path() : stats_path;
+  config.output.capture_path.clear();
+  return config;
+}
+
+// `replay FILE`: the captured run on its own config, or on the one the options make of it. On an
+// unchanged config the cycles must be the capture's to the cycle (exit 1 otherwise).
+int replay(const Options& o, std::chrono::steady_clock::time_point start) {
+  const sim::Capture capture = sim::Capture::load(o.capture);
+  const sim::Config config = run_config(o, capture.config_json);
+  const bool same_config = config.hash() == sim::parse_config(capture.config_json).hash();
+  sim::Simulator::configure(config);
+  sim::Simulator& simulator = sim::Simulator::instance();
+  const sim::ReplayResult r = simulator.replay(capture);
+  const sim::Reports reports = simulator.flush_reports();
+  const nlohmann::json stats = read_stats(reports.stats_path);
+  const std::vector<uint64_t> captured = capture.end_cycles();
+  nlohmann::json card = stats.at("cards").at(0);
+  nlohmann::json summary = {
+      {"kernel", "replay"},
+      {"capture", o.capture},
+      {"config_hash", config.hash()},
+      {"same_config", same_config},
+      {"host_writes", r.host_actions},
+      {"captured_cycles", captured},
+      {"cycles", r.cycles},
+      {"missing_reads", r.missing_reads},
+      {"diverged_writes", r.diverged_writes},
+      {"launches", card.value("commands", nlohmann::json::object()).value("launch", 0)},
+      {"flops", card.value("flops", 0)},
+      {"stall", card.value("stall", nlohmann::json::object())},
+      {"energy_j", card.value("energy_j", nlohmann::json::object())},
+      {"stats", o.stats_path.empty() ? env("SPYRE_STATS") : o.stats_path},
+      {"trace", reports.trace_path},
+      {"wall_seconds", std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count()}};
+  if (o.json) {
+    fmt::print("{}\n", summary.dump(2));
+  } else {
+    fmt::print("spyre-sim: replay of {} ({} host writes)\n", o.capture, r.host_actions);
+    fmt::print("  config      {}{}\n", config.hash(), same_config ? ", the capture's" : ", changed from the capture's");
+    for (size_t i = 0; i < r.cycles.size(); ++i) {
+      fmt::print("  card {}      {} cycles, captured {}\n", i, r.cycles[i], i < captured.size() ? captured[i] : 0);
+    }
+    fmt::print("  launches    {}, {:.3g} flop\n", summary["launches"].get<uint64_t>(), summary["flops"].get<double>());
+    if (r.missing_reads) fmt::print("  missing     {} DMA reads the capture had no bytes for\n", r.missing_reads);
+    if (r.diverged_writes) {
+      fmt::print("  differ      {} DMA writes differ from the capture's{}\n", r.diverged_writes,
+                 same_config ? "" : " (completion records carry cycles: expected on another config)");
+    }
+    fmt::print("  host        {:.3f} s wall\n", summary["wall_seconds"].get<double>());
+  }
+  std::fflush(stdout);
+  if (same_config && (r.cycles != captured || r.missing_reads || r.diverged_writes)) {
+    fmt::print(stderr, "spyre-sim: the replay on the capture's own config did not reproduce it\n");
+    return 1;
+  }
+  return 0;
+}
+
+int run(const CLI::App& app, const Options& o, const CLI::Option& check_flag,
+        std::chrono::steady_clock::time_point start) {
+  if (app.got_subcommand("replay")) return replay(o, start);
+  // As every program of the stack reads the environment (so that spyre-sweep can run this one),
+  // with the command line on top.
+  const sim::Config config = run_config(o);
+  const std::string stats_path = o.stats_path.empty() ? env("SPYRE_STATS") : o.stats_path;
+  sim::Simulator::configure(config);
+
+  driver::Device& dev = open_device();
+  BuildEnv build;
+  build.target = compiler::Target{dev.info().num_cores, dev.info().lx_bytes};  // as the PyTorch device's
+  build.formats.fp16_dlfloat = dev.info().fp16_dlfloat;
+  build.seed = o.seed;
+  const hw::DType type = dtype_of(o.dtype);
+  Kernel kernel;
+  if (app.got_subcommand("gemm")) {
+    kernel = make_gemm(build, o.m, o.k, o.n, type);
+  } else if (app.got_subcommand("elementwise")) {
+    kernel = make_elementwise(build, o.op, o.numel, type);
+  } else if (app.got_subcommand("layernorm")) {
+    kernel = make_layernorm(build, o.rows, o.cols, o.eps, type);
+  } else if (app.got_subcommand("attention")) {
+    kernel = make_attention(build, o.batch, o.heads, o.seq, o.dim, type);
+  }
+
+  std::unique_ptr<driver::Queue> queue;
+  if (const driver::Status s = dev.create_queue(1024, &queue); !s.ok()) throw std::runtime_error(s.message());
+  const RunResult result = run_kernel(dev, *queue, kernel, o.repeat, build.formats);
+  queue.reset();
+
+  std::string trace_written, stats_written;
+  if (const driver::Status s = driver::Driver::instance().write_sim_reports(&trace_written, &stats_written); !s.ok()) {
+    throw std::runtime_error(s.message());
+  }
+  const nlohmann::json stats = read_stats(stats_written);
+
+  RunFacts facts;
+  facts.kernel = &kernel;
+  facts.run = &result;
+  facts.config = &config;
+  facts.repeat = o.repeat;
+  facts.stats = &stats;
+  facts.stats_path = stats_path;
+  facts.trace_path = trace_written;
+  const bool check = check_flag.count() > 0 ? o.check : kernel.check_size <= kCheckByDefaultUpTo;
+  if (check) {
+    const Expected want = kernel.golden(kernel);
+    facts.check = compare(kernel.buffers[want.buffer].values, want);
+  } else {
+    facts.check_skipped_why =
+        check_flag.count() > 0 ? "--no-check" : fmt::format("{:.3g} above 2^27 (--check forces it)", kernel.check_size);
+  }
+  facts.wall_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  const nlohmann::json summary = make_summary(facts);
+  fmt::print("{}", o.json ? summary.dump(2) + "\n" : format_summary(summary));
+  std::fflush(stdout);
+  if (facts.check && !facts.check->passed) {
+    fmt::print(stderr, "spyre-sim: check failed: {} of {} elements of {} outside tolerance\n", facts.check->mismatches,
+               facts.check->elements, kernel.title());
+    return 1;
+  }
+  return 0;
+}
+
+}  // namespace
+}  // namespace spyre::simtool
+
+int main(int argc, char** argv) {
+  using spyre::simtool::Options;
+  const auto start = std::chrono::steady_clock::now();
+  Options o;
+  CLI::App app{
+      "Runs a built-in kernel on the simulated Spyre card through the driver and prints its device time, rate, "
+      "roofline, stalls and check. See docs/architect-guide.md.",
+      "spyre-sim"};
+  app.require_subcommand(1, 1);
+  app.fallthrough();  // the common options may also follow the subcommand
+  app.failure_message([](const CLI::App*, const CLI::Error& e) {
+    return fmt::format("spyre-sim: {}\nRun 'spyre-sim --help' for the usage.\n", e.what());
+  });
+  app.add_option("--config", o.config_file,
+                 "JSON hardware config: any subset of the keys of docs/architect-guide.md, over $SPYRE_CONFIG's")
+      ->type_name("FILE");
+  app.add_option("--set", o.sets, "override one config key, e.g. --set memory.bandwidth_gbps=102.4 (repeatable)")
+      ->type_name("KEY=VALUE")
+      ->expected(1)
+      ->multi_option_policy(CLI::MultiOptionPolicy::TakeAll);
+  app.add_option("--stats", o.stats_path, "write the simulator's stats JSON to FILE (default: $SPYRE_STATS)")
+      ->type_name("FILE");
+  app.add_option("--trace", o.trace_path, "write a Perfetto / chrome://tracing trace to FILE (default: $SPYRE_TRACE)")
+      ->type_name("FILE");
+  app.add_option("--repeat", o.repeat, "launch the kernel N times")
+      ->check(CLI::Range(1u, 1000000u))
+      ->type_name("N")
+      ->capture_default_str();
+  app.add_option("--seed", o.seed, "seed of the random inputs")->type_name("N")->capture_default_str();
+  app.add_flag("--json", o.json, "print the summary as JSON");
+  CLI::Option* check_flag =
+      app.add_flag("--check,!--no-check", o.check,
+                   "compare the result with a host golden model (default: on when the problem size is at most 2^27)");
+
+  CLI::App* gemm = app.add_subcommand("gemm", "C = A @ B, A: M x K, B: K x N (compiler::compile_matmul)");
+  spyre::simtool::add_size(gemm, "--m", o.m, "rows of A and C");
+  spyre::simtool::add_size(gemm, "--k", o.k, "columns of A, rows of B");
+  spyre::simtool::add_size(gemm, "--n", o.n, "columns of B and C");
+  spyre::simtool::add_dtype(gemm, o);
+
+  CLI::App* ew = app.add_subcommand("elementwise", "out = op(a) or op(a, b): one pointwise op (compiler::compile)");
+  ew->add_option("--op", o.op, "the function")
+      ->check(CLI::IsMember(spyre::simtool::elementwise_ops()))
+      ->capture_default_str();
+  spyre::simtool::add_size(ew, "--numel", o.numel, "elements");
+  spyre::simtool::add_dtype(ew, o);
+
+  CLI::App* ln = app.add_subcommand("layernorm", "(x - mean) / sqrt(var + eps) over each row: reductions + pointwise");
+  spyre::simtool::add_size(ln, "--rows", o.rows, "rows");
+  spyre::simtool::add_size(ln, "--cols", o.cols, "elements normalised together");
+  ln->add_option("--eps", o.eps, "added to the variance")->check(CLI::NonNegativeNumber)->capture_default_str();
+  spyre::simtool::add_dtype(ln, o);
+
+  CLI::App* at = app.add_subcommand("attention", "softmax(Q K^T / sqrt(D)) V over [batch, heads, seq, dim]");
+  spyre::simtool::add_size(at, "--batch", o.batch, "batch");
+  spyre::simtool::add_size(at, "--heads", o.heads, "heads");
+  spyre::simtool::add_size(at, "--seq", o.seq, "sequence length (queries and keys)");
+  spyre::simtool::add_size(at, "--dim", o.dim, "head dimension D");
+  spyre::simtool::add_dtype(at, o);
+
+  CLI::App* rp = app.add_subcommand(
+      "replay", "plays a capture ($SPYRE_CAPTURE of any run) on its config or, with --config/--set, another");
+  rp->add_option("file", o.capture, "the capture file")->required()->check(CLI::ExistingFile);
+
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    const int rc = app.exit(e);
+    return rc == 0 ? 0 : 2;
+  }
+  try {
+    return spyre::simtool::run(app, o, *check_flag, start);
+  } catch (const std::exception& e) {
+    std::fflush(stdout);
+    fmt::print(stderr, "spyre-sim: {}\n", e.what());
+    return 1;
+  }
+}

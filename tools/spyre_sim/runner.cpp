@@ -1,0 +1,116 @@
+#include "runner.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cstring>
+#include <memory>
+#include <stdexcept>
+#include <string>
+
+#include "spyre/hw/commands.h"
+
+namespace spyre::simtool {
+namespace {
+
+// Driver statuses become exceptions here, once.
+void check(const driver::Status& s) {
+  if (!s.ok()) throw std::runtime_error(s.message());
+}
+
+// Device memory of one run, freed when the run ends (also when it fails).
+class Allocations {
+ public:
+  explicit Allocations(driver::Device& dev) : dev_(dev) {}
+  ~Allocations() {
+    for (uint64_t a : addrs_) (void)dev_.free(a);
+  }
+  Allocations(const Allocations&) = delete;
+  Allocations& operator=(const Allocations&) = delete;
+
+  uint64_t alloc(uint64_t bytes) {
+    uint64_t addr = 0;
+    check(dev_.alloc(std::max<uint64_t>(bytes, 1), &addr));
+    addrs_.push_back(addr);
+    return addr;
+  }
+
+ private:
+  driver::Device& dev_;
+  std::vector<uint64_t> addrs_;
+};
+
+std::unique_ptr<driver::HostBuffer> map(driver::Device& dev, uint64_t bytes) {
+  std::unique_ptr<driver::HostBuffer> b;
+  check(dev.map_host(std::max<uint64_t>(bytes, 1), &b));
+  return b;
+}
+
+// Copies `n` bytes that `fill` writes into mapped host memory to device address `dst`, and waits.
+template <typename Fill>
+void upload(driver::Device& dev, driver::Queue& q, uint64_t dst, uint64_t n, Fill fill) {
+  const auto staging = map(dev, n);
+  fill(staging->data());
+  uint64_t seq = 0;
+  check(q.copy(staging->iova(), dst, n, hw::kCopySrcHost, &seq));
+  check(q.wait(seq));
+}
+
+}  // namespace
+
+RunResult run_kernel(driver::Device& dev, driver::Queue& q, Kernel& k, uint32_t repeat, const Formats& formats) {
+  Allocations mem(dev);
+  std::vector<uint64_t> addr(k.buffers.size());
+  for (size_t i = 0; i < k.buffers.size(); ++i) {
+    Buffer& b = k.buffers[i];
+    addr[i] = mem.alloc(b.bytes());
+    if (b.role != Buffer::Role::kInput) continue;
+    upload(dev, q, addr[i], b.bytes(), [&](void* p) { encode(b.dtype, formats, b.values.data(), b.numel, p); });
+  }
+  const std::vector<uint8_t>& image = k.program.image;
+  const uint64_t program = mem.alloc(image.size());
+  upload(dev, q, program, image.size(), [&](void* p) { std::memcpy(p, image.data(), image.size()); });
+  if (k.args.size() > hw::kMaxLaunchArgs || k.program.num_args > k.args.size()) {
+    throw std::logic_error("runner: the kernel's argument list does not fit its program");
+  }
+  std::vector<uint64_t> args;
+  for (uint32_t b : k.args) args.push_back(addr[b]);
+  const uint64_t args_bytes = args.size() * sizeof(uint64_t);
+  const uint64_t args_addr = mem.alloc(args_bytes);
+  upload(dev, q, args_addr, args_bytes, [&](void* p) { std::memcpy(p, args.data(), args_bytes); });
+  const std::string title = k.title().substr(0, hw::kMaxLabelBytes - 1);  // the launch's name in traces
+  const uint64_t label = mem.alloc(title.size() + 1);
+  upload(dev, q, label, title.size() + 1, [&](void* p) { std::memcpy(p, title.c_str(), title.size() + 1); });
+
+  RunResult r;
+  q.observe([&](hw::Opcode op, const hw::Completion& c) {
+    if (op == hw::Opcode::kLaunch && c.error == hw::ErrorCode::kOk)
+      r.launch_cycles.push_back(c.end_cycle - c.start_cycle);
+  });
+  const auto stamps = map(dev, 2 * sizeof(uint64_t));
+  uint64_t seq = 0;
+  const auto t0 = std::chrono::steady_clock::now();
+  check(q.timestamp(stamps->iova(), &seq));
+  for (uint32_t i = 0; i < repeat; ++i) {
+    check(q.launch(program, image.size(), args_addr, args_bytes, k.program.core_mask, label, &seq));
+  }
+  check(q.timestamp(stamps->iova() + sizeof(uint64_t), &seq));
+  const driver::Status done = q.synchronize();
+  r.launch_wall_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  q.observe({});
+  check(done);
+  const auto* t = static_cast<const volatile uint64_t*>(stamps->data());
+  r.span_cycles = t[1] - t[0];
+
+  for (size_t i = 0; i < k.buffers.size(); ++i) {
+    Buffer& b = k.buffers[i];
+    if (b.role != Buffer::Role::kOutput) continue;
+    const auto staging = map(dev, b.bytes());
+    check(q.copy(addr[i], staging->iova(), b.bytes(), hw::kCopyDstHost, &seq));
+    check(q.wait(seq));
+    b.values.resize(b.numel);
+    decode(b.dtype, formats, staging->data(), b.numel, b.values.data());
+  }
+  return r;
+}
+
+}  // namespace spyre::simtool

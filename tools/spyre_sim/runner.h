@@ -1,0 +1,28 @@
+// Runs a built-in kernel on a card through the driver, exactly as the PyTorch device runs an op:
+// device memory, copies in through mapped host memory, the program loaded into device memory,
+// launches on a hardware queue bracketed by TIMESTAMP descriptors, copies out.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "kernels.h"
+#include "spyre/driver/device.h"
+
+namespace spyre::simtool {
+
+/// The device time of a run.
+struct RunResult {
+  std::vector<uint64_t> launch_cycles;  // end - start of each launch's completion record, in order
+  uint64_t span_cycles = 0;             // TIMESTAMP after the last launch minus the one before the first
+  double launch_wall_seconds = 0;       // host time from the first launch's submission to the last's end
+};
+
+/// Runs `kernel` `repeat` times on `dev` through `queue`: allocates its buffers, copies its inputs
+/// in, loads its program, launches it, waits, and reads its output buffers back into their
+/// `values`. `formats` says how the card stores fp16. Frees what it allocated.
+/// Throws std::runtime_error with the driver's message when a driver call or a command fails.
+RunResult run_kernel(driver::Device& dev, driver::Queue& queue, Kernel& kernel, uint32_t repeat,
+                     const Formats& formats);
+
+}  // namespace spyre::simtool
