@@ -13,6 +13,8 @@ attention, SwiGLU), seeded weights and tokens; prints a checksum of the logits.
 from __future__ import annotations
 
 import argparse
+import statistics
+import time
 
 import torch
 import torch_spyre
@@ -25,6 +27,7 @@ def main() -> None:
     parser.add_argument("--hidden", type=int, default=256)
     parser.add_argument("--batch", type=int, default=2)
     parser.add_argument("--seq", type=int, default=128)
+    parser.add_argument("--time", type=int, default=0, metavar="N", help="after one warm-up forward, time N more")
     args = parser.parse_args()
     torch_spyre.set_cpu_fallback("error")
     config = transformers.LlamaConfig(
@@ -39,9 +42,18 @@ def main() -> None:
     torch.manual_seed(0)
     model = transformers.LlamaForCausalLM(config).eval().to("spyre")
     tokens = torch.randint(0, config.vocab_size, (args.batch, args.seq), generator=torch.Generator().manual_seed(0))
+    tokens = tokens.to("spyre")
     with torch.no_grad():
-        logits = model(tokens.to("spyre")).logits
-    print(f"logits checksum {logits.float().sum().item():.6f}")
+        logits = model(tokens).logits
+        print(f"logits checksum {logits.float().sum().item():.6f}")
+        times = []
+        for _ in range(args.time):
+            start = time.perf_counter()
+            model(tokens)
+            torch.spyre.synchronize()
+            times.append(time.perf_counter() - start)
+    if times:
+        print(f"forward ms {statistics.median(times) * 1e3:.1f} (median of {len(times)})")
 
 
 if __name__ == "__main__":

@@ -71,7 +71,9 @@ void Core::drop_pending(uint64_t done) {
 void Core::compute(std::function<void()> task, std::initializer_list<Touch> touches) {
   const uint64_t done = worker_.done(lane_);
   drop_pending(done);
-  last_ticket_ = worker_.post(lane_, std::move(task));
+  uint64_t bytes = 0;
+  for (const Touch& t : touches) bytes += t.n;
+  last_ticket_ = worker_.post(lane_, std::move(task), bytes <= kSmallTaskBytes);
   if (last_ticket_ <= worker_.done(lane_)) return;  // ran inline (or already)
   for (const Touch& t : touches) {
     if (t.p && t.n) pending_.push_back({last_ticket_, t});

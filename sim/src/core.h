@@ -125,6 +125,9 @@ class Core : public sc_core::sc_module {
     uint64_t n;
     bool write;
   };
+  /// Arithmetic touching at most this many bytes runs at once when the worker has nothing of this
+  /// core's queued: on tiles this small the hand-over costs more than the arithmetic.
+  static constexpr uint64_t kSmallTaskBytes = 4096;
   /// Hands an instruction's arithmetic to the worker, noting the bytes it touches for settle().
   void compute(std::function<void()> task, std::initializer_list<Touch> touches);
   fw::Verdict fault(uint32_t pc) const {
@@ -166,10 +169,10 @@ class Core : public sc_core::sc_module {
     local_ = sc_core::SC_ZERO_TIME;
     wait(t);
   }
-  /// Before booking on the fabric: at the true time (in functional mode nothing is booked).
-  void sync_to_book() {
-    if (!functional_) sync();
-  }
+  /// Before booking on the fabric: at the true time. In functional mode nothing is booked, but
+  /// the cores still take turns here, so that the worker computes one core's tiles while the
+  /// SystemC thread moves another's data.
+  void sync_to_book() { sync(); }
   uint64_t now() const { return clock_.to_cycles(sc_core::sc_time_stamp() + local_); }
   uint64_t program_ = 0;
   uint64_t args_addr_ = 0;

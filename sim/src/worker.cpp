@@ -61,13 +61,14 @@ void Worker::run_front(Lane& l, std::unique_lock<std::mutex>& lock) {
   l.done.fetch_add(1, std::memory_order_release);
 }
 
-uint64_t Worker::post(uint32_t lane, std::function<void()> task) {
+uint64_t Worker::post(uint32_t lane, std::function<void()> task, bool small) {
   std::unique_lock lock(mu_);
   Lane& l = lanes_[lane];
   const uint64_t ticket = ++l.posted;
+  const bool inline_now = !threaded_ || (small && l.tasks.empty() && !l.running);
   l.tasks.push_back({order_++, std::move(task)});
   posted_.store(order_, std::memory_order_release);
-  if (!threaded_) {
+  if (inline_now) {
     run_front(l, lock);
     if (error_) std::rethrow_exception(std::exchange(error_, nullptr));
   } else if (idle_ && ++queued_ >= kWakeAt) {

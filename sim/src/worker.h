@@ -31,8 +31,10 @@ class Worker {
 
   /// A new lane (one per core, before any task is posted); lanes live as long as the worker.
   uint32_t lane();
-  /// Queues `task` on `lane`; its ticket (each lane's tickets count up from 1).
-  uint64_t post(uint32_t lane, std::function<void()> task);
+  /// Queues `task` on `lane`; its ticket (each lane's tickets count up from 1). A `small` task
+  /// runs at once on the calling thread when its lane has nothing queued: handing it to the worker
+  /// would cost more than running it.
+  uint64_t post(uint32_t lane, std::function<void()> task, bool small = false);
   /// Returns once task `ticket` of `lane` and the lane's tasks before it have run, running them on
   /// the calling thread when the worker is not at them. Rethrows what a task threw.
   void wait(uint32_t lane, uint64_t ticket);

@@ -1,6 +1,8 @@
 #include "kernels.h"
 
+#include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <random>
 #include <stdexcept>
 
@@ -310,6 +312,97 @@ Kernel make_attention(const BuildEnv& env, uint32_t batch, uint32_t heads, uint3
     Expected e = attention_reference(kk.buffers[q].values, kk.buffers[k].values, kk.buffers[v].values,
                                      static_cast<uint32_t>(bh), seq, dim, scale, u);
     e.buffer = o;
+    return e;
+  };
+  return kern;
+}
+
+Kernel make_instructions(const BuildEnv& env, uint64_t count, uint32_t cores) {
+  constexpr uint32_t kAdds = 7, kPerIteration = kAdds + 2, kCols = 16;
+  if (cores == 0 || cores > env.target.cores) {
+    throw std::invalid_argument(fmt::format("instructions: --cores must be 1..{}", env.target.cores));
+  }
+  const uint64_t iterations = std::max<uint64_t>(1, count / kPerIteration / cores);
+  if (iterations * kAdds > (1u << 24)) {
+    throw std::invalid_argument("instructions: at most 2^24 adds per core (fp32 counts exactly up to there)");
+  }
+  Kernel kern;
+  kern.name = "instructions";
+  kern.dims = {{"count", static_cast<int64_t>(iterations * kPerIteration * cores)}, {"cores", cores}};
+  kern.dtype = DType::kF32;
+  const uint32_t out = add_buffer(kern, "out", DType::kF32, uint64_t{cores} * kCols, Role::kOutput);
+  const auto instr = [](hw::Op op) {
+    hw::Instr i{};
+    i.op = op;
+    return i;
+  };
+  std::vector<hw::Instr> code;
+  hw::Instr in = instr(hw::Op::kArg);  // r1 = out
+  in.a = 1;
+  code.push_back(in);
+  in = instr(hw::Op::kRank);  // r2 = rank, r3 = cores
+  in.a = 2;
+  code.push_back(in);
+  in = instr(hw::Op::kMuli);  // r4 = out + rank * 64
+  in.a = 4;
+  in.d = 2;
+  in.b = kCols * 4;
+  code.push_back(in);
+  in = instr(hw::Op::kAdd);
+  in.a = 4;
+  in.d = 4;
+  in.e = 1;
+  code.push_back(in);
+  in = instr(hw::Op::kFill);  // x = 0
+  in.dtype = DType::kF32;
+  in.d = 1;
+  in.e = kCols;
+  code.push_back(in);
+  in = instr(hw::Op::kLi);  // r5 = 0 (iteration), r6 = iterations
+  in.a = 5;
+  code.push_back(in);
+  in.a = 6;
+  in.b = iterations;
+  code.push_back(in);
+  const auto loop = static_cast<uint32_t>(code.size());
+  const float one = 1.0f;
+  uint32_t one_bits;
+  std::memcpy(&one_bits, &one, 4);
+  for (uint32_t k = 0; k < kAdds; ++k) {
+    in = instr(hw::Op::kBinary);  // x = x + 1
+    in.dtype = DType::kF32;
+    in.c = static_cast<uint64_t>(BinaryFn::kAdd) | uint64_t{one_bits} << 32;
+    in.flags = hw::bcast_flags(hw::Bcast::kFull, hw::Bcast::kImm);
+    in.d = 1;
+    in.e = kCols;
+    code.push_back(in);
+  }
+  in = instr(hw::Op::kAddi);
+  in.a = 5;
+  in.d = 5;
+  in.b = 1;
+  code.push_back(in);
+  in = instr(hw::Op::kBranch);
+  in.flags = static_cast<uint8_t>(hw::Cond::kLtu);
+  in.d = 5;
+  in.e = 6;
+  in.a = loop;
+  code.push_back(in);
+  in = instr(hw::Op::kStore);
+  in.regs = hw::pack_regs(4, 0);
+  in.c = kCols * 4;
+  in.d = 1;
+  in.e = kCols * 4;
+  code.push_back(in);
+  kern.program = compiler::assemble_spmd(fmt::format("instructions x{}", iterations * kPerIteration), code, cores, 1);
+  kern.work.vector = {{static_cast<double>(iterations * kAdds * kCols * cores), DType::kF32, false}};
+  kern.work.min_bytes = kern.buffers[out].bytes();
+  kern.check_size = static_cast<double>(cores) * kCols;
+  kern.golden = [out, iterations](const Kernel& k) {
+    Expected e;
+    e.buffer = out;
+    e.values.assign(k.buffers[out].numel, static_cast<double>(iterations * kAdds));
+    e.tolerance.assign(k.buffers[out].numel, 0.5);  // whole numbers: any error is at least 1
     return e;
   };
   return kern;

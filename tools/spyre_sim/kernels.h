@@ -91,4 +91,9 @@ Kernel make_layernorm(const BuildEnv& env, uint32_t rows, uint32_t cols, double 
 /// device's attention kernel builds it without masking.
 Kernel make_attention(const BuildEnv& env, uint32_t batch, uint32_t heads, uint32_t seq, uint32_t dim, hw::DType dtype);
 
+/// The simulator's own cost per instruction: every core of `cores` runs a loop of seven SFP adds
+/// of one on a 16-element fp32 tile, plus its counter and branch, until `count` instructions
+/// have run over all cores; then stores its tile, which must hold 7 x its iterations.
+Kernel make_instructions(const BuildEnv& env, uint64_t count, uint32_t cores);
+
 }  // namespace spyre::simtool

@@ -49,6 +49,8 @@ struct Options {
   double eps = 1e-5;
   uint32_t batch = 1, heads = 8, seq = 256, dim = 64;
   std::string capture;
+  uint64_t count = 1000000;
+  uint32_t cores = 1;
 };
 
 // The stats file of a run that did not ask for one: removed at exit, after the simulator, which
@@ -203,6 +205,8 @@ int run(const CLI::App& app, const Options& o, const CLI::Option& check_flag,
     kernel = make_layernorm(build, o.rows, o.cols, o.eps, type);
   } else if (app.got_subcommand("attention")) {
     kernel = make_attention(build, o.batch, o.heads, o.seq, o.dim, type);
+  } else if (app.got_subcommand("instructions")) {
+    kernel = make_instructions(build, o.count, o.cores);
   }
 
   std::unique_ptr<driver::Queue> queue;
@@ -306,6 +310,11 @@ int main(int argc, char** argv) {
   spyre::simtool::add_size(at, "--seq", o.seq, "sequence length (queries and keys)");
   spyre::simtool::add_size(at, "--dim", o.dim, "head dimension D");
   spyre::simtool::add_dtype(at, o);
+
+  CLI::App* in = app.add_subcommand("instructions",
+                                    "the simulator's cost per instruction: loops of tiny SFP adds on 16 fp32 elements");
+  spyre::simtool::add_size(in, "--count", o.count, "instructions to run, over all cores");
+  in->add_option("--cores", o.cores, "cores that run the loop")->check(CLI::Range(1u, 64u))->capture_default_str();
 
   CLI::App* rp = app.add_subcommand(
       "replay", "plays a capture ($SPYRE_CAPTURE of any run) on its config or, with --config/--set, another");
