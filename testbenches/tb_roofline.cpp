@@ -82,7 +82,7 @@ struct Chip {
   /// at the configured fp32 fraction of the fp16 rate.
   double peak_fp32() const {
     const sim::ChipConfig& c = config.chip;
-    return double{c.cores} * c.corelets_per_core * c.pt_rows * c.pt_cols * c.pt_simd * 2 * c.fp32_rate;
+    return static_cast<double>(c.cores) * c.corelets_per_core * c.pt_rows * c.pt_cols * c.pt_simd * 2 * c.fp32_rate;
   }
   /// LPDDR5 bytes per cycle (GB/s are bytes per ns).
   double memory_bytes_per_cycle() const { return config.memory.bandwidth_gbps * 1000 / config.chip.clock_mhz; }
@@ -96,7 +96,7 @@ struct Chip {
 /// per step frees the buffers. A's rows are padded by 256 bytes so that a chunk's rows spread over
 /// the channels (with plain interleaving, rows a power-of-two apart would all hit one channel).
 struct Gemm {
-  uint32_t cores, mt = 128, nt = 1024, kb = 64, k;
+  uint32_t cores, mt = 128, nt = 1024, kb = 64, k = 0;
   uint64_t lda() const { return k + 64; }
   double flops() const { return 2.0 * cores * mt * nt * k; }
   /// Bytes the program moves: A and B once each, C as bf16.
@@ -235,8 +235,7 @@ void check_chip(Chips& chips) {
   CAPTURE(chip.config.memory.bandwidth_gbps);
 
   // The GEMM: compute-bound, at 90 % of peak or more, within 5 % of its roofline.
-  Gemm gemm{cores};
-  gemm.k = 8192;
+  Gemm gemm{cores, 128, 1024, 64, 8192};
   const double compute = gemm.flops() / chip.peak_fp32();
   const double memory = gemm.bytes() / chip.memory_bytes_per_cycle();
   REQUIRE(memory < compute / 2);  // compute-bound even at half the bandwidth

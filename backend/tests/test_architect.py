@@ -7,6 +7,8 @@ figures of the config."""
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 
 import pytest
 from conftest import run_python
@@ -173,3 +175,55 @@ def test_a_card_with_fewer_cores_than_memory_controllers_works(tmp_path, cores):
     s, _ = _stats(tmp_path, code=code, config={"chip": {"cores": cores}})
     controllers = s["config"]["memory"]["controllers"]
     assert len(s["cards"][0]["ring_links"]) == 2 * (1 + cores + controllers)
+
+
+# Two streams, a training step and host work between submits: the host decides when commands
+# arrive, so this is where a card whose time ran with the wall clock would drift.
+PACED = (
+    "import os, random, time, torch, torch_spyre\n"
+    "torch_spyre.set_cpu_fallback('error')\n"
+    "torch.manual_seed(0)\n"
+    "jitter = random.Random(int(os.environ.get('JITTER', '0')))\n"
+    "def think():\n"
+    "    if os.environ.get('JITTER'): time.sleep(jitter.random() * 0.004)\n"
+    "side = torch.spyre.Stream()\n"
+    "model = torch.nn.Sequential(torch.nn.Linear(256, 512), torch.nn.GELU(), torch.nn.Linear(512, 64)).to('spyre')\n"
+    "opt = torch.optim.SGD(model.parameters(), lr=0.05)\n"
+    "x = torch.randn(128, 256).to('spyre')\n"
+    "for step in range(3):\n"
+    "    with torch.spyre.stream(side):\n"
+    "        noise = torch.randn(64, 64, device='spyre') @ torch.randn(64, 64, device='spyre')\n"
+    "        think()\n"
+    "    loss = model(x).square().mean()\n"
+    "    think()\n"
+    "    loss.backward()\n"
+    "    think()\n"
+    "    opt.step()\n"
+    "    opt.zero_grad()\n"
+    "    torch.spyre.current_stream().wait_stream(side)\n"
+    "    print(float(loss.cpu()), float(noise.sum().cpu()))\n"
+)
+
+
+def test_cycles_stats_and_trace_do_not_depend_on_the_host(tmp_path):
+    """A host-paced card (`sim.host_paced`, the default) advances time only while the host waits:
+    host think time, sleeps and other processes loading the machine change no cycle, stat or
+    trace event."""
+    runs = []
+    for name, env, load in (("quiet", {}, 0), ("jittered", {"JITTER": "1"}, 2), ("loaded", {"JITTER": "2"}, 3)):
+        stats, trace = tmp_path / f"{name}.json", tmp_path / f"{name}.trace.json"
+        hogs = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(load)]
+        try:
+            proc = run_python(PACED, env={"SPYRE_STATS": str(stats), "SPYRE_TRACE": str(trace), **env})
+        finally:
+            for hog in hogs:
+                hog.kill()
+                hog.wait()
+        assert proc.returncode == 0, proc.stderr
+        runs.append((proc.stdout, json.loads(stats.read_text()), trace.read_bytes()))
+    quiet = runs[0]
+    assert quiet[1]["cards"][0]["commands"]["launch"] > 20
+    for other in runs[1:]:
+        assert other[0] == quiet[0]
+        assert other[1] == quiet[1]
+        assert other[2] == quiet[2]

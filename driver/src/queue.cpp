@@ -81,6 +81,7 @@ void Queue::run_due_callbacks_locked() {
 bool Queue::wait_for_fence(std::unique_lock<std::mutex>& lock, uint64_t seq) {
   // Called with mu_ held; drops it while waiting so other threads can submit.
   lock.unlock();
+  const uint64_t token = fence_value() < seq ? dev_.transport().wait_begin(dev_.index_, id_, seq) : 0;
   const auto until = std::chrono::steady_clock::now() + kSpin;
   while (fence_value() < seq && std::chrono::steady_clock::now() < until) {
   }
@@ -109,6 +110,7 @@ bool Queue::wait_for_fence(std::unique_lock<std::mutex>& lock, uint64_t seq) {
     std::unique_lock irq(dev_.irq_mu_);
     dev_.irq_cv_.wait_for(irq, kHaltPoll, [&] { return fence_value() >= seq || dev_.irq_count_ != seen; });
   }
+  if (token != 0) dev_.transport().wait_end(token);
   lock.lock();
   return reached;
 }
@@ -129,8 +131,11 @@ void Queue::note_halt_locked() {
 
 Status Queue::submit_locked(std::unique_lock<std::mutex>& lock, hw::Descriptor d, uint64_t* seq) {
   poll_locked();
-  while (pending_.size() >= entries_) {  // ring full: wait for the oldest descriptor
-    if (!wait_for_fence(lock, pending_.front().seq)) {
+  while (pending_.size() >= entries_) {
+    // Ring full: wait until half of it is free, not one slot, so that a host far ahead of the card
+    // blocks once per half ring rather than once per command (the card stays busy with the other
+    // half meanwhile; a host-paced simulator pays a hand-over per wait).
+    if (!wait_for_fence(lock, pending_[pending_.size() / 2].seq)) {
       note_halt_locked();
       return error_;
     }
@@ -240,7 +245,9 @@ Status Queue::synchronize() {
 bool Queue::is_complete(uint64_t seq) {
   std::lock_guard lock(mu_);
   poll_locked();
-  return completed_ >= seq;
+  if (completed_ >= seq) return true;
+  dev_.transport().note_poll(dev_.index_);
+  return false;
 }
 
 uint64_t Queue::last_seq() {

@@ -149,6 +149,9 @@ class InprocTransport final : public Transport {
   void set_irq_handler(uint32_t dev, std::function<void(uint32_t)> handler) override {
     links_.at(dev)->set_handler(std::move(handler));
   }
+  uint64_t wait_begin(uint32_t dev, uint32_t queue, uint64_t seq) override { return sim_.wait_begin(dev, queue, seq); }
+  void wait_end(uint64_t token) override { sim_.wait_end(token); }
+  void note_poll(uint32_t /*dev*/) override { sim_.note_poll(); }
   Status write_sim_reports(std::string* trace_path, std::string* stats_path) override {
     try {
       const sim::Reports r = sim_.flush_reports();

@@ -484,6 +484,16 @@ TEST_CASE("a high-priority queue gets the cores before a normal one that asked f
   REQUIRE(dev0().create_queue(64, &high, hw::kQPriorityHigh).ok());
   const BusyProgram busy = busy_program(*first);
   const uint64_t hold = busy.launch(*first);  // holds the cores while the other two ask
+  // The host acts only between waits on the card (a host-paced card's time advances only while it
+  // waits): a short copy on a fourth queue, waited for, lets the launch start before the others ask.
+  auto probe = make_queue();
+  const uint64_t bytes = 64 << 10;
+  const uint64_t dst = alloc(bytes);
+  std::unique_ptr<driver::HostBuffer> src;
+  REQUIRE(dev0().map_host(bytes, &src).ok());
+  uint64_t copy = 0;
+  REQUIRE(probe->copy(src->iova(), dst, bytes, hw::kCopySrcHost, &copy).ok());
+  REQUIRE(probe->wait(copy).ok());
   const uint64_t n_seq = busy.launch(*normal);
   const uint64_t h_seq = busy.launch(*high);
   const hw::Completion f = completion_of(*first, hold), n = completion_of(*normal, n_seq),

@@ -232,6 +232,12 @@ void ReplayHost::answered(uint32_t /*card*/, const CaptureEvent& e, uint64_t has
   if (e.kind == CaptureEvent::Kind::kDmaWrite && (k >= answer_hashes_.size() || answer_hashes_[k] != hash)) {
     ++result_.diverged_writes;
   }
+  // The next host write followed this answer: stop here, at the end of this delta cycle, as a
+  // host-paced run stops at the interrupt that ends a wait, so that it can land in the same instant.
+  if (next_ < actions_.size() && actions_[next_].answer == static_cast<int64_t>(k) &&
+      sc_core::sc_get_status() == sc_core::SC_RUNNING) {
+    sc_core::sc_pause();
+  }
 }
 
 uint64_t ReplayHost::step(uint64_t now) {

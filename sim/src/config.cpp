@@ -18,7 +18,8 @@ json to_tree(const Config& c) {
   j["sim"] = {{"devices", c.sim.devices},
               {"host_quantum_ns", c.sim.host_quantum_ns},
               {"async_compute", c.sim.async_compute},
-              {"mode", c.sim.mode}};
+              {"mode", c.sim.mode},
+              {"host_paced", c.sim.host_paced}};
   j["chip"] = {{"cores", c.chip.cores},
                {"corelets_per_core", c.chip.corelets_per_core},
                {"clock_mhz", c.chip.clock_mhz},
@@ -97,6 +98,7 @@ Config from_tree(const json& j) {
   get(j, "sim", "host_quantum_ns", c.sim.host_quantum_ns);
   get(j, "sim", "async_compute", c.sim.async_compute);
   get(j, "sim", "mode", c.sim.mode);
+  get(j, "sim", "host_paced", c.sim.host_paced);
   get(j, "chip", "cores", c.chip.cores);
   get(j, "chip", "corelets_per_core", c.chip.corelets_per_core);
   get(j, "chip", "clock_mhz", c.chip.clock_mhz);

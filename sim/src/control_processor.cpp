@@ -108,6 +108,7 @@ std::string ControlProcessor::read_label(uint64_t addr) const {
 
 void ControlProcessor::command_done(uint32_t queue, const hw::Descriptor& d, const hw::Completion& c) {
   wait(clock_.cycles(config_.firmware.command_cycles));
+  endpoint_.note_completed(queue, d.seq);
   const char* name = hw::opcode_name(d.opcode);
   ++stats_.commands[name];
   if (c.error != hw::ErrorCode::kOk) ++stats_.command_errors;

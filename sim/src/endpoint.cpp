@@ -98,6 +98,7 @@ void Endpoint::host_reg_write(uint32_t offset, uint32_t value) {
         const uint32_t resets = regs_[hw::queue_reg(q, hw::kQResets) / 4];
         for (uint32_t r = 0; r < hw::kQueueStride; r += 4) regs_[hw::queue_reg(q, r) / 4] = 0;
         regs_[hw::queue_reg(q, hw::kQResets) / 4] = resets + 1;
+        completed_[q] = 0;
         work_[q].notify(sc_core::SC_ZERO_TIME);
       }
     }
@@ -118,6 +119,7 @@ void Endpoint::host_reg_write(uint32_t offset, uint32_t value) {
         regs_[hw::queue_reg(q, hw::kQHead) / 4] = 0;
         regs_[hw::queue_reg(q, hw::kQTail) / 4] = 0;
         ++regs_[hw::queue_reg(q, hw::kQResets) / 4];
+        completed_[q] = 0;  // a new ring: its sequence numbers start again
       }
       status = (status & ~hw::kQStatusEnabled) | ((value & hw::kQControlEnable) ? hw::kQStatusEnabled : 0);
       work_[q].notify(sc_core::SC_ZERO_TIME);
@@ -191,6 +193,11 @@ void Endpoint::halt_all_queues(hw::ErrorCode e) {
 void Endpoint::raise_msix(uint32_t vector) {
   ++stats_.msix;
   if (host_ && bus_master()) host_->raise_irq(vector);
+  if (on_msix_) on_msix_();
+}
+
+bool Endpoint::halted(uint32_t q) const {
+  return (regs_[hw::queue_reg(q, hw::kQStatus) / 4] & hw::kQStatusHalted) != 0;
 }
 
 }  // namespace spyre::sim

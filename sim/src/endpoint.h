@@ -3,9 +3,11 @@
 // itself is spyre/hw/regs.h.
 #pragma once
 
+#include <algorithm>
 #include <array>
 #include <atomic>
 #include <cstdint>
+#include <functional>
 #include <vector>
 
 #include <tlm_utils/simple_target_socket.h>
@@ -37,6 +39,13 @@ class Endpoint : public sc_core::sc_module {
   bool host_read(uint64_t iova, void* dst, uint64_t n, sc_core::sc_time& delay);
   bool host_write(uint64_t iova, const void* src, uint64_t n, sc_core::sc_time& delay);
   void raise_msix(uint32_t vector);
+  /// Called after every MSI-X the card raises (on the simulator thread); for host pacing.
+  void on_msix(std::function<void()> hook) { on_msix_ = std::move(hook); }
+  /// The firmware completed descriptor `seq` of queue `q` (its fence now holds it); a reset of the
+  /// queue or the card starts the count again.
+  void note_completed(uint32_t q, uint64_t seq) { completed_[q] = std::max(completed_[q], seq); }
+  uint64_t completed(uint32_t q) const { return completed_[q]; }
+  bool halted(uint32_t q) const;
   /// Bytes on the link in each direction, headers included.
   const BandwidthServer& to_host() const { return to_host_; }
   const BandwidthServer& from_host() const { return from_host_; }
@@ -66,6 +75,8 @@ class Endpoint : public sc_core::sc_module {
   BandwidthServer to_host_;
   BandwidthServer from_host_;
   std::array<sc_core::sc_event, hw::kMaxQueues> work_;
+  std::array<uint64_t, hw::kMaxQueues> completed_ = {};
+  std::function<void()> on_msix_;
 };
 
 }  // namespace spyre::sim

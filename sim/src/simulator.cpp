@@ -2,6 +2,7 @@
 
 #include "sfp.h"
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
@@ -9,6 +10,7 @@
 #include <deque>
 #include <functional>
 #include <mutex>
+#include <set>
 #include <stdexcept>
 #include <thread>
 
@@ -23,6 +25,8 @@ namespace {
 
 // How long each side spins before parking: a round trip costs ~1.4 us spinning, ~90 us parked.
 constexpr auto kSpin = std::chrono::microseconds(50);
+// Host pacing: how long work may wait for a host that does not wait for it (see hold()).
+constexpr auto kHoldLimit = std::chrono::milliseconds(200);
 
 class SimulatorImpl final : public Simulator {
  public:
@@ -87,6 +91,44 @@ class SimulatorImpl final : public Simulator {
     e.addr = offset;
     e.value = value;
     post([=, this] { host_write(e); });
+  }
+
+  uint64_t wait_begin(uint32_t card, uint32_t queue, uint64_t seq) override {
+    if (!config_.sim.host_paced) return 0;
+    check(card);
+    const uint64_t token = next_token_.fetch_add(1) + 1;
+    post([=, this] {
+      Waiter w{token, card, queue, seq, false};
+      waiters_.push_back(w);
+      free_run_ = false;  // a wait puts the host back in charge of time
+      met(waiters_.back());
+    });
+    return token;
+  }
+
+  void note_poll() override {
+    if (!config_.sim.host_paced || polled_.load(std::memory_order_relaxed)) return;
+    {
+      std::lock_guard lock(mu_);  // so that hold() cannot miss it between its check and its sleep
+      polled_.store(true, std::memory_order_relaxed);
+    }
+    cv_.notify_one();
+  }
+
+  void wait_end(uint64_t token) override {
+    if (token == 0) return;
+    {
+      // The interrupt that finished the wait holds the card still: wait for it, so that what the
+      // host does next lands when it came. A second bounds it, should none come (a queue reset).
+      std::unique_lock lock(mu_);
+      reply_cv_.wait_for(lock, std::chrono::seconds(1), [&] { return met_.count(token) > 0 || stopped_; });
+      met_.erase(token);
+    }
+    post([=, this] {
+      waiters_.erase(
+          std::remove_if(waiters_.begin(), waiters_.end(), [&](const Waiter& w) { return w.token == token; }),
+          waiters_.end());
+    });
   }
 
   ReplayResult replay(const Capture& capture) override {
@@ -204,6 +246,39 @@ class SimulatorImpl final : public Simulator {
     for (auto& t : batch) t();
   }
 
+  // Host pacing: the waits of host threads, each until a queue completes a descriptor.
+  struct Waiter {
+    uint64_t token;
+    uint32_t card, queue;
+    uint64_t seq;
+    bool met;
+  };
+  // Marks `w` met if its queue has completed its descriptor or halted; tells its host thread.
+  bool met(Waiter& w) {
+    if (w.met) return true;
+    const Endpoint& e = cards_[w.card]->endpoint();
+    if (e.completed(w.queue) < w.seq && !e.halted(w.queue)) return false;
+    w.met = true;
+    {
+      std::lock_guard lock(mu_);
+      met_.insert(w.token);
+    }
+    reply_cv_.notify_all();
+    return true;
+  }
+  bool waiting() const {
+    return std::any_of(waiters_.begin(), waiters_.end(), [](const Waiter& w) { return !w.met; });
+  }
+  // After an interrupt of `card`: the waits it finished are met, and once none is left unmet the
+  // model pauses right here, where the host will act next.
+  void msix(uint32_t card) {
+    if (waiters_.empty()) return;
+    for (Waiter& w : waiters_) {
+      if (w.card == card) met(w);
+    }
+    if (!waiting() && sc_core::sc_get_status() == sc_core::SC_RUNNING) sc_core::sc_pause();
+  }
+
   // A write from the host (or a replay standing in for it), recorded when capturing.
   void host_write(const CaptureEvent& e) {
     if (capture_) {
@@ -268,6 +343,7 @@ class SimulatorImpl final : public Simulator {
         capture_ = std::make_unique<CaptureWriter>(config_.output.capture_path, config_.without_paths().to_json());
         recording_.resize(config_.sim.devices);
       }
+      for (uint32_t i = 0; i < cards_.size(); ++i) cards_[i]->endpoint().on_msix([this, i] { msix(i); });
       sc_core::sc_start(sc_core::SC_ZERO_TIME);  // elaborate and start the firmware
       log("sim").info("{} card(s) of {} cores at {} MHz, config {}", config_.sim.devices, config_.chip.cores,
                       config_.chip.clock_mhz, config_.hash());
@@ -298,6 +374,11 @@ class SimulatorImpl final : public Simulator {
           continue;
         }
       }
+      if (config_.sim.host_paced && !replay_ && !free_run_ && !waiting()) {
+        hold();  // no host thread waits: simulated time stands still until one does
+        continue;
+      }
+      holding_ = false;
       const bool active = sc_core::sc_pending_activity();
       if (fatal_.empty() && (active || next_write != UINT64_MAX)) {
         // Host requests are looked at between quanta; an idle device stops at its last event,
@@ -345,6 +426,36 @@ class SimulatorImpl final : public Simulator {
     for (auto& t : late) t();  // release callers that raced with the shutdown
   }
 
+  // Host pacing with no host thread waiting: the model stands still, not even finishing this
+  // instant's delta cycles, so that everything the host does until it waits again reaches the
+  // model at once, in the host's order, however its writes were batched. A host that polls without
+  // ever waiting would stall the card for good: after kHoldLimit of polls, time runs free until the
+  // host waits again.
+  void hold() {
+    const auto now = std::chrono::steady_clock::now();
+    if (!holding_) {
+      holding_ = true;
+      held_since_ = now;
+      polled_.store(false, std::memory_order_relaxed);
+    }
+    const bool polled = polled_.load(std::memory_order_relaxed);
+    if (polled && now - held_since_ >= kHoldLimit && sc_core::sc_pending_activity()) {
+      holding_ = false;
+      free_run_ = true;
+      log("sim").warn(
+          "host-paced: the host polled for {} ms without waiting; simulated time runs free until it waits "
+          "(this run's cycles may now depend on the host's speed)",
+          std::chrono::duration_cast<std::chrono::milliseconds>(kHoldLimit).count());
+      return;
+    }
+    std::unique_lock lock(mu_);
+    if (polled) {
+      cv_.wait_until(lock, held_since_ + kHoldLimit, [&] { return !tasks_.empty(); });
+    } else {
+      cv_.wait(lock, [&] { return !tasks_.empty() || polled_.load(std::memory_order_relaxed); });
+    }
+  }
+
   // The model threw (a bug, or host memory exhausted): stop simulating, but keep answering the
   // host, and halt every queue so no waiter sleeps forever.
   void fail(const std::string& what) {
@@ -379,6 +490,13 @@ class SimulatorImpl final : public Simulator {
   std::unique_ptr<CaptureWriter> capture_;                 // when output.capture_path is set
   std::vector<std::unique_ptr<RecordingLink>> recording_;  // per card, while attached
   std::unique_ptr<ReplayHost> replay_;                     // while replay() runs
+  std::vector<Waiter> waiters_;                            // host pacing: the host's unfinished waits
+  bool free_run_ = false;                                  // host pacing suspended (see hold())
+  bool holding_ = false;                                   // hold() since held_since_, no wait between
+  std::chrono::steady_clock::time_point held_since_;
+  std::atomic<uint64_t> next_token_{0};
+  std::atomic<bool> polled_{false};  // a host thread polled since the hold began
+  std::set<uint64_t> met_;           // under mu_: tokens whose wait is met
   std::function<void()> replay_done_;
 };
 

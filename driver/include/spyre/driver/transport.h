@@ -42,6 +42,25 @@ class Transport {
   /// Simulator service, not part of the wire: writes the configured trace and stats files and
   /// returns their paths (empty when not configured). kNotAvailable on silicon.
   virtual Status write_sim_reports(std::string* trace_path, std::string* stats_path) = 0;
+
+  /// Simulator service, not part of the wire (nothing to do on silicon): a host thread is about
+  /// to block until queue `queue` of card `dev` completes descriptor `seq`. A host-paced simulator
+  /// (`sim.host_paced`) advances simulated time only while a host thread blocks this way, so that
+  /// what the host does between two waits lands at a simulated time its speed cannot change.
+  /// Returns a token for wait_end.
+  virtual uint64_t wait_begin(uint32_t dev, uint32_t queue, uint64_t seq) {
+    (void)dev;
+    (void)queue;
+    (void)seq;
+    return 0;
+  }
+  /// The wait of `token` is over (the fence reached it, or the queue halted). On a host-paced
+  /// simulator, returns once the card holds still at the interrupt that ended it.
+  virtual void wait_end(uint64_t token) { (void)token; }
+  /// A host thread looked at a fence without waiting and found work unfinished (a poll). A
+  /// host-paced simulator that sees polls while no thread waits lets its time run free after a
+  /// while, rather than stall a host that polls forever.
+  virtual void note_poll(uint32_t dev) { (void)dev; }
 };
 
 /// Opens a transport by kind: "inproc" (default), "socket" or "vfio".

@@ -75,6 +75,7 @@ struct SimConfig {
   uint64_t host_quantum_ns = 10000;  // simulated time between looks at host requests
   bool async_compute = true;         // tile arithmetic on a worker thread beside SystemC (same results)
   std::string mode = "timed";        // "functional": the same programs and results, no timing
+  bool host_paced = true;            // time advances only while the host waits: host speed cannot change it
 };
 
 struct OutputConfig {

@@ -70,6 +70,20 @@ class Simulator {
   virtual bool peer_read(uint32_t card, uint64_t offset, void* dst, uint64_t n) = 0;
   virtual bool peer_write(uint32_t card, uint64_t offset, const void* src, uint64_t n) = 0;
 
+  /// Simulator service, not part of the wire: a host thread will block until queue `queue` of
+  /// card `card` completes `seq`. With `sim.host_paced`, simulated time advances only while some
+  /// such wait is unfinished, and stops at the interrupt that finishes the last one. Returns a
+  /// token for wait_end (0 when not host-paced). Thread-safe.
+  virtual uint64_t wait_begin(uint32_t card, uint32_t queue, uint64_t seq) = 0;
+  /// The host thread stopped waiting; with `sim.host_paced`, returns once the card holds still at
+  /// the interrupt that finished the wait (at most a second later, if none comes). Thread-safe.
+  virtual void wait_end(uint64_t token) = 0;
+  /// A host thread polled a fence and found work unfinished. With `sim.host_paced`, polls while
+  /// no thread waits let simulated time run free after 200 ms of wall time (a host that polls and
+  /// never waits would otherwise stall); a host busy with its own work holds the card as long as it
+  /// takes. Thread-safe.
+  virtual void note_poll() = 0;
+
   /// Simulator service, not part of the wire: plays `capture` against the cards in place of any
   /// host (nothing else may be attached), until every host write has been applied and the cards
   /// are idle, and returns what happened. On the capturing config the cycles equal the capture's.
