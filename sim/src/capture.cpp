@@ -69,13 +69,18 @@ void CaptureWriter::flush() {
   std::fflush(f_);
 }
 
-bool RecordingLink::dma_read(uint64_t iova, void* dst, uint64_t n) {
-  const bool ok = inner_ && inner_->dma_read(iova, dst, n);
+CaptureEvent RecordingLink::event(CaptureEvent::Kind kind) const {
   CaptureEvent e;
-  e.kind = CaptureEvent::Kind::kDmaRead;
-  e.ok = ok;
+  e.kind = kind;
   e.card = card_;
   e.time_ps = now_ps();
+  return e;
+}
+
+bool RecordingLink::dma_read(uint64_t iova, void* dst, uint64_t n) {
+  const bool ok = inner_ && inner_->dma_read(iova, dst, n);
+  CaptureEvent e = event(CaptureEvent::Kind::kDmaRead);
+  e.ok = ok;
   e.addr = iova;
   e.size = n;
   writer_.write(e, dst);
@@ -84,11 +89,8 @@ bool RecordingLink::dma_read(uint64_t iova, void* dst, uint64_t n) {
 
 bool RecordingLink::dma_write(uint64_t iova, const void* src, uint64_t n) {
   const bool ok = inner_ && inner_->dma_write(iova, src, n);
-  CaptureEvent e;
-  e.kind = CaptureEvent::Kind::kDmaWrite;
+  CaptureEvent e = event(CaptureEvent::Kind::kDmaWrite);
   e.ok = ok;
-  e.card = card_;
-  e.time_ps = now_ps();
   e.addr = iova;
   e.size = n;
   e.hash = fnv1a(src, n);
@@ -97,10 +99,7 @@ bool RecordingLink::dma_write(uint64_t iova, const void* src, uint64_t n) {
 }
 
 void RecordingLink::raise_irq(uint32_t vector) {
-  CaptureEvent e;
-  e.kind = CaptureEvent::Kind::kIrq;
-  e.card = card_;
-  e.time_ps = now_ps();
+  CaptureEvent e = event(CaptureEvent::Kind::kIrq);
   e.value = vector;
   writer_.write(e);
   if (inner_) inner_->raise_irq(vector);

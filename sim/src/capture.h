@@ -43,6 +43,8 @@ class RecordingLink final : public HostLink {
   void raise_irq(uint32_t vector) override;
 
  private:
+  CaptureEvent event(CaptureEvent::Kind kind) const;  // of this card, now
+
   uint32_t card_;
   HostLink* inner_;
   CaptureWriter& writer_;
