@@ -327,6 +327,28 @@ TEST_CASE("faults stop the core with kCoreFault naming the core and the instruct
   CHECK(h->cores[1]->result().detail == (1u << 24 | 3));
 }
 
+TEST_CASE("the watchdog stops a program that never ends, naming core and instruction; the others finish") {
+  // Core 0 spins on a branch to itself; core 1 waits at a barrier for it, then ends. With the
+  // watchdog off this launch would never finish.
+  const uint64_t budget = 100000;
+  h->config.firmware.watchdog_cycles = budget;
+  // Core 0 runs instructions 0..3 (LI, LI, BRANCH, END), core 1 from 4 on.
+  hw::Instr spin = emit::instr(Op::kBranch);  // kAlways: continue at instruction 2, itself
+  spin.a = 2;
+  const compiler::Program p = compiler::assemble(
+      "spin", {{emit::li(5, 1), emit::li(6, 2), spin}, {emit::li(5, 1), emit::instr(Op::kBarrier)}}, 0);
+  REQUIRE(p.core_mask == 3);
+  h->run(p, {});
+  h->config.firmware.watchdog_cycles = sim::Config{}.firmware.watchdog_cycles;
+  CHECK(h->cores[0]->result().error == hw::ErrorCode::kWatchdog);
+  CHECK(h->cores[0]->result().detail == 2);  // core 0, the spinning branch
+  CHECK(h->cores[1]->result().ok());
+  // Stopped within the look interval (256 instructions of a few cycles each) after the budget.
+  const double ran = h->cycles(h->done[0] - h->start);
+  CHECK(ran >= budget);
+  CHECK(ran <= budget + 256 * 8 * h->config.chip.issue_cycles);
+}
+
 extern "C" int sc_main(int argc, char* argv[]) {
   Harness harness;
   h = &harness;

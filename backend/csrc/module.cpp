@@ -5,6 +5,13 @@
 #include <torch/csrc/Generator.h>
 #include <torch/csrc/utils/pybind.h>
 
+#include <pythread.h>
+#include <signal.h>
+
+#include <atomic>
+#include <chrono>
+#include <cmath>
+#include <cstdlib>
 #include <cstring>
 
 #include "aten_util.h"
@@ -18,6 +25,89 @@ namespace py = pybind11;
 using spyre::backend::DeviceRuntime;
 
 namespace {
+
+// ---- Host waits that Ctrl-C and a timeout can end -----------------------------------------------
+// While the main thread waits on the card inside C++, Python cannot run its SIGINT handler. A C
+// handler chained in front of Python's notes the signal; the driver's wait policy looks at the note
+// every few milliseconds, and on the main thread runs Python's handlers, so that the wait ends with
+// the KeyboardInterrupt they raise (the work on the card goes on). Replacing the SIGINT handler
+// with signal.signal() later removes the note: waits then finish before the handler runs.
+std::atomic<bool> g_sigint{false};
+struct sigaction g_prev_sigint;
+unsigned long g_main_thread = 0;
+PyObject *g_exc_type = nullptr, *g_exc_value = nullptr, *g_exc_tb = nullptr;  // the interrupt, for re-raising
+
+void on_sigint(int sig, siginfo_t* info, void* context) {
+  g_sigint.store(true);
+  if (g_prev_sigint.sa_flags & SA_SIGINFO) {
+    if (g_prev_sigint.sa_sigaction) g_prev_sigint.sa_sigaction(sig, info, context);
+  } else if (g_prev_sigint.sa_handler == SIG_DFL) {
+    ::signal(sig, SIG_DFL);
+    ::raise(sig);
+  } else if (g_prev_sigint.sa_handler != SIG_IGN) {
+    g_prev_sigint.sa_handler(sig);
+  }
+}
+
+spyre::driver::Status python_interrupted() {
+  if (!g_sigint.load(std::memory_order_relaxed) || PyThread_get_thread_ident() != g_main_thread) return {};
+  if (!Py_IsInitialized()) return {};
+  g_sigint.store(false);
+  PyGILState_STATE gil = PyGILState_Ensure();
+  spyre::driver::Status s;
+  if (PyErr_CheckSignals() != 0) {  // a handler raised: end the wait with it
+    PyErr_Fetch(&g_exc_type, &g_exc_value, &g_exc_tb);
+    s = {spyre::driver::StatusCode::kInterrupted, "spyre: a wait on the card was interrupted"};
+  }
+  PyGILState_Release(gil);
+  return s;
+}
+
+[[noreturn]] void raise_interrupt() {
+  py::gil_scoped_acquire gil;
+  PyErr_Restore(g_exc_type, g_exc_value, g_exc_tb);
+  g_exc_type = g_exc_value = g_exc_tb = nullptr;
+  throw py::error_already_set();
+}
+
+std::chrono::milliseconds g_timeout{0};
+
+void install_wait_policy() {
+  spyre::driver::WaitPolicy policy;
+  policy.timeout = g_timeout;
+  policy.interrupted = python_interrupted;
+  spyre::driver::set_wait_policy(std::move(policy));
+}
+
+void set_wait_timeout(double seconds) {
+  TORCH_CHECK_VALUE(std::isfinite(seconds) && seconds >= 0,
+                    "torch_spyre: a wait timeout is a number of seconds >= 0 (0: none), not ", seconds);
+  g_timeout = std::chrono::milliseconds(static_cast<int64_t>(std::ceil(seconds * 1000)));
+  install_wait_policy();
+}
+
+void init_waits() {
+  g_main_thread = py::module_::import("threading").attr("main_thread")().attr("ident").cast<unsigned long>();
+  struct sigaction sa = {};
+  sa.sa_sigaction = on_sigint;
+  sa.sa_flags = SA_SIGINFO | SA_RESTART;
+  sigemptyset(&sa.sa_mask);
+  struct sigaction prev = {};
+  if (sigaction(SIGINT, nullptr, &prev) == 0 && prev.sa_sigaction != on_sigint) {
+    g_prev_sigint = prev;
+    sigaction(SIGINT, &sa, nullptr);
+  }
+  if (const char* env = std::getenv("TORCH_SPYRE_WAIT_TIMEOUT"); env && *env) {
+    char* end = nullptr;
+    const double v = std::strtod(env, &end);
+    TORCH_CHECK_VALUE(end && *end == 0 && std::isfinite(v) && v >= 0,
+                      "torch_spyre: TORCH_SPYRE_WAIT_TIMEOUT must be a number of seconds >= 0 (0: none), not '", env,
+                      "'");
+    g_timeout = std::chrono::milliseconds(static_cast<int64_t>(std::ceil(v * 1000)));
+  }
+  install_wait_policy();
+  spyre::backend::set_interrupt_raiser(raise_interrupt);
+}
 
 const char* mode_name(spyre::backend::FallbackMode m) {
   switch (m) {
@@ -63,6 +153,10 @@ py::dict submit_raw_descriptor(int index, const py::bytes& raw) {
   uint64_t seq = 0;
   SPYRE_CHECK(q->submit_raw(d, &seq));
   const spyre::driver::Status waited = q->wait(seq);
+  if (waited.code() == spyre::driver::StatusCode::kTimeout ||
+      waited.code() == spyre::driver::StatusCode::kInterrupted) {
+    SPYRE_CHECK(waited);  // the host stopped waiting: there is no completion to report
+  }
   spyre::hw::Completion c{};
   SPYRE_CHECK(q->completion(seq, &c));
   py::dict out;
@@ -78,6 +172,20 @@ py::dict submit_raw_descriptor(int index, const py::bytes& raw) {
 
 PYBIND11_MODULE(_C, m) {
   m.doc() = "torch_spyre native module: the Spyre PrivateUse1 device";
+  init_waits();
+  m.def("_set_wait_timeout", [](double seconds) {
+    HANDLE_TH_ERRORS
+    set_wait_timeout(seconds);
+    END_HANDLE_TH_ERRORS_PYBIND
+  });
+  m.def("_get_wait_timeout", [] { return g_timeout.count() / 1000.0; });
+  m.def("_device_address", [](const at::Tensor& t) {
+    HANDLE_TH_ERRORS
+    TORCH_CHECK_VALUE(t.device().type() == c10::DeviceType::PrivateUse1,
+                      "spyre: device_address takes a spyre tensor, not ", t.device());
+    return spyre::backend::device_addr(t);
+    END_HANDLE_TH_ERRORS_PYBIND
+  });
   spyre::backend::bind_memory(m);
   m.def("_device_count", [] { return DeviceRuntime::count(); });
   m.def("_current_device", [] { return spyre::backend::current_device(); });

@@ -39,8 +39,21 @@ FallbackMode initial_mode() {
 std::atomic<FallbackMode> g_mode{initial_mode()};
 }  // namespace
 
+namespace {
+std::atomic<void (*)()> g_raise_interrupt{nullptr};
+}  // namespace
+
+void set_interrupt_raiser(void (*raise)()) {
+  g_raise_interrupt.store(raise);
+}
+
 void check_status(const driver::Status& s, const char* where) {
   switch (s.code()) {
+    case driver::StatusCode::kTimeout:
+      TORCH_CHECK(false, s.message(), " (the wait timeout is torch_spyre.set_wait_timeout / TORCH_SPYRE_WAIT_TIMEOUT)");
+    case driver::StatusCode::kInterrupted:
+      if (auto raise = g_raise_interrupt.load()) raise();
+      TORCH_CHECK(false, s.message());
     case driver::StatusCode::kOk:
       return;
     case driver::StatusCode::kOutOfMemory:
@@ -179,6 +192,8 @@ void DeviceRuntime::give_back(std::unique_ptr<driver::HostBuffer> b) {
 void DeviceRuntime::wait(driver::Queue& q, uint64_t seq) {
   const driver::Status s = q.wait(seq);
   if (s.ok()) return;
+  // The host stopped waiting; the work goes on, and the queue keeps its state.
+  if (s.code() == driver::StatusCode::kTimeout || s.code() == driver::StatusCode::kInterrupted) check_status(s, "wait");
   // Report the error once, with what it cost, and reset the queue so the device stays usable.
   (void)q.synchronize();
   const uint64_t skipped = q.not_executed();

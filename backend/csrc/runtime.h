@@ -21,6 +21,9 @@ namespace spyre::backend {
 
 /// Throws the c10 error matching a failed driver status; the one place statuses become exceptions.
 void check_status(const driver::Status& s, const char* where);
+/// How check_status raises a kInterrupted status: the Python module sets it to re-raise the
+/// KeyboardInterrupt (or whatever the SIGINT handler raised) that ended the wait.
+void set_interrupt_raiser(void (*raise)());
 #define SPYRE_CHECK(expr) ::spyre::backend::check_status((expr), __func__)
 
 /// The data pointer of a spyre tensor: device `index`'s memory appears from (index + 1) << 40

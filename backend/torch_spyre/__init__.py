@@ -25,6 +25,7 @@ import torch  # noqa: E402
 from . import _C, _exit, _modules, _printing, _save  # noqa: E402
 from . import device_module as _device_module  # noqa: E402
 from ._fallback import fallback_counts, get_cpu_fallback, set_cpu_fallback  # noqa: E402
+from ._waits import get_wait_timeout, set_wait_timeout  # noqa: E402
 from .sim import device_cycles, device_info, write_reports  # noqa: E402
 
 __all__ = [
@@ -32,7 +33,9 @@ __all__ = [
     "device_info",
     "fallback_counts",
     "get_cpu_fallback",
+    "get_wait_timeout",
     "set_cpu_fallback",
+    "set_wait_timeout",
     "write_reports",
 ]
 

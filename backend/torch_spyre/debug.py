@@ -19,6 +19,12 @@ def submit_raw_descriptor(raw: bytes, device: torch.device | str | int | None = 
     return _C._submit_raw_descriptor(_index(device), bytes(raw))
 
 
+def device_address(tensor: torch.Tensor) -> int:
+    """The device address of a spyre tensor's first element: what a raw descriptor (or a program's
+    argument) names to reach the tensor's bytes in device memory."""
+    return _C._device_address(tensor)
+
+
 def program_cache_info(device: torch.device | str | int | None = None) -> dict:
     """The device's cache of compiled programs: ``entries``, ``bytes`` (device memory they hold),
     ``hits``, ``misses`` and ``evictions``.

@@ -1,5 +1,6 @@
 #include <chrono>
 #include <cstring>
+#include <optional>
 
 #include <fmt/format.h>
 
@@ -15,14 +16,34 @@ constexpr auto kSpin = std::chrono::microseconds(100);
 constexpr auto kHaltPoll = std::chrono::milliseconds(2);  // longest a halt goes unseen by a waiter
 constexpr size_t kRecentCompletions = 256;
 
+std::mutex g_policy_mu;
+WaitPolicy g_policy;
+
 }  // namespace
+
+void set_wait_policy(WaitPolicy policy) {
+  std::lock_guard lock(g_policy_mu);
+  g_policy = std::move(policy);
+}
+
+WaitPolicy wait_policy() {
+  std::lock_guard lock(g_policy_mu);
+  return g_policy;
+}
 
 Queue::Queue(Device& dev, uint32_t id, uint32_t entries, std::unique_ptr<HostBuffer> ring,
              std::unique_ptr<HostBuffer> cpl, std::unique_ptr<HostBuffer> fence)
     : dev_(dev), id_(id), entries_(entries), ring_(std::move(ring)), cpl_(std::move(cpl)), fence_(std::move(fence)) {}
 
 Queue::~Queue() {
-  (void)synchronize();
+  // A queue whose host gave up waiting (a timeout, Ctrl-C) is not waited for again: the reset
+  // below drops what it holds.
+  bool abandoned;
+  {
+    std::lock_guard lock(mu_);
+    abandoned = abandoned_;
+  }
+  if (!abandoned) (void)synchronize();
   dev_.transport().mmio_write(dev_.info().index, hw::queue_reg(id_, hw::kQControl), hw::kQControlReset);
   // The card must stop using the rings before they are unmapped: a read orders after the posted write.
   (void)dev_.transport().mmio_read(dev_.info().index, hw::queue_reg(id_, hw::kQStatus));
@@ -56,7 +77,7 @@ void Queue::poll_locked() {
       std::string what = fmt::format("{} queue {}: command {} ({}) failed: {}", dev_.name(), id_, p.seq,
                                      hw::opcode_name(p.opcode), hw::error_name(c.error));
       if (c.field != hw::Field::kNone) what += fmt::format(" in field {}", hw::field_name(c.field));
-      if (c.error == hw::ErrorCode::kCoreFault) {
+      if (c.error == hw::ErrorCode::kCoreFault || c.error == hw::ErrorCode::kWatchdog) {
         what += fmt::format(" (core {} at instruction {})", c.detail >> 24, c.detail & 0xffffff);
       }
       log("driver").warn("{}", what);
@@ -78,15 +99,17 @@ void Queue::run_due_callbacks_locked() {
   }
 }
 
-bool Queue::wait_for_fence(std::unique_lock<std::mutex>& lock, uint64_t seq) {
+Queue::WaitEnd Queue::wait_for_fence(std::unique_lock<std::mutex>& lock, uint64_t seq, Status* why) {
   // Called with mu_ held; drops it while waiting so other threads can submit.
   lock.unlock();
   const uint64_t token = fence_value() < seq ? dev_.transport().wait_begin(dev_.index_, id_, seq) : 0;
-  const auto until = std::chrono::steady_clock::now() + kSpin;
+  const auto start = std::chrono::steady_clock::now();
+  const auto until = start + kSpin;
   while (fence_value() < seq && std::chrono::steady_clock::now() < until) {
   }
-  bool reached = true;
-  uint64_t checked = ~uint64_t{0};  // the fence value at the last status read
+  WaitEnd end = WaitEnd::kReached;
+  std::optional<WaitPolicy> policy;  // fetched once the wait sleeps
+  uint64_t checked = ~uint64_t{0};   // the fence value at the last status read
   while (fence_value() < seq) {
     // Take the interrupt count before looking at the queue's status: a halt raises the interrupt
     // after setting the status, so either the status read sees it or the count changes.
@@ -102,17 +125,34 @@ bool Queue::wait_for_fence(std::unique_lock<std::mutex>& lock, uint64_t seq) {
     // progress is seen at the next interrupt or after kHaltPoll at the latest.
     if (fence == checked || checked == ~uint64_t{0}) {
       if (reg(hw::kQStatus) & hw::kQStatusHalted) {
-        reached = false;
+        end = WaitEnd::kHalted;
         break;
       }
     }
     checked = fence;
+    if (!policy) policy = wait_policy();
+    if (policy->interrupted) {
+      if (Status s = policy->interrupted(); !s.ok()) {
+        *why = std::move(s);
+        end = WaitEnd::kAbandoned;
+        break;
+      }
+    }
+    if (policy->timeout.count() > 0 && std::chrono::steady_clock::now() - start >= policy->timeout) {
+      *why = Status(StatusCode::kTimeout,
+                    fmt::format("{} queue {}: wait for command {} timed out after {:.3f} s (the fence is at {}); the "
+                                "command is still queued or running on the card",
+                                dev_.name(), id_, seq, policy->timeout.count() / 1e3, fence));
+      end = WaitEnd::kAbandoned;
+      break;
+    }
     std::unique_lock irq(dev_.irq_mu_);
     dev_.irq_cv_.wait_for(irq, kHaltPoll, [&] { return fence_value() >= seq || dev_.irq_count_ != seen; });
   }
-  if (token != 0) dev_.transport().wait_end(token);
+  if (token != 0) dev_.transport().wait_end(token, end != WaitEnd::kAbandoned);
   lock.lock();
-  return reached;
+  if (end == WaitEnd::kAbandoned) abandoned_ = true;
+  return end;
 }
 
 void Queue::note_halt_locked() {
@@ -135,7 +175,10 @@ Status Queue::submit_locked(std::unique_lock<std::mutex>& lock, hw::Descriptor d
     // Ring full: wait until half of it is free, not one slot, so that a host far ahead of the card
     // blocks once per half ring rather than once per command (the card stays busy with the other
     // half meanwhile; a host-paced simulator pays a hand-over per wait).
-    if (!wait_for_fence(lock, pending_[pending_.size() / 2].seq)) {
+    Status why;
+    const WaitEnd end = wait_for_fence(lock, pending_[pending_.size() / 2].seq, &why);
+    if (end == WaitEnd::kAbandoned) return why;  // nothing submitted
+    if (end == WaitEnd::kHalted) {
       note_halt_locked();
       return error_;
     }
@@ -223,9 +266,12 @@ Status Queue::wait(uint64_t seq) {
   }
   poll_locked();
   while (completed_ < seq) {
-    const bool reached = wait_for_fence(lock, seq);
+    Status why;
+    const WaitEnd end = wait_for_fence(lock, seq, &why);
     poll_locked();
-    if (!reached && completed_ < seq) {
+    if (completed_ >= seq) break;
+    if (end == WaitEnd::kAbandoned) return why;
+    if (end == WaitEnd::kHalted) {
       note_halt_locked();
       break;
     }
@@ -289,9 +335,10 @@ Status Queue::reset() {
   std::unique_lock lock(mu_);
   // Everything submitted completes, if only as "not executed", unless the card halted the queue.
   while (!pending_.empty()) {
-    const bool reached = wait_for_fence(lock, pending_.back().seq);
+    Status why;
+    const WaitEnd end = wait_for_fence(lock, pending_.back().seq, &why);
     poll_locked();
-    if (!reached) break;
+    if (end != WaitEnd::kReached) break;  // halted, or the host stopped waiting: reset anyway
   }
   const uint32_t dev = dev_.info().index;
   dev_.transport().mmio_write(dev, hw::queue_reg(id_, hw::kQControl), hw::kQControlReset | hw::kQControlEnable);
@@ -303,6 +350,7 @@ Status Queue::reset() {
   error_ = Status();
   error_seq_ = UINT64_MAX;
   not_executed_ = 0;
+  abandoned_ = false;
   return {};
 }
 

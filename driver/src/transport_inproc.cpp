@@ -150,7 +150,7 @@ class InprocTransport final : public Transport {
     links_.at(dev)->set_handler(std::move(handler));
   }
   uint64_t wait_begin(uint32_t dev, uint32_t queue, uint64_t seq) override { return sim_.wait_begin(dev, queue, seq); }
-  void wait_end(uint64_t token) override { sim_.wait_end(token); }
+  void wait_end(uint64_t token, bool ended_by_card) override { sim_.wait_end(token, ended_by_card); }
   void note_poll(uint32_t /*dev*/) override { sim_.note_poll(); }
   Status write_sim_reports(std::string* trace_path, std::string* stats_path) override {
     try {

@@ -347,6 +347,28 @@ TEST_CASE("a queue whose ring is unusable is halted, and its waiters wake with a
   CHECK(fresh->wait(seq).ok());
 }
 
+TEST_CASE("a doorbell more than a ring ahead halts only its queue, and the driver says why") {
+  auto q = make_queue(4);
+  auto other = make_queue(4);
+  hw::Descriptor nop{};
+  nop.opcode = hw::Opcode::kNop;
+  uint64_t seq = 0;
+  REQUIRE(q->submit_raw(nop, &seq).ok());
+  REQUIRE(q->wait(seq).ok());  // HEAD = TAIL = 1
+  REQUIRE(q->submit_raw(nop, &seq).ok());
+  // Behind the driver's back, ring the doorbell six slots past HEAD on a four-slot ring.
+  driver::Driver::instance().transport()->mmio_write(0, hw::queue_reg(q->id(), hw::kQTail), 7);
+  const driver::Status s = q->wait(seq);
+  CHECK(s.code() == StatusCode::kDeviceError);
+  CHECK_MESSAGE(s.message().find("doorbell overrun") != std::string::npos, s.message());
+  uint64_t other_seq = 0;
+  REQUIRE(other->submit_raw(nop, &other_seq).ok());
+  CHECK(other->wait(other_seq).ok());  // the other queue never noticed
+  REQUIRE(q->reset().ok());
+  REQUIRE(q->submit_raw(nop, &seq).ok());
+  CHECK(q->wait(seq).ok());  // and the reset queue works again
+}
+
 TEST_CASE("a device can be closed and opened again, with its memory and queues free") {
   {
     auto q = make_queue();
@@ -501,4 +523,28 @@ TEST_CASE("a high-priority queue gets the cores before a normal one that asked f
   MESSAGE("ends: first ", f.end_cycle, ", high ", h.end_cycle, ", normal ", n.end_cycle);
   CHECK(h.end_cycle < n.end_cycle);
   CHECK(f.end_cycle < h.end_cycle);  // nobody takes cores that a launch holds
+}
+
+TEST_CASE("a wait ends at the policy's timeout or interrupt, and the work goes on") {
+  auto q = make_queue();
+  const BusyProgram busy = busy_program(*q);
+  const uint64_t seq = busy.launch(*q);
+  driver::WaitPolicy policy;
+  policy.timeout = std::chrono::milliseconds(1);
+  driver::set_wait_policy(policy);
+  driver::Status s = q->wait(seq);
+  CHECK(s.code() == StatusCode::kTimeout);
+  CHECK_MESSAGE(s.message().find("timed out after 0.001 s") != std::string::npos, s.message());
+  int asked = 0;
+  policy.timeout = {};
+  policy.interrupted = [&] {
+    ++asked;
+    return driver::Status(StatusCode::kInterrupted, "test: interrupted");
+  };
+  driver::set_wait_policy(policy);
+  s = q->wait(seq);
+  CHECK(s.code() == StatusCode::kInterrupted);
+  CHECK(asked == 1);
+  driver::set_wait_policy({});
+  CHECK(q->wait(seq).ok());  // nothing was lost: the launch completes
 }

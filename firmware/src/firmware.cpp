@@ -171,6 +171,12 @@ bool Firmware::service_queue(uint32_t q) {
     halt_queue(q, ErrorCode::kBadSize, tail);  // no usable ring: nothing can be reported per descriptor
     return true;
   }
+  // HEAD and TAIL are free-running: more than a ring between them means the host overwrote slots
+  // the firmware has not read, and serving them would run stale descriptors again.
+  if (tail - head > entries) {
+    halt_queue(q, ErrorCode::kRingOverrun, tail);
+    return true;
+  }
   const uint64_t ring =
       hal_.reg_read(qreg(q, hw::kQRingBaseLo)) | (uint64_t{hal_.reg_read(qreg(q, hw::kQRingBaseHi))} << 32);
   const uint64_t cpl =
@@ -182,6 +188,17 @@ bool Firmware::service_queue(uint32_t q) {
   hw::Descriptor d{};
   if (!hal_.host_read(ring + uint64_t{index} * sizeof(hw::Descriptor), &d, sizeof d)) {
     halt_queue(q, ErrorCode::kDmaFault, tail);
+    return true;
+  }
+
+  // The fence only moves forward: a seq not above the last one on this ring means the ring holds
+  // something other than what the host meant to submit, and no completion could be trusted.
+  if (seq_resets_[q] != resets) {
+    seq_resets_[q] = resets;
+    last_seq_[q] = 0;
+  }
+  if (d.seq <= last_seq_[q]) {
+    halt_queue(q, ErrorCode::kBadSequence, tail);
     return true;
   }
 
@@ -219,6 +236,7 @@ bool Firmware::service_queue(uint32_t q) {
     return true;
   }
   hal_.reg_write(qreg(q, hw::kQHead), head + 1);
+  last_seq_[q] = d.seq;
   if (!hal_.host_write(fence, &d.seq, sizeof d.seq)) {
     halt_queue(q, ErrorCode::kDmaFault, tail);
     return true;

@@ -299,6 +299,70 @@ TEST_CASE("an unreachable completion ring halts the queue and wakes the host") {
   CHECK_FALSE(firmware.poll_once());
 }
 
+TEST_CASE("a doorbell more than a ring ahead halts only its queue, without running stale slots") {
+  FakeHal hal;
+  hal.setup_queue(0, 4);
+  hal.setup_queue(1, 4);
+  for (uint64_t seq = 1; seq <= 4; ++seq) hal.push(0, copy(0, 64 * seq, 8), seq);
+  hal.regs[hw::queue_reg(0, hw::kQTail)] = 5;  // one past a full ring: slot 0 would run twice
+  hal.push(1, copy(0, 64, 8), 1);
+  fw::Firmware firmware(hal);
+  while (firmware.poll_once()) {
+  }
+  const uint32_t status = hal.regs[hw::queue_reg(0, hw::kQStatus)];
+  CHECK((status & hw::kQStatusHalted) != 0);
+  CHECK((status >> 16) == static_cast<uint32_t>(ErrorCode::kRingOverrun));
+  CHECK(hal.regs[hw::queue_reg(0, hw::kQHead)] == 5);
+  CHECK(hal.fence_value(0) == 0);
+  REQUIRE(hal.copies.size() == 1);  // queue 1's copy only
+  CHECK(hal.fence_value(1) == 1);
+  // A full ring, exactly, is fine.
+  FakeHal full;
+  full.setup_queue(0, 4);
+  for (uint64_t seq = 1; seq <= 4; ++seq) full.push(0, copy(0, 64 * seq, 8), seq);
+  fw::Firmware fw_full(full);
+  while (fw_full.poll_once()) {
+  }
+  CHECK(full.fence_value(0) == 4);
+  CHECK(full.copies.size() == 4);
+}
+
+TEST_CASE("a sequence number that does not move forward halts the queue and leaves the fence") {
+  for (const uint64_t bad : {uint64_t{0}, uint64_t{2}, uint64_t{1}}) {
+    CAPTURE(bad);
+    FakeHal hal;
+    hal.setup_queue(0, 8);
+    fw::Firmware firmware(hal);
+    if (bad == 0) {
+      hal.push(0, copy(0, 64, 8), 0);  // the first descriptor of a ring must be above 0
+    } else {
+      hal.push(0, copy(0, 64, 8), 1);
+      hal.push(0, copy(0, 64, 8), 2);
+      hal.push(0, copy(0, 64, 8), bad);  // repeats or goes back
+      hal.push(0, copy(0, 64, 8), 9);
+    }
+    while (firmware.poll_once()) {
+    }
+    const uint32_t status = hal.regs[hw::queue_reg(0, hw::kQStatus)];
+    CHECK((status & hw::kQStatusHalted) != 0);
+    CHECK((status >> 16) == static_cast<uint32_t>(ErrorCode::kBadSequence));
+    CHECK(hal.fence_value(0) == (bad == 0 ? 0 : 2));  // never written backwards
+    CHECK(hal.copies.size() == (bad == 0 ? 0u : 2u));
+  }
+  // After a reset the ring's sequence may start again.
+  FakeHal hal;
+  hal.setup_queue(0, 8);
+  fw::Firmware firmware(hal);
+  hal.push(0, copy(0, 64, 8), 5);
+  CHECK(firmware.poll_once());
+  hal.regs[hw::queue_reg(0, hw::kQResets)] = 1;
+  hal.regs[hw::queue_reg(0, hw::kQHead)] = hal.regs[hw::queue_reg(0, hw::kQTail)] = 0;
+  hal.push(0, copy(0, 64, 8), 1);
+  CHECK(firmware.poll_once());
+  CHECK(hal.fence_value(0) == 1);
+  CHECK((hal.regs[hw::queue_reg(0, hw::kQStatus)] & hw::kQStatusHalted) == 0);
+}
+
 TEST_CASE("disabled queues are left alone") {
   FakeHal hal;
   hal.setup_queue(0, 4);

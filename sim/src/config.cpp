@@ -55,7 +55,9 @@ json to_tree(const Config& c) {
                {"latency_ns", c.pcie.latency_ns},
                {"max_payload_bytes", c.pcie.max_payload_bytes},
                {"packet_overhead_bytes", c.pcie.packet_overhead_bytes}};
-  j["firmware"] = {{"queues", c.firmware.queues}, {"command_cycles", c.firmware.command_cycles}};
+  j["firmware"] = {{"queues", c.firmware.queues},
+                   {"command_cycles", c.firmware.command_cycles},
+                   {"watchdog_cycles", c.firmware.watchdog_cycles}};
   j["energy"] = {
       {"pt_pj_per_flop", c.energy.pt_pj_per_flop},         {"sfp_pj_per_element", c.energy.sfp_pj_per_element},
       {"memory_pj_per_byte", c.energy.memory_pj_per_byte}, {"ring_pj_per_byte_hop", c.energy.ring_pj_per_byte_hop},
@@ -143,6 +145,7 @@ Config from_tree(const json& j) {
   get(j, "energy", "static_watts", c.energy.static_watts);
   get(j, "firmware", "queues", c.firmware.queues);
   get(j, "firmware", "command_cycles", c.firmware.command_cycles);
+  get(j, "firmware", "watchdog_cycles", c.firmware.watchdog_cycles);
   get(j, "output", "trace_path", c.output.trace_path);
   get(j, "output", "stats_path", c.output.stats_path);
   get(j, "output", "capture_path", c.output.capture_path);

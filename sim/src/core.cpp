@@ -130,6 +130,7 @@ void Core::thread() {
   for (;;) {
     wait(start_);
     const uint64_t begin = now();
+    launched_ = begin;
     result_ = run();
     sync();
     if (launch_) launch_->depart();
@@ -182,9 +183,22 @@ fw::Verdict Core::run() {
   std::fill(std::begin(regs_), std::end(regs_), 0);
   std::fill(std::begin(tag_done_), std::end(tag_done_), sc_core::SC_ZERO_TIME);
   uint32_t pc = entry;
+  // Every 256 instructions: the firmware's watchdog (a program still running `watchdog_cycles`
+  // after its launch began is stopped; it needs no better aim), and a core that has run ahead on
+  // its own for a host quantum hands control back to SystemC, so that a long stretch of scalar or
+  // compute instructions cannot keep the simulator from answering the host.
+  const uint64_t budget = config_.firmware.watchdog_cycles;
+  const uint64_t deadline = budget == 0 ? UINT64_MAX : launched_ + budget;
+  const sc_core::sc_time quantum(static_cast<double>(config_.sim.host_quantum_ns), sc_core::SC_NS);
+  uint32_t since_look = 0;
   while (pc < code_.size()) {
     const hw::Instr& in = code_[pc];
     if (in.op == hw::Op::kEnd) return {};
+    if (++since_look == 256) {
+      since_look = 0;
+      if (now() > deadline) return {hw::ErrorCode::kWatchdog, hw::Field::kNone, id_ << 24 | (pc & 0xffffff)};
+      if (local_ >= quantum) sync();
+    }
     const uint32_t at = pc++;
     const uint64_t before = now();
     stall_ = Stall::kIssue;

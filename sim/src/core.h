@@ -135,6 +135,7 @@ class Core : public sc_core::sc_module {
   }
 
   const Config& config_;
+  uint64_t launched_ = 0;  // cycle the running program started at (for the watchdog)
   uint32_t id_;
   uint32_t stop_;
   bool functional_;  // sim.mode "functional": one cycle per instruction, no bookings on the fabric

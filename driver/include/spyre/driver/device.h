@@ -2,6 +2,7 @@
 // with rings, doorbells, completions and fences. No torch, no SystemC.
 #pragma once
 
+#include <chrono>
 #include <condition_variable>
 #include <cstdint>
 #include <deque>
@@ -52,6 +53,7 @@ class HostBuffer {
 
  private:
   friend class Device;
+
   HostBuffer(Transport& t, uint32_t dev, void* data, uint64_t size, uint64_t iova)
       : transport_(t), dev_(dev), data_(data), size_(size), iova_(iova) {}
   Transport& transport_;
@@ -60,6 +62,18 @@ class HostBuffer {
   uint64_t size_;
   uint64_t iova_;
 };
+
+/// How host waits on a queue end early. Process-wide, set by the host runtime; the default waits
+/// as long as the card takes. A wait that ends early returns kTimeout or the interrupt's status,
+/// and the work it waited for goes on.
+struct WaitPolicy {
+  std::chrono::milliseconds timeout{0};  // 0: no timeout
+  /// Called every few milliseconds while a wait sleeps (never with a driver lock held); a non-ok
+  /// Status ends the wait with it. Empty: no check.
+  std::function<Status()> interrupted;
+};
+void set_wait_policy(WaitPolicy policy);
+WaitPolicy wait_policy();
 
 class Device;
 
@@ -129,7 +143,10 @@ class Queue {
   void poll_locked();
   void run_due_callbacks_locked();
   uint64_t fence_value() const;
-  bool wait_for_fence(std::unique_lock<std::mutex>& lock, uint64_t seq);
+  enum class WaitEnd { kReached, kHalted, kAbandoned };
+  /// Waits until the fence reaches `seq`, the card halts the queue, or the wait policy ends the
+  /// wait (then `*why` says why, and the queue is marked abandoned).
+  WaitEnd wait_for_fence(std::unique_lock<std::mutex>& lock, uint64_t seq, Status* why);
   void note_halt_locked();
   uint32_t reg(uint32_t r) const;
 
@@ -149,6 +166,7 @@ class Queue {
   std::function<void(hw::Opcode, const hw::Completion&)> observer_;
   Status error_;
   uint64_t error_seq_ = UINT64_MAX;  // first sequence number that failed or was not executed
+  bool abandoned_ = false;           // a wait on this queue ended early (timeout, interrupt)
   uint64_t not_executed_ = 0;
 };
 

@@ -13,6 +13,8 @@ enum class StatusCode {
   kOutOfMemory,      // device memory (or host memory for DMA buffers) is exhausted
   kDeviceError,      // the device completed a command with an error
   kNotAvailable,     // the transport or device does not exist on this host
+  kTimeout,          // a host wait ran past the wait policy's timeout; the work goes on
+  kInterrupted,      // the wait policy's interrupt check ended a host wait (Ctrl-C)
 };
 
 class [[nodiscard]] Status {

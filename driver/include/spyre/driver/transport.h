@@ -54,9 +54,13 @@ class Transport {
     (void)seq;
     return 0;
   }
-  /// The wait of `token` is over (the fence reached it, or the queue halted). On a host-paced
-  /// simulator, returns once the card holds still at the interrupt that ended it.
-  virtual void wait_end(uint64_t token) { (void)token; }
+  /// The wait of `token` is over: the fence reached it or the queue halted (`ended_by_card`), or
+  /// the host gave up (a timeout, Ctrl-C). On a host-paced simulator, returns once the card holds
+  /// still at the interrupt that ended it (at once when the host gave up).
+  virtual void wait_end(uint64_t token, bool ended_by_card) {
+    (void)token;
+    (void)ended_by_card;
+  }
   /// A host thread looked at a fence without waiting and found work unfinished (a poll). A
   /// host-paced simulator that sees polls while no thread waits lets its time run free after a
   /// while, rather than stall a host that polls forever.

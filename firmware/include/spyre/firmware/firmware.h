@@ -8,6 +8,7 @@
 #include "spyre/firmware/hal.h"
 #include "spyre/hw/commands.h"
 #include "spyre/hw/isa.h"
+#include "spyre/hw/regs.h"
 
 namespace spyre::fw {
 
@@ -51,6 +52,10 @@ class Firmware {
 
   Hal& hal_;
   uint32_t next_queue_ = 0;
+  // Per queue: the seq of the last descriptor it completed, and the RESETS count it was seen
+  // under (a reset starts a new ring, whose sequence may start again).
+  uint64_t last_seq_[hw::kMaxQueues] = {};
+  uint32_t seq_resets_[hw::kMaxQueues] = {};
 };
 
 }  // namespace spyre::fw

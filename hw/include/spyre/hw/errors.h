@@ -18,6 +18,9 @@ enum class ErrorCode : uint16_t {
   kCoreFault = 9,        // a core hit an illegal instruction or scratchpad access
   kQueueInError = 10,    // not executed: the queue was already in the error state
   kNoSuchCore = 11,      // the core mask names a core the device does not have (or none)
+  kWatchdog = 12,        // a core ran past the launch's cycle budget (firmware.watchdog_cycles)
+  kRingOverrun = 13,     // the doorbell put TAIL more than a ring ahead of HEAD
+  kBadSequence = 14,     // a descriptor's seq is not above the one before it on its queue
   kCount
 };
 
@@ -67,6 +70,12 @@ constexpr const char* error_name(ErrorCode e) {
       return "not executed, queue in error state";
     case ErrorCode::kNoSuchCore:
       return "no such core";
+    case ErrorCode::kWatchdog:
+      return "watchdog: program ran past its cycle budget";
+    case ErrorCode::kRingOverrun:
+      return "doorbell overrun: TAIL more than a ring ahead of HEAD";
+    case ErrorCode::kBadSequence:
+      return "bad sequence number: not above the previous descriptor's";
     default:
       return "unknown";
   }

@@ -68,6 +68,9 @@ struct EnergyConfig {
 struct FirmwareConfig {
   uint32_t queues = 16;
   uint32_t command_cycles = 300;  // control-processor work per descriptor
+  // A core still running this many cycles after its launch started is stopped (kWatchdog, with
+  // its core and pc); 0 turns the watchdog off. 300 M cycles = 0.2 s at 1.5 GHz.
+  uint64_t watchdog_cycles = 300'000'000;
 };
 
 struct SimConfig {

@@ -75,9 +75,10 @@ class Simulator {
   /// such wait is unfinished, and stops at the interrupt that finishes the last one. Returns a
   /// token for wait_end (0 when not host-paced). Thread-safe.
   virtual uint64_t wait_begin(uint32_t card, uint32_t queue, uint64_t seq) = 0;
-  /// The host thread stopped waiting; with `sim.host_paced`, returns once the card holds still at
-  /// the interrupt that finished the wait (at most a second later, if none comes). Thread-safe.
-  virtual void wait_end(uint64_t token) = 0;
+  /// The host thread stopped waiting; with `sim.host_paced` and a wait the card ended
+  /// (`ended_by_card`: its fence or a halt), returns once the card holds still at the interrupt
+  /// that finished it (at most a second later, if none comes). Thread-safe.
+  virtual void wait_end(uint64_t token, bool ended_by_card) = 0;
   /// A host thread polled a fence and found work unfinished. With `sim.host_paced`, polls while
   /// no thread waits let simulated time run free after 200 ms of wall time (a host that polls and
   /// never waits would otherwise stall); a host busy with its own work holds the card as long as it
