@@ -77,7 +77,8 @@ void Queue::poll_locked() {
       std::string what = fmt::format("{} queue {}: command {} ({}) failed: {}", dev_.name(), id_, p.seq,
                                      hw::opcode_name(p.opcode), hw::error_name(c.error));
       if (c.field != hw::Field::kNone) what += fmt::format(" in field {}", hw::field_name(c.field));
-      if (c.error == hw::ErrorCode::kCoreFault || c.error == hw::ErrorCode::kWatchdog) {
+      if (c.error == hw::ErrorCode::kCoreFault || c.error == hw::ErrorCode::kWatchdog ||
+          (c.error == hw::ErrorCode::kEccError && p.opcode == hw::Opcode::kLaunch)) {
         what += fmt::format(" (core {} at instruction {})", c.detail >> 24, c.detail & 0xffffff);
       }
       log("driver").warn("{}", what);
@@ -157,8 +158,19 @@ Queue::WaitEnd Queue::wait_for_fence(std::unique_lock<std::mutex>& lock, uint64_
 
 void Queue::note_halt_locked() {
   const uint32_t status = reg(hw::kQStatus);
-  const auto code = static_cast<hw::ErrorCode>(status >> 16);
   if (!pending_.empty()) error_seq_ = std::min(error_seq_, pending_.front().seq);
+  if (status == 0xffffffffu) {  // a read nobody answered: the link is down or the card is gone
+    log("driver").error("{} queue {}: the card does not answer", dev_.name(), id_);
+    if (error_.ok()) {
+      error_ = Status(
+          StatusCode::kDeviceError,
+          fmt::format("{} queue {}: the card does not answer (its registers read all ones: PCIe link down "
+                      "or card lost); {} command(s) from {} on will not complete",
+                      dev_.name(), id_, pending_.size(), pending_.empty() ? completed_ + 1 : pending_.front().seq));
+    }
+    return;
+  }
+  const auto code = static_cast<hw::ErrorCode>(status >> 16);
   log("driver").error("{} queue {}: halted by the card ({})", dev_.name(), id_, hw::error_name(code));
   if (error_.ok()) {
     error_ = Status(StatusCode::kDeviceError,

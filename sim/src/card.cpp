@@ -22,6 +22,13 @@ Card::Card(const sc_core::sc_module_name& name, uint32_t index, const Config& co
   }
   cp_ = std::make_unique<ControlProcessor>("cp", config, index, *endpoint_, *memory_, *dma_, std::move(cores), trace,
                                            stats_);
+  const FaultsConfig& f = config.faults;
+  if (index == f.card) {
+    memory_->poison(f.ecc_addr, f.ecc_bytes);
+    dma_->fail_copy(f.dma_error_copy);
+    if (f.hang_core >= 0) cores_[static_cast<uint32_t>(f.hang_core)]->hang_in(f.hang_launch);
+    if (f.link_down_cycle > 0) endpoint_->link_down_at(f.link_down_cycle);
+  }
 }
 
 const CardStats& Card::stats() {

@@ -62,6 +62,13 @@ json to_tree(const Config& c) {
       {"pt_pj_per_flop", c.energy.pt_pj_per_flop},         {"sfp_pj_per_element", c.energy.sfp_pj_per_element},
       {"memory_pj_per_byte", c.energy.memory_pj_per_byte}, {"ring_pj_per_byte_hop", c.energy.ring_pj_per_byte_hop},
       {"pcie_pj_per_byte", c.energy.pcie_pj_per_byte},     {"static_watts", c.energy.static_watts}};
+  j["faults"] = {{"card", c.faults.card},
+                 {"dma_error_copy", c.faults.dma_error_copy},
+                 {"ecc_addr", c.faults.ecc_addr},
+                 {"ecc_bytes", c.faults.ecc_bytes},
+                 {"hang_core", c.faults.hang_core},
+                 {"hang_launch", c.faults.hang_launch},
+                 {"link_down_cycle", c.faults.link_down_cycle}};
   j["output"] = {{"trace_path", c.output.trace_path},
                  {"stats_path", c.output.stats_path},
                  {"capture_path", c.output.capture_path},
@@ -143,6 +150,13 @@ Config from_tree(const json& j) {
   get(j, "energy", "ring_pj_per_byte_hop", c.energy.ring_pj_per_byte_hop);
   get(j, "energy", "pcie_pj_per_byte", c.energy.pcie_pj_per_byte);
   get(j, "energy", "static_watts", c.energy.static_watts);
+  get(j, "faults", "card", c.faults.card);
+  get(j, "faults", "dma_error_copy", c.faults.dma_error_copy);
+  get(j, "faults", "ecc_addr", c.faults.ecc_addr);
+  get(j, "faults", "ecc_bytes", c.faults.ecc_bytes);
+  get(j, "faults", "hang_core", c.faults.hang_core);
+  get(j, "faults", "hang_launch", c.faults.hang_launch);
+  get(j, "faults", "link_down_cycle", c.faults.link_down_cycle);
   get(j, "firmware", "queues", c.firmware.queues);
   get(j, "firmware", "command_cycles", c.firmware.command_cycles);
   get(j, "firmware", "watchdog_cycles", c.firmware.watchdog_cycles);
@@ -194,6 +208,13 @@ void validate(const Config& c) {
     require(v >= 0, "energy.*", "must not be negative");
   }
   require(c.firmware.queues >= 1 && c.firmware.queues <= 16, "firmware.queues", "must be 1..16");
+  require(c.faults.card < c.sim.devices, "faults.card", "must name a card of sim.devices");
+  require(c.faults.hang_core >= -1 && c.faults.hang_core < static_cast<int64_t>(c.chip.cores), "faults.hang_core",
+          "must be -1 (none) or a core of chip.cores");
+  require(c.faults.hang_launch >= 1, "faults.hang_launch", "must be at least 1");
+  require(
+      c.faults.ecc_bytes <= c.memory.usable_bytes && c.faults.ecc_addr <= c.memory.usable_bytes - c.faults.ecc_bytes,
+      "faults.ecc_addr", "the range must lie inside memory.usable_bytes");
 }
 
 }  // namespace
@@ -237,16 +258,32 @@ Config parse_config(const std::string& json_text) {
 
 Config load_config_from_env() {
   Config c;
-  if (const char* path = std::getenv("SPYRE_CONFIG"); path && *path) {
+  std::string text = "{}";
+  const char* path = std::getenv("SPYRE_CONFIG");
+  if (path && *path) {
     std::ifstream in(path);
     if (!in) throw std::invalid_argument(fmt::format("config: cannot read SPYRE_CONFIG file '{}'", path));
-    std::stringstream text;
-    text << in.rdbuf();
+    std::stringstream read;
+    read << in.rdbuf();
+    text = read.str();
+  }
+  // $SPYRE_FAULTS: a JSON object of faults.* keys, laid over the file's.
+  if (const char* faults = std::getenv("SPYRE_FAULTS"); faults && *faults) {
+    json over, patch;
     try {
-      c = parse_config(text.str());
-    } catch (const std::invalid_argument& e) {
-      throw std::invalid_argument(fmt::format("{} (in {})", e.what(), path));
+      over = json::parse(text);
+      patch = json::parse(faults);
+    } catch (const json::parse_error& e) {
+      throw std::invalid_argument(fmt::format("config: SPYRE_CONFIG or SPYRE_FAULTS is not valid JSON ({})", e.what()));
     }
+    if (!patch.is_object()) throw std::invalid_argument("config: SPYRE_FAULTS must be a JSON object of faults.* keys");
+    over["faults"].merge_patch(patch);
+    text = over.dump();
+  }
+  try {
+    c = parse_config(text);
+  } catch (const std::invalid_argument& e) {
+    throw std::invalid_argument(fmt::format("{} (in {})", e.what(), path && *path ? path : "SPYRE_FAULTS"));
   }
   if (const char* p = std::getenv("SPYRE_TRACE"); p && *p) c.output.trace_path = p;
   if (const char* p = std::getenv("SPYRE_STATS"); p && *p) c.output.stats_path = p;

@@ -131,6 +131,7 @@ void Core::thread() {
     wait(start_);
     const uint64_t begin = now();
     launched_ = begin;
+    fault_code_ = hw::ErrorCode::kCoreFault;
     result_ = run();
     sync();
     if (launch_) launch_->depart();
@@ -191,6 +192,8 @@ fw::Verdict Core::run() {
   const uint64_t deadline = budget == 0 ? UINT64_MAX : launched_ + budget;
   const sc_core::sc_time quantum(static_cast<double>(config_.sim.host_quantum_ns), sc_core::SC_NS);
   uint32_t since_look = 0;
+  ++programs_run_;
+  if (hang_in_ != 0 && programs_run_ == hang_in_) return hang(entry, deadline, quantum);
   while (pc < code_.size()) {
     const hw::Instr& in = code_[pc];
     if (in.op == hw::Op::kEnd) return {};
@@ -208,6 +211,15 @@ fw::Verdict Core::run() {
     if (!ok) return fault(at);
   }
   return fault(pc);  // ran off the end without END
+}
+
+fw::Verdict Core::hang(uint32_t pc, uint64_t deadline, const sc_core::sc_time& quantum) {
+  // Injected: the core stops making progress at its first instruction, as a core stuck on a bus
+  // or in a livelock would. Only the watchdog gets it out; with the watchdog off, never.
+  for (;;) {
+    wait(quantum);
+    if (now() > deadline) return {hw::ErrorCode::kWatchdog, hw::Field::kNone, id_ << 24 | (pc & 0xffffff)};
+  }
 }
 
 uint8_t* Core::lx(const hw::Instr& in, uint64_t addr, uint64_t n) {
@@ -522,8 +534,10 @@ bool Core::transfer(const hw::Instr& in, const std::vector<uint64_t>& addrs, uin
     list.stop = stop_;
     std::vector<std::pair<const uint8_t*, uint64_t>> chunks;
     if (deferred) list.deferred = &chunks;
+    tlm::tlm_response_status status = tlm::TLM_OK_RESPONSE;
     if (!tlm_access_rows(mem, move == Move::kRead ? tlm::TLM_READ_COMMAND : tlm::TLM_WRITE_COMMAND, list, buf,
-                         mem_delay)) {
+                         mem_delay, &status)) {
+      if (status == kEccErrorResponse) fault_code_ = hw::ErrorCode::kEccError;
       return false;
     }
     if (deferred) {
@@ -544,7 +558,11 @@ bool Core::transfer(const hw::Instr& in, const std::vector<uint64_t>& addrs, uin
     uint8_t* data = buf + r * row_bytes;
     // Read and write both booked from the issue: latency once.
     sc_core::sc_time read_delay = issue, write_delay = issue;
-    if (!tlm_access(mem, tlm::TLM_READ_COMMAND, addrs[r], row.data(), row_bytes, read_delay, stop_)) return false;
+    tlm::tlm_response_status status = tlm::TLM_OK_RESPONSE;
+    if (!tlm_access(mem, tlm::TLM_READ_COMMAND, addrs[r], row.data(), row_bytes, read_delay, stop_, &status)) {
+      if (status == kEccErrorResponse) fault_code_ = hw::ErrorCode::kEccError;
+      return false;
+    }
     const uint64_t n = row_bytes / hw::dtype_size(in.dtype);
     const hw::BinaryFn fn = (in.flags & hw::kScatterMul) ? hw::BinaryFn::kMul : hw::BinaryFn::kAdd;
     sfp_binary(fn, in.dtype, row.data(), row.data(), hw::Bcast::kFull, data, hw::Bcast::kFull, 0, 1, n);

@@ -82,8 +82,11 @@ class Core : public sc_core::sc_module {
   void start(uint64_t program, uint64_t args, uint64_t args_size, uint32_t rank, Launch* launch);
   bool busy() const { return busy_; }
   const sc_core::sc_event& done_event() const { return done_; }
-  /// Outcome of the last program: kOk or kCoreFault with detail = core << 24 | pc.
+  /// Outcome of the last program: kOk, or kCoreFault, kEccError (a read hit an ECC error) or
+  /// kWatchdog, with detail = core << 24 | pc.
   const fw::Verdict& result() const { return result_; }
+  /// Fault injection: the core hangs in its `program`-th program (from 1); 0: never.
+  void hang_in(uint64_t program) { hang_in_ = program; }
   /// When the last program's code had arrived and its first instruction issued.
   const sc_core::sc_time& code_ready() const { return code_ready_; }
 
@@ -130,12 +133,14 @@ class Core : public sc_core::sc_module {
   static constexpr uint64_t kSmallTaskBytes = 4096;
   /// Hands an instruction's arithmetic to the worker, noting the bytes it touches for settle().
   void compute(std::function<void()> task, std::initializer_list<Touch> touches);
-  fw::Verdict fault(uint32_t pc) const {
-    return {hw::ErrorCode::kCoreFault, hw::Field::kNone, id_ << 24 | (pc & 0xffffff)};
-  }
+  fw::Verdict fault(uint32_t pc) const { return {fault_code_, hw::Field::kNone, id_ << 24 | (pc & 0xffffff)}; }
+  fw::Verdict hang(uint32_t pc, uint64_t deadline, const sc_core::sc_time& quantum);
 
   const Config& config_;
-  uint64_t launched_ = 0;  // cycle the running program started at (for the watchdog)
+  uint64_t launched_ = 0;                                 // cycle the running program started at (for the watchdog)
+  hw::ErrorCode fault_code_ = hw::ErrorCode::kCoreFault;  // what a failed instruction reports (kEccError)
+  uint64_t programs_run_ = 0;
+  uint64_t hang_in_ = 0;  // fault injection: hang in this program (from 1); 0: never
   uint32_t id_;
   uint32_t stop_;
   bool functional_;  // sim.mode "functional": one cycle per instruction, no bookings on the fabric

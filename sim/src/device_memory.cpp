@@ -83,6 +83,10 @@ void DeviceMemory::transport_rows(const RowList& list, tlm::tlm_generic_payload&
       gp.set_response_status(tlm::TLM_ADDRESS_ERROR_RESPONSE);
       return;
     }
+    if (gp.is_read() && list.addrs[r] < poison_hi_ && list.addrs[r] + n > poison_lo_) {
+      gp.set_response_status(kEccErrorResponse);
+      return;
+    }
   }
   uint8_t* data = gp.get_data_ptr();
   for (uint64_t r = 0; r < list.rows; ++r, data += n) {

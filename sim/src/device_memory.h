@@ -35,6 +35,11 @@ class DeviceMemory : public sc_core::sc_module {
   /// Called with (addr, n) before any byte of device memory is written: the owner of deferred
   /// reads (see RowList::deferred) finishes those that read the range.
   void set_write_guard(std::function<void(uint64_t, uint64_t)> guard) { guard_ = std::move(guard); }
+  /// Fault injection: reads touching [addr, addr + n) answer kEccErrorResponse (n = 0: none).
+  void poison(uint64_t addr, uint64_t n) {
+    poison_lo_ = addr;
+    poison_hi_ = addr + n;
+  }
 
  private:
   static constexpr uint64_t kPageBytes = 64 * 1024;
@@ -47,6 +52,7 @@ class DeviceMemory : public sc_core::sc_module {
   Fabric& fabric_;
   std::unordered_map<uint64_t, std::unique_ptr<uint8_t[]>> pages_;
   std::function<void(uint64_t, uint64_t)> guard_;
+  uint64_t poison_lo_ = 0, poison_hi_ = 0;
 };
 
 }  // namespace spyre::sim

@@ -27,6 +27,7 @@ DmaEngine::DmaEngine(const sc_core::sc_module_name& name, const Config& config, 
 }
 
 fw::Verdict DmaEngine::copy(const hw::CopyArgs& args, uint8_t flags, uint32_t priority) {
+  if (++copies_ == fail_copy_) return {hw::ErrorCode::kDmaError, hw::Field::kCopySrc, 0};
   const uint64_t granted = channels_.acquire(channels_.all(), priority, /*any=*/true);
   const fw::Verdict v = run(static_cast<uint32_t>(__builtin_ctzll(granted)), args, flags);
   channels_.release(granted);
@@ -56,17 +57,24 @@ fw::Verdict DmaEngine::run(uint32_t channel, const hw::CopyArgs& args, uint8_t f
     done = std::max(done, t);
     return ok;
   };
+  // Why a transfer failed: the link, the IOMMU, or an ECC error in device memory.
+  const auto failed = [&](bool host, tlm::tlm_response_status status, hw::Field field) {
+    if (host && endpoint_.link_down()) return fw::Verdict{hw::ErrorCode::kLinkDown, field, 0};
+    if (!host && status == kEccErrorResponse) return fw::Verdict{hw::ErrorCode::kEccError, field, 0};
+    return fw::Verdict{hw::ErrorCode::kDmaFault, field, 0};
+  };
   for (uint64_t i = 0; i < chunks + kReadAhead; ++i) {
     if (i < chunks) {
       sc_core::sc_time t = sc_core::SC_ZERO_TIME;
       const uint64_t at = args.src + i * kChunkBytes;
-      const bool ok =
-          src_host ? endpoint_.host_read(at, buffer(i), chunk_bytes(i), t)
-                   : tlm_access(mem, tlm::TLM_READ_COMMAND, at, buffer(i), chunk_bytes(i), t, Fabric::pcie_stop());
-      if (!ok) return {hw::ErrorCode::kDmaFault, hw::Field::kCopySrc, 0};
+      tlm::tlm_response_status status = tlm::TLM_OK_RESPONSE;
+      const bool ok = src_host ? endpoint_.host_read(at, buffer(i), chunk_bytes(i), t)
+                               : tlm_access(mem, tlm::TLM_READ_COMMAND, at, buffer(i), chunk_bytes(i), t,
+                                            Fabric::pcie_stop(), &status);
+      if (!ok) return failed(src_host, status, hw::Field::kCopySrc);
       arrived[i] = t;
     }
-    if (i >= kReadAhead && !write(i - kReadAhead)) return {hw::ErrorCode::kDmaFault, hw::Field::kCopyDst, 0};
+    if (i >= kReadAhead && !write(i - kReadAhead)) return failed(dst_host, tlm::TLM_OK_RESPONSE, hw::Field::kCopyDst);
   }
   wait(done);
   const char* kind = src_host ? "copy h2d" : (dst_host ? "copy d2h" : "copy d2d");

@@ -28,8 +28,11 @@ class DmaEngine : public sc_core::sc_module {
 
   /// Runs a copy that the firmware has validated on a free channel, waiting for one ahead of
   /// lower-`priority` copies; must be called from a SystemC thread. Returns a DMA fault (naming
-  /// copy.src or copy.dst) when the IOMMU refuses a host range.
+  /// copy.src or copy.dst) when the IOMMU refuses a host range, an ECC error when a device read
+  /// hits one, and a link-down error when the PCIe link is down.
   fw::Verdict copy(const hw::CopyArgs& args, uint8_t flags, uint32_t priority);
+  /// Fault injection: the n-th copy (from 1) fails with a DMA transfer error before it moves a byte.
+  void fail_copy(uint64_t n) { fail_copy_ = n; }
 
  private:
   fw::Verdict run(uint32_t channel, const hw::CopyArgs& args, uint8_t flags);
@@ -41,6 +44,8 @@ class DmaEngine : public sc_core::sc_module {
   std::vector<uint32_t> tracks_;               // per channel
   std::vector<std::vector<uint8_t>> buffers_;  // per channel: the chunks in flight
   Arbiter channels_;
+  uint64_t copies_ = 0;
+  uint64_t fail_copy_ = 0;
 };
 
 }  // namespace spyre::sim

@@ -144,7 +144,8 @@ void Endpoint::b_transport(tlm::tlm_generic_payload& gp, sc_core::sc_time& /*del
     gp.set_response_status(tlm::TLM_ADDRESS_ERROR_RESPONSE);
     return;
   }
-  const bool decoding = (cfg_read(hw::kCfgCommand, 2) & hw::kCmdMemorySpace) != 0;
+  // A card behind a link that is down answers nothing: reads complete with all ones.
+  const bool decoding = !link_down_ && (cfg_read(hw::kCfgCommand, 2) & hw::kCmdMemorySpace) != 0;
   uint32_t value = 0;
   if (gp.is_read()) {
     value = decoding ? reg_read(static_cast<uint32_t>(offset)) : 0xffffffffu;
@@ -162,7 +163,7 @@ uint64_t Endpoint::wire_bytes(uint64_t n) const {
 }
 
 bool Endpoint::host_read(uint64_t iova, void* dst, uint64_t n, sc_core::sc_time& delay) {
-  if (!host_ || !bus_master() || !host_->dma_read(iova, dst, n)) return false;
+  if (link_down_ || !host_ || !bus_master() || !host_->dma_read(iova, dst, n)) return false;
   if (functional_) return true;
   // A read is a request upstream and completions with the data downstream: a round trip.
   const sc_core::sc_time start = sc_core::sc_time_stamp() + delay;
@@ -172,7 +173,7 @@ bool Endpoint::host_read(uint64_t iova, void* dst, uint64_t n, sc_core::sc_time&
 }
 
 bool Endpoint::host_write(uint64_t iova, const void* src, uint64_t n, sc_core::sc_time& delay) {
-  if (!host_ || !bus_master() || !host_->dma_write(iova, src, n)) return false;
+  if (link_down_ || !host_ || !bus_master() || !host_->dma_write(iova, src, n)) return false;
   if (functional_) return true;
   // A posted write: one way, half the round trip.
   const sc_core::sc_time start = sc_core::sc_time_stamp() + delay;
@@ -192,8 +193,25 @@ void Endpoint::halt_all_queues(hw::ErrorCode e) {
 
 void Endpoint::raise_msix(uint32_t vector) {
   ++stats_.msix;
-  if (host_ && bus_master()) host_->raise_irq(vector);
+  if (host_ && bus_master() && !link_down_) host_->raise_irq(vector);
   if (on_msix_) on_msix_();
+}
+
+void Endpoint::link_down_at(uint64_t cycle) {
+  sc_core::sc_spawn([this, cycle] {
+    const uint64_t now = clock_.now_cycles();
+    if (cycle > now) wait(clock_.cycles(cycle - now));
+    link_down_ = true;
+    // Every queue stops: what the host waits for will never come. No interrupt crosses the link;
+    // a host waiter finds out by reading STATUS (all ones).
+    for (uint32_t q = 0; q < config_.firmware.queues; ++q) {
+      uint32_t& status = regs_[hw::queue_reg(q, hw::kQStatus) / 4];
+      if (!(status & hw::kQStatusEnabled)) continue;
+      status = (status & 0xffffu) | hw::kQStatusError | hw::kQStatusHalted |
+               (static_cast<uint32_t>(hw::ErrorCode::kLinkDown) << 16);
+    }
+    if (on_msix_) on_msix_();  // the simulator's own bookkeeping of host waits
+  });
 }
 
 bool Endpoint::halted(uint32_t q) const {

@@ -46,6 +46,11 @@ class Endpoint : public sc_core::sc_module {
   void note_completed(uint32_t q, uint64_t seq) { completed_[q] = std::max(completed_[q], seq); }
   uint64_t completed(uint32_t q) const { return completed_[q]; }
   bool halted(uint32_t q) const;
+  /// Fault injection: the link goes down for good when the card's clock reaches `cycle`. From then
+  /// on the host reads all ones from BAR0, its writes are dropped, no interrupt reaches it, and
+  /// every DMA to or from host memory fails; the queues halt with kLinkDown.
+  void link_down_at(uint64_t cycle);
+  bool link_down() const { return link_down_; }
   /// Bytes on the link in each direction, headers included.
   const BandwidthServer& to_host() const { return to_host_; }
   const BandwidthServer& from_host() const { return from_host_; }
@@ -77,6 +82,7 @@ class Endpoint : public sc_core::sc_module {
   std::array<sc_core::sc_event, hw::kMaxQueues> work_;
   std::array<uint64_t, hw::kMaxQueues> completed_ = {};
   std::function<void()> on_msix_;
+  bool link_down_ = false;
 };
 
 }  // namespace spyre::sim

@@ -95,9 +95,15 @@ struct RowList : tlm::tlm_extension<RowList> {
   void copy_from(const tlm::tlm_extension_base& other) override { *this = static_cast<const RowList&>(other); }
 };
 
+/// The response that marks a read of device memory with an uncorrectable ECC error (an address
+/// outside memory answers TLM_ADDRESS_ERROR_RESPONSE).
+inline constexpr tlm::tlm_response_status kEccErrorResponse = tlm::TLM_GENERIC_ERROR_RESPONSE;
+
 /// The rows of `list` (see RowList) in one blocking access: `data` holds them back to back.
+/// `status`, when given, receives the target's response.
 template <typename Socket>
-bool tlm_access_rows(Socket& socket, tlm::tlm_command cmd, RowList& list, uint8_t* data, sc_core::sc_time& delay) {
+bool tlm_access_rows(Socket& socket, tlm::tlm_command cmd, RowList& list, uint8_t* data, sc_core::sc_time& delay,
+                     tlm::tlm_response_status* status = nullptr) {
   const uint64_t n = list.rows * list.row_bytes;
   if (list.rows == 0 || list.row_bytes == 0 || n / list.rows != list.row_bytes || n > UINT32_MAX) return false;
   tlm::tlm_generic_payload gp;
@@ -110,6 +116,7 @@ bool tlm_access_rows(Socket& socket, tlm::tlm_command cmd, RowList& list, uint8_
   gp.set_extension(&list);
   socket->b_transport(gp, delay);
   gp.clear_extension(&list);
+  if (status) *status = gp.get_response_status();
   return gp.is_response_ok();
 }
 
@@ -117,13 +124,13 @@ bool tlm_access_rows(Socket& socket, tlm::tlm_command cmd, RowList& list, uint8_
 /// target. Returns false on an error response (for example an address outside device memory).
 template <typename Socket>
 bool tlm_access(Socket& socket, tlm::tlm_command cmd, uint64_t addr, uint8_t* data, uint64_t n, sc_core::sc_time& delay,
-                uint32_t stop) {
+                uint32_t stop, tlm::tlm_response_status* status = nullptr) {
   RowList list;
   list.addrs = &addr;
   list.rows = 1;
   list.row_bytes = n;
   list.stop = stop;
-  return tlm_access_rows(socket, cmd, list, data, delay);
+  return tlm_access_rows(socket, cmd, list, data, delay, status);
 }
 
 }  // namespace spyre::sim

@@ -21,6 +21,9 @@ enum class ErrorCode : uint16_t {
   kWatchdog = 12,        // a core ran past the launch's cycle budget (firmware.watchdog_cycles)
   kRingOverrun = 13,     // the doorbell put TAIL more than a ring ahead of HEAD
   kBadSequence = 14,     // a descriptor's seq is not above the one before it on its queue
+  kDmaError = 15,        // a DMA transfer failed on the link (not an IOMMU refusal)
+  kEccError = 16,        // a read hit an uncorrectable ECC error in device memory
+  kLinkDown = 17,        // the PCIe link is down: the card is lost to the host
   kCount
 };
 
@@ -76,6 +79,12 @@ constexpr const char* error_name(ErrorCode e) {
       return "doorbell overrun: TAIL more than a ring ahead of HEAD";
     case ErrorCode::kBadSequence:
       return "bad sequence number: not above the previous descriptor's";
+    case ErrorCode::kDmaError:
+      return "DMA transfer error";
+    case ErrorCode::kEccError:
+      return "uncorrectable ECC error in device memory";
+    case ErrorCode::kLinkDown:
+      return "PCIe link down";
     default:
       return "unknown";
   }

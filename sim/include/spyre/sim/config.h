@@ -73,6 +73,18 @@ struct FirmwareConfig {
   uint64_t watchdog_cycles = 300'000'000;
 };
 
+/// Faults to inject, to test what a host does with them. All off by default; each hits the card
+/// `card` only. Also settable from $SPYRE_FAULTS (a JSON object of these keys).
+struct FaultsConfig {
+  uint32_t card = 0;
+  uint64_t dma_error_copy = 0;  // the card's n-th COPY (from 1) fails with a DMA transfer error; 0: none
+  uint64_t ecc_addr = 0;        // reads of [ecc_addr, ecc_addr + ecc_bytes) hit an uncorrectable ECC error
+  uint64_t ecc_bytes = 0;       // 0: no ECC fault
+  int32_t hang_core = -1;       // this core hangs in its hang_launch-th program (from 1); -1: none
+  uint64_t hang_launch = 1;
+  uint64_t link_down_cycle = 0;  // the PCIe link goes down for good when the card's clock reaches this; 0: never
+};
+
 struct SimConfig {
   uint32_t devices = 1;              // cards in this process
   uint64_t host_quantum_ns = 10000;  // simulated time between looks at host requests
@@ -97,6 +109,7 @@ struct Config {
   PcieConfig pcie;
   FirmwareConfig firmware;
   EnergyConfig energy;
+  FaultsConfig faults;
   OutputConfig output;
 
   /// The config as canonical JSON text (sorted keys), as written into stats and traces.
@@ -112,9 +125,9 @@ struct Config {
 /// Throws std::invalid_argument naming the key on an unknown key, a wrong type or a bad value.
 Config parse_config(const std::string& json_text);
 
-/// Loads the run's config: defaults, then the file named by $SPYRE_CONFIG (if set), then
-/// $SPYRE_TRACE / $SPYRE_STATS / $SPYRE_CAPTURE for the output paths. Throws std::invalid_argument
-/// on errors.
+/// Loads the run's config: defaults, then the file named by $SPYRE_CONFIG (if set), then the
+/// faults of $SPYRE_FAULTS, then $SPYRE_TRACE / $SPYRE_STATS / $SPYRE_CAPTURE for the output paths. Throws
+/// std::invalid_argument on errors.
 Config load_config_from_env();
 
 }  // namespace spyre::sim
