@@ -1,7 +1,5 @@
 #include "spyre/driver/device.h"
 
-#include <sys/mman.h>
-
 #include <algorithm>
 
 #include <fmt/format.h>
@@ -27,7 +25,7 @@ std::string gib(uint64_t bytes) {
 
 HostBuffer::~HostBuffer() {
   (void)transport_.dma_unmap(dev_, iova_);
-  munmap(data_, size_);
+  transport_.free_host(data_, size_);
 }
 
 Device::Device(Transport& t, uint32_t index, DeviceInfo info)
@@ -145,13 +143,13 @@ MemoryStats Device::memory_stats() {
 
 Status Device::map_host(uint64_t bytes, std::unique_ptr<HostBuffer>* out) {
   const uint64_t size = round_up(std::max<uint64_t>(bytes, 1), 4096);
-  void* p = mmap(nullptr, size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-  if (p == MAP_FAILED) {
-    return {StatusCode::kOutOfMemory, fmt::format("{}: cannot allocate {} bytes of host DMA memory", name_, size)};
+  void* p = nullptr;
+  if (Status s = transport_.alloc_host(size, &p); !s.ok()) {
+    return {s.code(), fmt::format("{}: {}", name_, s.message())};
   }
   uint64_t iova = 0;
   if (Status s = transport_.dma_map(index_, p, size, &iova); !s.ok()) {
-    munmap(p, size);
+    transport_.free_host(p, size);
     return s;
   }
   out->reset(new HostBuffer(transport_, index_, p, size, iova));

@@ -1,10 +1,25 @@
 #include "spyre/driver/transport.h"
 
+#include <sys/mman.h>
+
 #include <fmt/format.h>
 
 namespace spyre::driver {
 
 Status open_inproc_transport(std::unique_ptr<Transport>* out);  // transport_inproc.cpp
+
+Status Transport::alloc_host(uint64_t len, void** host) {
+  void* p = mmap(nullptr, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  if (p == MAP_FAILED) {
+    return {StatusCode::kOutOfMemory, fmt::format("transport: cannot allocate {} bytes of host DMA memory", len)};
+  }
+  *host = p;
+  return {};
+}
+
+void Transport::free_host(void* host, uint64_t len) {
+  munmap(host, len);
+}
 
 Status open_transport(const std::string& kind, std::unique_ptr<Transport>* out) {
   if (kind.empty() || kind == "inproc") return open_inproc_transport(out);

@@ -28,7 +28,15 @@ class Transport {
   /// 32-bit BAR0 write; posted: returns at once, writes arrive in order.
   virtual void mmio_write(uint32_t dev, uint32_t offset, uint32_t value) = 0;
 
+  /// Allocates `len` bytes (a multiple of 4096) of zeroed host memory that dma_map can hand to
+  /// the card: anonymous memory in-process; a transport whose card lives in another process
+  /// allocates memory it can share with it. kOutOfMemory when the host has none.
+  virtual Status alloc_host(uint64_t len, void** host);
+  /// Frees what alloc_host returned (unmap it first).
+  virtual void free_host(void* host, uint64_t len);
+
   /// Makes `len` bytes at `host` reachable by the card's DMA; returns the device-visible address.
+  /// `host` lies in memory from alloc_host.
   virtual Status dma_map(uint32_t dev, void* host, uint64_t len, uint64_t* iova) = 0;
   /// Makes `len` bytes of card `peer`'s device memory, from `offset`, reachable by card `dev`'s
   /// DMA (peer-to-peer through the peer's memory window); returns the device-visible address.
