@@ -121,6 +121,42 @@ const char* mode_name(spyre::backend::FallbackMode m) {
   return "warn";
 }
 
+py::dict device_status(int index) {
+  const spyre::driver::DeviceStatus st = DeviceRuntime::get(index).device().status();
+  py::dict d;
+  d["index"] = st.info.index;
+  d["transport"] = spyre::driver::Driver::instance().transport_name();
+  d["interface_version"] = st.interface_version;
+  d["firmware_ready"] = st.firmware_ready;
+  d["answers"] = st.answers;
+  d["cores"] = st.info.num_cores;
+  d["clock_mhz"] = st.info.clock_mhz;
+  d["cycles"] = st.cycles;
+  d["memory_total"] = st.memory.total;
+  d["memory_used"] = st.memory.allocated;
+  d["memory_free"] = st.memory.total - st.memory.allocated;
+  d["memory_peak"] = st.memory.peak;
+  d["interrupts"] = st.interrupts;
+  py::list queues;
+  for (const spyre::driver::QueueStatus& q : st.queues) {
+    py::dict e;
+    e["id"] = q.id;
+    e["open"] = q.open;
+    e["enabled"] = q.enabled;
+    e["error"] = q.error ? spyre::hw::error_name(q.last_error) : "";
+    e["halted"] = q.halted;
+    e["entries"] = q.entries;
+    e["head"] = q.head;
+    e["tail"] = q.tail;
+    e["pending"] = q.tail - q.head;
+    e["resets"] = q.resets;
+    e["priority"] = q.high_priority ? "high" : "normal";
+    queues.append(e);
+  }
+  d["queues"] = queues;
+  return d;
+}
+
 py::dict device_info(int index) {
   const spyre::driver::DeviceInfo& i = DeviceRuntime::get(index).device().info();
   py::dict d;
@@ -179,6 +215,11 @@ PYBIND11_MODULE(_C, m) {
     END_HANDLE_TH_ERRORS_PYBIND
   });
   m.def("_get_wait_timeout", [] { return g_timeout.count() / 1000.0; });
+  m.def("_device_status", [](int index) {
+    HANDLE_TH_ERRORS
+    return device_status(index);
+    END_HANDLE_TH_ERRORS_PYBIND
+  });
   m.def("_device_address", [](const at::Tensor& t) {
     HANDLE_TH_ERRORS
     TORCH_CHECK_VALUE(t.device().type() == c10::DeviceType::PrivateUse1,

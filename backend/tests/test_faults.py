@@ -118,3 +118,36 @@ def test_bad_faults_are_named(faults, message):
     proc = run_python("import torch, torch_spyre\ntorch.ones(1).to('spyre')\n", env={"SPYRE_FAULTS": faults})
     assert proc.returncode != 0
     assert message in proc.stderr
+
+
+def test_smi_shows_memory_queues_and_a_lost_card(tmp_path):
+    code = """
+import torch, torch_spyre, torch_spyre.smi as smi
+from torch_spyre.debug import driver_memory_info
+torch.ones(1, device="spyre:1").cpu()  # open card 1 before its link goes down
+x = torch.ones(1 << 20, device="spyre")
+torch.spyre.synchronize()
+s = smi.status(0)
+mem = driver_memory_info(0)
+assert s["answers"] and s["firmware_ready"] and s["interface_version"] == 2
+assert s["memory_used"] == mem["allocated"] > 4 << 20
+assert s["memory_used"] + s["memory_free"] == s["memory_total"] == mem["total"]
+open_queues = [q for q in s["queues"] if q["open"]]
+assert open_queues and all(q["pending"] == 0 and not q["error"] for q in open_queues)
+print(smi.report())
+try:
+    (x.to("spyre:1") * 2).cpu()
+except RuntimeError:
+    pass
+lost = smi.status(1)
+assert not lost["answers"] and lost["queues"] == []
+print(smi.report([1]))
+"""
+    config = tmp_path / "two.json"
+    config.write_text(json.dumps({"chip": {"fp16_format": "ieee"}, "sim": {"devices": 2}}))
+    proc = run_python(
+        code, env={"SPYRE_CONFIG": str(config), "SPYRE_FAULTS": json.dumps({"card": 1, "link_down_cycle": 30000})}
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert "spyre:0  ok  transport inproc" in proc.stdout
+    assert "spyre:1  not answering" in proc.stdout

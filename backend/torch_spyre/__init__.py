@@ -22,7 +22,7 @@ import logging  # noqa: E402
 
 import torch  # noqa: E402
 
-from . import _C, _exit, _modules, _printing, _save  # noqa: E402
+from . import _C, _exit, _modules, _printing, _save, smi  # noqa: E402
 from . import device_module as _device_module  # noqa: E402
 from ._fallback import fallback_counts, get_cpu_fallback, set_cpu_fallback  # noqa: E402
 from ._waits import get_wait_timeout, set_wait_timeout  # noqa: E402
@@ -36,6 +36,7 @@ __all__ = [
     "get_wait_timeout",
     "set_cpu_fallback",
     "set_wait_timeout",
+    "smi",
     "write_reports",
 ]
 

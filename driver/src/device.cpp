@@ -59,6 +59,11 @@ Status Device::open(Transport& t, uint32_t index, std::unique_ptr<Device>* out) 
   t.cfg_write(index, hw::kCfgCommand, 2, hw::kCmdMemorySpace | hw::kCmdBusMaster);
   const uint32_t magic = t.mmio_read(index, hw::kRegMagic);
   const uint32_t version = t.mmio_read(index, hw::kRegVersion);
+  if (magic == 0xffffffffu && version == 0xffffffffu) {
+    return {StatusCode::kNotAvailable,
+            fmt::format("driver: device {} does not answer (its registers read all ones: PCIe link down or card lost)",
+                        index)};
+  }
   if (magic != hw::kRegMagicValue || version != hw::kInterfaceVersion) {
     return {StatusCode::kNotAvailable,
             fmt::format("driver: device {} answers magic {:#x} version {} (expected {:#x} v{})", index, magic, version,
@@ -160,6 +165,44 @@ uint64_t Device::cycles() {
   std::lock_guard lock(cycles_mu_);
   const uint64_t lo = transport_.mmio_read(index_, hw::kRegCycleLo);  // latches HI
   return lo | uint64_t{transport_.mmio_read(index_, hw::kRegCycleHi)} << 32;
+}
+
+DeviceStatus Device::status() {
+  DeviceStatus st;
+  st.info = info_;
+  const uint32_t dev = index_;
+  st.interface_version = transport_.mmio_read(dev, hw::kRegVersion);
+  const uint32_t card_status = transport_.mmio_read(dev, hw::kRegStatus);
+  st.answers = st.interface_version != 0xffffffffu || card_status != 0xffffffffu;
+  st.firmware_ready = st.answers && (card_status & hw::kStatusFirmwareReady) != 0;
+  st.cycles = st.answers ? cycles() : 0;
+  st.memory = memory_stats();
+  {
+    std::lock_guard lock(irq_mu_);
+    st.interrupts = irq_count_;
+  }
+  std::vector<bool> open;
+  {
+    std::lock_guard lock(queue_mu_);
+    open = queue_used_;
+  }
+  for (uint32_t q = 0; q < info_.num_queues && st.answers; ++q) {
+    QueueStatus qs;
+    qs.id = q;
+    qs.open = q < open.size() && open[q];
+    const uint32_t status = transport_.mmio_read(dev, hw::queue_reg(q, hw::kQStatus));
+    qs.enabled = (status & hw::kQStatusEnabled) != 0;
+    qs.error = (status & hw::kQStatusError) != 0;
+    qs.halted = (status & hw::kQStatusHalted) != 0;
+    qs.last_error = qs.error ? static_cast<hw::ErrorCode>(status >> 16) : hw::ErrorCode::kOk;
+    qs.entries = transport_.mmio_read(dev, hw::queue_reg(q, hw::kQRingEntries));
+    qs.head = transport_.mmio_read(dev, hw::queue_reg(q, hw::kQHead));
+    qs.tail = transport_.mmio_read(dev, hw::queue_reg(q, hw::kQTail));
+    qs.resets = transport_.mmio_read(dev, hw::queue_reg(q, hw::kQResets));
+    qs.high_priority = transport_.mmio_read(dev, hw::queue_reg(q, hw::kQPriority)) == hw::kQPriorityHigh;
+    st.queues.push_back(qs);
+  }
+  return st;
 }
 
 void Device::on_irq(uint32_t /*vector*/) {

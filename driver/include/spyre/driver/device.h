@@ -40,6 +40,28 @@ struct MemoryStats {
   uint64_t allocations = 0;  // live blocks
 };
 
+/// One hardware queue as its registers show it, for status tools.
+struct QueueStatus {
+  uint32_t id = 0;
+  bool open = false;  // this driver holds a Queue on it
+  bool enabled = false, error = false, halted = false;
+  hw::ErrorCode last_error = hw::ErrorCode::kOk;  // the error the queue is in (when `error`)
+  uint32_t entries = 0, head = 0, tail = 0, resets = 0;
+  bool high_priority = false;
+};
+
+/// What `spyre-smi` shows of a card: identity, interface version, clock, memory, queues.
+struct DeviceStatus {
+  DeviceInfo info;
+  uint32_t interface_version = 0;
+  bool firmware_ready = false;
+  bool answers = true;  // false: the card's registers read all ones (PCIe link down, card lost)
+  uint64_t cycles = 0;
+  MemoryStats memory;
+  std::vector<QueueStatus> queues;
+  uint64_t interrupts = 0;
+};
+
 /// Host memory that the card can reach by DMA. Unmapped and freed on destruction.
 class HostBuffer {
  public:
@@ -201,6 +223,8 @@ class Device {
 
   /// The card's cycle counter.
   uint64_t cycles();
+  /// The card's state from its registers and this driver's books (a few dozen MMIO reads).
+  DeviceStatus status();
 
  private:
   friend class Queue;
