@@ -204,6 +204,25 @@ py::dict submit_raw_descriptor(int index, const py::bytes& raw) {
   return out;
 }
 
+// Wall seconds of `count` empty commands (a NOP), each submitted on a queue of its own and waited
+// for: the command path's round trip, driver to card and back, without any work on the card.
+std::vector<double> empty_command_round_trips(int index, int count) {
+  TORCH_CHECK_VALUE(count >= 1, "spyre: count must be at least 1");
+  std::unique_ptr<spyre::driver::Queue> q;
+  SPYRE_CHECK(DeviceRuntime::get(index).device().create_queue(64, &q));
+  spyre::hw::Descriptor nop{};
+  nop.opcode = spyre::hw::Opcode::kNop;
+  std::vector<double> out;
+  for (int i = 0; i < count; ++i) {
+    const auto start = std::chrono::steady_clock::now();
+    uint64_t seq = 0;
+    SPYRE_CHECK(q->submit_raw(nop, &seq));
+    SPYRE_CHECK(q->wait(seq));
+    out.push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
+  }
+  return out;
+}
+
 }  // namespace
 
 PYBIND11_MODULE(_C, m) {
@@ -215,6 +234,12 @@ PYBIND11_MODULE(_C, m) {
     END_HANDLE_TH_ERRORS_PYBIND
   });
   m.def("_get_wait_timeout", [] { return g_timeout.count() / 1000.0; });
+  m.def("_empty_command_round_trips", [](int index, int count) {
+    HANDLE_TH_ERRORS
+    py::gil_scoped_release no_gil;
+    return empty_command_round_trips(index, count);
+    END_HANDLE_TH_ERRORS_PYBIND
+  });
   m.def("_device_status", [](int index) {
     HANDLE_TH_ERRORS
     return device_status(index);

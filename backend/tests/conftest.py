@@ -49,7 +49,10 @@ def run_script(
 
 
 def _run(argv: list[str], env: dict[str, str] | None, timeout: int) -> subprocess.CompletedProcess:
-    full_env = {k: v for k, v in os.environ.items() if not k.startswith(("SPYRE_", "TORCH_SPYRE_"))}
+    # A fresh process for each test's own settings; the transport (and the daemon's binary) carry over,
+    # so that the whole suite can run over the socket transport.
+    keep = ("SPYRE_TRANSPORT", "SPYRE_SIMD")
+    full_env = {k: v for k, v in os.environ.items() if k in keep or not k.startswith(("SPYRE_", "TORCH_SPYRE_"))}
     full_env["SPYRE_CONFIG"] = str(IEEE_FP16)  # as this process's card, unless the test says otherwise
     full_env.update(env or {})
     return subprocess.run(argv, capture_output=True, text=True, env=full_env, timeout=timeout, cwd=ROOT)

@@ -25,6 +25,13 @@ def device_address(tensor: torch.Tensor) -> int:
     return _C._device_address(tensor)
 
 
+def empty_command_round_trips(count: int = 1000, device: torch.device | str | int | None = None) -> list[float]:
+    """Wall seconds of ``count`` empty commands (NOP descriptors), each submitted on a queue of
+    its own and waited for: the command path's own round trip, driver to card and back, with no
+    work on the card (benchmarks/command_path.py)."""
+    return _C._empty_command_round_trips(_index(device), count)
+
+
 def program_cache_info(device: torch.device | str | int | None = None) -> dict:
     """The device's cache of compiled programs: ``entries``, ``bytes`` (device memory they hold),
     ``hits``, ``misses`` and ``evictions``.

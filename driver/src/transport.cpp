@@ -7,6 +7,7 @@
 namespace spyre::driver {
 
 Status open_inproc_transport(std::unique_ptr<Transport>* out);  // transport_inproc.cpp
+Status open_socket_transport(std::unique_ptr<Transport>* out);  // transport_socket.cpp
 
 Status Transport::alloc_host(uint64_t len, void** host) {
   void* p = mmap(nullptr, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
@@ -23,9 +24,7 @@ void Transport::free_host(void* host, uint64_t len) {
 
 Status open_transport(const std::string& kind, std::unique_ptr<Transport>* out) {
   if (kind.empty() || kind == "inproc") return open_inproc_transport(out);
-  if (kind == "socket") {
-    return {StatusCode::kNotAvailable, "transport: 'socket' (simulator daemon) is not implemented yet; use 'inproc'"};
-  }
+  if (kind == "socket") return open_socket_transport(out);
   if (kind == "vfio") {
     return {StatusCode::kNotAvailable, "transport: 'vfio' needs a Spyre card bound to vfio-pci; none on this host"};
   }

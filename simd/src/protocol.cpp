@@ -21,7 +21,7 @@ struct Spec {
 
 constexpr Spec kSpecs[] = {
     {"?", {}, 0},
-    {"hello", {"version", "pid", "memory_bytes", nullptr}, 0},
+    {"hello", {"version", "pid", "config_hash", nullptr}, 0},
     {"cfg_read", {"card", "offset", "size", nullptr}, 0},
     {"cfg_write", {"card", "offset", "size", "value"}, 0},
     {"mmio_read", {"card", "offset", nullptr, nullptr}, 0},

@@ -31,7 +31,7 @@ struct Valid {
 };
 std::vector<Valid> valid_requests() {
   return {
-      {request(Command::kHello, kProtocolVersion, 1234, 8ull << 30), 0},
+      {request(Command::kHello, kProtocolVersion, 1234, 0x8def3ecffc3564c8), 0},
       {request(Command::kCfgRead, 0, 4, 2), 0},
       {request(Command::kCfgWrite, 1, 4, 2, 0x6), 0},
       {request(Command::kMmioRead, 0, 0x1028), 0},

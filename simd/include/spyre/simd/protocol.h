@@ -20,9 +20,8 @@ inline constexpr uint32_t kMaxText = 4096;  // error messages and report paths
 inline constexpr uint32_t kMaxCards = 16;
 
 enum class Command : uint16_t {
-  kHello = 1,    // a: protocol version, b: client pid, c: device memory wanted (0: default) -> a: version, b: cards, c:
-                 // client id
-  kCfgRead = 2,  // a: card, b: offset, c: size (1, 2, 4) -> a: value
+  kHello = 1,      // a: protocol version, b: pid, c: its config's hash -> a: version, b: cards, c: client id
+  kCfgRead = 2,    // a: card, b: offset, c: size (1, 2, 4) -> a: value
   kCfgWrite = 3,   // a: card, b: offset, c: size, d: value
   kMmioRead = 4,   // a: card, b: offset (4-aligned) -> a: value
   kMmioWrite = 5,  // a: card, b: offset, c: value (may be posted: no reply)

@@ -1,0 +1,51 @@
+// spyre-simd: the simulator daemon. Runs the simulated cards of $SPYRE_CONFIG in this process and
+// serves them to driver processes over a Unix socket (SPYRE_TRANSPORT=socket). Started by hand, it
+// runs until SIGINT or SIGTERM; started by a driver that found none (--auto), it exits once no
+// client has been connected for --idle-seconds.
+#include <csignal>
+#include <cstdio>
+#include <exception>
+
+#include <CLI/CLI.hpp>
+
+#include "daemon.h"
+#include "spyre/common/log.h"
+#include "spyre/simd/channel.h"
+
+namespace {
+spyre::simd::Daemon* g_daemon = nullptr;
+void on_signal(int) {
+  if (g_daemon) g_daemon->stop();
+}
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{"spyre-simd: serves simulated Spyre cards to driver processes over a Unix socket"};
+  std::string socket;
+  bool auto_started = false;
+  double idle_seconds = 10;
+  app.add_option("--socket", socket, "socket path (default: $SPYRE_SIMD_SOCKET, or one per config hash)");
+  app.add_flag("--auto", auto_started, "started by a driver: exit when idle");
+  app.add_option("--idle-seconds", idle_seconds, "with --auto: exit after this long without a client")
+      ->check(CLI::PositiveNumber)
+      ->capture_default_str();
+  CLI11_PARSE(app, argc, argv);
+  try {
+    spyre::sim::Simulator& sim = spyre::sim::Simulator::instance();
+    if (socket.empty()) socket = spyre::simd::default_socket_path(std::stoull(sim.config().hash(), nullptr, 16));
+    const auto idle = auto_started ? std::chrono::milliseconds(static_cast<int64_t>(idle_seconds * 1000))
+                                   : std::chrono::milliseconds(0);
+    spyre::simd::Daemon daemon(sim, socket, idle);
+    g_daemon = &daemon;
+    std::signal(SIGINT, on_signal);
+    std::signal(SIGTERM, on_signal);
+    std::signal(SIGPIPE, SIG_IGN);
+    const int rc = daemon.run();
+    g_daemon = nullptr;
+    (void)sim.flush_reports();
+    return rc;
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "spyre-simd: %s\n", e.what());
+    return 1;
+  }
+}
