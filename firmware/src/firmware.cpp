@@ -160,7 +160,8 @@ void Firmware::halt_queue(uint32_t q, hw::ErrorCode e, uint32_t tail) {
 
 bool Firmware::service_queue(uint32_t q) {
   const uint32_t status = hal_.reg_read(qreg(q, hw::kQStatus));
-  if (!(status & hw::kQStatusEnabled)) return false;
+  // A halted queue stays stopped until the host resets it: a doorbell meanwhile runs nothing.
+  if (!(status & hw::kQStatusEnabled) || (status & hw::kQStatusHalted)) return false;
   const uint32_t resets = hal_.reg_read(qreg(q, hw::kQResets));
   const uint32_t head = hal_.reg_read(qreg(q, hw::kQHead));
   const uint32_t tail = hal_.reg_read(qreg(q, hw::kQTail));
