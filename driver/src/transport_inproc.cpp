@@ -12,6 +12,7 @@
 #include <fmt/format.h>
 
 #include "spyre/driver/transport.h"
+#include "spyre/sim/iova_map.h"
 #include "spyre/sim/simulator.h"
 
 namespace spyre::driver {
@@ -38,7 +39,7 @@ class Link final : public sim::HostLink {
 
   Status unmap(uint64_t iova) {
     std::lock_guard lock(mu_);
-    if (regions_.erase(iova) == 0) {
+    if (!regions_.erase(iova)) {
       return {StatusCode::kInvalidArgument, fmt::format("iommu: no mapping at IOVA {:#x}", iova)};
     }
     return {};
@@ -51,27 +52,21 @@ class Link final : public sim::HostLink {
 
   bool dma_read(uint64_t iova, void* dst, uint64_t n) override {
     std::lock_guard lock(mu_);
-    const Region* r = lookup(iova, n);
+    uint64_t off = 0;
+    const Region* r = regions_.find(iova, n, &off);
     if (!r) return false;
-    if (!r->host) return sim_.peer_read(r->peer, r->peer_offset + (iova - r->iova), dst, n);
-    std::memcpy(dst, r->host + (iova - r->iova), n);
+    if (!r->host) return sim_.peer_read(r->peer, r->peer_offset + off, dst, n);
+    std::memcpy(dst, r->host + off, n);
     return true;
   }
 
   bool dma_write(uint64_t iova, const void* src, uint64_t n) override {
     std::lock_guard lock(mu_);
-    const Region* r = lookup(iova, n);
+    uint64_t off = 0;
+    const Region* r = regions_.find(iova, n, &off);
     if (!r) return false;
-    if (!r->host) return sim_.peer_write(r->peer, r->peer_offset + (iova - r->iova), src, n);
-    uint8_t* p = r->host + (iova - r->iova);
-    if (n == 8 && reinterpret_cast<uintptr_t>(p) % 8 == 0) {
-      // Fence words are polled by host threads: publish them as one atomic store.
-      uint64_t v;
-      std::memcpy(&v, src, 8);
-      __atomic_store_n(reinterpret_cast<uint64_t*>(p), v, __ATOMIC_RELEASE);
-    } else {
-      std::memcpy(p, src, n);
-    }
+    if (!r->host) return sim_.peer_write(r->peer, r->peer_offset + off, src, n);
+    sim::store_dma_write(r->host + off, src, n);
     return true;
   }
 
@@ -90,28 +85,18 @@ class Link final : public sim::HostLink {
     uint64_t len;
     uint32_t peer;
     uint64_t peer_offset;
-    uint64_t iova = 0;
   };
   Status add(Region r, uint64_t* iova) {
     std::lock_guard lock(mu_);
-    r.iova = next_;
+    *iova = next_;
     next_ += (r.len + kIovaAlign - 1) / kIovaAlign * kIovaAlign + kIovaAlign;  // a guard page between mappings
-    regions_[r.iova] = r;
-    *iova = r.iova;
+    regions_.insert(*iova, r);
     return {};
-  }
-  const Region* lookup(uint64_t iova, uint64_t n) const {
-    auto it = regions_.upper_bound(iova);
-    if (it == regions_.begin()) return nullptr;
-    --it;
-    const uint64_t off = iova - it->first;
-    if (off >= it->second.len || n > it->second.len - off) return nullptr;
-    return &it->second;
   }
 
   sim::Simulator& sim_;
   std::mutex mu_;
-  std::map<uint64_t, Region> regions_;
+  sim::IovaMap<Region> regions_;
   uint64_t next_ = kIovaBase;
   std::shared_ptr<std::function<void(uint32_t)>> handler_;
 };

@@ -18,6 +18,7 @@
 
 #include "spyre/common/log.h"
 #include "spyre/hw/regs.h"
+#include "spyre/sim/iova_map.h"
 #include "spyre/simd/channel.h"
 
 namespace spyre::simd {
@@ -44,15 +45,16 @@ class Daemon::CardLink final : public sim::HostLink {
     if (next == 0) next = kPage;
     *iova = (uint64_t{client} << kClientShift) + next;
     next += bytes + kPage;  // a guard page between mappings
-    regions_[*iova] = {static_cast<uint8_t*>(p), bytes, client};
+    regions_.insert(*iova, {static_cast<uint8_t*>(p), bytes, client});
     return "";
   }
   bool unmap(uint32_t client, uint64_t iova) {
     std::lock_guard lock(mu_);
-    auto it = regions_.find(iova);
-    if (it == regions_.end() || it->second.client != client) return false;
-    munmap(it->second.host, it->second.len);
-    regions_.erase(it);
+    uint64_t off = 0;
+    const Region* r = regions_.find(iova, 1, &off);
+    if (!r || off != 0 || r->client != client) return false;
+    munmap(r->host, r->len);
+    regions_.erase(iova);
     return true;
   }
   void set_irq(uint32_t client, int fd) {
@@ -62,10 +64,11 @@ class Daemon::CardLink final : public sim::HostLink {
   }
   void drop(uint32_t client) {
     std::lock_guard lock(mu_);
-    for (auto it = regions_.begin(); it != regions_.end();) {
+    auto& all = regions_.all();
+    for (auto it = all.begin(); it != all.end();) {
       if (it->second.client == client) {
         munmap(it->second.host, it->second.len);
-        it = regions_.erase(it);
+        it = all.erase(it);
       } else {
         ++it;
       }
@@ -79,23 +82,18 @@ class Daemon::CardLink final : public sim::HostLink {
 
   bool dma_read(uint64_t iova, void* dst, uint64_t n) override {
     std::lock_guard lock(mu_);
-    const Region* r = lookup(iova, n);
+    uint64_t off = 0;
+    const Region* r = regions_.find(iova, n, &off);
     if (!r) return false;
-    std::memcpy(dst, r->host + (iova - r->iova), n);
+    std::memcpy(dst, r->host + off, n);
     return true;
   }
   bool dma_write(uint64_t iova, const void* src, uint64_t n) override {
     std::lock_guard lock(mu_);
-    const Region* r = lookup(iova, n);
+    uint64_t off = 0;
+    const Region* r = regions_.find(iova, n, &off);
     if (!r) return false;
-    uint8_t* p = r->host + (iova - r->iova);
-    if (n == 8 && reinterpret_cast<uintptr_t>(p) % 8 == 0) {  // fence words: one atomic store
-      uint64_t v;
-      std::memcpy(&v, src, 8);
-      __atomic_store_n(reinterpret_cast<uint64_t*>(p), v, __ATOMIC_RELEASE);
-    } else {
-      std::memcpy(p, src, n);
-    }
+    sim::store_dma_write(r->host + off, src, n);
     return true;
   }
   void raise_irq(uint32_t /*vector*/) override {
@@ -109,20 +107,10 @@ class Daemon::CardLink final : public sim::HostLink {
     uint8_t* host;
     uint64_t len;
     uint32_t client;
-    uint64_t iova = 0;
   };
-  const Region* lookup(uint64_t iova, uint64_t n) {
-    auto it = regions_.upper_bound(iova);
-    if (it == regions_.begin()) return nullptr;
-    --it;
-    it->second.iova = it->first;
-    const uint64_t off = iova - it->first;
-    if (off >= it->second.len || n > it->second.len - off) return nullptr;
-    return &it->second;
-  }
 
   std::mutex mu_;
-  std::map<uint64_t, Region> regions_;
+  sim::IovaMap<Region> regions_;
   std::map<uint32_t, uint64_t> next_;
   std::map<uint32_t, int> irqs_;
 };
