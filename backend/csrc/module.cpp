@@ -97,15 +97,15 @@ void init_waits() {
     g_prev_sigint = prev;
     sigaction(SIGINT, &sa, nullptr);
   }
+  double seconds = 0;
   if (const char* env = std::getenv("TORCH_SPYRE_WAIT_TIMEOUT"); env && *env) {
     char* end = nullptr;
-    const double v = std::strtod(env, &end);
-    TORCH_CHECK_VALUE(end && *end == 0 && std::isfinite(v) && v >= 0,
+    seconds = std::strtod(env, &end);
+    TORCH_CHECK_VALUE(end && *end == 0 && std::isfinite(seconds) && seconds >= 0,
                       "torch_spyre: TORCH_SPYRE_WAIT_TIMEOUT must be a number of seconds >= 0 (0: none), not '", env,
                       "'");
-    g_timeout = std::chrono::milliseconds(static_cast<int64_t>(std::ceil(v * 1000)));
   }
-  install_wait_policy();
+  set_wait_timeout(seconds);  // installs the wait policy
   spyre::backend::set_interrupt_raiser(raise_interrupt);
 }
 

@@ -90,7 +90,6 @@ std::string check_request_args(const Message& m) {
     case Command::kCount:
       return "";
   }
-  (void)d;
   return "";
 }
 
