@@ -245,8 +245,8 @@ class Card final : public fw::Hal {
   }
 
   void dev_read(uint64_t addr, void* dst, uint32_t n) override {
-    FUZZ_CHECK(fuzz::inside(addr, n, limits_.dev_mem_size), "device read 0x%llx + %u outside %llu bytes",
-               (unsigned long long)addr, n, (unsigned long long)limits_.dev_mem_size);
+    FUZZ_CHECK(fuzz::inside(addr, n, limits_.mem_size), "device read 0x%llx + %u outside %llu bytes",
+               (unsigned long long)addr, n, (unsigned long long)limits_.mem_size);
     if (n == sizeof(hw::ProgramHeader)) {
       FUZZ_CHECK(call_.d.opcode == hw::Opcode::kLaunch && addr == call_.d.launch.program, "program read");
       std::memcpy(dst, &program_, n);
@@ -260,7 +260,7 @@ class Card final : public fw::Hal {
   }
 
   void dev_write(uint64_t addr, const void* src, uint32_t n) override {
-    FUZZ_CHECK(!call_.reset && n == 8 && fuzz::inside(addr, n, limits_.dev_mem_size), "device write 0x%llx + %u",
+    FUZZ_CHECK(!call_.reset && n == 8 && fuzz::inside(addr, n, limits_.mem_size), "device write 0x%llx + %u",
                (unsigned long long)addr, n);
     FUZZ_CHECK(call_.d.opcode == hw::Opcode::kSignal && addr == call_.d.semaphore.addr, "device write for opcode %u",
                static_cast<unsigned>(call_.d.opcode));
@@ -273,7 +273,7 @@ class Card final : public fw::Hal {
     sem = value;
   }
 
-  uint64_t dev_mem_size() override { return limits_.dev_mem_size; }
+  uint64_t dev_mem_size() override { return limits_.mem_size; }
   uint32_t num_cores() override { return limits_.num_cores; }
 
   fw::Verdict copy(const hw::CopyArgs& args, uint8_t flags, uint32_t priority) override {
@@ -288,8 +288,10 @@ class Card final : public fw::Hal {
     return fw::Verdict{ErrorCode::kDmaFault, hw::Field::kCopySrc, 0};
   }
 
-  fw::Verdict launch(uint64_t program, uint64_t args, uint64_t args_size, uint64_t core_mask,
-                     uint32_t priority) override {
+  fw::Verdict launch(uint64_t program, uint64_t args, uint64_t args_size, uint64_t core_mask, uint32_t priority,
+                     const fw::Window& window) override {
+    FUZZ_CHECK(window.base == 0 && window.size == limits_.mem_size, "launch window 0x%llx + %llu",
+               (unsigned long long)window.base, (unsigned long long)window.size);
     const hw::LaunchArgs& l = call_.d.launch;
     FUZZ_CHECK(call_.d.opcode == hw::Opcode::kLaunch && program == l.program && args == l.args &&
                    args_size == l.args_size && core_mask == l.core_mask,
@@ -503,7 +505,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   fuzz::Input in(data, size);
   const auto d = in.take<hw::Descriptor>();
   fw::Limits limits{};
-  limits.dev_mem_size = in.take<uint64_t>();
+  limits.mem_size = in.take<uint64_t>();
   limits.num_cores = in.take<uint8_t>();
   const auto header = in.take<hw::ProgramHeader>();
   check_parsers(d, limits, header);

@@ -50,7 +50,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   const auto header = in.take<hw::ProgramHeader>();
   const auto launch = in.take<hw::LaunchArgs>();
   fw::Limits limits{};
-  limits.dev_mem_size = in.take<uint64_t>();
+  limits.mem_size = in.take<uint64_t>();
   limits.num_cores = in.take<uint8_t>();
 
   const fw::Verdict v = fw::validate_program(header, launch);
@@ -67,7 +67,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   if (fw::validate_descriptor(d, limits).ok()) {
     const fuzz::ProgramLayout p = fuzz::layout_of(header);
     const fuzz::u128 used = header.name_size > 0 && p.name_end > p.code_end ? p.name_end : p.code_end;
-    FUZZ_CHECK(fuzz::inside(launch.program, used, limits.dev_mem_size), "program image leaves device memory");
+    FUZZ_CHECK(fuzz::inside(launch.program, used, limits.mem_size), "program image leaves device memory");
     FUZZ_CHECK(header.num_entries <= limits.num_cores, "%u entries on %u cores", header.num_entries, limits.num_cores);
   }
   return 0;

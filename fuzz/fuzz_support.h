@@ -71,19 +71,19 @@ inline void check_copy_safe(const hw::CopyArgs& c, uint8_t flags, const fw::Limi
   FUZZ_CHECK((flags & hw::kCopyFlagMask) != hw::kCopyFlagMask, "host to host copy");
   FUZZ_CHECK(c.size >= 1 && c.size <= hw::kMaxCopyBytes, "copy size %llu", (unsigned long long)c.size);
   if (!(flags & hw::kCopySrcHost)) {
-    FUZZ_CHECK(inside(c.src, c.size, lim.dev_mem_size), "copy src 0x%llx + %llu outside %llu bytes",
-               (unsigned long long)c.src, (unsigned long long)c.size, (unsigned long long)lim.dev_mem_size);
+    FUZZ_CHECK(inside(c.src, c.size, lim.mem_size), "copy src 0x%llx + %llu outside %llu bytes",
+               (unsigned long long)c.src, (unsigned long long)c.size, (unsigned long long)lim.mem_size);
   }
   if (!(flags & hw::kCopyDstHost)) {
-    FUZZ_CHECK(inside(c.dst, c.size, lim.dev_mem_size), "copy dst 0x%llx + %llu outside %llu bytes",
-               (unsigned long long)c.dst, (unsigned long long)c.size, (unsigned long long)lim.dev_mem_size);
+    FUZZ_CHECK(inside(c.dst, c.size, lim.mem_size), "copy dst 0x%llx + %llu outside %llu bytes",
+               (unsigned long long)c.dst, (unsigned long long)c.size, (unsigned long long)lim.mem_size);
   }
 }
 
 /// A launch the firmware lets reach the cores: program, arguments and label in device memory,
 /// aligned, within their limits; the core mask names existing cores only, and at least one.
 inline void check_launch_safe(const hw::LaunchArgs& l, const fw::Limits& lim) {
-  const uint64_t mem = lim.dev_mem_size;
+  const uint64_t mem = lim.mem_size;
   FUZZ_CHECK(l.program % hw::kProgramAlign == 0, "program 0x%llx", (unsigned long long)l.program);
   FUZZ_CHECK(l.program_size >= sizeof(hw::ProgramHeader) && l.program_size <= hw::kMaxProgramBytes &&
                  l.program_size % sizeof(hw::Instr) == 0,
@@ -123,7 +123,7 @@ inline void check_descriptor_safe(const hw::Descriptor& d, const fw::Limits& lim
     case hw::Opcode::kSignal:
     case hw::Opcode::kWait:
       FUZZ_CHECK(d.flags == 0 && d.semaphore.addr % 8 == 0, "semaphore");
-      FUZZ_CHECK(inside(d.semaphore.addr, 8, lim.dev_mem_size), "semaphore 0x%llx",
+      FUZZ_CHECK(inside(d.semaphore.addr, 8, lim.mem_size), "semaphore 0x%llx",
                  (unsigned long long)d.semaphore.addr);
       for (uint64_t r : d.semaphore.reserved) FUZZ_CHECK(r == 0, "semaphore reserved");
       break;

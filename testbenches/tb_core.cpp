@@ -153,6 +153,38 @@ TEST_CASE("an illegal scratchpad access faults with the core and program counter
   CHECK((v.detail & 0xffffff) == 2);
 }
 
+TEST_CASE("a program touching device memory outside its queue's window faults with a DMA fault") {
+  // The window: the program, its arguments and kA's first 64 KiB. A load from kA runs; a load or
+  // a store 64 KiB in faults at its pc, as does a program whose code lies outside the window.
+  auto store = [](uint8_t reg, uint32_t lx, uint32_t rows, uint32_t row_bytes) {
+    hw::Instr i = load(reg, lx, rows, row_bytes);
+    i.op = hw::Op::kStore;
+    return i;
+  };
+  std::vector<uint8_t> mine(64, 7), theirs(64, 9), got(64);
+  h->memory.write(kA, mine.data(), 64);
+  h->memory.write(kA + 0x10000, theirs.data(), 64);
+  h->core.set_window(kArgs, kA + 0x10000 - kArgs);
+  const std::vector<uint64_t> args = {kA, kA + 0x10000};
+  h->run(compiler::assemble("mine", {{arg(1, 0), load(1, 0, 1, 64), store(1, 0, 1, 64)}}, 1), args);
+  CHECK(h->core.result().ok());
+  h->run(compiler::assemble("read theirs", {{arg(1, 0), arg(2, 1), load(1, 0, 1, 64), load(2, 0, 1, 64)}}, 1), args);
+  CHECK(h->core.result().error == hw::ErrorCode::kDmaFault);
+  CHECK((h->core.result().detail & 0xffffff) == 3);
+  h->run(compiler::assemble("straddle", {{arg(1, 0), load(1, 0, 1, 64)}}, 1), {kA + 0x10000 - 32});
+  CHECK(h->core.result().error == hw::ErrorCode::kDmaFault);
+  h->run(compiler::assemble("write theirs", {{arg(1, 1), store(1, 0, 1, 64)}}, 1), args);
+  CHECK(h->core.result().error == hw::ErrorCode::kDmaFault);
+  h->memory.read(kA + 0x10000, got.data(), 64);
+  CHECK(got == theirs);  // untouched
+  h->core.set_window(kA, 0x10000);  // the code itself (at kProgram) is outside
+  h->run(compiler::assemble("mine", {{arg(1, 0), load(1, 0, 1, 64)}}, 1), args);
+  CHECK(h->core.result().error == hw::ErrorCode::kDmaFault);
+  h->core.set_window(0, 0);  // no window: all of memory
+  h->run(compiler::assemble("read theirs", {{arg(1, 0), arg(2, 1), load(1, 0, 1, 64), load(2, 0, 1, 64)}}, 1), args);
+  CHECK(h->core.result().ok());
+}
+
 // The worker that runs the cores' arithmetic beside the SystemC thread (sim/src/worker.h).
 TEST_CASE("a worker lane runs its tasks in order, and a waiter runs them itself when the worker is busy") {
   Worker w(true);

@@ -131,8 +131,10 @@ DeviceRuntime::DeviceRuntime(int index, driver::Device* device)
   queue(0);  // the default stream
   SPYRE_CHECK(device_->map_host(kTimestampSlots * sizeof(uint64_t), &timestamps_));
   for (int i = kTimestampSlots - 1; i >= 0; --i) free_slots_.push_back(i);
-  TORCH_CHECK(device_->info().memory_bytes <= uint64_t{1} << kDevicePointerShift, "spyre: device ", index, " has ",
-              device_->info().memory_bytes, " bytes of memory; data pointers address at most 1 TiB per device");
+  const driver::DeviceInfo& info = device_->info();
+  TORCH_CHECK(info.memory_base + info.memory_bytes <= uint64_t{1} << kDevicePointerShift, "spyre: device ", index,
+              " has memory up to address ", info.memory_base + info.memory_bytes,
+              "; data pointers address at most 1 TiB per device");
 }
 
 uint64_t DeviceRuntime::alloc(uint64_t bytes) {
@@ -385,18 +387,21 @@ void DeviceRuntime::copy_to_peer(int peer, uint64_t dst, uint64_t src, uint64_t 
   check_not_capturing("a copy to another card");
   DeviceRuntime& other = get(peer);
   other.stream_synchronize(other.current_stream());
+  // The IOVA window maps the peer's memory as this process sees it: [memory_base, + memory_bytes).
+  const driver::DeviceInfo& peer_info = other.device().info();
   uint64_t window = 0;
   {
     std::lock_guard lock(mu_);
     auto it = peer_windows_.find(peer);
     if (it == peer_windows_.end()) {
-      SPYRE_CHECK(device_->map_peer(static_cast<uint32_t>(peer), 0, other.device().info().memory_bytes, &window));
+      SPYRE_CHECK(
+          device_->map_peer(static_cast<uint32_t>(peer), peer_info.memory_base, peer_info.memory_bytes, &window));
       it = peer_windows_.emplace(peer, window).first;
     }
     window = it->second;
   }
   driver::Queue& q = queue();
-  wait(q, copy_in_pieces(q, src, window + dst, n, hw::kCopyDstHost, "Memcpy PtoP"));
+  wait(q, copy_in_pieces(q, src, window + (dst - peer_info.memory_base), n, hw::kCopyDstHost, "Memcpy PtoP"));
 }
 
 // The device copy of an op name, written once per name and kept: there are a few hundred at most.

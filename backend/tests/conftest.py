@@ -36,6 +36,15 @@ def cpu_gen() -> torch.Generator:
     return torch.Generator().manual_seed(1234)
 
 
+def card_share(memory: int, queues: int, clients: int = 4) -> tuple[int, int]:
+    """The memory and queues this process sees of a card that has `memory` bytes and `queues`
+    queues: all of it in-process; through spyre-simd, its slot (the daemon's default of four)."""
+    if os.environ.get("SPYRE_TRANSPORT") != "socket":
+        return memory, queues
+    mib = 1 << 20
+    return memory // clients // mib * mib, queues // clients
+
+
 def run_python(code: str, env: dict[str, str] | None = None, timeout: int = 300) -> subprocess.CompletedProcess:
     """Runs `code` in a fresh interpreter (a fresh simulator) and returns the finished process."""
     return _run([sys.executable, "-c", code], env, timeout)
@@ -55,6 +64,10 @@ def _run(argv: list[str], env: dict[str, str] | None, timeout: int) -> subproces
     full_env = {k: v for k, v in os.environ.items() if k in keep or not k.startswith(("SPYRE_", "TORCH_SPYRE_"))}
     full_env["SPYRE_CONFIG"] = str(IEEE_FP16)  # as this process's card, unless the test says otherwise
     full_env.update(env or {})
+    # A run measured by its own stats, trace or capture simulates in its own process: a shared
+    # daemon's card (and its reports) hold every client's work (docs/design-daemon.md).
+    if any(k in full_env for k in ("SPYRE_STATS", "SPYRE_TRACE", "SPYRE_CAPTURE")):
+        full_env["SPYRE_TRANSPORT"] = "inproc"
     return subprocess.run(argv, capture_output=True, text=True, env=full_env, timeout=timeout, cwd=ROOT)
 
 

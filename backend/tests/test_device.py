@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 import torch_spyre
-from conftest import run_python, run_script
+from conftest import card_share, run_python, run_script
 
 
 def test_one_simulated_device_by_default():
@@ -20,7 +20,7 @@ def test_device_info_reports_the_configured_chip():
     info = torch_spyre.device_info(0)
     assert info["cores"] == 32
     assert info["clock_mhz"] == 1500
-    assert info["memory_bytes"] == 112 * 2**30
+    assert info["memory_bytes"] == card_share(112 << 30, 16)[0]
     assert info["lx_bytes"] == 2 * 2**20
     assert (info["vendor_id"], info["device_id"]) == (0x1014, 0x06A7)
 
@@ -293,8 +293,9 @@ def test_copies_between_cards_go_card_to_card_by_dma(tmp_path):
 def test_device_properties_are_the_configured_card():
     # The default config (docs/architect-guide.md) with the test session's IEEE fp16 override.
     p = torch.spyre.get_device_properties(0)
-    assert p.total_memory == 112 << 30
-    assert (p.multi_processor_count, p.clock_rate_mhz, p.scratchpad_bytes, p.queues) == (32, 1500, 2 << 20, 16)
+    memory, queues = card_share(112 << 30, 16)
+    assert p.total_memory == memory
+    assert (p.multi_processor_count, p.clock_rate_mhz, p.scratchpad_bytes, p.queues) == (32, 1500, 2 << 20, queues)
     assert p.fp16_format == "ieee"
     assert torch.spyre.get_device_name() == p.name == "IBM Spyre (simulated)"
     assert torch.spyre.get_device_capability()["supported_dtypes"] >= {torch.float32, torch.float16, torch.bfloat16}

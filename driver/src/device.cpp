@@ -30,7 +30,7 @@ HostBuffer::~HostBuffer() {
 
 Device::Device(Transport& t, uint32_t index, DeviceInfo info)
     : transport_(t), index_(index), info_(info), name_(fmt::format("spyre:{}", index)), queue_used_(info.num_queues) {
-  free_[kReservedLow] = info_.memory_bytes - kReservedLow;
+  free_[info_.memory_base + kReservedLow] = info_.memory_bytes - kReservedLow;
   mem_stats_.total = info_.memory_bytes - kReservedLow;
   transport_.set_irq_handler(index_, [this](uint32_t vector) { on_irq(vector); });
 }
@@ -76,6 +76,11 @@ Status Device::open(Transport& t, uint32_t index, std::unique_ptr<Device>* out) 
   info.num_cores = t.mmio_read(index, hw::kRegNumCores);
   info.clock_mhz = t.mmio_read(index, hw::kRegClockMhz);
   info.memory_bytes = t.mmio_read(index, hw::kRegMemSizeLo) | uint64_t{t.mmio_read(index, hw::kRegMemSizeHi)} << 32;
+  info.memory_base = t.mmio_read(index, hw::kRegMemBaseLo) | uint64_t{t.mmio_read(index, hw::kRegMemBaseHi)} << 32;
+  if (info.memory_bytes <= kReservedLow) {
+    return {StatusCode::kNotAvailable,
+            fmt::format("driver: device {} offers {} bytes of memory, too few to use", index, info.memory_bytes)};
+  }
   info.lx_bytes = t.mmio_read(index, hw::kRegLxBytes);
   info.fp16_dlfloat = (t.mmio_read(index, hw::kRegNumerics) & hw::kNumericsFp16DlFloat) != 0;
   out->reset(new Device(t, index, info));

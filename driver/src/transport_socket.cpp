@@ -23,6 +23,7 @@
 
 #include <fmt/format.h>
 
+#include "spyre/common/log.h"
 #include "spyre/driver/transport.h"
 #include "spyre/sim/config.h"
 #include "spyre/simd/channel.h"
@@ -133,6 +134,15 @@ class SocketTransport final : public Transport {
     Message hello = request(Command::kHello, simd::kProtocolVersion, static_cast<uint64_t>(getpid()), config_hash);
     Message reply;
     if (Status s = call(hello, &reply); !s.ok()) return s;
+    for (const char* key : {"SPYRE_STATS", "SPYRE_TRACE", "SPYRE_CAPTURE"}) {
+      if (const char* v = std::getenv(key); v && *v) {
+        log("driver").warn(
+            "transport socket: ${} is not this process's: the card is spyre-simd's, shared with other processes, "
+            "and its reports are the daemon's (written where the daemon was told); measure one process with "
+            "SPYRE_TRANSPORT=inproc",
+            key);
+      }
+    }
     cards_ = static_cast<uint32_t>(reply.args[1]);
     return {};
   }
@@ -214,9 +224,11 @@ class SocketTransport final : public Transport {
     *iova = reply.args[0];
     return {};
   }
-  Status dma_map_peer(uint32_t, uint32_t, uint64_t, uint64_t, uint64_t*) override {
-    return {StatusCode::kNotAvailable,
-            "transport socket: peer-to-peer DMA is not supported yet (docs/design-daemon.md)"};
+  Status dma_map_peer(uint32_t dev, uint32_t peer, uint64_t offset, uint64_t len, uint64_t* iova) override {
+    Message reply;
+    if (Status s = call(request(Command::kDmaMapPeer, dev, peer, offset, len), &reply); !s.ok()) return s;
+    *iova = reply.args[0];
+    return {};
   }
   Status dma_unmap(uint32_t dev, uint64_t iova) override {
     Message reply;

@@ -12,9 +12,19 @@ constexpr Verdict fail(ErrorCode e, Field f, uint32_t detail = 0) {
   return Verdict{e, f, detail};
 }
 
-// True when [addr, addr + size) lies inside device memory (size > 0 checked by the caller).
-constexpr bool in_device(uint64_t addr, uint64_t size, uint64_t mem) {
-  return addr < mem && size <= mem - addr;
+// True when [addr, addr + size) lies inside [base, base + window) (size > 0 checked by the caller).
+constexpr bool in_range(uint64_t addr, uint64_t size, uint64_t base, uint64_t window) {
+  return addr >= base && addr - base < window && size <= window - (addr - base);
+}
+
+// True when [addr, addr + size) lies inside the queue's device-memory window.
+constexpr bool in_device(uint64_t addr, uint64_t size, const Limits& lim) {
+  return in_range(addr, size, lim.mem_base, lim.mem_size);
+}
+
+// True when the queue's DMA may reach [iova, iova + size) of host memory.
+constexpr bool in_host(uint64_t iova, uint64_t size, const Limits& lim) {
+  return lim.iova_size == 0 || in_range(iova, size, lim.iova_base, lim.iova_size);
 }
 
 Verdict validate_copy(const hw::Descriptor& d, const Limits& lim) {
@@ -27,33 +37,37 @@ Verdict validate_copy(const hw::Descriptor& d, const Limits& lim) {
     if (r != 0) return fail(ErrorCode::kReservedNonZero, Field::kReserved);
   }
   if (c.size == 0 || c.size > hw::kMaxCopyBytes) return fail(ErrorCode::kBadSize, Field::kCopySize);
-  if (!(d.flags & hw::kCopySrcHost) && !in_device(c.src, c.size, lim.dev_mem_size)) {
+  if (!(d.flags & hw::kCopySrcHost) && !in_device(c.src, c.size, lim)) {
     return fail(ErrorCode::kOutOfRange, Field::kCopySrc);
   }
-  if (!(d.flags & hw::kCopyDstHost) && !in_device(c.dst, c.size, lim.dev_mem_size)) {
+  if (!(d.flags & hw::kCopyDstHost) && !in_device(c.dst, c.size, lim)) {
     return fail(ErrorCode::kOutOfRange, Field::kCopyDst);
   }
+  // Host memory outside the queue's IOMMU domain is not there for it: a DMA fault, as the IOMMU
+  // would report it.
+  if ((d.flags & hw::kCopySrcHost) && !in_host(c.src, c.size, lim)) return fail(ErrorCode::kDmaFault, Field::kCopySrc);
+  if ((d.flags & hw::kCopyDstHost) && !in_host(c.dst, c.size, lim)) return fail(ErrorCode::kDmaFault, Field::kCopyDst);
   return {};
 }
 
 Verdict validate_launch(const hw::Descriptor& d, const Limits& lim) {
   const hw::LaunchArgs& l = d.launch;
   if (d.flags != 0) return fail(ErrorCode::kBadFlags, Field::kFlags);
-  if (l.label != 0 && !in_device(l.label, 1, lim.dev_mem_size))
+  if (l.label != 0 && !in_device(l.label, 1, lim))
     return fail(ErrorCode::kOutOfRange, Field::kLaunchLabel);
   if (l.program % hw::kProgramAlign != 0) return fail(ErrorCode::kBadAlignment, Field::kLaunchProgram);
   if (l.program_size < sizeof(hw::ProgramHeader) || l.program_size % sizeof(hw::Instr) != 0 ||
       l.program_size > hw::kMaxProgramBytes) {
     return fail(ErrorCode::kBadSize, Field::kLaunchProgramSize);
   }
-  if (!in_device(l.program, l.program_size, lim.dev_mem_size)) {
+  if (!in_device(l.program, l.program_size, lim)) {
     return fail(ErrorCode::kOutOfRange, Field::kLaunchProgram);
   }
   if (l.args % 8 != 0) return fail(ErrorCode::kBadAlignment, Field::kLaunchArgs);
   if (l.args_size % 8 != 0 || l.args_size > hw::kMaxLaunchArgs * 8) {
     return fail(ErrorCode::kBadSize, Field::kLaunchArgsSize);
   }
-  if (l.args_size != 0 && !in_device(l.args, l.args_size, lim.dev_mem_size)) {
+  if (l.args_size != 0 && !in_device(l.args, l.args_size, lim)) {
     return fail(ErrorCode::kOutOfRange, Field::kLaunchArgs);
   }
   const uint64_t present = lim.num_cores >= 64 ? ~0ull : ((1ull << lim.num_cores) - 1);
@@ -63,12 +77,13 @@ Verdict validate_launch(const hw::Descriptor& d, const Limits& lim) {
   return {};
 }
 
-Verdict validate_timestamp(const hw::Descriptor& d) {
+Verdict validate_timestamp(const hw::Descriptor& d, const Limits& lim) {
   if (d.flags != 0) return fail(ErrorCode::kBadFlags, Field::kFlags);
   for (uint64_t r : d.timestamp.reserved) {
     if (r != 0) return fail(ErrorCode::kReservedNonZero, Field::kReserved);
   }
   if (d.timestamp.dst % 8 != 0) return fail(ErrorCode::kBadAlignment, Field::kTimestampDst);
+  if (!in_host(d.timestamp.dst, 8, lim)) return fail(ErrorCode::kDmaFault, Field::kTimestampDst);
   return {};
 }
 
@@ -78,7 +93,7 @@ Verdict validate_semaphore(const hw::Descriptor& d, const Limits& lim) {
     if (r != 0) return fail(ErrorCode::kReservedNonZero, Field::kReserved);
   }
   if (d.semaphore.addr % 8 != 0) return fail(ErrorCode::kBadAlignment, Field::kSemaphoreAddr);
-  if (!in_device(d.semaphore.addr, 8, lim.dev_mem_size)) return fail(ErrorCode::kOutOfRange, Field::kSemaphoreAddr);
+  if (!in_device(d.semaphore.addr, 8, lim)) return fail(ErrorCode::kOutOfRange, Field::kSemaphoreAddr);
   return {};
 }
 
@@ -99,7 +114,7 @@ Verdict validate_descriptor(const hw::Descriptor& d, const Limits& limits) {
     case hw::Opcode::kLaunch:
       return validate_launch(d, limits);
     case hw::Opcode::kTimestamp:
-      return validate_timestamp(d);
+      return validate_timestamp(d, limits);
     case hw::Opcode::kSignal:
     case hw::Opcode::kWait:
       return validate_semaphore(d, limits);
@@ -185,6 +200,13 @@ bool Firmware::service_queue(uint32_t q) {
   const uint64_t fence =
       hal_.reg_read(qreg(q, hw::kQFenceLo)) | (uint64_t{hal_.reg_read(qreg(q, hw::kQFenceHi))} << 32);
   const uint32_t index = head & (entries - 1);
+  const Limits limits = this->limits(q);
+  // The rings and the fence must lie in the queue's IOMMU domain, like every other DMA of it.
+  if (!in_host(ring, uint64_t{entries} * sizeof(hw::Descriptor), limits) ||
+      !in_host(cpl, uint64_t{entries} * sizeof(hw::Completion), limits) || !in_host(fence, 8, limits)) {
+    halt_queue(q, ErrorCode::kDmaFault, tail);
+    return true;
+  }
 
   hw::Descriptor d{};
   if (!hal_.host_read(ring + uint64_t{index} * sizeof(hw::Descriptor), &d, sizeof d)) {
@@ -206,7 +228,6 @@ bool Firmware::service_queue(uint32_t q) {
   hw::Completion c{};
   c.seq = d.seq;
   c.start_cycle = hal_.now_cycles();
-  const Limits limits{hal_.dev_mem_size(), hal_.num_cores()};
   Verdict v;
   if (status & hw::kQStatusError) {
     v = fail(ErrorCode::kQueueInError, Field::kNone);
@@ -218,7 +239,7 @@ bool Firmware::service_queue(uint32_t q) {
       if (d.opcode == hw::Opcode::kWait) {
         if (!wait_semaphore(q, d.semaphore, resets)) return true;
       } else {
-        v = execute(q, d);
+        v = execute(q, d, limits);
       }
     }
   }
@@ -247,7 +268,24 @@ bool Firmware::service_queue(uint32_t q) {
   return true;
 }
 
-Verdict Firmware::execute(uint32_t q, const hw::Descriptor& d) {
+uint64_t Firmware::reg64(uint32_t lo) {
+  return hal_.reg_read(lo) | uint64_t{hal_.reg_read(lo + 4)} << 32;
+}
+
+Limits Firmware::limits(uint32_t q) {
+  const uint64_t mem = hal_.dev_mem_size();
+  Limits lim{mem, hal_.num_cores()};
+  if (const uint64_t size = reg64(hw::mgmt_reg(q, hw::kMQMemSizeLo)); size != 0) {
+    const uint64_t base = reg64(hw::mgmt_reg(q, hw::kMQMemBaseLo));
+    lim.mem_base = base;
+    lim.mem_size = base >= mem ? 0 : (size < mem - base ? size : mem - base);  // inside device memory
+  }
+  lim.iova_base = reg64(hw::mgmt_reg(q, hw::kMQIovaBaseLo));
+  lim.iova_size = reg64(hw::mgmt_reg(q, hw::kMQIovaSizeLo));
+  return lim;
+}
+
+Verdict Firmware::execute(uint32_t q, const hw::Descriptor& d, const Limits& limits) {
   const uint32_t priority = hal_.reg_read(qreg(q, hw::kQPriority)) != 0 ? hw::kQPriorityHigh : hw::kQPriorityNormal;
   switch (d.opcode) {
     case hw::Opcode::kNop:
@@ -255,7 +293,7 @@ Verdict Firmware::execute(uint32_t q, const hw::Descriptor& d) {
     case hw::Opcode::kCopy:
       return hal_.copy(d.copy, d.flags, priority);
     case hw::Opcode::kLaunch:
-      return run_launch(d.launch, priority);
+      return run_launch(d.launch, priority, limits);
     case hw::Opcode::kSignal:
       return signal(d.semaphore);
     case hw::Opcode::kTimestamp: {
@@ -270,12 +308,12 @@ Verdict Firmware::execute(uint32_t q, const hw::Descriptor& d) {
   }
 }
 
-Verdict Firmware::run_launch(const hw::LaunchArgs& l, uint32_t priority) {
+Verdict Firmware::run_launch(const hw::LaunchArgs& l, uint32_t priority, const Limits& limits) {
   hw::ProgramHeader h{};
   hal_.dev_read(l.program, &h, sizeof h);
   const Verdict v = validate_program(h, l);
   if (!v.ok()) return v;
-  return hal_.launch(l.program, l.args, l.args_size, l.core_mask, priority);
+  return hal_.launch(l.program, l.args, l.args_size, l.core_mask, priority, Window{limits.mem_base, limits.mem_size});
 }
 
 Verdict Firmware::signal(const hw::SemaphoreArgs& s) {

@@ -70,14 +70,19 @@ class FakeHal final : public fw::Hal {
     return true;
   }
   std::map<uint64_t, uint64_t> sems;  // device memory: only the semaphores are kept
+  bool programs_valid = false;  // a program header read finds a one-core, one-instruction program
   void dev_read(uint64_t addr, void* dst, uint32_t n) override {
     std::memset(dst, 0, n);
+    if (programs_valid && n == sizeof(hw::ProgramHeader)) {
+      const hw::ProgramHeader h{hw::kProgramMagic, hw::kIsaVersion, 1, 1, 64, 0, 0, {}};
+      std::memcpy(dst, &h, sizeof h);
+    }
     if (n == 8 && sems.count(addr)) std::memcpy(dst, &sems[addr], 8);
   }
   void dev_write(uint64_t addr, const void* src, uint32_t n) override {
     if (n == 8) std::memcpy(&sems[addr], src, 8);
   }
-  uint64_t dev_mem_size() override { return kLimits.dev_mem_size; }
+  uint64_t dev_mem_size() override { return kLimits.mem_size; }
   uint32_t num_cores() override { return kLimits.num_cores; }
   std::vector<uint32_t> priorities;  // of each copy and launch
   fw::Verdict copy(const hw::CopyArgs& a, uint8_t, uint32_t priority) override {
@@ -85,8 +90,10 @@ class FakeHal final : public fw::Hal {
     priorities.push_back(priority);
     return {};
   }
-  fw::Verdict launch(uint64_t, uint64_t, uint64_t, uint64_t, uint32_t priority) override {
+  std::vector<fw::Window> windows;  // of each launch
+  fw::Verdict launch(uint64_t, uint64_t, uint64_t, uint64_t, uint32_t priority, const fw::Window& window) override {
     ++launches;
+    windows.push_back(window);
     priorities.push_back(priority);
     return {};
   }
@@ -152,7 +159,7 @@ TEST_CASE("each malformed field is named") {
     ErrorCode e;
     Field f;
   };
-  const uint64_t mem = kLimits.dev_mem_size;
+  const uint64_t mem = kLimits.mem_size;
   std::vector<Case> cases = {
       {copy(mem - 4, 0, 8), ErrorCode::kOutOfRange, Field::kCopySrc},
       {copy(0, mem - 4, 8), ErrorCode::kOutOfRange, Field::kCopyDst},
@@ -190,9 +197,9 @@ TEST_CASE("each malformed field is named") {
   for (hw::Opcode op : {hw::Opcode::kSignal, hw::Opcode::kWait}) {
     d = sem(op, 12, 1);
     cases.push_back({d, ErrorCode::kBadAlignment, Field::kSemaphoreAddr});
-    d = sem(op, kLimits.dev_mem_size + 8, 1);
+    d = sem(op, kLimits.mem_size + 8, 1);
     cases.push_back({d, ErrorCode::kOutOfRange, Field::kSemaphoreAddr});
-    d = sem(op, kLimits.dev_mem_size, 1);
+    d = sem(op, kLimits.mem_size, 1);
     cases.push_back({d, ErrorCode::kOutOfRange, Field::kSemaphoreAddr});
     d = sem(op, 64, 1);
     d.semaphore.reserved[3] = 1;
@@ -265,7 +272,7 @@ TEST_CASE("an error stops only its queue, and later descriptors complete as not 
   hal.setup_queue(0, 8);
   hal.setup_queue(1, 8);
   fw::Firmware firmware(hal);
-  hal.push(0, copy(0, kLimits.dev_mem_size, 8), 1);  // bad destination
+  hal.push(0, copy(0, kLimits.mem_size, 8), 1);  // bad destination
   hal.push(0, copy(0, 64, 8), 2);                    // fine, but after the error
   hal.push(1, copy(0, 64, 8), 1);
   while (firmware.poll_once()) {
@@ -426,7 +433,7 @@ TEST_CASE("a queue in error still signals, so its waiters go on") {
   FakeHal hal;
   hal.setup_queue(0, 8);
   fw::Firmware firmware(hal);
-  hal.push(0, copy(0, kLimits.dev_mem_size, 8), 1);  // fails
+  hal.push(0, copy(0, kLimits.mem_size, 8), 1);  // fails
   hal.push(0, sem(hw::Opcode::kSignal, 512, 4), 2);
   CHECK(firmware.service_queue(0));
   CHECK(firmware.service_queue(0));
@@ -445,4 +452,101 @@ TEST_CASE("copies and launches carry their queue's priority") {
   CHECK(firmware.service_queue(0));
   CHECK(firmware.service_queue(1));
   CHECK(hal.priorities == std::vector<uint32_t>{hw::kQPriorityNormal, hw::kQPriorityHigh});
+}
+
+namespace {
+void set64(FakeHal& hal, uint32_t lo, uint64_t v) {
+  hal.regs[lo] = static_cast<uint32_t>(v);
+  hal.regs[lo + 4] = static_cast<uint32_t>(v >> 32);
+}
+hw::Descriptor timestamp(uint64_t dst) {
+  hw::Descriptor d{};
+  d.opcode = hw::Opcode::kTimestamp;
+  d.timestamp.dst = dst;
+  return d;
+}
+}  // namespace
+
+TEST_CASE("a queue's windows bound the device memory and host memory its descriptors name") {
+  // Device window [1 MiB, 2 MiB), IOVA window [0x10000, 0x11000).
+  constexpr uint64_t lo = 1 << 20, hi = 2 << 20, iova = FakeHal::kBase;
+  const fw::Limits lim{hi - lo, 32, lo, iova, 0x1000};
+  const struct {
+    hw::Descriptor d;
+    ErrorCode error;
+    Field field;
+  } cases[] = {
+      {copy(lo, lo + 64, 8), ErrorCode::kOk, Field::kNone},
+      {copy(lo - 8, lo, 8), ErrorCode::kOutOfRange, Field::kCopySrc},
+      {copy(lo, hi, 8), ErrorCode::kOutOfRange, Field::kCopyDst},
+      {copy(hi - 4, lo, 8), ErrorCode::kOutOfRange, Field::kCopySrc},  // straddles the end
+      {copy(0, lo, 8), ErrorCode::kOutOfRange, Field::kCopySrc},       // all of memory is not its
+      {copy(iova, lo, 8, hw::kCopySrcHost), ErrorCode::kOk, Field::kNone},
+      {copy(iova + 0x1000, lo, 8, hw::kCopySrcHost), ErrorCode::kDmaFault, Field::kCopySrc},
+      {copy(lo, iova - 8, 16, hw::kCopyDstHost), ErrorCode::kDmaFault, Field::kCopyDst},
+      {sem(hw::Opcode::kSignal, 8, 1), ErrorCode::kOutOfRange, Field::kSemaphoreAddr},
+      {sem(hw::Opcode::kWait, lo + 8, 1), ErrorCode::kOk, Field::kNone},
+      {launch(64, 4096, 1), ErrorCode::kOutOfRange, Field::kLaunchProgram},
+      {launch(lo + 64, 4096, 1), ErrorCode::kOk, Field::kNone},
+      {launch(hi - 64, 4096, 1), ErrorCode::kOutOfRange, Field::kLaunchProgram},
+      {timestamp(iova + 8), ErrorCode::kOk, Field::kNone},
+      {timestamp(iova + 0x1000), ErrorCode::kDmaFault, Field::kTimestampDst},
+  };
+  for (size_t i = 0; i < sizeof cases / sizeof cases[0]; ++i) {
+    CAPTURE(i);
+    const fw::Verdict v = fw::validate_descriptor(cases[i].d, lim);
+    CHECK(v.error == cases[i].error);
+    CHECK(v.field == cases[i].field);
+  }
+}
+
+TEST_CASE("the firmware reads each queue's windows from the management page and hands launches theirs") {
+  FakeHal hal;
+  hal.programs_valid = true;
+  hal.setup_queue(0, 8);
+  hal.setup_queue(1, 8);
+  constexpr uint64_t lo = 1 << 20;
+  set64(hal, hw::mgmt_reg(0, hw::kMQMemBaseLo), lo);
+  set64(hal, hw::mgmt_reg(0, hw::kMQMemSizeLo), lo);
+  set64(hal, hw::mgmt_reg(0, hw::kMQIovaBaseLo), hal.ring(0));
+  set64(hal, hw::mgmt_reg(0, hw::kMQIovaSizeLo), 0x4000);
+  fw::Firmware firmware(hal);
+  hal.push(0, launch(lo + 64, 4096, 1), 1);
+  hal.push(1, launch(64, 4096, 1), 1);  // queue 1 has no window: all of device memory
+  CHECK(firmware.service_queue(0));
+  CHECK(firmware.service_queue(1));
+  REQUIRE(hal.windows.size() == 2);
+  CHECK(hal.windows[0].base == lo);
+  CHECK(hal.windows[0].size == lo);
+  CHECK(hal.windows[1].base == 0);
+  CHECK(hal.windows[1].size == kLimits.mem_size);
+  // Queue 1 may reach queue 0's window; queue 0 may not reach below its own.
+  hal.push(1, copy(0, lo, 8), 2);
+  hal.push(0, copy(lo, 0, 8), 2);
+  CHECK(firmware.service_queue(1));
+  CHECK(firmware.service_queue(0));
+  CHECK(hal.completion(1, 1).error == ErrorCode::kOk);
+  CHECK(hal.completion(0, 1).error == ErrorCode::kOutOfRange);
+  CHECK(hal.completion(0, 1).field == Field::kCopyDst);
+  // A window that ends past device memory is clipped to it.
+  set64(hal, hw::mgmt_reg(1, hw::kMQMemBaseLo), kLimits.mem_size - lo);
+  set64(hal, hw::mgmt_reg(1, hw::kMQMemSizeLo), 4 * lo);
+  hal.push(1, launch(kLimits.mem_size - lo + 64, 4096, 1), 3);
+  CHECK(firmware.service_queue(1));
+  REQUIRE(hal.windows.size() == 3);
+  CHECK(hal.windows[2].size == lo);
+}
+
+TEST_CASE("a ring outside the queue's IOVA window halts the queue with a DMA fault") {
+  FakeHal hal;
+  hal.setup_queue(0, 8);
+  set64(hal, hw::mgmt_reg(0, hw::kMQIovaBaseLo), hal.ring(0));
+  set64(hal, hw::mgmt_reg(0, hw::kMQIovaSizeLo), 0x3000);  // the fence, at ring + 0x3000, is outside
+  hal.push(0, copy(0, 64, 8), 1);
+  fw::Firmware firmware(hal);
+  CHECK(firmware.poll_once());
+  const uint32_t status = hal.regs[hw::queue_reg(0, hw::kQStatus)];
+  CHECK((status & hw::kQStatusHalted) != 0);
+  CHECK((status >> 16) == static_cast<uint32_t>(ErrorCode::kDmaFault));
+  CHECK(hal.copies.empty());
 }

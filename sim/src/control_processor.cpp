@@ -44,7 +44,7 @@ bool ControlProcessor::host_write(uint64_t iova, const void* src, uint32_t n) {
 }
 
 fw::Verdict ControlProcessor::launch(uint64_t program, uint64_t args, uint64_t args_size, uint64_t core_mask,
-                                     uint32_t priority) {
+                                     uint32_t priority, const fw::Window& window) {
   core_arbiter_.acquire(core_mask, priority, /*any=*/false);
   std::unique_ptr<Launch> launch;
   if (idle_launches_.empty()) {
@@ -73,7 +73,10 @@ fw::Verdict ControlProcessor::launch(uint64_t program, uint64_t args, uint64_t a
   };
   const LaunchStats before = totals();
   const uint64_t start = clock_.now_cycles();
-  for (uint32_t rank = 0; rank < ranks.size(); ++rank) ranks[rank]->start(program, args, args_size, rank, launch.get());
+  for (uint32_t rank = 0; rank < ranks.size(); ++rank) {
+    ranks[rank]->set_window(window.base, window.size);
+    ranks[rank]->start(program, args, args_size, rank, launch.get());
+  }
   for (Core* core : ranks) {
     while (core->busy()) wait(core->done_event());
   }

@@ -152,6 +152,7 @@ fw::Verdict Core::run() {
   // The fetches cross the ring from the memory controllers to this core's stop; the cores of a
   // launch share them (Launch::fetched).
   const auto fetch = [this](uint64_t addr, void* dst, uint64_t n) {
+    if (!in_window(addr, n)) return false;
     const uint64_t before = now();
     sc_core::sc_time delay = sc_core::SC_ZERO_TIME, done;
     RowList list;
@@ -220,6 +221,15 @@ fw::Verdict Core::hang(uint32_t pc, uint64_t deadline, const sc_core::sc_time& q
     wait(quantum);
     if (now() > deadline) return {hw::ErrorCode::kWatchdog, hw::Field::kNone, id_ << 24 | (pc & 0xffffff)};
   }
+}
+
+bool Core::in_window(uint64_t addr, uint64_t n) {
+  if (window_size_ == 0 ||
+      (addr >= window_base_ && addr - window_base_ < window_size_ && n <= window_size_ - (addr - window_base_))) {
+    return true;
+  }
+  fault_code_ = hw::ErrorCode::kDmaFault;
+  return false;
 }
 
 uint8_t* Core::lx(const hw::Instr& in, uint64_t addr, uint64_t n) {
@@ -512,6 +522,9 @@ bool Core::indirect(const hw::Instr& in) {
 
 bool Core::transfer(const hw::Instr& in, const std::vector<uint64_t>& addrs, uint8_t* buf, uint64_t row_bytes,
                     Move move) {
+  for (const uint64_t addr : addrs) {  // every row is checked before any byte moves
+    if (!in_window(addr, row_bytes)) return false;
+  }
   sync_to_book();
   // A LOAD's copy is posted to the worker after the other arithmetic of this core (so it needs no
   // settling here); every other transfer moves its bytes now.

@@ -80,6 +80,12 @@ class Core : public sc_core::sc_module {
   /// Starts `program` as the `rank`-th core of `launch`, with the `args_size`-byte argument block
   /// at `args` (an instruction naming a slot past it faults).
   void start(uint64_t program, uint64_t args, uint64_t args_size, uint32_t rank, Launch* launch);
+  /// The device memory the next program may touch, [base, base + size) (size 0: all of it): its
+  /// queue's window. Any fetch, load or store outside it faults with kDmaFault.
+  void set_window(uint64_t base, uint64_t size) {
+    window_base_ = base;
+    window_size_ = size;
+  }
   bool busy() const { return busy_; }
   const sc_core::sc_event& done_event() const { return done_; }
   /// Outcome of the last program: kOk, or kCoreFault, kEccError (a read hit an ECC error) or
@@ -133,6 +139,8 @@ class Core : public sc_core::sc_module {
   static constexpr uint64_t kSmallTaskBytes = 4096;
   /// Hands an instruction's arithmetic to the worker, noting the bytes it touches for settle().
   void compute(std::function<void()> task, std::initializer_list<Touch> touches);
+  /// True when `n` bytes at `addr` lie in the window; otherwise sets the fault code to kDmaFault.
+  bool in_window(uint64_t addr, uint64_t n);
   fw::Verdict fault(uint32_t pc) const { return {fault_code_, hw::Field::kNone, id_ << 24 | (pc & 0xffffff)}; }
   fw::Verdict hang(uint32_t pc, uint64_t deadline, const sc_core::sc_time& quantum);
 
@@ -141,6 +149,7 @@ class Core : public sc_core::sc_module {
   hw::ErrorCode fault_code_ = hw::ErrorCode::kCoreFault;  // what a failed instruction reports (kEccError)
   uint64_t programs_run_ = 0;
   uint64_t hang_in_ = 0;  // fault injection: hang in this program (from 1); 0: never
+  uint64_t window_base_ = 0, window_size_ = 0;
   uint32_t id_;
   uint32_t stop_;
   bool functional_;  // sim.mode "functional": one cycle per instruction, no bookings on the fabric

@@ -61,6 +61,25 @@ void DeviceMemory::write(uint64_t addr, const void* src, uint64_t n) {
   }
 }
 
+void DeviceMemory::scrub(uint64_t addr, uint64_t n) {
+  if (addr >= size_) return;
+  n = std::min(n, size_ - addr);
+  if (guard_) guard_(addr, n);
+  const uint64_t end = addr + n;
+  for (auto it = pages_.begin(); it != pages_.end();) {
+    const uint64_t lo = it->first * kPageBytes, hi = lo + kPageBytes;
+    if (hi <= addr || lo >= end) {
+      ++it;
+    } else if (lo >= addr && hi <= end) {
+      it = pages_.erase(it);
+    } else {
+      const uint64_t from = std::max(lo, addr), to = std::min(hi, end);
+      std::memset(it->second.get() + (from - lo), 0, to - from);
+      ++it;
+    }
+  }
+}
+
 void DeviceMemory::b_transport(int /*id*/, tlm::tlm_generic_payload& gp, sc_core::sc_time& delay) {
   if (gp.get_byte_enable_ptr() != nullptr) {
     gp.set_response_status(tlm::TLM_BYTE_ENABLE_ERROR_RESPONSE);

@@ -32,6 +32,8 @@ class DeviceMemory : public sc_core::sc_module {
   void read(uint64_t addr, void* dst, uint64_t n) const;
   void write(uint64_t addr, const void* src, uint64_t n);
   uint64_t resident_bytes() const { return pages_.size() * kPageBytes; }
+  /// Zeroes [addr, addr + n) (clipped to memory) and releases the pages it wholly covers.
+  void scrub(uint64_t addr, uint64_t n);
   /// Called with (addr, n) before any byte of device memory is written: the owner of deferred
   /// reads (see RowList::deferred) finishes those that read the range.
   void set_write_guard(std::function<void(uint64_t, uint64_t)> guard) { guard_ = std::move(guard); }

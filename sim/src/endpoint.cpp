@@ -64,6 +64,9 @@ uint32_t Endpoint::reg_read(uint32_t offset) {
       return static_cast<uint32_t>(mem_size_);
     case hw::kRegMemSizeHi:
       return static_cast<uint32_t>(mem_size_ >> 32);
+    case hw::kRegMemBaseLo:
+    case hw::kRegMemBaseHi:
+      return 0;  // the physical function: all of memory
     case hw::kRegStatus:
       return hw::kStatusFirmwareReady;
     case hw::kRegCycleLo: {
@@ -101,6 +104,16 @@ void Endpoint::host_reg_write(uint32_t offset, uint32_t value) {
         completed_[q] = 0;
         work_[q].notify(sc_core::SC_ZERO_TIME);
       }
+    }
+    return;
+  }
+  if (offset >= hw::kMgmtBase && offset < hw::kMgmtEnd) {
+    if (offset == hw::kMgmtScrub) {
+      const uint64_t base = regs_[hw::kMgmtScrubBaseLo / 4] | uint64_t{regs_[hw::kMgmtScrubBaseHi / 4]} << 32;
+      const uint64_t size = regs_[hw::kMgmtScrubSizeLo / 4] | uint64_t{regs_[hw::kMgmtScrubSizeHi / 4]} << 32;
+      if ((value & 1) && on_scrub_) on_scrub_(base, size);
+    } else {
+      regs_[offset / 4] = value;
     }
     return;
   }

@@ -39,6 +39,8 @@ class Endpoint : public sc_core::sc_module {
   bool host_read(uint64_t iova, void* dst, uint64_t n, sc_core::sc_time& delay);
   bool host_write(uint64_t iova, const void* src, uint64_t n, sc_core::sc_time& delay);
   void raise_msix(uint32_t vector);
+  /// Called with (base, size) when the host scrubs a range of device memory (hw::kMgmtScrub).
+  void on_scrub(std::function<void(uint64_t, uint64_t)> hook) { on_scrub_ = std::move(hook); }
   /// Called after every MSI-X the card raises (on the simulator thread); for host pacing.
   void on_msix(std::function<void()> hook) { on_msix_ = std::move(hook); }
   /// The firmware completed descriptor `seq` of queue `q` (its fence now holds it); a reset of the
@@ -82,6 +84,7 @@ class Endpoint : public sc_core::sc_module {
   std::array<sc_core::sc_event, hw::kMaxQueues> work_;
   std::array<uint64_t, hw::kMaxQueues> completed_ = {};
   std::function<void()> on_msix_;
+  std::function<void(uint64_t, uint64_t)> on_scrub_;
   bool link_down_ = false;
 };
 

@@ -48,7 +48,7 @@ std::string send_message(int sock, const Message& m, const std::vector<int>& fds
 }
 
 std::string recv_message(int sock, Message* m, std::vector<int>* fds) {
-  std::vector<uint8_t> buf(sizeof(Header) + kArgsBytes + kMaxText + 1);
+  thread_local std::vector<uint8_t> buf(sizeof(Header) + kArgsBytes + kMaxText + 1);
   iovec iov{buf.data(), buf.size()};
   msghdr msg{};
   msg.msg_iov = &iov;

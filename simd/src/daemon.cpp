@@ -10,13 +10,18 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <algorithm>
+#include <array>
 #include <cstring>
 #include <set>
 #include <thread>
 
 #include <fmt/format.h>
+#include <nlohmann/json.hpp>
 
 #include "spyre/common/log.h"
+#include "spyre/hw/errors.h"
+#include "spyre/hw/pci.h"
 #include "spyre/hw/regs.h"
 #include "spyre/sim/iova_map.h"
 #include "spyre/simd/channel.h"
@@ -30,13 +35,23 @@ constexpr uint32_t kOutOfMemory = 2;
 constexpr uint32_t kNotAvailable = 4;
 constexpr uint64_t kPage = 4096;
 // A client's IOVAs: its id above bit 44, so one client's addresses never name another's mapping.
+// That range is also its queues' IOVA window in the management page: the card's own IOMMU domain.
 constexpr int kClientShift = 44;
+constexpr uint64_t kWindowAlign = uint64_t{1} << 20;
+constexpr uint32_t kAllOnes = 0xffffffffu;
+
+void write64(sim::Simulator& sim, uint32_t card, uint32_t lo, uint64_t v) {
+  sim.mmio_write(card, lo, static_cast<uint32_t>(v));
+  sim.mmio_write(card, lo + 4, static_cast<uint32_t>(v >> 32));
+}
 }  // namespace
 
 // One card's IOMMU and interrupt lines, for every client: a mapping is a client's memfd, mapped
-// here; an MSI-X goes to every client's eventfd (each driver checks its own fences).
+// here; an MSI-X goes to the eventfd of the client that owns the queue whose vector it is (the
+// daemon sets each queue's vector to its own index).
 class Daemon::CardLink final : public sim::HostLink {
  public:
+  explicit CardLink(sim::Simulator& sim) : sim_(sim) {}
   std::string map(uint32_t client, int fd, uint64_t bytes, uint64_t offset, uint64_t* iova) {
     void* p = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, static_cast<off_t>(offset));
     if (p == MAP_FAILED) return std::string("cannot map the client's memory: ") + std::strerror(errno);
@@ -48,14 +63,29 @@ class Daemon::CardLink final : public sim::HostLink {
     regions_.insert(*iova, {static_cast<uint8_t*>(p), bytes, client});
     return "";
   }
+  /// Maps [addr, addr + bytes) of card `peer`'s memory for the client's DMA (peer-to-peer).
+  uint64_t map_peer(uint32_t client, uint32_t peer, uint64_t addr, uint64_t bytes) {
+    std::lock_guard lock(mu_);
+    uint64_t& next = next_[client];
+    if (next == 0) next = kPage;
+    const uint64_t iova = (uint64_t{client} << kClientShift) + next;
+    next += (bytes + kPage - 1) / kPage * kPage + kPage;
+    regions_.insert(iova, {nullptr, bytes, client, peer, addr});
+    return iova;
+  }
   bool unmap(uint32_t client, uint64_t iova) {
     std::lock_guard lock(mu_);
     uint64_t off = 0;
     const Region* r = regions_.find(iova, 1, &off);
     if (!r || off != 0 || r->client != client) return false;
-    munmap(r->host, r->len);
+    if (r->host) munmap(r->host, r->len);
     regions_.erase(iova);
     return true;
+  }
+  /// Queue `q`'s interrupts go to `client` (0: nobody).
+  void set_owner(uint32_t q, uint32_t client) {
+    std::lock_guard lock(mu_);
+    if (q < owner_.size()) owner_[q] = client;
   }
   void set_irq(uint32_t client, int fd) {
     std::lock_guard lock(mu_);
@@ -67,7 +97,7 @@ class Daemon::CardLink final : public sim::HostLink {
     auto& all = regions_.all();
     for (auto it = all.begin(); it != all.end();) {
       if (it->second.client == client) {
-        munmap(it->second.host, it->second.len);
+        if (it->second.host) munmap(it->second.host, it->second.len);
         it = all.erase(it);
       } else {
         ++it;
@@ -85,6 +115,7 @@ class Daemon::CardLink final : public sim::HostLink {
     uint64_t off = 0;
     const Region* r = regions_.find(iova, n, &off);
     if (!r) return false;
+    if (!r->host) return sim_.peer_read(r->peer, r->peer_addr + off, dst, n);
     std::memcpy(dst, r->host + off, n);
     return true;
   }
@@ -93,37 +124,63 @@ class Daemon::CardLink final : public sim::HostLink {
     uint64_t off = 0;
     const Region* r = regions_.find(iova, n, &off);
     if (!r) return false;
+    if (!r->host) return sim_.peer_write(r->peer, r->peer_addr + off, src, n);
     sim::store_dma_write(r->host + off, src, n);
     return true;
   }
-  void raise_irq(uint32_t /*vector*/) override {
+  void raise_irq(uint32_t vector) override {
     std::lock_guard lock(mu_);
+    if (vector >= owner_.size()) return;
+    const auto it = irqs_.find(owner_[vector]);
     const uint64_t one = 1;
-    for (const auto& [client, fd] : irqs_) (void)!write(fd, &one, sizeof one);
+    if (it != irqs_.end()) (void)!write(it->second, &one, sizeof one);
   }
 
  private:
   struct Region {
-    uint8_t* host;
+    uint8_t* host;  // nullptr: device memory of card `peer` from `peer_addr`
     uint64_t len;
     uint32_t client;
+    uint32_t peer = 0;
+    uint64_t peer_addr = 0;
   };
 
+  sim::Simulator& sim_;
   std::mutex mu_;
   sim::IovaMap<Region> regions_;
   std::map<uint32_t, uint64_t> next_;
   std::map<uint32_t, int> irqs_;
+  std::array<uint32_t, hw::kMaxQueues> owner_ = {};
 };
 
-Daemon::Daemon(sim::Simulator& sim, std::string socket_path, std::chrono::milliseconds idle_exit)
+Daemon::Daemon(sim::Simulator& sim, std::string socket_path, std::chrono::milliseconds idle_exit,
+               uint32_t max_clients)
     : sim_(sim),
       path_(std::move(socket_path)),
       idle_exit_(idle_exit),
-      config_hash_(std::stoull(sim.config().hash(), nullptr, 16)) {
+      config_hash_(std::stoull(sim.config().hash(), nullptr, 16)),
+      started_(std::chrono::steady_clock::now()) {
   for (uint32_t c = 0; c < sim_.num_cards(); ++c) {
-    links_.push_back(std::make_unique<CardLink>());
+    links_.push_back(std::make_unique<CardLink>(sim_));
     sim_.attach(c, links_.back().get());
+    // The daemon is the card's owner: it enables it once, and clients' config writes are dropped.
+    sim_.cfg_write(c, hw::kCfgCommand, 2, hw::kCmdMemorySpace | hw::kCmdBusMaster);
   }
+  // The partition: the cards are alike (one config), so one slot table serves all of them.
+  const uint32_t queues = std::min(sim_.mmio_read(0, hw::kRegNumQueues), hw::kMaxQueues);
+  const uint64_t mem = sim_.mmio_read(0, hw::kRegMemSizeLo) | uint64_t{sim_.mmio_read(0, hw::kRegMemSizeHi)} << 32;
+  const uint32_t n = std::max<uint32_t>(1, std::min(max_clients, queues));
+  const uint64_t share = mem / n / kWindowAlign * kWindowAlign;
+  for (uint32_t i = 0; i < n; ++i) {
+    Slot s;
+    s.first_queue = i * (queues / n);
+    s.queues = queues / n;
+    s.mem_base = i * share;
+    s.mem_bytes = share;
+    slots_.push_back(s);
+  }
+  log("simd").info("{} slot(s) per card: {} queue(s) and {:.1f} GiB each", n, queues / n,
+                   static_cast<double>(share) / (1ull << 30));
 }
 
 Daemon::~Daemon() {
@@ -182,9 +239,9 @@ int Daemon::run() {
 
 void Daemon::serve(int sock, uint32_t client) {
   log("simd").info("client {} connected", client);
-  std::set<std::pair<uint32_t, uint32_t>> queues;  // (card, queue) whose registers it wrote
-  std::set<uint64_t> waits;                        // host-pacing tokens of its unfinished waits
-  bool admitted = false;                           // its hello was accepted
+  std::set<uint64_t> waits;  // host-pacing tokens of its unfinished waits
+  int slot = -1;             // its slot, once its hello was accepted
+  Slot mine;
   const uint32_t cards = sim_.num_cards();
   for (;;) {
     Message m;
@@ -205,9 +262,10 @@ void Daemon::serve(int sock, uint32_t client) {
       reply.text = std::move(text);
     };
     const uint64_t a = m.args[0], b = m.args[1], c = m.args[2], d = m.args[3];
-    const bool names_card =
-        m.command != Command::kHello && m.command != Command::kWaitEnd && m.command != Command::kReports;
-    if (!admitted && m.command != Command::kHello) {
+    const bool names_card = m.command != Command::kHello && m.command != Command::kWaitEnd &&
+                            m.command != Command::kReports && m.command != Command::kStatus;
+    const bool needs_slot = m.command != Command::kHello && m.command != Command::kStatus;
+    if (slot < 0 && needs_slot) {
       fail(kNotAvailable, "spyre-simd: say hello first");
       for (int fd : fds) close(fd);
     } else if (names_card && a >= cards) {
@@ -217,7 +275,9 @@ void Daemon::serve(int sock, uint32_t client) {
       const auto card = static_cast<uint32_t>(a);
       switch (m.command) {
         case Command::kHello:
-          if (a != kProtocolVersion) {
+          if (slot >= 0) {
+            fail(kInvalidArgument, "spyre-simd: hello again");
+          } else if (a != kProtocolVersion) {
             fail(kNotAvailable, "spyre-simd: protocol version " + std::to_string(a) + " is not " +
                                     std::to_string(kProtocolVersion) + "; use a driver and daemon of one build");
           } else if (c != config_hash_) {
@@ -225,35 +285,27 @@ void Daemon::serve(int sock, uint32_t client) {
                                             "{:016x} ($SPYRE_CONFIG): stop that daemon, or give this config its own "
                                             "socket with $SPYRE_SIMD_SOCKET",
                                             path_, config_hash_, c));
-          } else if (!admit(client, b)) {
-            // Until queues and memory are partitioned between clients (docs/design-daemon.md,
-            // step 4), two drivers on one card would take the same queues and memory.
-            std::lock_guard lock(mu_);
-            fail(kNotAvailable,
-                 fmt::format("spyre-simd on {}: its card is in use by pid {}; sharing a card between "
-                             "processes is not supported yet (use another $SPYRE_SIMD_SOCKET, or inproc)",
-                             path_, holder_pid_));
+          } else if ((slot = admit(client, b)) < 0) {
+            fail(kNotAvailable, refusal(b));
           } else {
-            admitted = true;
+            std::lock_guard lock(mu_);
+            mine = slots_[static_cast<size_t>(slot)];
             reply.args[0] = kProtocolVersion;
             reply.args[1] = cards;
             reply.args[2] = client;
-            log("simd").info("client {} is pid {}", client, b);
+            log("simd").info("client {} is pid {}: slot {}", client, b, slot);
           }
           break;
         case Command::kCfgRead:
           reply.args[0] = sim_.cfg_read(card, static_cast<uint32_t>(b), static_cast<uint32_t>(c));
           break;
         case Command::kCfgWrite:
-          sim_.cfg_write(card, static_cast<uint32_t>(b), static_cast<uint32_t>(c), static_cast<uint32_t>(d));
-          break;
+          break;  // the card is the daemon's to enable; a client's command register is virtual
         case Command::kMmioRead:
-          reply.args[0] = sim_.mmio_read(card, static_cast<uint32_t>(b));
+          reply.args[0] = client_read(mine, card, static_cast<uint32_t>(b));
           break;
         case Command::kMmioWrite:
-          if (b >= hw::kQueueBase)
-            queues.insert({card, static_cast<uint32_t>((b - hw::kQueueBase) / hw::kQueueStride)});
-          sim_.mmio_write(card, static_cast<uint32_t>(b), static_cast<uint32_t>(c));
+          client_write(mine, card, static_cast<uint32_t>(b), static_cast<uint32_t>(c));
           break;
         case Command::kDmaMap: {
           uint64_t iova = 0;
@@ -266,6 +318,18 @@ void Daemon::serve(int sock, uint32_t client) {
           }
           break;
         }
+        case Command::kDmaMapPeer:
+          // Only the client's own window on the peer card: the same slot as on every card.
+          if (b >= cards) {
+            fail(kInvalidArgument, "spyre-simd: no peer card " + std::to_string(b));
+          } else if (c < mine.mem_base || d > mine.mem_bytes || c - mine.mem_base > mine.mem_bytes - d) {
+            fail(kInvalidArgument, fmt::format("spyre-simd: iommu: peer range {:#x} + {} is outside this client's "
+                                               "window of card {} ({:#x} + {})",
+                                               c, d, b, mine.mem_base, mine.mem_bytes));
+          } else {
+            reply.args[0] = links_[card]->map_peer(client, static_cast<uint32_t>(b), c, d);
+          }
+          break;
         case Command::kDmaUnmap:
           if (!links_[card]->unmap(client, b)) fail(kInvalidArgument, "spyre-simd: iommu: no mapping of yours there");
           break;
@@ -273,7 +337,11 @@ void Daemon::serve(int sock, uint32_t client) {
           links_[card]->set_irq(client, fds[0]);
           break;
         case Command::kWaitBegin:
-          reply.args[0] = sim_.wait_begin(card, static_cast<uint32_t>(b), c);
+          if (b >= mine.queues) {
+            fail(kInvalidArgument, fmt::format("spyre-simd: no queue {} (this client has {})", b, mine.queues));
+            break;
+          }
+          reply.args[0] = sim_.wait_begin(card, mine.first_queue + static_cast<uint32_t>(b), c);
           if (reply.args[0] != 0) waits.insert(reply.args[0]);
           break;
         case Command::kWaitEnd:
@@ -291,6 +359,9 @@ void Daemon::serve(int sock, uint32_t client) {
           }
           break;
         }
+        case Command::kStatus:
+          reply.text = status_json();
+          break;
         case Command::kCount:
           break;
       }
@@ -300,30 +371,181 @@ void Daemon::serve(int sock, uint32_t client) {
   }
   close(sock);
   for (const uint64_t token : waits) sim_.wait_end(token, false);  // it waits no more
-  // What the client left behind: its queues stop (a reset drops what they hold), then its memory
-  // goes, so no DMA lands in memory it no longer has.
-  for (const auto& [card, q] : queues) {
-    if (q < hw::kMaxQueues) sim_.mmio_write(card, hw::queue_reg(q, hw::kQControl), hw::kQControlReset);
-  }
-  for (uint32_t c = 0; c < cards; ++c) (void)sim_.mmio_read(c, hw::kRegMagic);  // the resets have landed
-  drop_client(client);
+  release(client, slot);
   log("simd").info("client {} gone", client);
 }
 
-bool Daemon::admit(uint32_t client, uint64_t pid) {
-  std::lock_guard lock(mu_);
-  if (holder_ != 0 && holder_ != client) return false;
-  holder_ = client;
-  holder_pid_ = pid;
-  return true;
+int Daemon::admit(uint32_t client, uint64_t pid) {
+  int slot = -1;
+  Slot s;
+  {
+    std::lock_guard lock(mu_);
+    for (size_t i = 0; i < slots_.size() && slot < 0; ++i) {
+      if (slots_[i].client == 0) slot = static_cast<int>(i);
+    }
+    if (slot < 0) return -1;
+    slots_[static_cast<size_t>(slot)].client = client;
+    slots_[static_cast<size_t>(slot)].pid = pid;
+    s = slots_[static_cast<size_t>(slot)];
+  }
+  for (uint32_t card = 0; card < sim_.num_cards(); ++card) {
+    for (uint32_t q = s.first_queue; q < s.first_queue + s.queues; ++q) {
+      write64(sim_, card, hw::mgmt_reg(q, hw::kMQMemBaseLo), s.mem_base);
+      write64(sim_, card, hw::mgmt_reg(q, hw::kMQMemSizeLo), s.mem_bytes);
+      write64(sim_, card, hw::mgmt_reg(q, hw::kMQIovaBaseLo), uint64_t{client} << kClientShift);
+      write64(sim_, card, hw::mgmt_reg(q, hw::kMQIovaSizeLo), uint64_t{1} << kClientShift);
+      sim_.mmio_write(card, hw::queue_reg(q, hw::kQControl), hw::kQControlReset);  // a fresh queue
+      links_[card]->set_owner(q, client);
+    }
+  }
+  return slot;
 }
 
-void Daemon::drop_client(uint32_t client) {
+void Daemon::release(uint32_t client, int slot) {
+  if (slot >= 0) {
+    Slot s;
+    {
+      std::lock_guard lock(mu_);
+      s = slots_[static_cast<size_t>(slot)];
+    }
+    // Its queues stop first (a reset drops what they hold; a running program ends within the
+    // watchdog's budget), then its memory is scrubbed, so nothing of it reaches the next client.
+    for (uint32_t card = 0; card < sim_.num_cards(); ++card) {
+      for (uint32_t q = s.first_queue; q < s.first_queue + s.queues; ++q) {
+        sim_.mmio_write(card, hw::queue_reg(q, hw::kQControl), hw::kQControlReset);
+        links_[card]->set_owner(q, 0);
+      }
+      write64(sim_, card, hw::kMgmtScrubBaseLo, s.mem_base);
+      write64(sim_, card, hw::kMgmtScrubSizeLo, s.mem_bytes);
+      sim_.mmio_write(card, hw::kMgmtScrub, 1);
+      (void)sim_.mmio_read(card, hw::kRegMagic);  // the resets and the scrub have landed
+    }
+  }
   for (auto& link : links_) link->drop(client);
   std::lock_guard lock(mu_);
-  if (holder_ == client) holder_ = 0;
+  if (slot >= 0) {
+    slots_[static_cast<size_t>(slot)].client = 0;
+    slots_[static_cast<size_t>(slot)].pid = 0;
+    ++scrubs_;
+  }
   --clients_;
   last_seen_ = std::chrono::steady_clock::now();
+}
+
+std::string Daemon::refusal(uint64_t pid) {
+  std::lock_guard lock(mu_);
+  std::string pids;
+  for (const Slot& s : slots_) pids += (pids.empty() ? "" : ", ") + std::to_string(s.pid);
+  return fmt::format("spyre-simd on {}: all {} client slots are in use (pids {}); pid {} must wait for one to exit "
+                     "(spyre-smi --daemon lists them), or use another $SPYRE_SIMD_SOCKET",
+                     path_, slots_.size(), pids, pid);
+}
+
+uint32_t Daemon::client_read(const Slot& s, uint32_t card, uint32_t offset) {
+  switch (offset) {
+    case hw::kRegNumQueues:
+      return s.queues;
+    case hw::kRegMemSizeLo:
+      return static_cast<uint32_t>(s.mem_bytes);
+    case hw::kRegMemSizeHi:
+      return static_cast<uint32_t>(s.mem_bytes >> 32);
+    case hw::kRegMemBaseLo:
+      return static_cast<uint32_t>(s.mem_base);
+    case hw::kRegMemBaseHi:
+      return static_cast<uint32_t>(s.mem_base >> 32);
+    default:
+      break;
+  }
+  if (offset >= hw::kQueueBase && offset < hw::queue_reg(hw::kMaxQueues, 0)) {
+    const uint32_t q = (offset - hw::kQueueBase) / hw::kQueueStride;
+    const uint32_t reg = (offset - hw::kQueueBase) % hw::kQueueStride;
+    return q < s.queues ? sim_.mmio_read(card, hw::queue_reg(s.first_queue + q, reg)) : kAllOnes;
+  }
+  if (offset >= hw::kMgmtBase && offset < hw::kMgmtEnd) return kAllOnes;  // not the client's
+  return sim_.mmio_read(card, offset);
+}
+
+void Daemon::client_write(const Slot& s, uint32_t card, uint32_t offset, uint32_t value) {
+  if (offset == hw::kRegControl) {
+    // A client's device reset is a reset of its own function: its queues, nobody else's.
+    if (value & hw::kControlReset) {
+      for (uint32_t q = s.first_queue; q < s.first_queue + s.queues; ++q) {
+        sim_.mmio_write(card, hw::queue_reg(q, hw::kQControl), hw::kQControlReset);
+      }
+    }
+    return;
+  }
+  if (offset >= hw::kQueueBase && offset < hw::queue_reg(hw::kMaxQueues, 0)) {
+    const uint32_t q = (offset - hw::kQueueBase) / hw::kQueueStride;
+    const uint32_t reg = (offset - hw::kQueueBase) % hw::kQueueStride;
+    if (q >= s.queues) return;  // another client's queue, or none: dropped
+    const uint32_t phys = s.first_queue + q;
+    // Interrupts are routed by vector: a queue's vector is its own index on the card.
+    sim_.mmio_write(card, hw::queue_reg(phys, reg), reg == hw::kQMsixVector ? phys : value);
+    return;
+  }
+  // Every other register is read-only to a client; the management page is the daemon's.
+}
+
+std::string Daemon::status_json() {
+  std::vector<Slot> slots;
+  uint64_t scrubs = 0;
+  {
+    std::lock_guard lock(mu_);
+    slots = slots_;
+    scrubs = scrubs_;
+  }
+  nlohmann::json j;
+  j["socket"] = path_;
+  j["pid"] = static_cast<uint64_t>(getpid());
+  j["config_hash"] = fmt::format("{:016x}", config_hash_);
+  j["uptime_s"] = std::chrono::duration<double>(std::chrono::steady_clock::now() - started_).count();
+  j["scrubs"] = scrubs;
+  j["clients"] = nlohmann::json::array();
+  for (size_t i = 0; i < slots.size(); ++i) {
+    const Slot& s = slots[i];
+    j["clients"].push_back({{"slot", i},
+                            {"client", s.client},
+                            {"pid", s.pid},
+                            {"first_queue", s.first_queue},
+                            {"queues", s.queues},
+                            {"memory_base", s.mem_base},
+                            {"memory_bytes", s.mem_bytes}});
+  }
+  j["cards"] = nlohmann::json::array();
+  for (uint32_t card = 0; card < sim_.num_cards(); ++card) {
+    nlohmann::json c;
+    c["index"] = card;
+    c["interface_version"] = sim_.mmio_read(card, hw::kRegVersion);
+    const uint32_t st = sim_.mmio_read(card, hw::kRegStatus);
+    c["answers"] = st != kAllOnes;
+    c["firmware_ready"] = st != kAllOnes && (st & hw::kStatusFirmwareReady) != 0;
+    const uint64_t lo = sim_.mmio_read(card, hw::kRegCycleLo);
+    c["cycles"] = lo | uint64_t{sim_.mmio_read(card, hw::kRegCycleHi)} << 32;
+    c["memory_bytes"] = sim_.mmio_read(card, hw::kRegMemSizeLo) |
+                        uint64_t{sim_.mmio_read(card, hw::kRegMemSizeHi)} << 32;
+    c["queues"] = nlohmann::json::array();
+    const uint32_t nq = std::min(sim_.mmio_read(card, hw::kRegNumQueues), hw::kMaxQueues);
+    for (uint32_t q = 0; q < nq; ++q) {
+      const uint32_t qs = sim_.mmio_read(card, hw::queue_reg(q, hw::kQStatus));
+      uint32_t owner = 0;
+      for (const Slot& s : slots) {
+        if (q >= s.first_queue && q < s.first_queue + s.queues) owner = s.client;
+      }
+      c["queues"].push_back({{"id", q},
+                             {"client", owner},
+                             {"enabled", (qs & hw::kQStatusEnabled) != 0},
+                             {"error", (qs & hw::kQStatusError) != 0},
+                             {"halted", (qs & hw::kQStatusHalted) != 0},
+                             {"last_error", (qs & hw::kQStatusError) ? hw::error_name(static_cast<hw::ErrorCode>(qs >> 16))
+                                                                      : ""},
+                             {"head", sim_.mmio_read(card, hw::queue_reg(q, hw::kQHead))},
+                             {"tail", sim_.mmio_read(card, hw::queue_reg(q, hw::kQTail))},
+                             {"resets", sim_.mmio_read(card, hw::queue_reg(q, hw::kQResets))}});
+    }
+    j["cards"].push_back(std::move(c));
+  }
+  return j.dump();
 }
 
 }  // namespace spyre::simd

@@ -1,7 +1,9 @@
 // spyre-simd's server: the process's simulated cards, served to driver processes over a Unix
 // socket (the socket transport). One thread per client; each client's DMA memory arrives as
-// memfds it maps here. docs/design-daemon.md: what is built and what is still to come (per-client
-// isolation of device memory and queues).
+// memfds it maps here. The cards are shared like SR-IOV virtual functions: each client gets a slot,
+// the same on every card — its own hardware queues, a device-memory window and an IOMMU domain,
+// set in the card's management page (hw/regs.h) — and sees a card of its own through them.
+// docs/design-daemon.md.
 #pragma once
 
 #include <atomic>
@@ -21,7 +23,8 @@ class Daemon {
  public:
   /// Serves `sim`'s cards on `socket_path`. With `idle_exit` > 0, run() returns once no client
   /// has been connected for that long (a daemon a client started on its own).
-  Daemon(sim::Simulator& sim, std::string socket_path, std::chrono::milliseconds idle_exit);
+  /// At most `max_clients` clients share the cards (fewer when a card has fewer queues).
+  Daemon(sim::Simulator& sim, std::string socket_path, std::chrono::milliseconds idle_exit, uint32_t max_clients = 4);
   ~Daemon();
   /// Listens and serves until stop() or the idle timeout. Returns a process exit code.
   int run();
@@ -29,10 +32,27 @@ class Daemon {
 
  private:
   class CardLink;
+  /// A client's share of every card: queues [first_queue, + queues) and device memory
+  /// [mem_base, + mem_bytes); client 0: free.
+  struct Slot {
+    uint32_t client = 0;
+    uint64_t pid = 0;
+    uint32_t first_queue = 0;
+    uint32_t queues = 0;
+    uint64_t mem_base = 0;
+    uint64_t mem_bytes = 0;
+  };
   void serve(int sock, uint32_t client);
-  void drop_client(uint32_t client);
-  /// The client may use the cards: no other client holds them.
-  bool admit(uint32_t client, uint64_t pid);
+  /// Gives the client a free slot and programs its windows on every card; -1 when none is free.
+  int admit(uint32_t client, uint64_t pid);
+  /// Stops what the client left (its queues reset), scrubs its window and frees its slot.
+  void release(uint32_t client, int slot);
+  /// The client's BAR0 read or write, through its slot: its own queues renumbered from 0, its
+  /// window as the card's memory; nothing of other clients or of the management page.
+  uint32_t client_read(const Slot& s, uint32_t card, uint32_t offset);
+  void client_write(const Slot& s, uint32_t card, uint32_t offset, uint32_t value);
+  std::string status_json();
+  std::string refusal(uint64_t pid);
 
   sim::Simulator& sim_;
   std::string path_;
@@ -43,9 +63,10 @@ class Daemon {
   std::mutex mu_;
   uint32_t next_client_ = 1;
   uint32_t clients_ = 0;
-  uint32_t holder_ = 0;  // the client that holds the cards (0: none)
-  uint64_t holder_pid_ = 0;
+  std::vector<Slot> slots_;  // guarded by mu_
+  uint64_t scrubs_ = 0;      // windows scrubbed after their clients left
   std::chrono::steady_clock::time_point last_seen_;
+  std::chrono::steady_clock::time_point started_;
 };
 
 }  // namespace spyre::simd

@@ -24,10 +24,16 @@ int main(int argc, char** argv) {
   std::string socket;
   bool auto_started = false;
   double idle_seconds = 10;
+  uint32_t clients = 4;
   app.add_option("--socket", socket, "socket path (default: $SPYRE_SIMD_SOCKET, or one per config hash)");
   app.add_flag("--auto", auto_started, "started by a driver: exit when idle");
   app.add_option("--idle-seconds", idle_seconds, "with --auto: exit after this long without a client")
       ->check(CLI::PositiveNumber)
+      ->capture_default_str();
+  app.add_option("--clients", clients,
+                 "clients that share the cards at once: each gets queues/clients hardware queues and "
+                 "memory/clients of device memory on every card")
+      ->check(CLI::Range(1, 16))
       ->capture_default_str();
   CLI11_PARSE(app, argc, argv);
   try {
@@ -35,7 +41,7 @@ int main(int argc, char** argv) {
     if (socket.empty()) socket = spyre::simd::default_socket_path(std::stoull(sim.config().hash(), nullptr, 16));
     const auto idle = auto_started ? std::chrono::milliseconds(static_cast<int64_t>(idle_seconds * 1000))
                                    : std::chrono::milliseconds(0);
-    spyre::simd::Daemon daemon(sim, socket, idle);
+    spyre::simd::Daemon daemon(sim, socket, idle, clients);
     g_daemon = &daemon;
     std::signal(SIGINT, on_signal);
     std::signal(SIGTERM, on_signal);

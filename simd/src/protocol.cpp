@@ -33,6 +33,8 @@ constexpr Spec kSpecs[] = {
     {"wait_end", {"token", "ended_by_card", nullptr, nullptr}, 0},
     {"poll", {"card", nullptr, nullptr, nullptr}, 0},
     {"reports", {nullptr, nullptr, nullptr, nullptr}, 0},
+    {"status", {nullptr, nullptr, nullptr, nullptr}, 0},
+    {"dma_map_peer", {"card", "peer", "address", "bytes"}, 0},
 };
 static_assert(sizeof(kSpecs) / sizeof(kSpecs[0]) == static_cast<size_t>(Command::kCount), "a spec per command");
 
@@ -73,6 +75,12 @@ std::string check_request_args(const Message& m) {
       if (a >= kMaxCards) return bad("card", "out of range");
       if (b == 0 || b % kPage != 0) return bad("iova", "not a mapping's address");
       return "";
+    case Command::kDmaMapPeer:
+      if (a >= kMaxCards) return bad("card", "out of range");
+      if (b >= kMaxCards) return bad("peer", "out of range");
+      if (d == 0 || d > kMaxMapBytes) return bad("bytes", "must be 1 .. 1 TiB");
+      if (c > UINT64_MAX - d) return bad("address", "the range wraps");
+      return "";
     case Command::kIrqSet:
     case Command::kPoll:
       if (a >= kMaxCards) return bad("card", "out of range");
@@ -87,6 +95,7 @@ std::string check_request_args(const Message& m) {
       if (b > 1) return bad("ended_by_card", "must be 0 or 1");
       return "";
     case Command::kReports:
+    case Command::kStatus:
     case Command::kCount:
       return "";
   }
@@ -143,7 +152,8 @@ std::string decode(const uint8_t* data, size_t n, size_t fds, Message* out) {
 
   if (reply) {
     if (fds != 0) return field(m.command, "reply") + ": carries no file descriptor";
-    if (!m.text.empty() && !(h.flags & kFlagError) && m.command != Command::kReports) {
+    if (!m.text.empty() && !(h.flags & kFlagError) && m.command != Command::kReports &&
+        m.command != Command::kStatus) {
       return field(m.command, "reply") + ": carries no text";
     }
   } else {

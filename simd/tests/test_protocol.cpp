@@ -43,6 +43,8 @@ std::vector<Valid> valid_requests() {
       {request(Command::kWaitEnd, 5, 1), 0},
       {request(Command::kPoll, 0), 0},
       {request(Command::kReports), 0},
+      {request(Command::kStatus), 0},
+      {request(Command::kDmaMapPeer, 0, 1, 0x10000, 4096), 0},
   };
 }
 
@@ -84,6 +86,14 @@ TEST_CASE("every command round-trips, request and reply") {
   reports.flags = kFlagReply;
   reports.text = "/tmp/trace.json\n/tmp/stats.json";
   CHECK(check(reports, 0) == "");
+  Message status = request(Command::kStatus);
+  status.flags = kFlagReply;
+  status.text = std::string(kMaxText, 'x');  // the status JSON of a big card set fits
+  CHECK(check(status, 0) == "");
+  Message pong = request(Command::kPoll, 0);
+  pong.flags = kFlagReply;
+  pong.text = "text";
+  CHECK(check(pong, 0) == "poll.reply: carries no text");
   Message posted = request(Command::kMmioWrite, 0, 0x30, 5);
   posted.flags = kFlagNoReply;
   CHECK(check(posted, 0) == "");
@@ -152,6 +162,10 @@ TEST_CASE("each malformed request argument is refused, naming it") {
       {request(Command::kWaitEnd, 1, 2), 0, "wait_end.ended_by_card"},
       {request(Command::kPoll, 99), 0, "poll.card"},
       {request(Command::kReports, 1), 0, "reports.a: must be 0"},
+      {request(Command::kStatus, 0, 0, 0, 7), 0, "status.d: must be 0"},
+      {request(Command::kDmaMapPeer, 0, 16, 0, 8), 0, "dma_map_peer.peer"},
+      {request(Command::kDmaMapPeer, 0, 1, 0, 0), 0, "dma_map_peer.bytes"},
+      {request(Command::kDmaMapPeer, 0, 1, ~0ull, 8), 0, "dma_map_peer.address"},
       {request(Command::kPoll, 0), 1, "poll.fds"},
   };
   for (const auto& k : cases) {

@@ -27,7 +27,8 @@ struct DeviceInfo {
   uint32_t num_queues = 0;
   uint32_t num_cores = 0;
   uint32_t clock_mhz = 0;
-  uint64_t memory_bytes = 0;  // usable device memory
+  uint64_t memory_bytes = 0;  // usable device memory: [memory_base, memory_base + memory_bytes)
+  uint64_t memory_base = 0;   // 0, unless the card is shared (spyre-simd gives each client a window)
   uint64_t lx_bytes = 0;      // scratchpad per core
   bool fp16_dlfloat = false;  // fp16 in device memory is DLFloat16: copies convert (hw/dlfloat16.h)
 };

@@ -12,10 +12,14 @@
 
 namespace spyre::fw {
 
-/// What validation needs to know about the device.
+/// What validation needs to know about the device and the queue: the device memory its commands
+/// may name ([mem_base, mem_base + mem_size), inside device memory) and the IOVAs its DMA may reach.
 struct Limits {
-  uint64_t dev_mem_size;
+  uint64_t mem_size;
   uint32_t num_cores;
+  uint64_t mem_base = 0;
+  uint64_t iova_base = 0;
+  uint64_t iova_size = 0;  // 0: every IOVA (the host's IOMMU still checks each one)
 };
 
 /// Checks every field of `d` that can be checked without touching memory.
@@ -42,8 +46,11 @@ class Firmware {
   [[noreturn]] void serve(uint32_t q);
 
  private:
-  Verdict execute(uint32_t q, const hw::Descriptor& d);
-  Verdict run_launch(const hw::LaunchArgs& l, uint32_t priority);
+  /// Queue `q`'s limits: the device's, narrowed by its windows in the management page.
+  Limits limits(uint32_t q);
+  uint64_t reg64(uint32_t lo);
+  Verdict execute(uint32_t q, const hw::Descriptor& d, const Limits& limits);
+  Verdict run_launch(const hw::LaunchArgs& l, uint32_t priority, const Limits& limits);
   Verdict signal(const hw::SemaphoreArgs& s);
   /// Holds queue `q` until the semaphore reaches its value; false when the queue was reset meanwhile.
   bool wait_semaphore(uint32_t q, const hw::SemaphoreArgs& s, uint32_t resets);

@@ -19,6 +19,13 @@ struct Verdict {
   constexpr bool ok() const { return error == hw::ErrorCode::kOk; }
 };
 
+/// A range of device memory: a queue's window (hw/regs.h, the management page). size 0: no window,
+/// all of memory.
+struct Window {
+  uint64_t base = 0;
+  uint64_t size = 0;
+};
+
 class Hal {
  public:
   virtual ~Hal() = default;
@@ -45,9 +52,9 @@ class Hal {
   virtual Verdict copy(const hw::CopyArgs& args, uint8_t flags, uint32_t priority) = 0;
   /// Waits until every core in `core_mask` is free (ahead of lower `priority` waiters), starts the
   /// program on them with the `args_size`-byte argument block at `args`, and returns when all
-  /// have stopped.
-  virtual Verdict launch(uint64_t program, uint64_t args, uint64_t args_size, uint64_t core_mask,
-                         uint32_t priority) = 0;
+  /// have stopped. The cores fault (kDmaFault) on any device access outside `window`.
+  virtual Verdict launch(uint64_t program, uint64_t args, uint64_t args_size, uint64_t core_mask, uint32_t priority,
+                         const Window& window) = 0;
 
   virtual void raise_msix(uint32_t vector) = 0;
   virtual uint64_t now_cycles() = 0;

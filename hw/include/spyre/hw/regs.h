@@ -7,7 +7,7 @@
 namespace spyre::hw {
 
 inline constexpr uint32_t kRegMagicValue = 0x52595053;  // "SPYR"
-inline constexpr uint32_t kInterfaceVersion = 2;        // 2: semaphores, queue priority and reset count
+inline constexpr uint32_t kInterfaceVersion = 3;  // 3: memory windows and the management page
 
 // Device-wide registers.
 inline constexpr uint32_t kRegMagic = 0x0000;      // ro: kRegMagicValue
@@ -23,6 +23,10 @@ inline constexpr uint32_t kRegCycleHi = 0x0024;
 inline constexpr uint32_t kRegClockMhz = 0x0028;  // ro: core clock in MHz
 inline constexpr uint32_t kRegLxBytes = 0x002c;   // ro: scratchpad bytes per core
 inline constexpr uint32_t kRegNumerics = 0x0030;  // ro: kNumerics* bits: the formats of device data
+// ro: the first device address this function may use; with kRegMemSize, its memory window. The
+// physical function owns all of memory (base 0); a client of a shared card sees its own window.
+inline constexpr uint32_t kRegMemBaseLo = 0x0034;
+inline constexpr uint32_t kRegMemBaseHi = 0x0038;
 
 // fp16 data in device memory (and the SFP and PT arrays' f16) is DLFloat16 (spyre/hw/dlfloat16.h),
 // not IEEE half: the host converts at the copy boundary.
@@ -75,6 +79,35 @@ inline constexpr uint32_t kMaxRingEntries = 1u << 16;
 /// Offset in BAR0 of register `reg` of queue `q`.
 constexpr uint32_t queue_reg(uint32_t q, uint32_t reg) {
   return kQueueBase + q * kQueueStride + reg;
+}
+
+// The management page: how the card is shared between clients. Only the host's privileged driver
+// (spyre-simd, or a kernel driver) writes it; a client's MMIO never reaches it. Each queue has a
+// device-memory window and a host (IOVA) window: the firmware refuses a descriptor whose device
+// or host range leaves them (kOutOfRange, kDmaFault), and a launch's cores fault with kDmaFault on
+// an access outside the device window. After reset both windows cover everything.
+inline constexpr uint32_t kMgmtBase = 0x8000;
+inline constexpr uint32_t kMgmtQueueStride = 0x20;
+inline constexpr uint32_t kMQMemBaseLo = 0x00;  // rw: first device address of queue q's window
+inline constexpr uint32_t kMQMemBaseHi = 0x04;
+inline constexpr uint32_t kMQMemSizeLo = 0x08;  // rw: its bytes
+inline constexpr uint32_t kMQMemSizeHi = 0x0c;
+inline constexpr uint32_t kMQIovaBaseLo = 0x10;  // rw: first IOVA queue q's DMA may reach
+inline constexpr uint32_t kMQIovaBaseHi = 0x14;
+inline constexpr uint32_t kMQIovaSizeLo = 0x18;  // rw: its bytes
+inline constexpr uint32_t kMQIovaSizeHi = 0x1c;
+// Scrubbing: writing 1 to kMgmtScrub zeroes [base, base + size) of device memory and releases
+// its backing (a client's window before the next client gets it). Posted; later accesses see it.
+inline constexpr uint32_t kMgmtScrubBaseLo = kMgmtBase + 0x400;
+inline constexpr uint32_t kMgmtScrubBaseHi = kMgmtBase + 0x404;
+inline constexpr uint32_t kMgmtScrubSizeLo = kMgmtBase + 0x408;
+inline constexpr uint32_t kMgmtScrubSizeHi = kMgmtBase + 0x40c;
+inline constexpr uint32_t kMgmtScrub = kMgmtBase + 0x410;
+inline constexpr uint32_t kMgmtEnd = kMgmtBase + 0x1000;
+
+/// Offset in BAR0 of management register `reg` of queue `q`.
+constexpr uint32_t mgmt_reg(uint32_t q, uint32_t reg) {
+  return kMgmtBase + q * kMgmtQueueStride + reg;
 }
 
 }  // namespace spyre::hw

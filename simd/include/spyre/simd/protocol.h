@@ -14,9 +14,9 @@
 
 namespace spyre::simd {
 
-inline constexpr uint32_t kProtocolVersion = 1;
+inline constexpr uint32_t kProtocolVersion = 2;  // 2: shared cards (windows, queue slots) and status
 inline constexpr uint32_t kArgsBytes = 32;
-inline constexpr uint32_t kMaxText = 4096;  // error messages and report paths
+inline constexpr uint32_t kMaxText = 65536;  // error messages, report paths, the status JSON
 inline constexpr uint32_t kMaxCards = 16;
 
 enum class Command : uint16_t {
@@ -32,6 +32,8 @@ enum class Command : uint16_t {
   kWaitEnd = 10,   // a: token, b: ended by the card (0, 1)
   kPoll = 11,      // a: card
   kReports = 12,   // -> text: trace path, a newline, stats path
+  kStatus = 13,    // -> text: the daemon's state as JSON (cards, clients, windows, queues): spyre-smi
+  kDmaMapPeer = 14,  // a: card, b: peer card, c: peer device address, d: bytes -> a: IOVA (peer-to-peer)
   kCount
 };
 
