@@ -123,8 +123,7 @@ inline void check_descriptor_safe(const hw::Descriptor& d, const fw::Limits& lim
     case hw::Opcode::kSignal:
     case hw::Opcode::kWait:
       FUZZ_CHECK(d.flags == 0 && d.semaphore.addr % 8 == 0, "semaphore");
-      FUZZ_CHECK(inside(d.semaphore.addr, 8, lim.mem_size), "semaphore 0x%llx",
-                 (unsigned long long)d.semaphore.addr);
+      FUZZ_CHECK(inside(d.semaphore.addr, 8, lim.mem_size), "semaphore 0x%llx", (unsigned long long)d.semaphore.addr);
       for (uint64_t r : d.semaphore.reserved) FUZZ_CHECK(r == 0, "semaphore reserved");
       break;
     default:

@@ -176,7 +176,7 @@ TEST_CASE("a program touching device memory outside its queue's window faults wi
   h->run(compiler::assemble("write theirs", {{arg(1, 1), store(1, 0, 1, 64)}}, 1), args);
   CHECK(h->core.result().error == hw::ErrorCode::kDmaFault);
   h->memory.read(kA + 0x10000, got.data(), 64);
-  CHECK(got == theirs);  // untouched
+  CHECK(got == theirs);             // untouched
   h->core.set_window(kA, 0x10000);  // the code itself (at kProgram) is outside
   h->run(compiler::assemble("mine", {{arg(1, 0), load(1, 0, 1, 64)}}, 1), args);
   CHECK(h->core.result().error == hw::ErrorCode::kDmaFault);

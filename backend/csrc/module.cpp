@@ -240,6 +240,13 @@ PYBIND11_MODULE(_C, m) {
     return empty_command_round_trips(index, count);
     END_HANDLE_TH_ERRORS_PYBIND
   });
+  m.def("_daemon_status", [](const std::string& socket_path) {
+    HANDLE_TH_ERRORS
+    std::string json;
+    SPYRE_CHECK(spyre::driver::query_daemon_status(socket_path, &json));
+    return json;
+    END_HANDLE_TH_ERRORS_PYBIND
+  });
   m.def("_device_status", [](int index) {
     HANDLE_TH_ERRORS
     return device_status(index);

@@ -71,6 +71,10 @@ def _run(argv: list[str], env: dict[str, str] | None, timeout: int) -> subproces
     return subprocess.run(argv, capture_output=True, text=True, env=full_env, timeout=timeout, cwd=ROOT)
 
 
+def pytest_configure(config):
+    config.addinivalue_line("markers", "simd_env(fn): test_simd's daemon gets fn(tmp_path)'s environment")
+
+
 def pytest_addoption(parser):
     parser.addoption("--slow", action="store_true", help="run the long tiers: every OpInfo sample, long soaks")
 

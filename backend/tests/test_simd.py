@@ -1,7 +1,9 @@
-"""spyre-simd, the simulator daemon behind SPYRE_TRANSPORT=socket: a client killed mid-run leaves
-the daemon serving and its card usable by the next client; a second client while one holds the
-card, and a client asking for another config, are refused with clear reasons. Each test starts its
-own daemon on a private socket and stops it."""
+"""spyre-simd, the simulator daemon behind SPYRE_TRANSPORT=socket: clients share its card, each in
+its own slot (queues, device-memory window, IOMMU domain); a client that reaches for another's
+memory gets an error and the other's data is untouched; a client killed mid-run leaves the others
+running, and its slot comes back scrubbed (spyre-smi shows it); a client past the slots, and one
+asking for another config, are refused with clear reasons. Each test starts its own daemon on a
+private socket (two client slots) and stops it."""
 
 from __future__ import annotations
 
@@ -29,14 +31,18 @@ print("ok", flush=True)
 
 
 @pytest.fixture()
-def daemon(tmp_path):
-    """A spyre-simd serving the tests' config on a private socket; yields the environment that
-    reaches it."""
+def daemon(tmp_path, request):
+    """A spyre-simd serving the tests' config (or the config and faults of the test's `simd_env`
+    mark) on a private socket; yields the environment that reaches it."""
     sock = tmp_path / "simd.sock"
     env = {k: v for k, v in os.environ.items() if not k.startswith(("SPYRE_", "TORCH_SPYRE_"))}
     env.update(SPYRE_CONFIG=str(IEEE_FP16), SPYRE_SIMD_SOCKET=str(sock), SPYRE_LOG_LEVEL="info")
+    if (mark := request.node.get_closest_marker("simd_env")) is not None:
+        env.update(mark.args[0](tmp_path))
     log = open(tmp_path / "simd.log", "w")  # noqa: SIM115 (closed below)
-    proc = subprocess.Popen([str(SPYRE_SIMD), "--socket", str(sock)], env=env, stdout=log, stderr=subprocess.STDOUT)
+    proc = subprocess.Popen(
+        [str(SPYRE_SIMD), "--socket", str(sock), "--clients", "2"], env=env, stdout=log, stderr=subprocess.STDOUT
+    )
     for _ in range(500):
         if sock.exists():
             break
@@ -73,19 +79,22 @@ def test_a_client_killed_mid_run_leaves_the_card_to_the_next(daemon):
     assert "client 1 gone" in text and "client 2 connected" in text
 
 
-def test_a_second_client_and_another_config_are_refused_by_name(daemon, tmp_path):
+def test_a_client_past_the_slots_and_another_config_are_refused_by_name(daemon, tmp_path):
     env, _ = daemon
-    holder = _client(env, 10_000)
+    holders = [_client(env, 10_000) for _ in range(2)]
     try:
-        assert holder.stdout.readline().strip() == "ready"
-        second = subprocess.run(
+        for h in holders:
+            assert h.stdout.readline().strip() == "ready"
+        third = subprocess.run(
             [sys.executable, "-c", WORK, "1"], env=env, capture_output=True, text=True, timeout=120, check=False
         )
-        assert second.returncode != 0
-        assert f"in use by pid {holder.pid}" in second.stderr
+        assert third.returncode != 0
+        assert "all 2 client slots are in use" in third.stderr
+        assert str(holders[0].pid) in third.stderr and str(holders[1].pid) in third.stderr
     finally:
-        holder.kill()
-        holder.wait()
+        for h in holders:
+            h.kill()
+            h.wait()
     other = tmp_path / "other.json"
     other.write_text(json.dumps({"chip": {"fp16_format": "ieee", "cores": 8}}))
     mismatch = subprocess.run(
@@ -98,3 +107,273 @@ def test_a_second_client_and_another_config_are_refused_by_name(daemon, tmp_path
     )
     assert mismatch.returncode != 0
     assert "simulates config" in mismatch.stderr and "$SPYRE_SIMD_SOCKET" in mismatch.stderr
+
+
+# A client that keeps a tensor of 7s and says where it is; on "check" it verifies the tensor and
+# runs a matmul, on "quit" it exits. The layouts of the raw descriptors and the program below are
+# Descriptor (hw/include/spyre/hw/commands.h) and ProgramHeader and Instr (hw/include/spyre/hw/isa.h).
+OWNER = """
+import json, os, sys, torch, torch_spyre
+from torch_spyre.debug import device_address
+x = torch.full((4096,), 7.0, device="spyre")
+torch.spyre.synchronize()
+mine = [c for c in torch_spyre.smi.daemon_status()["clients"] if c["pid"] == os.getpid()][0]
+print(json.dumps({"addr": device_address(x), "client": mine["client"], "base": mine["memory_base"],
+                  "bytes": mine["memory_bytes"]}), flush=True)
+for line in sys.stdin:
+    if line.strip() == "check":
+        ok = bool((x.cpu() == 7).all())
+        a = torch.arange(12.0).reshape(3, 4)
+        torch.testing.assert_close((a.to("spyre") @ a.t().to("spyre")).cpu(), a @ a.t())
+        print("intact" if ok else "CHANGED", flush=True)
+    elif line.strip() == "quit":
+        break
+"""
+
+INTRUDER = """
+import json, struct, sys, torch, torch_spyre
+from torch_spyre.debug import device_address, submit_raw_descriptor
+victim = json.loads(sys.argv[1])
+mine = torch.zeros(4096, device="spyre")
+torch.spyre.synchronize()
+own = device_address(mine)
+
+def copy(src, dst, size, flags=0):
+    return struct.pack("<BBHIQ6Q", 1, flags, 0, 0, 0, src, dst, size, 0, 0, 0)
+
+def report(what, r):
+    print(what, "|", r["ok"], "|", r["error"], "|", r["field"], flush=True)
+
+report("read", submit_raw_descriptor(copy(victim["addr"], own, 64)))
+report("write", submit_raw_descriptor(copy(own, victim["addr"], 64)))
+report("read host", submit_raw_descriptor(copy((victim["client"] << 44) + 0x1000, own, 64, flags=1)))
+# A program in this client's memory that loads 64 bytes from the victim's tensor.
+header = struct.pack("<IHHIIII2I", 0x50595053, 2, 1, 2, 64, 0, 0, 0, 0)
+table = struct.pack("<I", 0).ljust(32, b"\\0")
+load = struct.pack("<BBBBIQQII", 0x10, 0, 0, 0, 0, victim["addr"], 64, 1, 64)
+program = torch.frombuffer(bytearray(header + table + load + bytes(32)), dtype=torch.uint8).to("spyre")
+torch.spyre.synchronize()
+launch = struct.pack("<BBHIQ6Q", 2, 0, 0, 0, 0, device_address(program), program.numel(), 0, 0, 1, 0)
+report("load", submit_raw_descriptor(launch))
+launch_theirs = struct.pack("<BBHIQ6Q", 2, 0, 0, 0, 0, victim["addr"] & ~63, 4096, 0, 0, 1, 0)
+report("launch theirs", submit_raw_descriptor(launch_theirs))
+a = torch.arange(12.0).reshape(3, 4)
+torch.testing.assert_close((a.to("spyre") @ a.t().to("spyre")).cpu(), a @ a.t())
+print("own work ok", flush=True)
+"""
+
+
+def _owner(env) -> tuple[subprocess.Popen, dict]:
+    proc = subprocess.Popen(
+        [sys.executable, "-c", OWNER],
+        env=env,
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    line = proc.stdout.readline()
+    assert line, proc.stderr.read()
+    return proc, json.loads(line)
+
+
+def test_a_client_that_reaches_for_another_clients_memory_gets_an_error(daemon):
+    env, _ = daemon
+    owner, where = _owner(env)
+    try:
+        assert where["base"] <= where["addr"] < where["base"] + where["bytes"]
+        proc = subprocess.run(
+            [sys.executable, "-c", INTRUDER, json.dumps(where)],
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=300,
+            check=False,
+        )
+        assert proc.returncode == 0, proc.stderr
+        seen = {line.split(" | ")[0]: line.split(" | ")[1:] for line in proc.stdout.splitlines() if " | " in line}
+        # Device ranges outside its window are out of range for its queues; another client's
+        # IOVAs are outside its IOMMU domain; its cores fault on a load from the other window.
+        assert seen["read"] == ["False", "address out of device memory", "copy.src"]
+        assert seen["write"] == ["False", "address out of device memory", "copy.dst"]
+        assert seen["read host"] == ["False", "address not mapped for the queue (DMA fault)", "copy.src"]
+        assert seen["load"] == ["False", "address not mapped for the queue (DMA fault)", "launch.program"]
+        assert seen["launch theirs"] == ["False", "address out of device memory", "launch.program"]
+        assert "own work ok" in proc.stdout
+        owner.stdin.write("check\n")
+        owner.stdin.flush()
+        assert owner.stdout.readline().strip() == "intact"
+    finally:
+        owner.stdin.write("quit\n")
+        owner.stdin.flush()
+        owner.wait(timeout=60)
+
+
+def test_a_client_killed_mid_run_leaves_the_other_intact_and_its_slot_scrubbed(daemon):
+    env, log = daemon
+    from torch_spyre import smi
+
+    keeper, where_keeper = _owner(env)
+    victim, where_victim = _owner(env)
+    try:
+        socket = env["SPYRE_SIMD_SOCKET"]
+        before = smi.daemon_status(socket)
+        pids = {c["pid"] for c in before["clients"]}
+        assert {keeper.pid, victim.pid} <= pids
+        # The victim is killed while it works (it keeps its tensor; a matmul is in flight).
+        victim.stdin.write("check\n" * 50)
+        victim.stdin.flush()
+        time.sleep(0.5)
+        victim.send_signal(signal.SIGKILL)
+        victim.wait(timeout=30)
+        for _ in range(200):
+            after = smi.daemon_status(socket)
+            if victim.pid not in {c["pid"] for c in after["clients"]}:
+                break
+            time.sleep(0.05)
+        freed = [c for c in after["clients"] if c["memory_base"] == where_victim["base"]][0]
+        assert freed["client"] == 0 and freed["pid"] == 0  # its slot and memory window are free
+        assert after["scrubs"] == before["scrubs"] + 1
+        assert "free" in smi.daemon_report(socket)
+        keeper.stdin.write("check\n")
+        keeper.stdin.flush()
+        assert keeper.stdout.readline().strip() == "intact"
+        # The next client gets the dead one's window, and finds it scrubbed: where the victim kept
+        # its 7s, it reads zeros.
+        probe = subprocess.run(
+            [
+                sys.executable,
+                "-c",
+                "import torch\n"
+                "from torch_spyre.debug import device_address\n"
+                "x = torch.empty(4096, device='spyre')\n"
+                "print(device_address(x), int((x.cpu() == 0).sum()))",
+            ],
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=120,
+            check=False,
+        )
+        assert probe.returncode == 0, probe.stderr
+        addr, zeros = (int(v) for v in probe.stdout.split())
+        assert addr == where_victim["addr"]
+        assert zeros == 4096
+    finally:
+        keeper.stdin.write("quit\n")
+        keeper.stdin.flush()
+        keeper.wait(timeout=60)
+    assert "client" in log.read_text()
+
+
+# Runs small matmuls until told to stop, checking each; then says how many it ran.
+BYSTANDER = """
+import sys, threading, torch
+stop = threading.Event()
+threading.Thread(target=lambda: (sys.stdin.readline(), stop.set()), daemon=True).start()
+a = torch.arange(12.0).reshape(3, 4)
+want = a @ a.t()
+n = 0
+while True:
+    torch.testing.assert_close((a.to("spyre") @ a.t().to("spyre")).cpu(), want)
+    n += 1
+    if n == 1:
+        print("ready", flush=True)
+    if stop.is_set():
+        break
+print("ran", n, flush=True)
+"""
+
+# The client that meets the fault: a copy back from the card (an ECC error when its window is
+# poisoned), a kernel over a big tensor (the watchdog when a core hangs), and a malformed
+# descriptor of each kind; each prints its error. Layouts: Descriptor, hw/include/spyre/hw/commands.h.
+VICTIM = """
+import os, struct, torch, torch_spyre
+from torch_spyre.debug import submit_raw_descriptor
+x = torch.arange(1 << 20, dtype=torch.float32)
+for what, work in [("copy", lambda t: t.cpu()), ("kernel", lambda t: (t * 2).cpu())]:
+    try:
+        work(x.to("spyre"))
+        print(what, "| ok", flush=True)
+    except RuntimeError as e:
+        print(what, "|", str(e).splitlines()[0], flush=True)
+def d(opcode, flags=0, operands=(0, 0, 0, 0, 0, 0), reserved=0):
+    return struct.pack("<BBHIQ6Q", opcode, flags, 0, reserved, 0, *operands)
+# Device addresses in this client's own window, which starts at `base`.
+base = [c for c in torch_spyre.smi.daemon_status()["clients"] if c["pid"] == os.getpid()][0]["memory_base"]
+for raw in [d(99), d(1, operands=(base, base + (1 << 40), 64, 0, 0, 0)), d(1, operands=(base, base, 0, 0, 0, 0)),
+            d(1, 1, (0xDEAD000, base + 4096, 64, 0, 0, 0)), d(1, operands=(base, base, 64, 0, 0, 0), reserved=5),
+            d(2, operands=(base + 65536, 4096, 0, 0, 0, 0)), d(0, flags=4)]:
+    r = submit_raw_descriptor(raw)
+    print("descriptor |", r["error"], "|", r["field"], flush=True)
+"""
+
+
+def _ecc_in_the_second_slot(tmp_path):
+    # Two slots of 56 GiB: the second client's window starts at 56 GiB; its first 256 MiB read as
+    # uncorrectable.
+    return {"SPYRE_FAULTS": json.dumps({"ecc_addr": 56 << 30, "ecc_bytes": 256 << 20})}
+
+
+def _a_hung_core(tmp_path):
+    config = tmp_path / "config.json"
+    config.write_text(json.dumps({"chip": {"fp16_format": "ieee"}, "firmware": {"watchdog_cycles": 1_000_000}}))
+    return {"SPYRE_CONFIG": str(config), "SPYRE_FAULTS": json.dumps({"hang_core": 5})}
+
+
+def _fault_and_bystander(env):
+    bystander = subprocess.Popen(
+        [sys.executable, "-c", BYSTANDER],
+        env=env,
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert bystander.stdout.readline().strip() == "ready", bystander.stderr.read()
+        victim = subprocess.run(
+            [sys.executable, "-c", VICTIM], env=env, capture_output=True, text=True, timeout=300, check=False
+        )
+        assert victim.returncode == 0, victim.stderr
+        bystander.stdin.write("stop\n")
+        bystander.stdin.flush()
+        out, err = bystander.communicate(timeout=120)
+    finally:
+        bystander.kill()
+    assert bystander.returncode == 0, err
+    ran = int(out.split()[-1])
+    lines = [line.split(" | ") for line in victim.stdout.splitlines()]
+    return {kind: [rest for k, *rest in lines if k == kind] for kind in ("copy", "kernel", "descriptor")}, ran
+
+
+EXPECTED_DESCRIPTOR_ERRORS = [
+    ["bad opcode", "opcode"],
+    ["address out of device memory", "copy.dst"],
+    ["bad size", "copy.size"],
+    ["address not mapped for the queue (DMA fault)", "copy.src"],
+    ["reserved field not zero", "reserved"],
+    ["no such core", "launch.core_mask"],
+    ["bad flags", "flags"],
+]
+
+
+@pytest.mark.simd_env.with_args(_ecc_in_the_second_slot)
+def test_an_ecc_error_in_one_clients_window_fails_its_reads_only(daemon):
+    env, _ = daemon
+    seen, ran = _fault_and_bystander(env)
+    assert "uncorrectable ECC error in device memory in field copy.src" in seen["copy"][0][0]
+    assert "uncorrectable ECC error" in seen["kernel"][0][0]
+    assert seen["descriptor"] == EXPECTED_DESCRIPTOR_ERRORS
+    assert ran >= 2  # the other client worked on, and every result it checked was right
+
+
+@pytest.mark.simd_env.with_args(_a_hung_core)
+def test_a_hung_core_fails_the_launch_that_meets_it_and_the_other_client_goes_on(daemon):
+    env, _ = daemon
+    seen, ran = _fault_and_bystander(env)
+    assert seen["copy"] == [["ok"]]
+    assert "watchdog: program ran past its cycle budget" in seen["kernel"][0][0]
+    assert "(core 5 at instruction " in seen["kernel"][0][0]
+    assert seen["descriptor"] == EXPECTED_DESCRIPTOR_ERRORS
+    assert ran >= 2

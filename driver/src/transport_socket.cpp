@@ -24,6 +24,7 @@
 #include <fmt/format.h>
 
 #include "spyre/common/log.h"
+#include "spyre/driver/driver.h"
 #include "spyre/driver/transport.h"
 #include "spyre/sim/config.h"
 #include "spyre/simd/channel.h"
@@ -353,6 +354,31 @@ Status open_socket_transport(std::unique_ptr<Transport>* out) {
   auto t = std::make_unique<SocketTransport>();
   if (Status s = t->open(); !s.ok()) return s;
   *out = std::move(t);
+  return {};
+}
+
+Status query_daemon_status(std::string path, std::string* json) {
+  if (path.empty()) {
+    try {
+      path = simd::default_socket_path(std::stoull(sim::load_config_from_env().hash(), nullptr, 16));
+    } catch (const std::exception& e) {
+      return {StatusCode::kNotAvailable, fmt::format("spyre-smi: {}", e.what())};
+    }
+  }
+  const int sock = connect_to(path);
+  if (sock < 0) return {StatusCode::kNotAvailable, fmt::format("spyre-smi: no spyre-simd answers on {}", path)};
+  Message m;
+  m.command = Command::kStatus;
+  m.id = 1;
+  Message reply;
+  std::vector<int> fds;
+  std::string err = simd::send_message(sock, m);
+  if (err.empty()) err = simd::recv_message(sock, &reply, &fds);
+  for (int fd : fds) ::close(fd);
+  ::close(sock);
+  if (!err.empty()) return {StatusCode::kNotAvailable, fmt::format("spyre-smi: spyre-simd on {}: {}", path, err)};
+  if (reply.flags & simd::kFlagError) return {StatusCode::kNotAvailable, reply.text};
+  *json = reply.text;
   return {};
 }
 

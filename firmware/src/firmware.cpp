@@ -53,8 +53,7 @@ Verdict validate_copy(const hw::Descriptor& d, const Limits& lim) {
 Verdict validate_launch(const hw::Descriptor& d, const Limits& lim) {
   const hw::LaunchArgs& l = d.launch;
   if (d.flags != 0) return fail(ErrorCode::kBadFlags, Field::kFlags);
-  if (l.label != 0 && !in_device(l.label, 1, lim))
-    return fail(ErrorCode::kOutOfRange, Field::kLaunchLabel);
+  if (l.label != 0 && !in_device(l.label, 1, lim)) return fail(ErrorCode::kOutOfRange, Field::kLaunchLabel);
   if (l.program % hw::kProgramAlign != 0) return fail(ErrorCode::kBadAlignment, Field::kLaunchProgram);
   if (l.program_size < sizeof(hw::ProgramHeader) || l.program_size % sizeof(hw::Instr) != 0 ||
       l.program_size > hw::kMaxProgramBytes) {

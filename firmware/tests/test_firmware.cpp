@@ -70,7 +70,7 @@ class FakeHal final : public fw::Hal {
     return true;
   }
   std::map<uint64_t, uint64_t> sems;  // device memory: only the semaphores are kept
-  bool programs_valid = false;  // a program header read finds a one-core, one-instruction program
+  bool programs_valid = false;        // a program header read finds a one-core, one-instruction program
   void dev_read(uint64_t addr, void* dst, uint32_t n) override {
     std::memset(dst, 0, n);
     if (programs_valid && n == sizeof(hw::ProgramHeader)) {
@@ -273,7 +273,7 @@ TEST_CASE("an error stops only its queue, and later descriptors complete as not 
   hal.setup_queue(1, 8);
   fw::Firmware firmware(hal);
   hal.push(0, copy(0, kLimits.mem_size, 8), 1);  // bad destination
-  hal.push(0, copy(0, 64, 8), 2);                    // fine, but after the error
+  hal.push(0, copy(0, 64, 8), 2);                // fine, but after the error
   hal.push(1, copy(0, 64, 8), 1);
   while (firmware.poll_once()) {
   }

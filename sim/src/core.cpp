@@ -161,7 +161,9 @@ fw::Verdict Core::run() {
     list.row_bytes = n;
     list.stop = stop_;
     list.book = !(launch_ && launch_->fetched(addr, n, &done));
-    const bool ok = tlm_access_rows(mem, tlm::TLM_READ_COMMAND, list, static_cast<uint8_t*>(dst), delay);
+    tlm::tlm_response_status status = tlm::TLM_OK_RESPONSE;
+    const bool ok = tlm_access_rows(mem, tlm::TLM_READ_COMMAND, list, static_cast<uint8_t*>(dst), delay, &status);
+    if (status == kEccErrorResponse) fault_code_ = hw::ErrorCode::kEccError;  // the code itself is lost
     if (list.book) {
       done = sc_core::sc_time_stamp() + delay;
       if (launch_) launch_->note_fetch(addr, n, done);

@@ -9,9 +9,9 @@
 #include <sys/un.h>
 #include <unistd.h>
 
-#include <cerrno>
 #include <algorithm>
 #include <array>
+#include <cerrno>
 #include <cstring>
 #include <set>
 #include <thread>
@@ -153,8 +153,7 @@ class Daemon::CardLink final : public sim::HostLink {
   std::array<uint32_t, hw::kMaxQueues> owner_ = {};
 };
 
-Daemon::Daemon(sim::Simulator& sim, std::string socket_path, std::chrono::milliseconds idle_exit,
-               uint32_t max_clients)
+Daemon::Daemon(sim::Simulator& sim, std::string socket_path, std::chrono::milliseconds idle_exit, uint32_t max_clients)
     : sim_(sim),
       path_(std::move(socket_path)),
       idle_exit_(idle_exit),
@@ -436,9 +435,10 @@ std::string Daemon::refusal(uint64_t pid) {
   std::lock_guard lock(mu_);
   std::string pids;
   for (const Slot& s : slots_) pids += (pids.empty() ? "" : ", ") + std::to_string(s.pid);
-  return fmt::format("spyre-simd on {}: all {} client slots are in use (pids {}); pid {} must wait for one to exit "
-                     "(spyre-smi --daemon lists them), or use another $SPYRE_SIMD_SOCKET",
-                     path_, slots_.size(), pids, pid);
+  return fmt::format(
+      "spyre-simd on {}: all {} client slots are in use (pids {}); pid {} must wait for one to exit "
+      "(spyre-smi --daemon lists them), or use another $SPYRE_SIMD_SOCKET",
+      path_, slots_.size(), pids, pid);
 }
 
 uint32_t Daemon::client_read(const Slot& s, uint32_t card, uint32_t offset) {
@@ -522,8 +522,8 @@ std::string Daemon::status_json() {
     c["firmware_ready"] = st != kAllOnes && (st & hw::kStatusFirmwareReady) != 0;
     const uint64_t lo = sim_.mmio_read(card, hw::kRegCycleLo);
     c["cycles"] = lo | uint64_t{sim_.mmio_read(card, hw::kRegCycleHi)} << 32;
-    c["memory_bytes"] = sim_.mmio_read(card, hw::kRegMemSizeLo) |
-                        uint64_t{sim_.mmio_read(card, hw::kRegMemSizeHi)} << 32;
+    c["memory_bytes"] = sim_.mmio_read(card, hw::kRegMemSizeLo) | uint64_t{sim_.mmio_read(card, hw::kRegMemSizeHi)}
+                                                                      << 32;
     c["queues"] = nlohmann::json::array();
     const uint32_t nq = std::min(sim_.mmio_read(card, hw::kRegNumQueues), hw::kMaxQueues);
     for (uint32_t q = 0; q < nq; ++q) {
@@ -532,16 +532,16 @@ std::string Daemon::status_json() {
       for (const Slot& s : slots) {
         if (q >= s.first_queue && q < s.first_queue + s.queues) owner = s.client;
       }
-      c["queues"].push_back({{"id", q},
-                             {"client", owner},
-                             {"enabled", (qs & hw::kQStatusEnabled) != 0},
-                             {"error", (qs & hw::kQStatusError) != 0},
-                             {"halted", (qs & hw::kQStatusHalted) != 0},
-                             {"last_error", (qs & hw::kQStatusError) ? hw::error_name(static_cast<hw::ErrorCode>(qs >> 16))
-                                                                      : ""},
-                             {"head", sim_.mmio_read(card, hw::queue_reg(q, hw::kQHead))},
-                             {"tail", sim_.mmio_read(card, hw::queue_reg(q, hw::kQTail))},
-                             {"resets", sim_.mmio_read(card, hw::queue_reg(q, hw::kQResets))}});
+      c["queues"].push_back(
+          {{"id", q},
+           {"client", owner},
+           {"enabled", (qs & hw::kQStatusEnabled) != 0},
+           {"error", (qs & hw::kQStatusError) != 0},
+           {"halted", (qs & hw::kQStatusHalted) != 0},
+           {"last_error", (qs & hw::kQStatusError) ? hw::error_name(static_cast<hw::ErrorCode>(qs >> 16)) : ""},
+           {"head", sim_.mmio_read(card, hw::queue_reg(q, hw::kQHead))},
+           {"tail", sim_.mmio_read(card, hw::queue_reg(q, hw::kQTail))},
+           {"resets", sim_.mmio_read(card, hw::queue_reg(q, hw::kQResets))}});
     }
     j["cards"].push_back(std::move(c));
   }

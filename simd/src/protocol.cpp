@@ -152,8 +152,7 @@ std::string decode(const uint8_t* data, size_t n, size_t fds, Message* out) {
 
   if (reply) {
     if (fds != 0) return field(m.command, "reply") + ": carries no file descriptor";
-    if (!m.text.empty() && !(h.flags & kFlagError) && m.command != Command::kReports &&
-        m.command != Command::kStatus) {
+    if (!m.text.empty() && !(h.flags & kFlagError) && m.command != Command::kReports && m.command != Command::kStatus) {
       return field(m.command, "reply") + ": carries no text";
     }
   } else {

@@ -13,6 +13,11 @@
 
 namespace spyre::driver {
 
+/// The state of the spyre-simd serving `socket_path` (empty: the one this process's config would
+/// reach) as JSON: its cards, client slots (pid, queues, memory window) and queues. Needs no
+/// client slot, so it answers while every slot is taken. kNotAvailable when no daemon answers.
+Status query_daemon_status(std::string socket_path, std::string* json);
+
 class Driver {
  public:
   /// The process's driver; opens the transport on first use.

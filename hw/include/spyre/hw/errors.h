@@ -12,8 +12,8 @@ enum class ErrorCode : uint16_t {
   kBadFlags = 3,         // flags not valid for this opcode
   kBadSize = 4,          // a size is zero or above the limit
   kBadAlignment = 5,     // an address or size breaks its alignment rule
-  kOutOfRange = 6,       // a device address range leaves device memory
-  kDmaFault = 7,         // a host address is not mapped for the device (IOMMU fault)
+  kOutOfRange = 6,       // a device address range leaves device memory (or the queue's window of it)
+  kDmaFault = 7,         // an address the queue may not reach: unmapped host memory (IOMMU), or outside its windows
   kBadProgram = 8,       // the program header is malformed
   kCoreFault = 9,        // a core hit an illegal instruction or scratchpad access
   kQueueInError = 10,    // not executed: the queue was already in the error state
@@ -64,7 +64,7 @@ constexpr const char* error_name(ErrorCode e) {
     case ErrorCode::kOutOfRange:
       return "address out of device memory";
     case ErrorCode::kDmaFault:
-      return "host address not mapped (DMA fault)";
+      return "address not mapped for the queue (DMA fault)";
     case ErrorCode::kBadProgram:
       return "malformed program";
     case ErrorCode::kCoreFault:

@@ -7,7 +7,7 @@
 namespace spyre::hw {
 
 inline constexpr uint32_t kRegMagicValue = 0x52595053;  // "SPYR"
-inline constexpr uint32_t kInterfaceVersion = 3;  // 3: memory windows and the management page
+inline constexpr uint32_t kInterfaceVersion = 3;        // 3: memory windows and the management page
 
 // Device-wide registers.
 inline constexpr uint32_t kRegMagic = 0x0000;      // ro: kRegMagicValue

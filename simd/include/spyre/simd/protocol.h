@@ -20,19 +20,19 @@ inline constexpr uint32_t kMaxText = 65536;  // error messages, report paths, th
 inline constexpr uint32_t kMaxCards = 16;
 
 enum class Command : uint16_t {
-  kHello = 1,      // a: protocol version, b: pid, c: its config's hash -> a: version, b: cards, c: client id
-  kCfgRead = 2,    // a: card, b: offset, c: size (1, 2, 4) -> a: value
-  kCfgWrite = 3,   // a: card, b: offset, c: size, d: value
-  kMmioRead = 4,   // a: card, b: offset (4-aligned) -> a: value
-  kMmioWrite = 5,  // a: card, b: offset, c: value (may be posted: no reply)
-  kDmaMap = 6,     // a: card, b: bytes, c: offset in the fd (4096-aligned); one fd -> a: IOVA
-  kDmaUnmap = 7,   // a: card, b: IOVA
-  kIrqSet = 8,     // a: card; one eventfd, written once per MSI-X
-  kWaitBegin = 9,  // a: card, b: queue, c: seq -> a: token  (host pacing, architect guide)
-  kWaitEnd = 10,   // a: token, b: ended by the card (0, 1)
-  kPoll = 11,      // a: card
-  kReports = 12,   // -> text: trace path, a newline, stats path
-  kStatus = 13,    // -> text: the daemon's state as JSON (cards, clients, windows, queues): spyre-smi
+  kHello = 1,        // a: protocol version, b: pid, c: its config's hash -> a: version, b: cards, c: client id
+  kCfgRead = 2,      // a: card, b: offset, c: size (1, 2, 4) -> a: value
+  kCfgWrite = 3,     // a: card, b: offset, c: size, d: value
+  kMmioRead = 4,     // a: card, b: offset (4-aligned) -> a: value
+  kMmioWrite = 5,    // a: card, b: offset, c: value (may be posted: no reply)
+  kDmaMap = 6,       // a: card, b: bytes, c: offset in the fd (4096-aligned); one fd -> a: IOVA
+  kDmaUnmap = 7,     // a: card, b: IOVA
+  kIrqSet = 8,       // a: card; one eventfd, written once per MSI-X
+  kWaitBegin = 9,    // a: card, b: queue, c: seq -> a: token  (host pacing, architect guide)
+  kWaitEnd = 10,     // a: token, b: ended by the card (0, 1)
+  kPoll = 11,        // a: card
+  kReports = 12,     // -> text: trace path, a newline, stats path
+  kStatus = 13,      // -> text: the daemon's state as JSON (cards, clients, windows, queues): spyre-smi
   kDmaMapPeer = 14,  // a: card, b: peer card, c: peer device address, d: bytes -> a: IOVA (peer-to-peer)
   kCount
 };
