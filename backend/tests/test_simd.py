@@ -1,8 +1,10 @@
 """spyre-simd, the simulator daemon behind SPYRE_TRANSPORT=socket: clients share its card, each in
 its own slot (queues, device-memory window, IOMMU domain); a client that reaches for another's
 memory gets an error and the other's data is untouched; a client killed mid-run leaves the others
-running, and its slot comes back scrubbed (spyre-smi shows it); a client past the slots, and one
-asking for another config, are refused with clear reasons. Each test starts its own daemon on a
+running, and its slot comes back scrubbed (spyre-smi shows it); each injected fault (ECC, hung
+core, DMA error, link down) and each malformed descriptor field fails the work it hits while the
+other client goes on; a client past the slots, and one asking for another config, are refused
+with clear reasons. Each test starts its own daemon on a
 private socket (two client slots) and stops it."""
 
 from __future__ import annotations
@@ -377,3 +379,85 @@ def test_a_hung_core_fails_the_launch_that_meets_it_and_the_other_client_goes_on
     assert "(core 5 at instruction " in seen["kernel"][0][0]
     assert seen["descriptor"] == EXPECTED_DESCRIPTOR_ERRORS
     assert ran >= 2
+
+
+# Both clients run this: copies to card `dev` and back until `rounds` are done, counting the ones
+# that fail; then a last round that must succeed on card 0.
+COPIER = """
+import sys, torch
+dev, rounds = sys.argv[1], int(sys.argv[2])
+x = torch.arange(1 << 16, dtype=torch.float32)
+print("ready", flush=True)
+sys.stdin.readline()
+errors = []
+for _ in range(rounds):
+    try:
+        assert torch.equal((x.to(dev) * 2).cpu(), x * 2)
+    except RuntimeError as e:
+        errors.append(str(e).splitlines()[0])
+print(len(errors), "|", errors[0] if errors else "-", flush=True)
+assert torch.equal((x.to("spyre:0") + 1).cpu(), x + 1)
+print("after ok", flush=True)
+"""
+
+
+def _two_copiers(env, dev: str, rounds: int) -> list[tuple[int, str]]:
+    procs = [
+        subprocess.Popen(
+            [sys.executable, "-c", COPIER, dev, str(rounds)],
+            env=env,
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for _ in range(2)
+    ]
+    try:
+        for p in procs:
+            assert p.stdout.readline().strip() == "ready", p.stderr.read()
+        for p in procs:  # both start at once: their copies interleave on the card
+            p.stdin.write("go\n")
+            p.stdin.flush()
+        outs = [p.communicate(timeout=300) for p in procs]
+    finally:
+        for p in procs:
+            p.kill()
+    seen = []
+    for p, (out, err) in zip(procs, outs, strict=True):
+        assert p.returncode == 0, err
+        assert out.splitlines()[-1] == "after ok"
+        count, first = out.splitlines()[0].split(" | ")
+        seen.append((int(count), first))
+    return seen
+
+
+def _dma_error(tmp_path):
+    return {"SPYRE_FAULTS": json.dumps({"dma_error_copy": 60})}
+
+
+def _link_down(tmp_path):
+    config = tmp_path / "two.json"
+    config.write_text(json.dumps({"chip": {"fp16_format": "ieee"}, "sim": {"devices": 2}}))
+    return {"SPYRE_CONFIG": str(config), "SPYRE_FAULTS": json.dumps({"card": 1, "link_down_cycle": 400_000})}
+
+
+@pytest.mark.simd_env.with_args(_dma_error)
+def test_a_dma_error_fails_one_copy_of_one_client_and_both_go_on(daemon):
+    env, _ = daemon
+    seen = _two_copiers(env, "spyre:0", 40)
+    # The card's 60th copy fails: it belongs to one client, which sees it; the other sees nothing.
+    assert sorted(count for count, _ in seen) == [0, 1]
+    hit = [first for count, first in seen if count == 1][0]
+    assert "(copy) failed: DMA transfer error in field copy." in hit
+
+
+@pytest.mark.simd_env.with_args(_link_down)
+def test_a_link_down_loses_the_card_for_every_client_and_only_that_card(daemon):
+    env, _ = daemon
+    seen = _two_copiers(env, "spyre:1", 30)
+    # Both clients' work on card 1 fails from the moment its link goes down, naming why; card 0
+    # goes on for both ("after ok").
+    for count, first in seen:
+        assert 1 <= count <= 30
+        assert "PCIe link down" in first or "does not answer" in first
