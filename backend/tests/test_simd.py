@@ -165,15 +165,20 @@ print("own work ok", flush=True)
 """
 
 
-def _owner(env) -> tuple[subprocess.Popen, dict]:
-    proc = subprocess.Popen(
-        [sys.executable, "-c", OWNER],
+def _interactive(env, code: str, *args: str) -> subprocess.Popen:
+    """A client running `code` that reads its orders from stdin and answers on stdout."""
+    return subprocess.Popen(
+        [sys.executable, "-c", code, *args],
         env=env,
         stdin=subprocess.PIPE,
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
     )
+
+
+def _owner(env) -> tuple[subprocess.Popen, dict]:
+    proc = _interactive(env, OWNER)
     line = proc.stdout.readline()
     assert line, proc.stderr.read()
     return proc, json.loads(line)
@@ -324,14 +329,7 @@ def _a_hung_core(tmp_path):
 
 
 def _fault_and_bystander(env):
-    bystander = subprocess.Popen(
-        [sys.executable, "-c", BYSTANDER],
-        env=env,
-        stdin=subprocess.PIPE,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
+    bystander = _interactive(env, BYSTANDER)
     try:
         assert bystander.stdout.readline().strip() == "ready", bystander.stderr.read()
         victim = subprocess.run(
@@ -402,17 +400,7 @@ print("after ok", flush=True)
 
 
 def _two_copiers(env, dev: str, rounds: int) -> list[tuple[int, str]]:
-    procs = [
-        subprocess.Popen(
-            [sys.executable, "-c", COPIER, dev, str(rounds)],
-            env=env,
-            stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            text=True,
-        )
-        for _ in range(2)
-    ]
+    procs = [_interactive(env, COPIER, dev, str(rounds)) for _ in range(2)]
     try:
         for p in procs:
             assert p.stdout.readline().strip() == "ready", p.stderr.read()
