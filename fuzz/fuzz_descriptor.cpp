@@ -163,8 +163,14 @@ class Card final : public fw::Hal {
 
   void reg_write(uint32_t off, uint32_t v) override {
     FUZZ_CHECK(in_call_, "register 0x%x written outside service_queue", off);
+    if (off == hw::queue_reg(call_.q, hw::kQActive)) {  // around a copy or a launch; a reset does not stop it
+      FUZZ_CHECK(v == (call_.executing ? 0u : 1u), "ACTIVE %u while %s", v, call_.executing ? "executing" : "idle");
+      call_.executing = v == 1;
+      return;
+    }
     FUZZ_CHECK(off == hw::queue_reg(call_.q, hw::kQHead) || off == hw::queue_reg(call_.q, hw::kQStatus),
                "firmware wrote register 0x%x serving queue %u", off, call_.q);
+    FUZZ_CHECK(!call_.executing, "register 0x%x written while ACTIVE", off);
     FUZZ_CHECK(!call_.reset, "register 0x%x written after the queue was reset", off);
     uint32_t& r = regs_[off / 4];
     if (off == hw::queue_reg(call_.q, hw::kQStatus)) {
@@ -277,6 +283,7 @@ class Card final : public fw::Hal {
   uint32_t num_cores() override { return limits_.num_cores; }
 
   fw::Verdict copy(const hw::CopyArgs& args, uint8_t flags, uint32_t priority) override {
+    FUZZ_CHECK(call_.executing, "a copy runs without ACTIVE");
     FUZZ_CHECK(call_.d.opcode == hw::Opcode::kCopy && std::memcmp(&args, &call_.d.copy, sizeof args) == 0 &&
                    flags == call_.d.flags,
                "copy for opcode %u", static_cast<unsigned>(call_.d.opcode));
@@ -290,6 +297,7 @@ class Card final : public fw::Hal {
 
   fw::Verdict launch(uint64_t program, uint64_t args, uint64_t args_size, uint64_t core_mask, uint32_t priority,
                      const fw::Window& window) override {
+    FUZZ_CHECK(call_.executing, "a launch runs without ACTIVE");
     FUZZ_CHECK(window.base == 0 && window.size == limits_.mem_size, "launch window 0x%llx + %llu",
                (unsigned long long)window.base, (unsigned long long)window.size);
     const hw::LaunchArgs& l = call_.d.launch;
@@ -359,6 +367,7 @@ class Card final : public fw::Hal {
     bool fetched = false, program_read = false, cpl_attempted = false, cpl_written = false, head_moved = false,
          fence_written = false;
     bool halted = false, reset = false;
+    bool executing = false;  // ACTIVE is 1
     int completions = 0, irqs = 0, wakeups = 0;
   };
 
@@ -426,6 +435,7 @@ class Card final : public fw::Hal {
 
   void check_call(bool ran) {
     const uint32_t q = call_.q;
+    FUZZ_CHECK(!call_.executing, "service_queue returned with ACTIVE set");
     if (call_.reset) {  // the host reset the queue during a wait: the command is dropped
       FUZZ_CHECK(ran && call_.completions == 0, "a reset command completed");
       return;

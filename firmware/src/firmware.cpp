@@ -238,7 +238,9 @@ bool Firmware::service_queue(uint32_t q) {
       if (d.opcode == hw::Opcode::kWait) {
         if (!wait_semaphore(q, d.semaphore, resets)) return true;
       } else {
+        hal_.reg_write(qreg(q, hw::kQActive), 1);
         v = execute(q, d, limits);
+        hal_.reg_write(qreg(q, hw::kQActive), 0);
       }
     }
   }

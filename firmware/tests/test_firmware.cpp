@@ -85,7 +85,9 @@ class FakeHal final : public fw::Hal {
   uint64_t dev_mem_size() override { return kLimits.mem_size; }
   uint32_t num_cores() override { return kLimits.num_cores; }
   std::vector<uint32_t> priorities;  // of each copy and launch
+  std::vector<uint32_t> active;      // queue 0's ACTIVE during each copy
   fw::Verdict copy(const hw::CopyArgs& a, uint8_t, uint32_t priority) override {
+    active.push_back(regs[hw::queue_reg(0, hw::kQActive)]);
     copies.push_back(a);
     priorities.push_back(priority);
     return {};
@@ -549,4 +551,17 @@ TEST_CASE("a ring outside the queue's IOVA window halts the queue with a DMA fau
   CHECK((status & hw::kQStatusHalted) != 0);
   CHECK((status >> 16) == static_cast<uint32_t>(ErrorCode::kDmaFault));
   CHECK(hal.copies.empty());
+}
+
+TEST_CASE("ACTIVE is set while a command of the queue executes, and only then") {
+  FakeHal hal;
+  hal.setup_queue(0, 8);
+  fw::Firmware firmware(hal);
+  hal.push(0, copy(0, 64, 8), 1);
+  hal.push(0, copy(0, 1ull << 40, 8), 2);  // refused by validation: never executes
+  CHECK(firmware.service_queue(0));
+  CHECK(hal.regs[hw::queue_reg(0, hw::kQActive)] == 0);
+  CHECK(firmware.service_queue(0));
+  CHECK(hal.active == std::vector<uint32_t>{1});
+  CHECK(hal.regs[hw::queue_reg(0, hw::kQActive)] == 0);
 }

@@ -90,7 +90,7 @@ uint32_t Endpoint::reg_read(uint32_t offset) {
 void Endpoint::reg_write_device(uint32_t offset, uint32_t value) {
   if (offset >= hw::kQueueBase && offset < hw::kQueueBase + hw::kMaxQueues * hw::kQueueStride) {
     const uint32_t reg = (offset - hw::kQueueBase) % hw::kQueueStride;
-    if (reg == hw::kQHead || reg == hw::kQStatus) regs_[offset / 4] = value;
+    if (reg == hw::kQHead || reg == hw::kQStatus || reg == hw::kQActive) regs_[offset / 4] = value;
   }
 }
 
@@ -99,8 +99,10 @@ void Endpoint::host_reg_write(uint32_t offset, uint32_t value) {
     if (value & hw::kControlReset) {
       for (uint32_t q = 0; q < hw::kMaxQueues; ++q) {
         const uint32_t resets = regs_[hw::queue_reg(q, hw::kQResets) / 4];
+        const uint32_t active = regs_[hw::queue_reg(q, hw::kQActive) / 4];
         for (uint32_t r = 0; r < hw::kQueueStride; r += 4) regs_[hw::queue_reg(q, r) / 4] = 0;
         regs_[hw::queue_reg(q, hw::kQResets) / 4] = resets + 1;
+        regs_[hw::queue_reg(q, hw::kQActive) / 4] = active;  // what runs, runs on
         completed_[q] = 0;
         work_[q].notify(sc_core::SC_ZERO_TIME);
       }
@@ -125,6 +127,7 @@ void Endpoint::host_reg_write(uint32_t offset, uint32_t value) {
     case hw::kQHead:
     case hw::kQStatus:
     case hw::kQResets:
+    case hw::kQActive:
       return;  // device-owned
     case hw::kQControl:
       if (value & hw::kQControlReset) {

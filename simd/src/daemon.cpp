@@ -414,6 +414,21 @@ void Daemon::release(uint32_t client, int slot) {
         sim_.mmio_write(card, hw::queue_reg(q, hw::kQControl), hw::kQControlReset);
         links_[card]->set_owner(q, 0);
       }
+      // A copy or launch already running goes on to its end (the watchdog bounds a launch):
+      // scrubbing before it ends would leave what it writes afterwards to the next client.
+      const auto since = std::chrono::steady_clock::now();
+      bool told = false;
+      for (uint32_t q = s.first_queue; q < s.first_queue + s.queues; ++q) {
+        while (sim_.mmio_read(card, hw::queue_reg(q, hw::kQActive)) != 0) {
+          sim_.note_poll();  // with host pacing, the card runs on although no client waits
+          std::this_thread::sleep_for(std::chrono::milliseconds(1));
+          if (!told && std::chrono::steady_clock::now() - since > std::chrono::seconds(5)) {
+            log("simd").warn("client {} left a command running on card {} queue {}; its slot is freed when it ends",
+                             client, card, q);
+            told = true;
+          }
+        }
+      }
       write64(sim_, card, hw::kMgmtScrubBaseLo, s.mem_base);
       write64(sim_, card, hw::kMgmtScrubSizeLo, s.mem_bytes);
       sim_.mmio_write(card, hw::kMgmtScrub, 1);

@@ -55,6 +55,10 @@ inline constexpr uint32_t kQHead = 0x2c;        // ro: descriptors consumed (fre
 inline constexpr uint32_t kQTail = 0x30;        // rw: doorbell, descriptors produced (free-running)
 inline constexpr uint32_t kQPriority = 0x34;    // rw: kQPriority*: who gets the cores and DMA channels first
 inline constexpr uint32_t kQResets = 0x38;      // ro: resets of this queue (free-running)
+// ro: 1 while the firmware executes a command of this queue (a copy or a launch), else 0. A reset
+// does not clear it: the command runs on to its end, its result dropped. The host waits for 0
+// before it hands the queue's memory to someone else.
+inline constexpr uint32_t kQActive = 0x3c;
 
 // Queues run concurrently and share the cores and the DMA channels. When several wait for the same
 // ones, a high-priority queue goes first, then the one that asked first.
