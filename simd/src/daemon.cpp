@@ -419,7 +419,9 @@ void Daemon::release(uint32_t client, int slot) {
       const auto since = std::chrono::steady_clock::now();
       bool told = false;
       for (uint32_t q = s.first_queue; q < s.first_queue + s.queues; ++q) {
-        while (sim_.mmio_read(card, hw::queue_reg(q, hw::kQActive)) != 0) {
+        // All ones: the card does not answer (link down); nothing it runs reaches anyone now.
+        for (uint32_t active; (active = sim_.mmio_read(card, hw::queue_reg(q, hw::kQActive))) != 0 &&
+                              active != kAllOnes && !stopping_;) {
           sim_.note_poll();  // with host pacing, the card runs on although no client waits
           std::this_thread::sleep_for(std::chrono::milliseconds(1));
           if (!told && std::chrono::steady_clock::now() - since > std::chrono::seconds(5)) {
