@@ -308,9 +308,15 @@ def d(opcode, flags=0, operands=(0, 0, 0, 0, 0, 0), reserved=0):
     return struct.pack("<BBHIQ6Q", opcode, flags, 0, reserved, 0, *operands)
 # Device addresses in this client's own window, which starts at `base`.
 base = [c for c in torch_spyre.smi.daemon_status()["clients"] if c["pid"] == os.getpid()][0]["memory_base"]
+p = base + 65536  # a launch's program address in the window (what lies there is never run)
 for raw in [d(99), d(1, operands=(base, base + (1 << 40), 64, 0, 0, 0)), d(1, operands=(base, base, 0, 0, 0, 0)),
             d(1, 1, (0xDEAD000, base + 4096, 64, 0, 0, 0)), d(1, operands=(base, base, 64, 0, 0, 0), reserved=5),
-            d(2, operands=(base + 65536, 4096, 0, 0, 0, 0)), d(0, flags=4)]:
+            d(2, operands=(p, 4096, 0, 0, 0, 0)), d(0, flags=4),
+            d(1, operands=(base - 4096, base, 64, 0, 0, 0)), d(2, operands=(p + 8, 4096, 0, 0, 1, 0)),
+            d(2, operands=(p, 4097, 0, 0, 1, 0)), d(2, operands=(p, 4096, p + 4, 8, 1, 0)),
+            d(2, operands=(p, 4096, p, 12, 1, 0)), d(2, operands=(p, 4096, 0, 0, 1, 1 << 50)),
+            d(3, operands=(0x1004, 0, 0, 0, 0, 0)), d(4, operands=(base + 4, 1, 0, 0, 0, 0)),
+            d(4, operands=(base - 8, 1, 0, 0, 0, 0))]:
     r = submit_raw_descriptor(raw)
     print("descriptor |", r["error"], "|", r["field"], flush=True)
 """
@@ -355,6 +361,15 @@ EXPECTED_DESCRIPTOR_ERRORS = [
     ["reserved field not zero", "reserved"],
     ["no such core", "launch.core_mask"],
     ["bad flags", "flags"],
+    ["address out of device memory", "copy.src"],  # below the client's window
+    ["bad alignment", "launch.program"],
+    ["bad size", "launch.program_size"],
+    ["bad alignment", "launch.args"],
+    ["bad size", "launch.args_size"],
+    ["address out of device memory", "launch.label"],
+    ["bad alignment", "timestamp.dst"],
+    ["bad alignment", "semaphore.addr"],
+    ["address out of device memory", "semaphore.addr"],  # another client's memory
 ]
 
 
