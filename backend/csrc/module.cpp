@@ -168,6 +168,7 @@ py::dict device_info(int index) {
   d["queues"] = i.num_queues;
   d["clock_mhz"] = i.clock_mhz;
   d["memory_bytes"] = i.memory_bytes;
+  d["memory_base"] = i.memory_base;  // the first usable address: 0, or this client's window on a shared card
   d["lx_bytes"] = i.lx_bytes;
   d["fp16_format"] = i.fp16_dlfloat ? "dlfloat16" : "ieee";
   return d;

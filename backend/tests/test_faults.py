@@ -17,10 +17,10 @@ WORK = """
 import sys, torch, torch_spyre
 from torch_spyre.debug import device_address
 x = torch.arange(1 << 20, dtype=torch.float32)
-if sys.argv[-1] == "address":
+if sys.argv[-1] == "address":  # from the start of this process's memory (a shared card's window)
     t = x.to("spyre")
     torch.spyre.synchronize()
-    print(device_address(t))
+    print(device_address(t) - torch_spyre.device_info(0)["memory_base"])
     sys.exit()
 try:
     t = x.to("spyre")
@@ -49,7 +49,9 @@ def _run(tmp_path, faults: dict, how: str = "kernel", config: dict | None = None
 
 
 def _address_of_the_tensor(tmp_path) -> int:
-    """Where WORK's tensor lands: the allocator is deterministic, so a run without faults tells."""
+    """Where WORK's tensor lands: the allocator is deterministic, so a run without faults tells.
+    Over the socket transport, the faults' own daemon serves the run that meets them alone, in the
+    first slot, whose window starts at 0; the offset in the window is what carries over."""
     first, _ = _run(tmp_path, {}, how="address")
     return int(first)
 

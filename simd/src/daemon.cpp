@@ -37,6 +37,7 @@ constexpr uint64_t kPage = 4096;
 // A client's IOVAs: its id above bit 44, so one client's addresses never name another's mapping.
 // That range is also its queues' IOVA window in the management page: the card's own IOMMU domain.
 constexpr int kClientShift = 44;
+constexpr uint32_t kMaxClientId = uint32_t{1} << 19;
 constexpr uint64_t kWindowAlign = uint64_t{1} << 20;
 constexpr uint32_t kAllOnes = 0xffffffffu;
 
@@ -218,7 +219,14 @@ int Daemon::run() {
       const int sock = accept4(listener, nullptr, nullptr, SOCK_CLOEXEC);
       if (sock >= 0) {
         std::lock_guard lock_clients(mu_);
-        const uint32_t client = next_client_++;
+        // Ids name IOMMU domains (id << 44): they wrap below 2^19 and skip the connected ones, so
+        // a long-lived daemon never gives two clients one domain.
+        uint32_t client;
+        do {
+          client = next_client_;
+          next_client_ = next_client_ + 1 < kMaxClientId ? next_client_ + 1 : 1;
+        } while (connected_.count(client) != 0);
+        connected_.insert(client);
         ++clients_;
         threads.emplace_back([this, sock, client] { serve(sock, client); });
       }
@@ -445,6 +453,7 @@ void Daemon::release(uint32_t client, int slot) {
     ++scrubs_;
   }
   --clients_;
+  connected_.erase(client);
   last_seen_ = std::chrono::steady_clock::now();
 }
 

@@ -12,6 +12,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -63,8 +64,9 @@ class Daemon {
   std::mutex mu_;
   uint32_t next_client_ = 1;
   uint32_t clients_ = 0;
-  std::vector<Slot> slots_;  // guarded by mu_
-  uint64_t scrubs_ = 0;      // windows scrubbed after their clients left
+  std::set<uint32_t> connected_;  // ids of the connected clients
+  std::vector<Slot> slots_;       // guarded by mu_
+  uint64_t scrubs_ = 0;           // windows scrubbed after their clients left
   std::chrono::steady_clock::time_point last_seen_;
   std::chrono::steady_clock::time_point started_;
 };
