@@ -12,19 +12,14 @@ constexpr Verdict fail(ErrorCode e, Field f, uint32_t detail = 0) {
   return Verdict{e, f, detail};
 }
 
-// True when [addr, addr + size) lies inside [base, base + window) (size > 0 checked by the caller).
-constexpr bool in_range(uint64_t addr, uint64_t size, uint64_t base, uint64_t window) {
-  return addr >= base && addr - base < window && size <= window - (addr - base);
-}
-
 // True when [addr, addr + size) lies inside the queue's device-memory window.
 constexpr bool in_device(uint64_t addr, uint64_t size, const Limits& lim) {
-  return in_range(addr, size, lim.mem_base, lim.mem_size);
+  return hw::in_window(addr, size, lim.mem_base, lim.mem_size);
 }
 
 // True when the queue's DMA may reach [iova, iova + size) of host memory.
 constexpr bool in_host(uint64_t iova, uint64_t size, const Limits& lim) {
-  return lim.iova_size == 0 || in_range(iova, size, lim.iova_base, lim.iova_size);
+  return lim.iova_size == 0 || hw::in_window(iova, size, lim.iova_base, lim.iova_size);
 }
 
 Verdict validate_copy(const hw::Descriptor& d, const Limits& lim) {

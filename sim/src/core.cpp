@@ -7,6 +7,7 @@
 
 #include "sfp.h"
 #include "spyre/hw/commands.h"
+#include "spyre/hw/regs.h"
 #include "tile_math.h"
 
 namespace spyre::sim {
@@ -226,10 +227,7 @@ fw::Verdict Core::hang(uint32_t pc, uint64_t deadline, const sc_core::sc_time& q
 }
 
 bool Core::in_window(uint64_t addr, uint64_t n) {
-  if (window_size_ == 0 ||
-      (addr >= window_base_ && addr - window_base_ < window_size_ && n <= window_size_ - (addr - window_base_))) {
-    return true;
-  }
+  if (window_size_ == 0 || hw::in_window(addr, n, window_base_, window_size_)) return true;
   fault_code_ = hw::ErrorCode::kDmaFault;
   return false;
 }

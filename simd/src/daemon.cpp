@@ -329,7 +329,7 @@ void Daemon::serve(int sock, uint32_t client) {
           // Only the client's own window on the peer card: the same slot as on every card.
           if (b >= cards) {
             fail(kInvalidArgument, "spyre-simd: no peer card " + std::to_string(b));
-          } else if (c < mine.mem_base || d > mine.mem_bytes || c - mine.mem_base > mine.mem_bytes - d) {
+          } else if (!hw::in_window(c, d, mine.mem_base, mine.mem_bytes)) {
             fail(kInvalidArgument, fmt::format("spyre-simd: iommu: peer range {:#x} + {} is outside this client's "
                                                "window of card {} ({:#x} + {})",
                                                c, d, b, mine.mem_base, mine.mem_bytes));
@@ -418,10 +418,8 @@ void Daemon::release(uint32_t client, int slot) {
     // Its queues stop first (a reset drops what they hold; a running program ends within the
     // watchdog's budget), then its memory is scrubbed, so nothing of it reaches the next client.
     for (uint32_t card = 0; card < sim_.num_cards(); ++card) {
-      for (uint32_t q = s.first_queue; q < s.first_queue + s.queues; ++q) {
-        sim_.mmio_write(card, hw::queue_reg(q, hw::kQControl), hw::kQControlReset);
-        links_[card]->set_owner(q, 0);
-      }
+      reset_queues(s, card);
+      for (uint32_t q = s.first_queue; q < s.first_queue + s.queues; ++q) links_[card]->set_owner(q, 0);
       // A copy or launch already running goes on to its end (the watchdog bounds a launch):
       // scrubbing before it ends would leave what it writes afterwards to the next client.
       const auto since = std::chrono::steady_clock::now();
@@ -455,6 +453,12 @@ void Daemon::release(uint32_t client, int slot) {
   --clients_;
   connected_.erase(client);
   last_seen_ = std::chrono::steady_clock::now();
+}
+
+void Daemon::reset_queues(const Slot& s, uint32_t card) {
+  for (uint32_t q = s.first_queue; q < s.first_queue + s.queues; ++q) {
+    sim_.mmio_write(card, hw::queue_reg(q, hw::kQControl), hw::kQControlReset);
+  }
 }
 
 std::string Daemon::refusal(uint64_t pid) {
@@ -494,11 +498,7 @@ uint32_t Daemon::client_read(const Slot& s, uint32_t card, uint32_t offset) {
 void Daemon::client_write(const Slot& s, uint32_t card, uint32_t offset, uint32_t value) {
   if (offset == hw::kRegControl) {
     // A client's device reset is a reset of its own function: its queues, nobody else's.
-    if (value & hw::kControlReset) {
-      for (uint32_t q = s.first_queue; q < s.first_queue + s.queues; ++q) {
-        sim_.mmio_write(card, hw::queue_reg(q, hw::kQControl), hw::kQControlReset);
-      }
-    }
+    if (value & hw::kControlReset) reset_queues(s, card);
     return;
   }
   if (offset >= hw::kQueueBase && offset < hw::queue_reg(hw::kMaxQueues, 0)) {

@@ -52,6 +52,8 @@ class Daemon {
   /// window as the card's memory; nothing of other clients or of the management page.
   uint32_t client_read(const Slot& s, uint32_t card, uint32_t offset);
   void client_write(const Slot& s, uint32_t card, uint32_t offset, uint32_t value);
+  /// Resets every queue of the slot on `card` (they drop what they hold).
+  void reset_queues(const Slot& s, uint32_t card);
   std::string status_json();
   std::string refusal(uint64_t pid);
 

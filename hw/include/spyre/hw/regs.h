@@ -109,6 +109,11 @@ inline constexpr uint32_t kMgmtScrubSizeHi = kMgmtBase + 0x40c;
 inline constexpr uint32_t kMgmtScrub = kMgmtBase + 0x410;
 inline constexpr uint32_t kMgmtEnd = kMgmtBase + 0x1000;
 
+/// True when [addr, addr + n) lies inside the window [base, base + size), n > 0, without overflow.
+constexpr bool in_window(uint64_t addr, uint64_t n, uint64_t base, uint64_t size) {
+  return addr >= base && addr - base < size && n <= size - (addr - base);
+}
+
 /// Offset in BAR0 of management register `reg` of queue `q`.
 constexpr uint32_t mgmt_reg(uint32_t q, uint32_t reg) {
   return kMgmtBase + q * kMgmtQueueStride + reg;
