@@ -13,6 +13,7 @@
 #include <ATen/native/transformers/attention.h>
 #include <torch/library.h>
 
+#include <algorithm>
 #include <cmath>
 
 #include "boxed.h"
@@ -130,6 +131,20 @@ double scale_of(const BoxedCall& c, const at::Tensor& q) {
   return s ? s->toDouble() : 1.0 / std::sqrt(static_cast<double>(q.size(3)));
 }
 
+// A tensor of q's shape with last dim `e`, its dims in the order of q's strides.
+at::Tensor like_query(const at::Tensor& q, int64_t e) {
+  if (q.size(3) == e) return at::empty_like(q);
+  std::vector<int64_t> order = {0, 1, 2, 3}, sizes = q.sizes().vec(), strides(4);
+  sizes[3] = e;
+  std::stable_sort(order.begin(), order.end(), [&](int64_t a, int64_t b) { return q.stride(a) > q.stride(b); });
+  int64_t stride = 1;
+  for (auto it = order.rbegin(); it != order.rend(); ++it) {
+    strides[*it] = stride;
+    stride *= sizes[*it];
+  }
+  return at::empty_strided(sizes, strides, q.options());
+}
+
 // (output, logsumexp, cum_seq_q, cum_seq_k, max_q, max_k, philox_seed, philox_offset, debug_attn_mask)
 void attention_kernel(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
   BoxedCall c(op, stack);
@@ -142,9 +157,11 @@ void attention_kernel(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
               "spyre: _scaled_dot_product_fused_attention_overrideable takes [batch, heads, length, dim] query, key "
               "and value of one float type, no dropout, and a bias or causal masking, not both");
   const int64_t B = q.size(0), H = q.size(1), L = q.size(2), S = k.size(2);
-  at::Tensor out = at::empty({B, H, L, v.size(3)}, q.options());
+  // The layouts torch's meta function promises (torch.compile plans views on them): the output
+  // is laid out as the query is, the seed and offset are 0-dim.
+  at::Tensor out = like_query(q, v.size(3));
   at::Tensor lse = at::empty({B, H, L}, q.options().dtype(at::kFloat));
-  const at::Tensor none = at::empty({0}, q.options().dtype(at::kLong));
+  const at::Tensor none = at::empty({}, q.options().dtype(at::kLong));
   const auto finish = [&] {
     c.finish(std::initializer_list<c10::IValue>{out, lse, at::Tensor(), at::Tensor(), c10::SymInt(L), c10::SymInt(S),
                                                 none, none, at::empty({0}, q.options())});
@@ -196,9 +213,9 @@ void attention_backward_kernel(const c10::OperatorHandle& op, torch::jit::Stack*
   TORCH_CHECK(c.get("dropout_p")->toDouble() == 0.0, "spyre: the attention kernel has no dropout");
   const int64_t B = q.size(0), H = q.size(1), L = q.size(2), S = k.size(2), g = H / k.size(1);
   const double scale = scale_of(c, q);
-  at::Tensor dq = at::zeros_like(q, at::MemoryFormat::Contiguous);
-  at::Tensor dk = at::zeros_like(k, at::MemoryFormat::Contiguous);
-  at::Tensor dv = at::zeros_like(v, at::MemoryFormat::Contiguous);
+  at::Tensor dq = at::zeros_like(q);  // laid out as the inputs are, as torch's meta function says
+  at::Tensor dk = at::zeros_like(k);
+  at::Tensor dv = at::zeros_like(v);
   at::Tensor dbias = mask[3] && bias.defined() ? at::zeros_like(bias, at::MemoryFormat::Contiguous) : at::Tensor();
   if (go.numel() == 0 || S == 0) return c.finish({dq, dk, dv, dbias});
   const bool f32 = q.scalar_type() == at::kFloat;
