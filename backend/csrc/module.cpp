@@ -15,9 +15,11 @@
 #include <cstring>
 
 #include "aten_util.h"
+#include "compiled_graph.h"
 #include "graph.h"
 #include "memory_bindings.h"
 #include "runtime.h"
+#include "spyre/compiler/program.h"
 #include "spyre/driver/driver.h"
 #include "spyre/hw/commands.h"
 
@@ -322,6 +324,41 @@ PYBIND11_MODULE(_C, m) {
   m.def("_device_opened", [](int index) { return DeviceRuntime::opened(index); });
   m.def("_init", [](int index) { (void)DeviceRuntime::get(index); });
   m.def("_register_graph_impl", [] { spyre::backend::register_graph_impl(); });
+  // The torch.compile front door (torch_spyre/_compile).
+  m.def("_compile_graph", [](int device, const std::string& json) {
+    spyre::backend::ProgramBytes p;
+    try {
+      p = spyre::backend::compile_graph_json(device, json);
+    } catch (const std::invalid_argument& e) {
+      throw py::value_error(e.what());
+    }
+    return py::make_tuple(p.name, py::bytes(p.image), p.core_mask, p.num_args);
+  });
+  m.def("_install_program", [](const std::string& key, const std::string& name, const py::bytes& image,
+                               uint64_t core_mask, uint32_t num_args) {
+    HANDLE_TH_ERRORS
+    spyre::backend::install_program(key, {name, std::string(image), core_mask, num_args});
+    END_HANDLE_TH_ERRORS_PYBIND
+  });
+  m.def("_launch_graph", [](const std::string& key, const std::vector<at::Tensor>& tensors, const std::string& label) {
+    HANDLE_TH_ERRORS
+    spyre::backend::launch_graph(key, tensors, label);
+    END_HANDLE_TH_ERRORS_PYBIND
+  });
+  m.def("_compile_target", [](int device) {
+    HANDLE_TH_ERRORS
+    return spyre::backend::compile_target(device);
+    END_HANDLE_TH_ERRORS_PYBIND
+  });
+  m.def("_program_listing", [](const py::bytes& image) {
+    const std::string s(image);
+    try {
+      return spyre::compiler::listing(std::vector<uint8_t>(s.begin(), s.end()));
+    } catch (const std::invalid_argument& e) {
+      throw py::value_error(e.what());
+    }
+  });
+  m.def("_pointwise_functions", [] { return spyre::backend::pointwise_functions(); });
   m.def("_submit_raw_descriptor", [](int index, const py::bytes& raw) {
     HANDLE_TH_ERRORS
     return submit_raw_descriptor(index, raw);

@@ -6,7 +6,9 @@
 #include <ATen/core/Tensor.h>
 
 #include <initializer_list>
+#include <map>
 #include <optional>
+#include <string>
 #include <vector>
 
 #include "boxed.h"
@@ -38,5 +40,10 @@ std::optional<at::Tensor> output(const BoxedCall& c, const at::Tensor& like, c10
 /// Launches `l` and returns `out` on the stack, or falls back to the CPU when the compiler does
 /// not take it.
 void finish(BoxedCall& c, Launch& l, const at::Tensor& out);
+
+/// The unary and binary tables of pointwise_ops.cpp (ATen name -> SFP function), for the
+/// torch.compile front door, which lowers the same ops to the same functions.
+std::map<std::string, int> unary_functions();
+std::map<std::string, int> binary_functions();
 
 }  // namespace spyre::backend

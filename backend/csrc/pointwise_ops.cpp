@@ -346,4 +346,16 @@ const bool g_registered = [] {
 }();
 
 }  // namespace
+std::map<std::string, int> unary_functions() {
+  std::map<std::string, int> m;
+  for (const auto& [name, row] : kUnary) m[name] = static_cast<int>(row.fn);
+  return m;
+}
+
+std::map<std::string, int> binary_functions() {
+  std::map<std::string, int> m;
+  for (const auto& [name, row] : kBinary) m[name] = static_cast<int>(row.fn);
+  return m;
+}
+
 }  // namespace spyre::backend

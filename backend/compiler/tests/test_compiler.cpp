@@ -113,3 +113,44 @@ TEST_CASE("malformed graphs are rejected with a message") {
   g.views[0].sizes = {3};
   CHECK_THROWS_WITH_AS(compiler::compile(g, {}), doctest::Contains("does not broadcast"), std::invalid_argument);
 }
+
+TEST_CASE("a graph read from JSON is the graph built in C++") {
+  const Graph built = matmul_graph(64, 32, 16, hw::DType::kF32);
+  const Graph read = compiler::ir::graph_from_json(R"({"num_args": 3, "views": [
+      {"arg": 0, "offset": 0, "sizes": [64, 32], "strides": [32, 1], "dtype": "f32"},
+      {"arg": 1, "offset": 0, "sizes": [32, 16], "strides": [16, 1], "dtype": "f32"},
+      {"arg": 2, "offset": 0, "sizes": [64, 16], "strides": [16, 1], "dtype": "f32"}],
+      "ops": [{"matmul": {"a": 0, "b": 1, "out": 2, "compute": "f32"}}]})");
+  CHECK(read.signature() == built.signature());
+  const compiler::Target t;
+  CHECK(compiler::compile(read, t).image == compiler::compile(built, t).image);
+  CHECK(compiler::listing(compiler::compile(read, t).image).find("MATMUL") != std::string::npos);
+}
+
+TEST_CASE("a malformed JSON graph names the field") {
+  const auto error = [](const char* text) {
+    try {
+      compiler::ir::graph_from_json(text);
+    } catch (const std::invalid_argument& e) {
+      return std::string(e.what());
+    }
+    return std::string("accepted");
+  };
+  CHECK(error("{").find("document") != std::string::npos);
+  CHECK(error(R"({"num_args": 17, "views": [], "ops": []})").find("num_args") != std::string::npos);
+  CHECK(error(R"({"num_args": 1, "views": [{"arg": 0, "offset": 0, "sizes": [2], "strides": [], "dtype": "f32"}],
+                  "ops": []})")
+            .find("views[0]") != std::string::npos);
+  CHECK(error(R"({"num_args": 1, "views": [{"arg": 0, "offset": 0, "sizes": [2], "strides": [1], "dtype": "f64"}],
+                  "ops": []})")
+            .find("views[0].dtype") != std::string::npos);
+  CHECK(error(R"({"num_args": 1, "views": [{"arg": 0, "offset": 0, "sizes": [2], "strides": [1], "dtype": "f32"}],
+                  "ops": [{"pointwise": {"compute": "f32", "inputs": [], "out": 0,
+                           "steps": [{"kind": "unary", "fn": 99, "args": [0]}]}}]})")
+            .find("ops[0].pointwise.steps[0].fn") != std::string::npos);
+  CHECK(error(R"({"num_args": 1, "views": [{"arg": 0, "offset": 0, "sizes": [2], "strides": [1], "dtype": "f32"}],
+                  "ops": [{"pointwise": {"compute": "f32", "inputs": [{"view": 0}], "out": 0,
+                           "steps": [{"kind": "unary", "fn": 1, "args": [-1]}]}}]})")
+            .find("earlier step") != std::string::npos);
+  CHECK(error(R"({"num_args": 1, "views": [], "ops": [{"sort": {}}]})").find("ops[0]") != std::string::npos);
+}

@@ -70,6 +70,75 @@ enum class Op : uint8_t {
   kSort = 0x3b,       // each row of src sorted (stable) into dst, its column indices (int64) at c
 };
 
+/// The mnemonic of an instruction (for listings), or "?" for a number that is no instruction.
+constexpr const char* op_name(Op op) {
+  switch (op) {
+    case Op::kEnd:
+      return "END";
+    case Op::kLi:
+      return "LI";
+    case Op::kArg:
+      return "ARG";
+    case Op::kAddi:
+      return "ADDI";
+    case Op::kAdd:
+      return "ADD";
+    case Op::kMuli:
+      return "MULI";
+    case Op::kBranch:
+      return "BRANCH";
+    case Op::kBarrier:
+      return "BARRIER";
+    case Op::kRank:
+      return "RANK";
+    case Op::kMul:
+      return "MUL";
+    case Op::kDivu:
+      return "DIVU";
+    case Op::kRemu:
+      return "REMU";
+    case Op::kLoad:
+      return "LOAD";
+    case Op::kStore:
+      return "STORE";
+    case Op::kWait:
+      return "WAIT";
+    case Op::kGather:
+      return "GATHER";
+    case Op::kScatter:
+      return "SCATTER";
+    case Op::kLoadMulticast:
+      return "LOAD_MULTICAST";
+    case Op::kMatmul:
+      return "MATMUL";
+    case Op::kConvert:
+      return "CONVERT";
+    case Op::kUnary:
+      return "UNARY";
+    case Op::kBinary:
+      return "BINARY";
+    case Op::kSelect:
+      return "SELECT";
+    case Op::kFma:
+      return "FMA";
+    case Op::kReduce:
+      return "REDUCE";
+    case Op::kFill:
+      return "FILL";
+    case Op::kIota:
+      return "IOTA";
+    case Op::kTranspose:
+      return "TRANSPOSE";
+    case Op::kScan:
+      return "SCAN";
+    case Op::kRandom:
+      return "RANDOM";
+    case Op::kSort:
+      return "SORT";
+  }
+  return "?";
+}
+
 /// Element types of the scratchpad and device memory. Bool is one byte holding 0 or 1.
 enum class DType : uint8_t { kF32 = 0, kF16 = 1, kBF16 = 2, kI32 = 3, kI8 = 4, kBool = 5, kI64 = 6, kCount };
 

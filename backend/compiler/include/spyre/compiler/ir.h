@@ -5,6 +5,7 @@
 
 #include <cstdint>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "spyre/hw/isa.h"
@@ -191,5 +192,14 @@ struct Graph {
   /// A short human-readable name for traces, e.g. "add f32 [64,64]".
   std::string name() const;
 };
+
+/// A graph from its JSON form (the torch.compile front door's): {"num_args": n, "views": [{"arg",
+/// "offset", "sizes", "strides", "dtype"}], "ops": [{"pointwise": {"compute", "inputs": [{"view": i}
+/// or {"scalar": x}], "out", "steps": [{"kind": "copy"|"unary"|"binary"|"select"|"fill"|"iota",
+/// "fn", "args", "value", "start", "step"}]}} | {"reduce": {"fn", "compute", "in", "out", "dims"}} |
+/// {"matmul": {"a", "b", "out", "bias", "alpha", "beta", "compute"}}]}. Functions are the hw enum
+/// values; dtypes their names ("f32"); infinities and NaN the strings "inf", "-inf", "nan".
+/// Throws std::invalid_argument naming the first malformed field.
+Graph graph_from_json(std::string_view text);
 
 }  // namespace spyre::compiler::ir

@@ -35,6 +35,9 @@ Program assemble(std::string name, const std::vector<std::vector<hw::Instr>>& pe
 /// Assembles one instruction stream that every one of `cores` cores runs from its start (SPMD).
 Program assemble_spmd(std::string name, std::vector<hw::Instr> code, uint32_t cores, uint32_t num_args);
 
+/// The instructions of a program image as text, one per line (for debug dumps).
+std::string listing(const std::vector<uint8_t>& image);
+
 /// Compiles a graph into one program: its ops run in order, each split over the cores, with a
 /// barrier between consecutive ops. Throws std::invalid_argument naming the problem when an op
 /// cannot be compiled (a malformed graph, or a shape the lowering does not take).

@@ -1,0 +1,75 @@
+#include "compiled_graph.h"
+
+#include <ATen/ATen.h>
+#include <c10/core/DeviceGuard.h>
+
+#include <mutex>
+#include <stdexcept>
+#include <unordered_map>
+
+#include "aten_util.h"
+#include "pointwise_common.h"
+#include "runtime.h"
+#include "spyre/compiler/program.h"
+#include "spyre/hw/commands.h"
+
+namespace spyre::backend {
+namespace {
+
+std::mutex g_mu;
+std::unordered_map<std::string, compiler::Program> g_installed;  // key -> program, for uploads on a miss
+
+}  // namespace
+
+ProgramBytes compile_graph_json(int device, const std::string& json) {
+  const compiler::ir::Graph g = compiler::ir::graph_from_json(json);
+  const compiler::Program p = compiler::compile(g, DeviceRuntime::get(device).target());
+  return {p.name, std::string(p.image.begin(), p.image.end()), p.core_mask, p.num_args};
+}
+
+void install_program(const std::string& key, ProgramBytes p) {
+  TORCH_CHECK(p.num_args <= hw::kMaxLaunchArgs, "spyre: a program with ", p.num_args, " arguments");
+  compiler::Program program{std::move(p.name), std::vector<uint8_t>(p.image.begin(), p.image.end()), p.core_mask,
+                            p.num_args};
+  const std::lock_guard<std::mutex> lock(g_mu);
+  g_installed[key] = std::move(program);
+}
+
+void launch_graph(const std::string& key, const std::vector<at::Tensor>& tensors, const std::string& label) {
+  TORCH_CHECK(!tensors.empty(), "spyre: a compiled graph launch without tensors");
+  const int device = tensors.front().device().index();
+  std::vector<uint64_t> args;
+  args.reserve(tensors.size());
+  for (const at::Tensor& t : tensors) {
+    TORCH_CHECK(t.is_privateuseone() && t.device().index() == device,
+                "spyre: a compiled graph's tensors must all be on spyre:", device, ", got one on ", t.device());
+    args.push_back(device_addr(t));
+  }
+  const c10::DeviceGuard guard(tensors.front().device());
+  DeviceRuntime::get(device).launch(
+      key,
+      [&] {
+        const std::lock_guard<std::mutex> lock(g_mu);
+        const auto it = g_installed.find(key);
+        TORCH_CHECK(it != g_installed.end(), "spyre: no compiled program under '", key, "'");
+        TORCH_CHECK(it->second.num_args == args.size(), "spyre: the program under '", key, "' takes ",
+                    it->second.num_args, " arguments, got ", args.size());
+        return it->second;
+      },
+      args, label);
+}
+
+std::map<std::string, double> compile_target(int device) {
+  const compiler::Target t = DeviceRuntime::get(device).target();
+  return {{"cores", t.cores},
+          {"lx_bytes", static_cast<double>(t.lx_bytes)},
+          {"load_bytes_per_cycle", t.load_bytes_per_cycle},
+          {"pt_macs_per_cycle", t.pt_macs_per_cycle},
+          {"fp32_rate", t.fp32_rate}};
+}
+
+std::map<std::string, std::map<std::string, int>> pointwise_functions() {
+  return {{"unary", unary_functions()}, {"binary", binary_functions()}};
+}
+
+}  // namespace spyre::backend

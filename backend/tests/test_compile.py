@@ -1,0 +1,217 @@
+"""torch.compile(backend="spyre"): whole graphs planned into fused programs (torch_spyre/_compile),
+checked against CPU torch and against the same model run eagerly on spyre."""
+
+from __future__ import annotations
+
+import copy
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+import torch_spyre
+from test_models import GPT, _batches, _llama_config, _train
+from torch_spyre._compile import compile_stats, launch_count
+
+pytestmark = pytest.mark.filterwarnings("ignore::UserWarning")
+
+
+@pytest.fixture(autouse=True)
+def _fresh(tmp_path, monkeypatch):
+    monkeypatch.setenv("TORCH_SPYRE_CACHE_DIR", str(tmp_path / "cache"))
+    torch._dynamo.reset()
+    torch_spyre.set_cpu_fallback("error")
+    compile_stats(reset=True)
+    yield
+    torch_spyre.set_cpu_fallback("warn")
+    torch._dynamo.reset()
+
+
+def _spyre(*ts):
+    return [t.to("spyre") for t in ts]
+
+
+def test_the_backend_is_listed_after_a_plain_import_torch():
+    code = "import torch; print('spyre' in torch._dynamo.list_backends())"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "True"
+
+
+def test_a_fused_function_is_one_launch_and_matches_cpu():
+    def f(x, w, b):
+        y = F.gelu(x @ w + b) * 2.0
+        return y.sum(-1), torch.softmax(y, -1), torch.rsqrt(y.pow(2).mean(-1, keepdim=True) + 1e-6)
+
+    args = [torch.randn(32, 64), torch.randn(64, 48), torch.randn(48)]
+    cf = torch.compile(f, backend="spyre")
+    cf(*_spyre(*args))  # compile
+    before = launch_count()
+    out = cf(*_spyre(*args))
+    assert launch_count() - before == 1  # matmul, epilogue, reductions and softmax: one program
+    for o, r in zip(out, f(*args), strict=True):
+        torch.testing.assert_close(o.cpu(), r, rtol=1e-4, atol=1e-4)
+
+
+def _compiled_training(make_model, vocab):
+    torch.manual_seed(0)
+    cpu = make_model()
+    eager = copy.deepcopy(cpu).to("spyre")
+    compiled = copy.deepcopy(cpu).to("spyre")
+    batches = _batches(vocab, 16)
+    x = batches[0][0]
+    with torch.no_grad():
+        ref = cpu(x)
+        ref = ref if isinstance(ref, torch.Tensor) else ref.logits
+        before = launch_count()
+        e = eager(x.to("spyre"))
+        eager_launches = launch_count() - before
+    cm = torch.compile(compiled, backend="spyre")
+    with torch.no_grad():
+        cm(x.to("spyre"))  # the inference graph compiles here
+        before = launch_count()
+        c = cm(x.to("spyre"))
+        compiled_launches = launch_count() - before
+    c = c if isinstance(c, torch.Tensor) else c.logits
+    e = e if isinstance(e, torch.Tensor) else e.logits
+    torch.testing.assert_close(c.cpu(), ref, rtol=1e-4, atol=1e-4)
+    torch.testing.assert_close(c.cpu(), e.cpu(), rtol=1e-5, atol=1e-5)
+    want = _train(cpu, batches, "cpu")
+    got = _train(cm, batches, "spyre")  # forward and backward graphs
+    torch.testing.assert_close(torch.tensor(got), torch.tensor(want), rtol=1e-4, atol=1e-4)
+    assert want[-1] < want[0]
+    return eager_launches, compiled_launches
+
+
+def test_gpt_compiled_trains_like_cpu_in_a_few_launches():
+    eager, compiled = _compiled_training(GPT, 96)
+    assert compiled * 2 <= eager, (compiled, eager)  # 10 against 27 when written
+
+
+def test_llama_compiled_trains_like_cpu_in_fewer_launches():
+    transformers, config = _llama_config()
+    eager, compiled = _compiled_training(lambda: transformers.LlamaForCausalLM(config), 128)
+    assert compiled * 2 <= eager, (compiled, eager)
+
+
+def test_graph_breaks_run_both_sides_compiled():
+    def f(x):
+        y = torch.tanh(x) * 3
+        print("a graph break", end="")
+        return (y + 1).sum(0)
+
+    x = torch.randn(8, 8)
+    out = torch.compile(f, backend="spyre")(x.to("spyre"))
+    torch.testing.assert_close(out.cpu(), f(x), rtol=1e-5, atol=1e-5)
+    assert compile_stats()["graphs"] == 2
+
+
+def test_ops_the_planner_does_not_take_run_as_eager_kernels():
+    def f(x):
+        return torch.cumsum(torch.exp(x), dim=-1) * 2
+
+    x = torch.randn(4, 16)
+    out = torch.compile(f, backend="spyre")(x.to("spyre"))
+    torch.testing.assert_close(out.cpu(), f(x), rtol=1e-4, atol=1e-4)
+    s = compile_stats()
+    assert s["eager_steps"] >= 1 and s["segments"] >= 1
+
+
+def test_guards_recompile_for_a_new_dtype_and_not_for_the_same_input():
+    def f(x):
+        return torch.sigmoid(x) + x
+
+    cf = torch.compile(f, backend="spyre", dynamic=False)
+    x = torch.randn(6, 5)
+    cf(x.to("spyre"))
+    cf((x + 1).to("spyre"))
+    assert compile_stats()["graphs"] == 1
+    out = cf(x.half().to("spyre"))
+    assert compile_stats()["graphs"] == 2
+    torch.testing.assert_close(out.cpu(), f(x.half()), rtol=1e-3, atol=1e-3)
+
+
+def test_dynamic_shapes_plan_per_shape_up_to_the_limit(monkeypatch):
+    monkeypatch.setenv("TORCH_SPYRE_RECOMPILE_LIMIT", "2")
+
+    def f(x):
+        return torch.relu(x) * x.sum(-1, keepdim=True)
+
+    cf = torch.compile(f, backend="spyre", dynamic=True)
+    for n in (3, 5, 7, 5):
+        x = torch.randn(n, 4)
+        torch.testing.assert_close(cf(x.to("spyre")).cpu(), f(x), rtol=1e-5, atol=1e-5)
+    s = compile_stats()
+    assert s["graphs"] == 1  # one symbolic graph from Dynamo
+    assert s["plans"] == 2 and s["shape_recompiles"] == 1  # n = 3 and 5; then the limit
+    assert s["shape_limit_hits"] == 1  # n = 7 ran op by op
+
+
+def test_an_nn_module_under_autocast_matches_cpu_autocast():
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(32, 64), nn.GELU(), nn.Linear(64, 16))
+    x = torch.randn(8, 32)
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        ref = model(x)
+    sp = copy.deepcopy(model).to("spyre")
+    cm = torch.compile(sp, backend="spyre")
+    with torch.autocast("spyre", dtype=torch.bfloat16):
+        out = cm(x.to("spyre"))
+    assert out.dtype == torch.bfloat16 == ref.dtype
+    torch.testing.assert_close(out.cpu().float(), ref.float(), rtol=2e-2, atol=2e-2)
+
+
+_CACHE_SCRIPT = """
+import json, torch, torch_spyre
+from torch_spyre._compile import compile_stats
+def f(x, w):
+    return torch.softmax(x @ w, -1) * 2
+cf = torch.compile(f, backend="spyre")
+out = cf(torch.ones(16, 32).to("spyre"), torch.ones(32, 8).to("spyre"))
+assert torch.allclose(out.cpu(), torch.full((16, 8), 0.25))
+print(json.dumps(compile_stats()))
+"""
+
+
+def test_the_program_cache_works_across_processes(tmp_path):
+    env = dict(os.environ, TORCH_SPYRE_CACHE_DIR=str(tmp_path / "shared"))
+    env.pop("SPYRE_TRANSPORT", None)
+
+    def run():
+        out = subprocess.run([sys.executable, "-c", _CACHE_SCRIPT], capture_output=True, text=True, env=env, check=True)
+        return json.loads(out.stdout.strip().splitlines()[-1])
+
+    first, second = run(), run()
+    assert first["disk_misses"] >= 1 and first["disk_hits"] == 0
+    assert second["disk_misses"] == 0 and second["disk_hits"] == first["disk_misses"]
+
+
+def test_compile_debug_dumps_the_graph_plan_and_programs(tmp_path, monkeypatch):
+    monkeypatch.setenv("TORCH_SPYRE_COMPILE_DEBUG", str(tmp_path / "dbg"))
+
+    def f(a, b):
+        return torch.exp(a @ b - 1)
+
+    torch.compile(f, backend="spyre")(torch.randn(8, 8).to("spyre"), torch.randn(8, 8).to("spyre"))
+    (d,) = list((tmp_path / "dbg").iterdir())
+    assert "aten.mm" in (d / "graph.py").read_text()
+    plan = (d / "plan.txt").read_text()
+    assert "program s0" in plan and "fuses sub" in plan
+    assert json.loads((d / "s0.json").read_text())["ops"][0]["matmul"]
+    listing = (d / "s0.txt").read_text()
+    assert "MATMUL" in listing and "UNARY" in listing
+
+
+def test_a_malformed_graph_is_a_value_error_naming_the_field():
+    from torch_spyre import _C
+
+    bad = {"num_args": 1, "views": [{"arg": 3, "offset": 0, "sizes": [4], "strides": [1], "dtype": "f32"}], "ops": []}
+    with pytest.raises(ValueError, match=r"views\[0\]\.arg"):
+        _C._compile_graph(0, json.dumps(bad))
+    bad["views"][0]["arg"] = 0
+    bad["ops"] = [{"pointwise": {"compute": "f32", "inputs": [], "out": 0, "steps": [{"kind": "frob"}]}}]
+    with pytest.raises(ValueError, match=r"ops\[0\]\.pointwise\.steps\[0\]\.kind"):
+        _C._compile_graph(0, json.dumps(bad))

@@ -1,0 +1,294 @@
+"""``torch.compile(model, backend="spyre")``: Dynamo hands each captured graph to AOTAutograd, which
+traces forward and backward into core-ATen graphs; each of those is planned (lower.py) into fused
+programs and eager steps, and run by an executor. Compiled programs are kept on disk (cache.py).
+
+The backend is found through the ``torch_dynamo_backends`` entry point, so it works after a plain
+``import torch`` without slowing that import down. See docs/design-compile.md.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import time
+from pathlib import Path
+
+import torch
+import torch.fx as fx
+
+from .. import _C
+from . import cache, lower
+
+logger = logging.getLogger("torch_spyre.compile")
+
+# How many shapes one graph compiles for before it runs its ops one by one (TORCH_SPYRE_RECOMPILE_LIMIT).
+DEFAULT_RECOMPILE_LIMIT = 8
+
+_stats = {
+    "graphs": 0,  # FX graphs handed to the backend (forward and backward count apart)
+    "plans": 0,  # (graph, shapes) pairs planned
+    "segments": 0,  # programs in those plans
+    "eager_steps": 0,  # ops the plans run as eager kernels
+    "compile_seconds": 0.0,  # spent planning and compiling
+    "shape_recompiles": 0,  # plans made for a new shape of a graph already planned
+    "shape_limit_hits": 0,  # calls past the recompile limit, run op by op
+}
+_graph_ids = 0
+
+
+def compile_stats(reset: bool = False) -> dict:
+    """What the spyre torch.compile backend has done in this process: graphs, plans, programs,
+    eager steps, compile time, recompilations per shape, and the program cache on disk (hits,
+    misses). ``reset`` zeroes the counts after reading them."""
+    out = dict(_stats)
+    out.update({f"disk_{k}": v for k, v in cache.stats().items()})
+    if reset:
+        for k in _stats:
+            _stats[k] = 0.0 if isinstance(_stats[k], float) else 0
+        cache.reset_stats()
+    return out
+
+
+def launch_count(device: int | None = None) -> int:
+    """Kernel launches queued on a device by this process so far (every launch looks its program up
+    in the device's program cache): the figure that shows a compiled step's fusion."""
+    index = torch.spyre.current_device() if device is None else device
+    s = _C._program_cache_stats(index)
+    return s["hits"] + s["misses"]
+
+
+def _recompile_limit() -> int:
+    return int(os.environ.get("TORCH_SPYRE_RECOMPILE_LIMIT", DEFAULT_RECOMPILE_LIMIT))
+
+
+def _debug_dir() -> Path | None:
+    d = os.environ.get("TORCH_SPYRE_COMPILE_DEBUG")
+    return Path(d) if d else None
+
+
+def _shape_key(args) -> tuple:
+    key = []
+    for a in args:
+        if isinstance(a, torch.Tensor):
+            key.append((tuple(a.shape), tuple(a.stride()), a.dtype, a.device.type))
+        else:
+            key.append(a if isinstance(a, (int, float, bool)) else type(a).__name__)
+    return tuple(key)
+
+
+def _is_static(gm: fx.GraphModule) -> bool:
+    for n in gm.graph.nodes:
+        v = n.meta.get("val")
+        if isinstance(v, torch.Tensor):
+            if any(not isinstance(s, int) for s in v.shape) or any(not isinstance(s, int) for s in v.stride()):
+                return False
+        elif isinstance(v, torch.SymInt):
+            return False
+    return True
+
+
+def _concrete(gm: fx.GraphModule, args) -> fx.GraphModule:
+    """A copy of gm whose nodes carry fake values of these concrete inputs (a dynamic graph's
+    plan is made per shape)."""
+    from torch._subclasses.fake_tensor import FakeTensorMode
+    from torch.fx.passes.fake_tensor_prop import FakeTensorProp
+
+    # The nodes' metadata is overwritten: a plan keeps what it needs of it, and the next shape
+    # propagates again.
+    mode = FakeTensorMode(allow_non_fake_inputs=True)
+    fakes = [mode.from_tensor(a) if isinstance(a, torch.Tensor) else a for a in args]
+    FakeTensorProp(gm, mode).propagate_dont_convert_inputs(*fakes)
+    return gm
+
+
+class CompiledGraph:
+    """One FX graph of the backend: its plans by input shapes, and the executor that runs one."""
+
+    def __init__(self, gm: fx.GraphModule, name: str):
+        self.gm, self.name = gm, name
+        self.plans: dict = {}
+        self.static = _is_static(gm)
+        if self.static:
+            self.plans[None] = self._make_plan(gm)
+
+    def _make_plan(self, gm: fx.GraphModule) -> _Runner:
+        t0 = time.perf_counter()
+        planner = lower.Planner(gm, self.name)
+        plan = planner.plan()
+        steps = []
+        for kind, s in plan.steps:
+            if kind == "segment":
+                s.key = cache.program_key(s.spec)
+                try:
+                    cache.ensure_installed(s)
+                except ValueError as e:  # a shape the lowerings do not take: its ops run eagerly
+                    logger.warning(
+                        "%s: program s%d does not compile (%s); its ops run one by one", self.name, s.index, e
+                    )
+                    steps.extend(("eager", n) for n in planner.segment_nodes(s))
+                    continue
+            steps.append((kind, s))
+        plan.steps = steps
+        segments = [s for kind, s in plan.steps if kind == "segment"]
+        dt = time.perf_counter() - t0
+        _stats["plans"] += 1
+        _stats["segments"] += len(segments)
+        _stats["eager_steps"] += sum(1 for kind, _ in plan.steps if kind == "eager")
+        _stats["compile_seconds"] += dt
+        logger.info(
+            "%s: %d programs, %d eager steps, planned in %.3f s",
+            self.name,
+            len(segments),
+            len(plan.steps) - len(segments),
+            dt,
+        )
+        _dump(self.name, gm, plan)
+        return _Runner(gm, plan)
+
+    def __call__(self, args):
+        if self.static:
+            return self.plans[None](args)
+        key = _shape_key(args)
+        runner = self.plans.get(key)
+        if runner is None:
+            if len(self.plans) >= _recompile_limit():
+                _stats["shape_limit_hits"] += 1
+                logger.warning("%s: more than %d shapes; running its ops one by one", self.name, _recompile_limit())
+                return _eager(self.gm, args)
+            if self.plans:
+                _stats["shape_recompiles"] += 1
+            runner = self.plans[key] = self._make_plan(_concrete(self.gm, args))
+        return runner(args)
+
+
+def _eager(gm: fx.GraphModule, args):
+    return fx.Interpreter(gm).run(*args)
+
+
+class _Runner:
+    """Runs a plan: eager steps call their op on spyre tensors, segments launch their program."""
+
+    def __init__(self, gm: fx.GraphModule, plan: lower.Plan):
+        self.plan = plan
+        self.placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
+        self.output = next(n for n in gm.graph.nodes if n.op == "output")
+        self.constants = {}
+        for n in gm.graph.nodes:
+            if n.op == "get_attr":
+                obj = gm
+                for part in n.target.split("."):
+                    obj = getattr(obj, part)
+                self.constants[n] = obj
+
+    def __call__(self, args):
+        env = dict(zip(self.placeholders, args, strict=True))
+        env.update(self.constants)
+
+        def get(x):
+            if not isinstance(x, fx.Node):
+                return x
+            if x not in env:  # a view (or a tuple of views) evaluated on demand, never a launch
+                env[x] = x.target(*fx.node.map_aggregate(x.args, get), **fx.node.map_aggregate(x.kwargs, get))
+            return env[x]
+
+        device = None
+        for kind, s in self.plan.steps:
+            if kind == "eager":
+                env[s] = s.target(*fx.node.map_aggregate(s.args, get), **fx.node.map_aggregate(s.kwargs, get))
+                continue
+            tensors: list = [None] * (len(s.inputs) + len(s.outputs) + (1 if s.arena_slot >= 0 else 0))
+            for slot, node in s.inputs:
+                tensors[slot] = get(node)
+                device = tensors[slot].device
+            if device is None:
+                device = torch.device("spyre", torch.spyre.current_device())
+            for slot, node, sizes, strides, dtype in s.outputs:
+                env[node] = tensors[slot] = torch.empty_strided(sizes, strides, dtype=dtype, device=device)
+            if s.arena_slot >= 0:
+                tensors[s.arena_slot] = torch.empty(s.arena_bytes, dtype=torch.uint8, device=device)
+            _C._launch_graph(s.key, tensors, s.label)
+        return fx.node.map_aggregate(self.output.args[0], get)
+
+
+def _dump(name: str, gm: fx.GraphModule, plan: lower.Plan) -> None:
+    d = _debug_dir()
+    if d is None:
+        return
+    d = d / name
+    d.mkdir(parents=True, exist_ok=True)
+    (d / "graph.py").write_text(gm.code)
+    lines = [f"# {name}: {len(plan.steps)} steps, {plan.launches()} launches"]
+    for kind, s in plan.steps:
+        if kind == "eager":
+            lines.append(f"eager   {s.name} = {s.format_node()}")
+            continue
+        lines.append(f"program s{s.index} '{s.label}' key {s.key[:16]} arena {s.arena_bytes} B")
+        for slot, node in s.inputs:
+            lines.append(f"    arg {slot}: reads {node.name}")
+        for slot, node, sizes, _strides, dtype in s.outputs:
+            lines.append(f"    arg {slot}: writes {node.name} {list(sizes)} {dtype}")
+        for n in s.nodes:
+            fused = ", ".join(x.name for x in s.fused.get(n, []))
+            where = f"arena +{s.arena[n]}" if n in s.arena else "out"
+            lines.append(f"    {n.name} ({n.target}) -> {where}" + (f"  fuses {fused}" if fused else ""))
+        (d / f"s{s.index}.json").write_text(cache.pretty(s.spec))
+        (d / f"s{s.index}.txt").write_text(cache.listing(s))
+    (d / "plan.txt").write_text("\n".join(lines) + "\n")
+
+
+def _graph_compiler(kind: str):
+    def compile_fn(gm: fx.GraphModule, example_inputs):
+        global _graph_ids
+        _graph_ids += 1
+        _stats["graphs"] += 1
+        cg = CompiledGraph(gm, f"graph{_graph_ids}_{kind}")
+
+        def run(args):
+            out = cg(args)
+            args.clear()  # boxed calling convention: the caller's list may be freed as we go
+            return out
+
+        run._boxed_call = True
+        return run
+
+    return compile_fn
+
+
+def _decompositions() -> dict:
+    from torch._decomp import core_aten_decompositions, get_decompositions
+
+    table = dict(core_aten_decompositions())
+    # Norms become reductions and elementwise steps the planner fuses; their eager kernels would
+    # be one launch each.
+    table.update(
+        get_decompositions(
+            [
+                torch.ops.aten.native_layer_norm,
+                torch.ops.aten.native_layer_norm_backward,
+                torch.ops.aten.gelu_backward,
+                torch.ops.aten._softmax,
+                torch.ops.aten._softmax_backward_data,
+                torch.ops.aten._log_softmax,
+                torch.ops.aten._log_softmax_backward_data,
+                torch.ops.aten.silu_backward,
+                torch.ops.aten.var_mean,
+                torch.ops.aten.rsub,
+            ]
+        )
+    )
+    return table
+
+
+def spyre_backend(gm: fx.GraphModule, example_inputs):
+    """The Dynamo backend: AOTAutograd over core ATen, each graph planned and compiled for spyre."""
+    from torch._dynamo.backends.common import aot_autograd
+
+    from . import device_interface
+
+    device_interface.register()
+    return aot_autograd(
+        fw_compiler=_graph_compiler("fw"),
+        bw_compiler=_graph_compiler("bw"),
+        inference_compiler=_graph_compiler("inf"),
+        decompositions=_decompositions(),
+    )(gm, example_inputs)

@@ -1,0 +1,150 @@
+"""Compiled programs on disk, keyed by what they depend on: the graph's IR (ops, shapes, strides,
+dtypes), the target the device compiles for (cores, scratchpad, rates) and the build of the
+compiler itself. A second process, or a second run, finds them instead of compiling again.
+
+The cache lives in ``$TORCH_SPYRE_CACHE_DIR`` (default ``$XDG_CACHE_HOME/torch_spyre/programs``,
+i.e. ``~/.cache/torch_spyre/programs``); ``TORCH_SPYRE_CACHE_DIR=off`` disables it. Files are written
+to a temporary name and renamed, so processes sharing the directory never read half a file.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import struct
+import tempfile
+from pathlib import Path
+
+import torch
+
+from .. import _C
+
+_MAGIC = b"SPYREPRG1\n"
+_installed: set[str] = set()
+_stats = {"hits": 0, "misses": 0, "in_memory": 0, "compile_seconds": 0.0}
+_build_id: str | None = None
+_targets: dict[int, str] = {}
+
+
+def stats() -> dict:
+    return dict(_stats)
+
+
+def reset_stats() -> None:
+    _stats.update(hits=0, misses=0, in_memory=0, compile_seconds=0.0)
+
+
+def directory() -> Path | None:
+    d = os.environ.get("TORCH_SPYRE_CACHE_DIR")
+    if d == "off":
+        return None
+    if d:
+        return Path(d)
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return Path(base) / "torch_spyre" / "programs"
+
+
+def _build() -> str:
+    """The compiler's build: a hash of the extension holding it, so that a rebuilt compiler never
+    reads programs an older one wrote."""
+    global _build_id
+    if _build_id is None:
+        h = hashlib.sha256()
+        with open(_C.__file__, "rb") as f:
+            for chunk in iter(lambda: f.read(1 << 20), b""):
+                h.update(chunk)
+        _build_id = h.hexdigest()[:16]
+    return _build_id
+
+
+def _target(device: int) -> str:
+    if device not in _targets:
+        _targets[device] = json.dumps(_C._compile_target(device), sort_keys=True)
+    return _targets[device]
+
+
+def program_key(spec: str, device: int | None = None) -> str:
+    device = torch.spyre.current_device() if device is None else device
+    h = hashlib.sha256()
+    for part in (_build(), _target(device), spec):
+        h.update(part.encode())
+        h.update(b"\0")
+    return "graph:" + h.hexdigest()
+
+
+def _path(key: str) -> Path | None:
+    d = directory()
+    if d is None:
+        return None
+    digest = key.split(":", 1)[1]
+    return d / digest[:2] / f"{digest}.prg"
+
+
+def _read(path: Path):
+    try:
+        data = path.read_bytes()
+    except OSError:
+        return None
+    if not data.startswith(_MAGIC) or len(data) < len(_MAGIC) + 16:
+        return None
+    core_mask, num_args, name_len = struct.unpack_from("<QII", data, len(_MAGIC))
+    at = len(_MAGIC) + 16
+    name = data[at : at + name_len].decode()
+    return name, data[at + name_len :], core_mask, num_args
+
+
+def _write(path: Path, program) -> None:
+    name, image, core_mask, num_args = program
+    raw = name.encode()
+    blob = _MAGIC + struct.pack("<QII", core_mask, num_args, len(raw)) + raw + image
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".tmp")
+        with os.fdopen(fd, "wb") as f:
+            f.write(blob)
+        os.replace(tmp, path)
+    except OSError:
+        pass  # a read-only or full cache only costs compile time
+
+
+def compile_program(spec: str, key: str, device: int | None = None):
+    """The program of `spec`: from disk when it is there, else compiled (and written)."""
+    import time
+
+    device = torch.spyre.current_device() if device is None else device
+    path = _path(key)
+    program = _read(path) if path is not None else None
+    if program is not None:
+        _stats["hits"] += 1
+        return program
+    _stats["misses"] += 1
+    t0 = time.perf_counter()
+    program = _C._compile_graph(device, spec)
+    _stats["compile_seconds"] += time.perf_counter() - t0
+    if path is not None:
+        _write(path, program)
+    return program
+
+
+def ensure_installed(segment) -> None:
+    """Makes segment.key launchable in this process."""
+    if segment.key in _installed:
+        _stats["in_memory"] += 1
+        return
+    program = compile_program(segment.spec, segment.key)
+    segment.name = program[0]
+    _C._install_program(segment.key, *program)
+    _installed.add(segment.key)
+
+
+def pretty(spec: str) -> str:
+    return json.dumps(json.loads(spec), indent=1) + "\n"
+
+
+def listing(segment) -> str:
+    path = _path(segment.key)
+    program = _read(path) if path is not None else None
+    if program is None:
+        program = _C._compile_graph(torch.spyre.current_device(), segment.spec)
+    return f"; {segment.label}\n" + _C._program_listing(program[1])
