@@ -174,6 +174,8 @@ class _Runner:
         self.output = next(n for n in gm.graph.nodes if n.op == "output")
         self.constants = {}
         for n in gm.graph.nodes:
+            if plan.kinds.get(n) == "static":  # a number an attention returns, known when planned
+                self.constants[n] = n.meta.get("val")
             if n.op == "get_attr":
                 obj = gm
                 for part in n.target.split("."):

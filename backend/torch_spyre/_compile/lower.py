@@ -19,6 +19,7 @@ import torch
 import torch.fx as fx
 
 from .. import _C
+from . import attention
 
 aten = torch.ops.aten
 prims = torch.ops.prims
@@ -272,6 +273,7 @@ class Segment:
 class Plan:
     steps: list  # ("segment", Segment) | ("eager", node)
     graph: fx.Graph
+    kinds: dict = field(default_factory=dict)  # node -> how the planner took it
 
     def launches(self) -> int:
         return sum(1 for kind, _ in self.steps if kind == "segment") + sum(
@@ -311,6 +313,10 @@ class Planner:
             return "matmul" if self._matmul_ok(n) else None
         if n.target in _REDUCTIONS:
             return "reduce" if self._reduce_ok(n) else None
+        if n.target == aten.embedding.default:
+            w, idx = _val(n.args[0]), _val(n.args[1])
+            ok = w.dim() == 2 and w.stride(1) == 1 and idx.dtype == torch.int64 and idx.dim() >= 1 and idx.numel() > 0
+            return "gather" if ok and _val(n).is_contiguous() else None
         if n.target == aten.cat.default:
             return "cat" if all(_is_tensor_node(x) for x in n.args[0]) else None
         if n.target == aten.arange.start_step and _val(n).dim() == 1:
@@ -323,6 +329,27 @@ class Planner:
                     return None
             return "pointwise"
         return None
+
+    def _attention_ok(self, n) -> bool:
+        if not attention.takes(n):
+            return False
+        return all(self._device_ok(u) for u in n.users if _is_tensor_node(u)) and all(
+            self._device_ok(x) for x in n.all_input_nodes if _is_tensor_node(x)
+        )
+
+    def produces(self, n) -> list:
+        """The memory-owning values node n's op writes: n, or an attention's tensor outputs."""
+        if self.kind.get(n) == "attention":
+            return [u for u in n.users if self.kind.get(u) == "part"]
+        return [n]
+
+    def temps(self, n) -> list:
+        """Arena temporaries node n's op needs besides its values: (name, bytes)."""
+        if self.kind.get(n) == "attention":
+            return attention.temps(n)
+        if n.target == prims.var.default:
+            return [("dev", _val(n.args[0]).numel() * 4)]
+        return []
 
     def _matmul_ok(self, n) -> bool:
         vals = [_val(x) for x in n.all_input_nodes]
@@ -363,6 +390,15 @@ class Planner:
                 self.root[n] = self.root.get(src, src)
             elif n.op == "call_function" and n.target in _TUPLE_VIEWS:
                 self.kind[n] = "item"  # its getitems are views
+            elif (
+                n.op == "call_function"
+                and n.target in (attention.FORWARD, attention.BACKWARD)
+                and self._attention_ok(n)
+            ):
+                self.kind[n] = "attention"
+            elif n.op == "call_function" and n.target is operator.getitem and self.kind.get(n.args[0]) == "attention":
+                # An output of a lowered attention: memory of its own, or a number known now.
+                self.kind[n] = "part" if _is_tensor_node(n) else "static"
             else:
                 k = self._op_kind(n) if n.op == "call_function" else None
                 self.kind[n] = k or "eager"
@@ -433,7 +469,7 @@ class Planner:
         produced_by: dict = {}  # op node -> segment
         for n in self.nodes:
             k = self.kind[n]
-            if k in ("input", "view", "item", "inline", "output"):
+            if k in ("input", "view", "item", "inline", "output", "part", "static"):
                 continue
             if k == "eager":
                 reads = self._mem_reads_eager(n)
@@ -445,7 +481,8 @@ class Planner:
             if seg is None:
                 seg = Segment(index=0)
             seg.nodes.append(n)
-            produced_by[n] = seg
+            for v in self.produces(n):
+                produced_by[v] = seg
         if seg is not None:
             steps.append(("segment", seg))
         # Split segments that need more launch arguments than a launch has.
@@ -460,7 +497,7 @@ class Planner:
             if kind == "segment":
                 s.index = count
                 count += 1
-        plan = Plan(final, self.gm.graph)
+        plan = Plan(final, self.gm.graph, self.kind)
         self._lay_out(plan)
         return plan
 
@@ -480,6 +517,9 @@ class Planner:
         return self.root.get(x, x)
 
     def _mem_reads(self, n) -> set:
+        if self.kind.get(n) == "attention":
+            idx = (0, 1, 2) if n.target == attention.FORWARD else (0, 1, 2, 3, 6, 7)
+            return {self._mem(n.args[i]) for i in idx}
         return {self._mem(x) for x in self._leaves(n) if _is_tensor_node(x) or self.kind.get(x) == "item"}
 
     def _mem_reads_eager(self, n) -> set:
@@ -492,15 +532,14 @@ class Planner:
         return out
 
     def _segment_args(self, nodes: list, all_steps) -> tuple[list, list]:
-        inside = set(nodes)
+        inside = set(nodes) | {v for n in nodes for v in self.produces(n)}
         reads, escapes = [], []
         for n in nodes:
             for r in self._mem_reads(n):
                 if r not in inside and r not in reads:
                     reads.append(r)
         for n in nodes:
-            if self._escapes(n, inside):
-                escapes.append(n)
+            escapes.extend(v for v in self.produces(n) if self._escapes(v, inside))
         return reads, escapes
 
     def _escapes(self, n, inside: set) -> bool:
@@ -520,16 +559,26 @@ class Planner:
                 return True
         return False
 
+    def _args(self, nodes: list) -> int:
+        reads, escapes = self._segment_args(nodes, None)
+        arena = any(v not in escapes for n in nodes for v in self.produces(n)) or any(self.temps(n) for n in nodes)
+        return len(reads) + len(escapes) + (1 if arena else 0)
+
     def _fit(self, nodes: list, all_steps) -> list:
-        reads, escapes = self._segment_args(nodes, all_steps)
-        arena = any(n not in escapes or n.target == prims.var.default for n in nodes)
-        if len(reads) + len(escapes) + (1 if arena else 0) <= _MAX_ARGS or len(nodes) == 1:
-            s = Segment(index=0, nodes=nodes)
-            s.inputs = reads
-            s.outputs = escapes
-            return [s]
-        half = len(nodes) // 2
-        return self._fit(nodes[:half], all_steps) + self._fit(nodes[half:], all_steps)
+        """Cuts a run of nodes into segments of at most _MAX_ARGS launch arguments each, greedily
+        (each segment as long as it can be; a single op always fits: the compiler checks it)."""
+        parts, start = [], 0
+        while start < len(nodes):
+            end = start + 1
+            while end < len(nodes) and self._args(nodes[start : end + 1]) <= _MAX_ARGS:
+                end += 1
+            parts.append(nodes[start:end])
+            start = end
+        out = []
+        for part in parts:
+            reads, escapes = self._segment_args(part, all_steps)
+            out.append(Segment(index=0, nodes=part, inputs=reads, outputs=escapes))
+        return out
 
     # -- memory planning and IR emission
 
@@ -551,19 +600,18 @@ class Planner:
             outs.append((slots[n], n, tuple(v.shape), tuple(v.stride()), v.dtype))
         s.outputs = outs
         # The arena: values made and used only here, placed by lifetime (first fit).
-        local = [n for n in s.nodes if n not in slots]
-        pos = {n: i for i, n in enumerate(s.nodes)}
+        local = [v for n in s.nodes for v in self.produces(n) if v not in slots]
+        pos = {v: i for i, n in enumerate(s.nodes) for v in [n, *self.produces(n)]}
         last = {}
         for i, n in enumerate(s.nodes):
             for r in self._mem_reads(n):
                 last[r] = i
         placed: list = []  # (start, end, first, last)
-        temps = [((n, "dev"), n) for n in s.nodes if n.target == prims.var.default]
-        for n in local + [t for t, _ in temps]:
+        temps = {(n, what): nbytes for n in s.nodes for what, nbytes in self.temps(n)}
+        for n in local + list(temps):
             if isinstance(n, tuple):
-                owner = n[0]
-                pos[n] = pos[owner]
-                size = _val(owner.args[0]).numel() * 4
+                pos[n] = pos[n[0]]
+                size = temps[n]
             else:
                 v = _val(n)
                 size = _extent(v) * _DTYPES[v.dtype][1]
@@ -676,6 +724,10 @@ class _Builder:
             self.matmul(n)
         elif k == "cat":
             self.cat(n)
+        elif k == "gather":
+            self.gather(n)
+        elif k == "attention":
+            attention.lower(self, n, lambda d: _DTYPES[d][0])
 
     def fill(self, n, value):
         self.ops.append(
@@ -811,15 +863,21 @@ class _Builder:
 
     def temp(self, n, what: str, like: torch.Tensor) -> int:
         """A contiguous fp32 temporary of `like`'s shape in the arena, private to node n's op."""
-        off = self.s.arena[(n, what)]
         sizes = list(like.shape)
-        strides, acc = [], 1
-        for size in reversed(sizes):
-            strides.insert(0, acc)
-            acc *= size
-        entry = {"arg": self.s.arena_slot, "offset": off // 4, "sizes": sizes, "strides": strides, "dtype": "f32"}
+        return self.temp_view(n, what, sizes, attention._contiguous(sizes), "f32")
+
+    def temp_view(self, n, what: str, sizes, strides, dtype: str) -> int:
+        """A view of node n's arena temporary `what` (Planner.temps)."""
+        width = {name: w for name, w in _DTYPES.values()}[dtype]
+        entry = {"arg": self.s.arena_slot, "offset": self.s.arena[(n, what)] // width, "sizes": [int(x) for x in sizes]}
+        entry["strides"] = [int(x) for x in strides]
+        entry["dtype"] = dtype
         self.views.append(entry)
         return len(self.views) - 1
+
+    @staticmethod
+    def functions() -> dict:
+        return _functions()
 
     def matmul(self, n):
         if n.target == aten.addmm.default:
@@ -838,6 +896,15 @@ class _Builder:
         if v.dim() >= 2 and v.shape[-1] > 1 and v.shape[-2] > 1 and v.stride(-1) != 1 and v.stride(-2) != 1:
             raise ValueError("a matmul operand with no unit-stride dim")  # planned away in _matmul_ok
         return self.view(x)
+
+    def gather(self, n):
+        """embedding: rows of the table chosen by the indices (indirect DMA); the table is seen once
+        per leading index dim (stride 0) when the indices have several dims."""
+        w, idx = n.args[0], n.args[1]
+        wv, iv = _val(w), _val(idx)
+        lead = list(iv.shape[:-1])
+        table = self.view(w, lead + list(wv.shape), [0] * len(lead) + list(wv.stride()))
+        self.ops.append({"index": {"kind": 0, "table": table, "index": self.view(idx), "rows": self.view(n)}})
 
     def cat(self, n):
         tensors, dim = n.args[0], (n.args[1] if len(n.args) > 1 else 0)

@@ -181,8 +181,16 @@ Graph graph_from_json(std::string_view text) {
       if (m.contains("alpha")) op.matmul.alpha = number(m.at("alpha"), wm + ".alpha");
       if (m.contains("beta")) op.matmul.beta = number(m.at("beta"), wm + ".beta");
       op.matmul.compute = dtype(field(m, "compute", wm), wm + ".compute");
+    } else if (o.contains("index")) {
+      const json& x = o.at("index");
+      const std::string wx = w + ".index";
+      op.family = Op::Family::kIndex;
+      op.index.kind = static_cast<Index::Kind>(index(field(x, "kind", wx), 4, wx + ".kind"));
+      op.index.table = index(field(x, "table", wx), nv, wx + ".table");
+      op.index.index = index(field(x, "index", wx), nv, wx + ".index");
+      op.index.rows = index(field(x, "rows", wx), nv, wx + ".rows");
     } else {
-      bad(w, "expected one of 'pointwise', 'reduce', 'matmul'");
+      bad(w, "expected one of 'pointwise', 'reduce', 'matmul', 'index'");
     }
     g.ops.push_back(std::move(op));
   }

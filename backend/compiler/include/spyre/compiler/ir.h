@@ -197,7 +197,8 @@ struct Graph {
 /// "offset", "sizes", "strides", "dtype"}], "ops": [{"pointwise": {"compute", "inputs": [{"view": i}
 /// or {"scalar": x}], "out", "steps": [{"kind": "copy"|"unary"|"binary"|"select"|"fill"|"iota",
 /// "fn", "args", "value", "start", "step"}]}} | {"reduce": {"fn", "compute", "in", "out", "dims"}} |
-/// {"matmul": {"a", "b", "out", "bias", "alpha", "beta", "compute"}}]}. Functions are the hw enum
+/// {"matmul": {"a", "b", "out", "bias", "alpha", "beta", "compute"}} | {"index": {"kind" (0 gather,
+/// 1 scatter, 2 scatter-add, 3 scatter-mul), "table", "index", "rows"}}]}. Functions are the hw enum
 /// values; dtypes their names ("f32"); infinities and NaN the strings "inf", "-inf", "nan".
 /// Throws std::invalid_argument naming the first malformed field.
 Graph graph_from_json(std::string_view text);
