@@ -35,28 +35,37 @@ void install_program(const std::string& key, ProgramBytes p) {
   g_installed[key] = std::move(program);
 }
 
-void launch_graph(const std::string& key, const std::vector<at::Tensor>& tensors, const std::string& label) {
-  TORCH_CHECK(!tensors.empty(), "spyre: a compiled graph launch without tensors");
-  const int device = tensors.front().device().index();
-  std::vector<uint64_t> args;
-  args.reserve(tensors.size());
-  for (const at::Tensor& t : tensors) {
-    TORCH_CHECK(t.is_privateuseone() && t.device().index() == device,
-                "spyre: a compiled graph's tensors must all be on spyre:", device, ", got one on ", t.device());
-    args.push_back(device_addr(t));
+namespace {
+
+compiler::Program installed(const std::string& key, size_t num_args) {
+  const std::lock_guard<std::mutex> lock(g_mu);
+  const auto it = g_installed.find(key);
+  TORCH_CHECK(it != g_installed.end(), "spyre: no compiled program under '", key, "'");
+  TORCH_CHECK(it->second.num_args == num_args, "spyre: the program under '", key, "' takes ", it->second.num_args,
+              " arguments, got ", num_args);
+  return it->second;
+}
+
+}  // namespace
+
+void launch_graphs(const std::vector<GraphLaunch>& launches) {
+  if (launches.empty()) return;
+  const int device = launches.front().tensors.empty() ? -1 : launches.front().tensors.front().device().index();
+  std::vector<DeviceRuntime::LaunchRequest> requests;
+  for (const GraphLaunch& g : launches) {
+    TORCH_CHECK(!g.tensors.empty(), "spyre: a compiled graph launch without tensors");
+    std::vector<uint64_t> args;
+    args.reserve(g.tensors.size());
+    for (const at::Tensor& t : g.tensors) {
+      TORCH_CHECK(t.is_privateuseone() && t.device().index() == device,
+                  "spyre: a compiled graph's tensors must all be on spyre:", device, ", got one on ", t.device());
+      args.push_back(device_addr(t));
+    }
+    const size_t n = args.size();
+    requests.push_back({g.key, [key = g.key, n] { return installed(key, n); }, std::move(args), g.label});
   }
-  const c10::DeviceGuard guard(tensors.front().device());
-  DeviceRuntime::get(device).launch(
-      key,
-      [&] {
-        const std::lock_guard<std::mutex> lock(g_mu);
-        const auto it = g_installed.find(key);
-        TORCH_CHECK(it != g_installed.end(), "spyre: no compiled program under '", key, "'");
-        TORCH_CHECK(it->second.num_args == args.size(), "spyre: the program under '", key, "' takes ",
-                    it->second.num_args, " arguments, got ", args.size());
-        return it->second;
-      },
-      args, label);
+  const c10::DeviceGuard guard(launches.front().tensors.front().device());
+  DeviceRuntime::get(device).launch_sequence(requests);
 }
 
 std::map<std::string, double> compile_target(int device) {

@@ -24,9 +24,16 @@ struct ProgramBytes {
 ProgramBytes compile_graph_json(int device, const std::string& json);
 /// Keeps `p` under `key` for launch_graph (the runtime uploads it on first launch).
 void install_program(const std::string& key, ProgramBytes p);
-/// Queues the program kept under `key` on the current stream of the tensors' device; argument
-/// slot i is tensors[i]'s address. `label` names the launch in traces and profiles.
-void launch_graph(const std::string& key, const std::vector<at::Tensor>& tensors, const std::string& label);
+/// One launch of a kept program: argument slot i is tensors[i]'s address; `label` names the launch
+/// in traces and profiles.
+struct GraphLaunch {
+  std::string key;
+  std::vector<at::Tensor> tensors;
+  std::string label;
+};
+/// Queues the launches in order on the current stream of their tensors' device, their argument
+/// blocks in one upload.
+void launch_graphs(const std::vector<GraphLaunch>& launches);
 /// The target a device compiles for, as the fields the program depends on (the disk cache's key).
 std::map<std::string, double> compile_target(int device);
 /// ATen pointwise op names with the SFP function each maps to: {"unary": {...}, "binary": {...}}.

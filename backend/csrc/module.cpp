@@ -340,9 +340,11 @@ PYBIND11_MODULE(_C, m) {
     spyre::backend::install_program(key, {name, std::string(image), core_mask, num_args});
     END_HANDLE_TH_ERRORS_PYBIND
   });
-  m.def("_launch_graph", [](const std::string& key, const std::vector<at::Tensor>& tensors, const std::string& label) {
+  m.def("_launch_graphs", [](const std::vector<std::tuple<std::string, std::vector<at::Tensor>, std::string>>& items) {
     HANDLE_TH_ERRORS
-    spyre::backend::launch_graph(key, tensors, label);
+    std::vector<spyre::backend::GraphLaunch> launches;
+    for (const auto& [key, tensors, label] : items) launches.push_back({key, tensors, label});
+    spyre::backend::launch_graphs(launches);
     END_HANDLE_TH_ERRORS_PYBIND
   });
   m.def("_compile_target", [](int device) {

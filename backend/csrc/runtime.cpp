@@ -438,29 +438,31 @@ void DeviceRuntime::launch(const std::string& key, const std::function<compiler:
   for (const LoadedProgram& e : evicted) free(e.addr);
 }
 
+LoadedProgram DeviceRuntime::loaded(const std::string& key, const std::function<compiler::Program()>& build,
+                                    size_t num_args, std::vector<LoadedProgram>* evicted) {
+  {
+    std::lock_guard lock(mu_);
+    if (std::optional<LoadedProgram> found = programs_.find(key)) return *found;
+  }
+  const compiler::Program p = build();
+  TORCH_INTERNAL_ASSERT(p.num_args <= num_args, "spyre: program ", p.name, " needs ", p.num_args, " arguments");
+  const LoadedProgram mine{alloc_reclaiming(p.image.size()), p.image.size(), p.core_mask, p.name};
+  upload(mine.addr, p.image.data(), p.image.size());
+  wait(queue(), queue().last_seq());  // any stream may launch it next
+  LoadedProgram prog{};
+  {
+    std::lock_guard lock(mu_);
+    std::vector<LoadedProgram> out = programs_.insert(key, mine, &prog);
+    evicted->insert(evicted->end(), out.begin(), out.end());
+  }
+  if (prog.addr != mine.addr) free(mine.addr);  // another thread loaded the same program meanwhile
+  return prog;
+}
+
 void DeviceRuntime::submit_launch(const std::string& key, const std::function<compiler::Program()>& build,
                                   const std::vector<uint64_t>& args, const std::string& op,
                                   std::vector<LoadedProgram>* evicted) {
-  std::optional<LoadedProgram> found;
-  {
-    std::lock_guard lock(mu_);
-    found = programs_.find(key);
-  }
-  LoadedProgram prog{};
-  if (found) {
-    prog = *found;
-  } else {
-    const compiler::Program p = build();
-    TORCH_INTERNAL_ASSERT(p.num_args <= args.size(), "spyre: program ", p.name, " needs ", p.num_args, " arguments");
-    const LoadedProgram mine{alloc_reclaiming(p.image.size()), p.image.size(), p.core_mask, p.name};
-    upload(mine.addr, p.image.data(), p.image.size());
-    wait(queue(), queue().last_seq());  // any stream may launch it next
-    {
-      std::lock_guard lock(mu_);
-      *evicted = programs_.insert(key, mine, &prog);
-    }
-    if (prog.addr != mine.addr) free(mine.addr);  // another thread loaded the same program meanwhile
-  }
+  const LoadedProgram prog = loaded(key, build, args.size(), evicted);
   TORCH_CHECK(args.size() <= hw::kMaxLaunchArgs, "spyre: too many launch arguments (", args.size(), ")");
   const uint64_t args_bytes = args.size() * sizeof(uint64_t);
   const uint64_t args_addr = alloc_reclaiming(hw::kMaxLaunchArgs * sizeof(uint64_t));
@@ -475,6 +477,45 @@ void DeviceRuntime::submit_launch(const std::string& key, const std::function<co
   SPYRE_CHECK(q.launch(prog.addr, prog.size, args_addr, args_bytes, prog.core_mask, op_label, &seq));
   profiling::note(index_, current_stream(), q, seq, profiling::Kind::kKernel, prog.name, 0);
   q.on_complete(seq, [this, args_addr] { (void)device_->free(args_addr); });
+}
+
+void DeviceRuntime::launch_sequence(const std::vector<LaunchRequest>& launches) {
+  if (launches.empty()) return;
+  if (launches.size() == 1 || capture_sink() != nullptr) {  // a capture owns each argument block
+    for (const LaunchRequest& r : launches) launch(r.key, r.build, r.args, r.op);
+    return;
+  }
+  std::vector<LoadedProgram> evicted;
+  {
+    std::shared_lock using_programs(programs_rw_);
+    std::vector<LoadedProgram> progs;
+    constexpr uint64_t kSlot = hw::kMaxLaunchArgs;
+    std::vector<uint64_t> block(launches.size() * kSlot, 0);
+    for (size_t i = 0; i < launches.size(); ++i) {
+      const LaunchRequest& r = launches[i];
+      TORCH_CHECK(r.args.size() <= kSlot, "spyre: too many launch arguments (", r.args.size(), ")");
+      progs.push_back(loaded(r.key, r.build, r.args.size(), &evicted));
+      std::copy(r.args.begin(), r.args.end(), block.begin() + static_cast<std::ptrdiff_t>(i * kSlot));
+    }
+    // Every argument block in one upload: one transfer for the sequence instead of one per launch.
+    const uint64_t bytes = block.size() * sizeof(uint64_t);
+    const uint64_t base = alloc_reclaiming(bytes);
+    upload(base, block.data(), bytes);
+    driver::Queue& q = queue();
+    uint64_t seq = 0;
+    for (size_t i = 0; i < launches.size(); ++i) {
+      const LoadedProgram& prog = progs[i];
+      const uint64_t args_addr = base + i * kSlot * sizeof(uint64_t);
+      SPYRE_CHECK(q.launch(prog.addr, prog.size, args_addr, launches[i].args.size() * sizeof(uint64_t), prog.core_mask,
+                           label(launches[i].op), &seq));
+      profiling::note(index_, current_stream(), q, seq, profiling::Kind::kKernel, prog.name, 0);
+    }
+    q.on_complete(seq, [this, base] { (void)device_->free(base); });
+  }
+  if (evicted.empty()) return;
+  std::unique_lock freeing(programs_rw_);
+  drain();
+  for (const LoadedProgram& e : evicted) free(e.addr);
 }
 
 ProgramCacheStats DeviceRuntime::program_cache_stats() {

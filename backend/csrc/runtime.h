@@ -139,6 +139,16 @@ class DeviceRuntime {
   void launch(const std::string& key, const std::function<compiler::Program()>& build,
               const std::vector<uint64_t>& args, const std::string& op);
 
+  /// Launches in order on the current stream with their argument blocks in one upload (a compiled
+  /// graph's sequence of programs). Asynchronous.
+  struct LaunchRequest {
+    std::string key;
+    std::function<compiler::Program()> build;
+    std::vector<uint64_t> args;
+    std::string op;
+  };
+  void launch_sequence(const std::vector<LaunchRequest>& launches);
+
   /// Graph capture: until end_capture, kernels and device copies queued on `stream` go to `sink`
   /// instead of the card; host copies and synchronizing calls on it raise. One capture per stream.
   void begin_capture(int64_t stream, CaptureSink* sink);
@@ -202,6 +212,9 @@ class DeviceRuntime {
   /// launch() under the shared program lock; returns the programs the cache evicted in `evicted`.
   void submit_launch(const std::string& key, const std::function<compiler::Program()>& build,
                      const std::vector<uint64_t>& args, const std::string& op, std::vector<LoadedProgram>* evicted);
+  /// The program cached under `key`, loaded (built and uploaded) on a miss; evictions are appended.
+  LoadedProgram loaded(const std::string& key, const std::function<compiler::Program()>& build, size_t num_args,
+                       std::vector<LoadedProgram>* evicted);
   /// alloc() for the runtime's own memory (programs, launch arguments, labels): when the device is
   /// full, asks the tensor allocator to give back what it caches, and tries once more.
   uint64_t alloc_reclaiming(uint64_t bytes);

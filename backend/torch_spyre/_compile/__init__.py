@@ -194,8 +194,12 @@ class _Runner:
             return env[x]
 
         device = None
+        pending: list = []  # segments not yet queued: consecutive ones go in one launch sequence
         for kind, s in self.plan.steps:
             if kind == "eager":
+                if pending:
+                    _C._launch_graphs(pending)
+                    pending = []
                 env[s] = s.target(*fx.node.map_aggregate(s.args, get), **fx.node.map_aggregate(s.kwargs, get))
                 continue
             tensors: list = [None] * (len(s.inputs) + len(s.outputs) + (1 if s.arena_slot >= 0 else 0))
@@ -208,7 +212,9 @@ class _Runner:
                 env[node] = tensors[slot] = torch.empty_strided(sizes, strides, dtype=dtype, device=device)
             if s.arena_slot >= 0:
                 tensors[s.arena_slot] = torch.empty(s.arena_bytes, dtype=torch.uint8, device=device)
-            _C._launch_graph(s.key, tensors, s.label)
+            pending.append((s.key, tensors, s.label))
+        if pending:
+            _C._launch_graphs(pending)
         return fx.node.map_aggregate(self.output.args[0], get)
 
 
