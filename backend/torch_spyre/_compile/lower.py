@@ -535,7 +535,7 @@ class Planner:
         inside = set(nodes) | {v for n in nodes for v in self.produces(n)}
         reads, escapes = [], []
         for n in nodes:
-            for r in self._mem_reads(n):
+            for r in sorted(self._mem_reads(n), key=self.order.get):  # a set: its order is per process
                 if r not in inside and r not in reads:
                     reads.append(r)
         for n in nodes:
