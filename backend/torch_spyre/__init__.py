@@ -29,16 +29,35 @@ from ._waits import get_wait_timeout, set_wait_timeout  # noqa: E402
 from .sim import device_cycles, device_info, write_reports  # noqa: E402
 
 __all__ = [
+    "compile_stats",
     "device_cycles",
     "device_info",
     "fallback_counts",
     "get_cpu_fallback",
     "get_wait_timeout",
+    "launch_count",
     "set_cpu_fallback",
     "set_wait_timeout",
     "smi",
     "write_reports",
 ]
+
+
+def compile_stats(reset: bool = False) -> dict:
+    """What ``torch.compile(..., backend="spyre")`` has done in this process (docs/user-guide.md)."""
+    from ._compile import compile_stats as stats
+
+    return stats(reset)
+
+
+def launch_count(device=None) -> int:
+    """Kernel launches this process has queued on a spyre device so far."""
+    from ._compile import launch_count as count
+
+    if device is not None and not isinstance(device, int):
+        device = torch.device(device).index  # "spyre" alone: the current device
+    return count(device)
+
 
 logger = logging.getLogger("torch_spyre")
 BACKEND_NAME = "spyre"
