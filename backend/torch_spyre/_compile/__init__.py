@@ -266,6 +266,8 @@ def _decompositions() -> dict:
     from torch._decomp import core_aten_decompositions, get_decompositions
 
     table = dict(core_aten_decompositions())
+    # The planner lowers embedding's backward to one scatter-add; decomposed, it is an index_put.
+    table.pop(torch.ops.aten.embedding_dense_backward.default, None)
     # Norms become reductions and elementwise steps the planner fuses; their eager kernels would
     # be one launch each.
     table.update(

@@ -317,6 +317,10 @@ class Planner:
             w, idx = _val(n.args[0]), _val(n.args[1])
             ok = w.dim() == 2 and w.stride(1) == 1 and idx.dtype == torch.int64 and idx.dim() >= 1 and idx.numel() > 0
             return "gather" if ok and _val(n).is_contiguous() else None
+        if n.target == aten.embedding_dense_backward.default:
+            grad, idx = _val(n.args[0]), _val(n.args[1])
+            ok = n.args[3] < 0 and not n.args[4] and grad.dtype in _FLOAT and idx.dtype == torch.int64
+            return "scatter" if ok and grad.is_contiguous() and idx.is_contiguous() and idx.numel() > 0 else None
         if n.target == aten.cat.default:
             return "cat" if all(_is_tensor_node(x) for x in n.args[0]) else None
         if n.target == aten.arange.start_step and _val(n).dim() == 1:
@@ -726,6 +730,8 @@ class _Builder:
             self.cat(n)
         elif k == "gather":
             self.gather(n)
+        elif k == "scatter":
+            self.scatter_add(n)
         elif k == "attention":
             attention.lower(self, n, lambda d: _DTYPES[d][0])
 
@@ -905,6 +911,25 @@ class _Builder:
         lead = list(iv.shape[:-1])
         table = self.view(w, lead + list(wv.shape), [0] * len(lead) + list(wv.stride()))
         self.ops.append({"index": {"kind": 0, "table": table, "index": self.view(idx), "rows": self.view(n)}})
+
+    def scatter_add(self, n):
+        """embedding_dense_backward: a zero table, then each row of grad added at its index
+        (indirect DMA; repeated indices add up)."""
+        grad, idx = n.args[0], n.args[1]
+        gv, iv, out = _val(grad), _val(idx), _val(n)
+        rows = iv.numel()
+        self.fill(n, 0.0)
+        self.ops.append(
+            {
+                "index": {
+                    "kind": 2,
+                    "table": self.view(n),
+                    "index": self.view(idx, [rows], [1]),
+                    "rows": self.view(grad, [rows, gv.shape[-1]], [gv.shape[-1], 1]),
+                }
+            }
+        )
+        assert out.shape[1] == gv.shape[-1]
 
     def cat(self, n):
         tensors, dim = n.args[0], (n.args[1] if len(n.args) > 1 else 0)
