@@ -14,7 +14,7 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 import torch_spyre
-from test_models import GPT, _batches, _llama_config, _train
+from test_models import GPT, MoE, _batches, _llama_config, _train
 from torch_spyre._compile import compile_stats, launch_count
 
 pytestmark = pytest.mark.filterwarnings("ignore::UserWarning")
@@ -95,6 +95,19 @@ def test_llama_compiled_trains_like_cpu_in_fewer_launches():
     transformers, config = _llama_config()
     eager, compiled = _compiled_training(lambda: transformers.LlamaForCausalLM(config), 128)
     assert compiled * 2 <= eager, (compiled, eager)
+
+
+def test_a_mixture_of_experts_llama_compiled_trains_like_cpu():
+    transformers, config = _llama_config()
+
+    def make():
+        model = transformers.LlamaForCausalLM(config)
+        for layer in model.model.layers:
+            layer.mlp = MoE(config.hidden_size, config.intermediate_size)
+        return model
+
+    _compiled_training(make, 128)  # routing (topk, scatter, cumsum, index_add) runs as eager steps
+    assert compile_stats()["eager_steps"] > 0
 
 
 def test_graph_breaks_run_both_sides_compiled():
