@@ -6,7 +6,8 @@ Printed, never asserted (run it alone on the machine):
               graphs, programs, wall time of the first (compiling) step per graph, time the
               planner and the compiler took per graph, and the disk cache's hit rate
   forward     per model, the inference forward eager and compiled: simulated device cycles (median
-              of --repeat calls after a warm-up) and their ratio, launches per call, host wall time
+              of --repeat calls after a warm-up, eager and compiled taking turns) and their ratio,
+              launches per call, host wall time up to the card finishing (the simulation included)
   training    the same for a training step (forward, backward; no optimizer)
   large       a GPT block of width --width over --tokens bf16 tokens, compiled: the PT-array
               utilisation of each of its matmuls (2MNK over the launch's cycles times the PT peak,
@@ -95,23 +96,27 @@ def _model(name: str):
     return transformers.LlamaForCausalLM(config), 128
 
 
-def _measure(fn, repeat: int):
+def _measure(fns: list, repeat: int) -> list:
+    """Median device cycles, launches and host wall time (to the card finishing) of each function,
+    the functions taking turns so that drift on the host touches them alike."""
     import torch
     import torch_spyre
     from torch_spyre._compile import launch_count
 
-    fn()
-    torch.spyre.synchronize()
-    cycles, walls, launches = [], [], []
-    for _ in range(repeat):
-        c0, l0 = torch_spyre.device_cycles(), launch_count()
-        t = time.perf_counter()
+    for fn in fns:
         fn()
-        torch.spyre.synchronize()
-        walls.append(time.perf_counter() - t)
-        cycles.append(torch_spyre.device_cycles() - c0)
-        launches.append(launch_count() - l0)
-    return statistics.median(cycles), statistics.median(launches), statistics.median(walls)
+    torch.spyre.synchronize()
+    samples = [([], [], []) for _ in fns]
+    for _ in range(repeat):
+        for fn, (cycles, launches, walls) in zip(fns, samples, strict=True):
+            c0, l0 = torch_spyre.device_cycles(), launch_count()
+            t = time.perf_counter()
+            fn()
+            torch.spyre.synchronize()
+            walls.append(time.perf_counter() - t)
+            cycles.append(torch_spyre.device_cycles() - c0)
+            launches.append(launch_count() - l0)
+    return [tuple(statistics.median(x) for x in s) for s in samples]
 
 
 def runtime_figures(name: str, repeat: int) -> None:
@@ -139,8 +144,7 @@ def runtime_figures(name: str, repeat: int) -> None:
         return run
 
     for what, make in (("forward", forward), ("training", step)):
-        e = _measure(make(model), repeat)
-        c = _measure(make(compiled), repeat)
+        e, c = _measure([make(model), make(compiled)], repeat)
         print(
             f"  {name} {what}: device {c[0]:.0f} cycles compiled / {e[0]:.0f} eager = {c[0] / e[0]:.2f}x; "
             f"launches {c[1]:.0f} / {e[1]:.0f}; host wall {1e3 * c[2]:.2f} ms / {1e3 * e[2]:.2f} ms"

@@ -176,6 +176,9 @@ class _Runner:
         for n in gm.graph.nodes:
             if plan.kinds.get(n) == "static":  # a number an attention returns, known when planned
                 self.constants[n] = n.meta.get("val")
+            if plan.kinds.get(n) == "unwritten":  # an attention's seed or offset: never read
+                v = n.meta["val"]
+                self.constants[n] = torch.empty(v.shape, dtype=v.dtype, device=v.device)
             if n.op == "get_attr":
                 obj = gm
                 for part in n.target.split("."):
@@ -202,14 +205,20 @@ class _Runner:
                     pending = []
                 env[s] = s.target(*fx.node.map_aggregate(s.args, get), **fx.node.map_aggregate(s.kwargs, get))
                 continue
-            tensors: list = [None] * (len(s.inputs) + len(s.outputs) + (1 if s.arena_slot >= 0 else 0))
+            tensors: list = [None] * (len(s.inputs) + (1 if s.out_slot >= 0 else 0) + (1 if s.arena_slot >= 0 else 0))
             for slot, node in s.inputs:
                 tensors[slot] = get(node)
                 device = tensors[slot].device
             if device is None:
                 device = torch.device("spyre", torch.spyre.current_device())
-            for slot, node, sizes, strides, dtype in s.outputs:
-                env[node] = tensors[slot] = torch.empty_strided(sizes, strides, dtype=dtype, device=device)
+            if s.out_slot >= 0:
+                block = tensors[s.out_slot] = torch.empty(s.out_bytes, dtype=torch.uint8, device=device)
+                storage = block.untyped_storage()
+                for offset, node, sizes, strides, dtype in s.outputs:
+                    # A tensor of its own (not a view: autograd lets the user modify it in place)
+                    # over its part of the block.
+                    t = torch.empty(0, dtype=dtype, device=device)
+                    env[node] = t.set_(storage, offset // t.element_size(), sizes, strides)
             if s.arena_slot >= 0:
                 tensors[s.arena_slot] = torch.empty(s.arena_bytes, dtype=torch.uint8, device=device)
             pending.append((s.key, tensors, s.label))
@@ -233,8 +242,8 @@ def _dump(name: str, gm: fx.GraphModule, plan: lower.Plan) -> None:
         lines.append(f"program s{s.index} '{s.label}' key {s.key[:16]} arena {s.arena_bytes} B")
         for slot, node in s.inputs:
             lines.append(f"    arg {slot}: reads {node.name}")
-        for slot, node, sizes, _strides, dtype in s.outputs:
-            lines.append(f"    arg {slot}: writes {node.name} {list(sizes)} {dtype}")
+        for offset, node, sizes, _strides, dtype in s.outputs:
+            lines.append(f"    arg {s.out_slot} +{offset}: writes {node.name} {list(sizes)} {dtype}")
         for n in s.nodes:
             fused = ", ".join(x.name for x in s.fused.get(n, []))
             where = f"arena +{s.arena[n]}" if n in s.arena else "out"
@@ -292,6 +301,7 @@ def _decompositions() -> dict:
 def spyre_backend(gm: fx.GraphModule, example_inputs):
     """The Dynamo backend: AOTAutograd over core ATen, each graph planned and compiled for spyre."""
     from torch._dynamo.backends.common import aot_autograd
+    from torch._functorch.partitioners import min_cut_rematerialization_partition
 
     from . import device_interface
 
@@ -301,4 +311,7 @@ def spyre_backend(gm: fx.GraphModule, example_inputs):
         bw_compiler=_graph_compiler("bw"),
         inference_compiler=_graph_compiler("inf"),
         decompositions=_decompositions(),
+        # Saves fewer activations for the backward (recomputing cheap elementwise ones): fewer
+        # values leave the forward's programs, so fewer launch arguments and fewer programs.
+        partition_fn=min_cut_rematerialization_partition,
     )(gm, example_inputs)

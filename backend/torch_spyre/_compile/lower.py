@@ -259,10 +259,13 @@ class Segment:
     nodes: list = field(default_factory=list)  # FX nodes whose ops it runs, in order
     fused: dict = field(default_factory=dict)  # node -> the nodes fused into its expression
     inputs: list = field(default_factory=list)  # (slot, root node) read from the environment
-    outputs: list = field(default_factory=list)  # (slot, node, sizes, strides, dtype) made for it
+    outputs: list = field(default_factory=list)  # (byte offset, node, sizes, strides, dtype) in the out block
+    out_slot: int = -1  # the block holding every value the segment makes for use elsewhere
+    out_bytes: int = 0
     arena_slot: int = -1
     arena_bytes: int = 0
     arena: dict = field(default_factory=dict)  # node -> byte offset
+    out_offsets: dict = field(default_factory=dict)  # node -> byte offset in the out block
     spec: str = ""
     key: str = ""
     label: str = ""
@@ -347,6 +350,13 @@ class Planner:
             return [u for u in n.users if self.kind.get(u) == "part"]
         return [n]
 
+    @staticmethod
+    def _written_part(n) -> bool:
+        """Whether a getitem of an attention is an output its program writes (not the random seed
+        and offset, which have no dropout to feed and are plain empty tensors)."""
+        limit = 2 if n.args[0].target == attention.FORWARD else 3
+        return n.args[1] < limit
+
     def temps(self, n) -> list:
         """Arena temporaries node n's op needs besides its values: (name, bytes)."""
         if self.kind.get(n) == "attention":
@@ -402,7 +412,10 @@ class Planner:
                 self.kind[n] = "attention"
             elif n.op == "call_function" and n.target is operator.getitem and self.kind.get(n.args[0]) == "attention":
                 # An output of a lowered attention: memory of its own, or a number known now.
-                self.kind[n] = "part" if _is_tensor_node(n) else "static"
+                if not _is_tensor_node(n):
+                    self.kind[n] = "static"
+                else:
+                    self.kind[n] = "part" if self._written_part(n) else "unwritten"
             else:
                 k = self._op_kind(n) if n.op == "call_function" else None
                 self.kind[n] = k or "eager"
@@ -473,7 +486,7 @@ class Planner:
         produced_by: dict = {}  # op node -> segment
         for n in self.nodes:
             k = self.kind[n]
-            if k in ("input", "view", "item", "inline", "output", "part", "static"):
+            if k in ("input", "view", "item", "inline", "output", "part", "static", "unwritten"):
                 continue
             if k == "eager":
                 reads = self._mem_reads_eager(n)
@@ -566,7 +579,7 @@ class Planner:
     def _args(self, nodes: list) -> int:
         reads, escapes = self._segment_args(nodes, None)
         arena = any(v not in escapes for n in nodes for v in self.produces(n)) or any(self.temps(n) for n in nodes)
-        return len(reads) + len(escapes) + (1 if arena else 0)
+        return len(reads) + (1 if escapes else 0) + (1 if arena else 0)
 
     def _fit(self, nodes: list, all_steps) -> list:
         """Cuts a run of nodes into segments of at most _MAX_ARGS launch arguments each, greedily
@@ -597,14 +610,20 @@ class Planner:
         for r in reads:
             slots[r] = len(slots)
         s.inputs = [(slots[r], r) for r in reads]
-        outs = []
+        # Values used elsewhere go in one block (one launch argument); each becomes a tensor of its
+        # own over the block's storage when the segment runs.
+        outs, at = [], 0
+        if escapes:
+            s.out_slot = len(slots)
         for n in escapes:
-            slots[n] = len(slots)
             v = _val(n)
-            outs.append((slots[n], n, tuple(v.shape), tuple(v.stride()), v.dtype))
+            outs.append((at, n, tuple(v.shape), tuple(v.stride()), v.dtype))
+            s.out_offsets[n] = at
+            at += (_extent(v) * _DTYPES[v.dtype][1] + _ALIGN - 1) // _ALIGN * _ALIGN
         s.outputs = outs
+        s.out_bytes = max(at, _ALIGN) if escapes else 0
         # The arena: values made and used only here, placed by lifetime (first fit).
-        local = [v for n in s.nodes for v in self.produces(n) if v not in slots]
+        local = [v for n in s.nodes for v in self.produces(n) if v not in slots and v not in s.out_offsets]
         pos = {v: i for i, n in enumerate(s.nodes) for v in [n, *self.produces(n)]}
         last = {}
         for i, n in enumerate(s.nodes):
@@ -631,9 +650,9 @@ class Planner:
             placed.append((off, off + size, born, dies))
             s.arena[n] = off
         if placed:
-            s.arena_slot = len(slots)
+            s.arena_slot = len(slots) + (1 if escapes else 0)
             s.arena_bytes = max(_ALIGN, max(end for _, end, _, _ in placed))
-        num_args = len(slots) + (1 if placed else 0)
+        num_args = len(slots) + (1 if escapes else 0) + (1 if placed else 0)
         b = _Builder(self, s, slots)
         for n in s.nodes:
             b.op(n)
@@ -689,6 +708,9 @@ class _Builder:
         dtype, width = _DTYPES[v.dtype]
         if mem in self.slots:
             arg, offset = self.slots[mem], v.storage_offset() - base.storage_offset()
+        elif mem in self.s.out_offsets:
+            arg = self.s.out_slot
+            offset = v.storage_offset() - base.storage_offset() + self.s.out_offsets[mem] // width
         else:
             arg = self.s.arena_slot
             offset = v.storage_offset() - base.storage_offset() + self.s.arena[mem] // width
