@@ -34,7 +34,7 @@ sys.path.insert(0, str(ROOT / "backend" / "tests"))  # the decoders of test_mode
 
 COMPILE_CHILD = """
 import json, sys, time
-sys.path.insert(0, sys.argv[2])
+sys.path.insert(0, sys.argv[-1])
 import torch, torch_spyre
 import torch.nn.functional as F
 from torch_spyre._compile import compile_stats
@@ -58,21 +58,20 @@ print(json.dumps(s))
 """
 
 
+def _child(code: str, args: list, **env) -> object:
+    """Runs `code` in a fresh process (the card in it, the test decoders importable); the JSON of
+    its last line of output."""
+    env = dict(os.environ, SPYRE_TRANSPORT="inproc", **env)
+    argv = [sys.executable, "-c", code, *map(str, args), str(ROOT / "backend" / "tests")]
+    p = subprocess.run(argv, env=env, capture_output=True, text=True, check=False)
+    if p.returncode != 0:
+        sys.exit(p.stderr)
+    return json.loads(p.stdout.strip().splitlines()[-1])
+
+
 def compile_figures(model: str) -> None:
     with tempfile.TemporaryDirectory() as cache:
-        env = dict(os.environ, TORCH_SPYRE_CACHE_DIR=cache, SPYRE_TRANSPORT="inproc")
-        runs = []
-        for _ in range(2):
-            p = subprocess.run(
-                [sys.executable, "-c", COMPILE_CHILD, model, str(ROOT / "backend" / "tests")],
-                env=env,
-                capture_output=True,
-                text=True,
-                check=False,
-            )
-            if p.returncode != 0:
-                sys.exit(p.stderr)
-            runs.append(json.loads(p.stdout.strip().splitlines()[-1]))
+        runs = [_child(COMPILE_CHILD, [model], TORCH_SPYRE_CACHE_DIR=cache) for _ in range(2)]
     for i, s in enumerate(runs, 1):
         graphs = s["graphs"]
         looked = s["disk_hits"] + s["disk_misses"]
@@ -155,7 +154,7 @@ LARGE_CHILD = """
 import json, sys
 import torch, torch_spyre
 import torch.nn as nn
-sys.path.insert(0, sys.argv[3])
+sys.path.insert(0, sys.argv[-1])
 from test_models import GPTBlock
 width, tokens = int(sys.argv[1]), int(sys.argv[2])
 torch.manual_seed(0)
@@ -177,17 +176,7 @@ print(json.dumps(shapes))
 def large_figures(width: int, tokens: int) -> None:
     with tempfile.TemporaryDirectory() as tmp:
         stats = os.path.join(tmp, "stats.json")
-        env = dict(os.environ, SPYRE_STATS=stats, SPYRE_TRANSPORT="inproc", TORCH_SPYRE_CACHE_DIR=tmp)
-        p = subprocess.run(
-            [sys.executable, "-c", LARGE_CHILD, str(width), str(tokens), str(ROOT / "backend" / "tests")],
-            env=env,
-            capture_output=True,
-            text=True,
-            check=False,
-        )
-        if p.returncode != 0:
-            sys.exit(p.stderr)
-        shapes = json.loads(p.stdout.strip().splitlines()[-1])
+        shapes = _child(LARGE_CHILD, [width, tokens], SPYRE_STATS=stats, TORCH_SPYRE_CACHE_DIR=tmp)
         doc = json.loads(Path(stats).read_text())
     cfg = doc["config"]["chip"]
     peak = cfg["cores"] * cfg["corelets_per_core"] * cfg["pt_rows"] * cfg["pt_cols"] * cfg["pt_simd"] * 2

@@ -14,7 +14,7 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 import torch_spyre
-from test_models import GPT, MoE, _batches, _llama_config, _train
+from test_models import GPT, _batches, _llama_config, _train, moe_llama
 from torch_spyre._compile import compile_stats, launch_count
 
 pytestmark = pytest.mark.filterwarnings("ignore::UserWarning")
@@ -98,15 +98,7 @@ def test_llama_compiled_trains_like_cpu_in_fewer_launches():
 
 
 def test_a_mixture_of_experts_llama_compiled_trains_like_cpu():
-    transformers, config = _llama_config()
-
-    def make():
-        model = transformers.LlamaForCausalLM(config)
-        for layer in model.model.layers:
-            layer.mlp = MoE(config.hidden_size, config.intermediate_size)
-        return model
-
-    _compiled_training(make, 128)  # routing (topk, scatter, cumsum, index_add) runs as eager steps
+    _compiled_training(moe_llama, 128)  # routing (topk, scatter, cumsum, index_add) runs as eager steps
     assert compile_stats()["eager_steps"] > 0
 
 
@@ -131,6 +123,30 @@ def test_ops_the_planner_does_not_take_run_as_eager_kernels():
     torch.testing.assert_close(out.cpu(), f(x), rtol=1e-4, atol=1e-4)
     s = compile_stats()
     assert s["eager_steps"] >= 1 and s["segments"] >= 1
+
+
+def test_a_mutated_input_is_read_before_it_is_written():
+    def f(x, buf):
+        y = torch.exp(x) * buf
+        buf.mul_(2)
+        return y + buf
+
+    x, buf = torch.randn(8, 8), torch.randn(8, 8)
+    sx, sbuf = x.to("spyre"), buf.to("spyre")
+    out = torch.compile(f, backend="spyre")(sx, sbuf)
+    want = f(x, buf)
+    torch.testing.assert_close(out.cpu(), want, rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(sbuf.cpu(), buf, rtol=0, atol=0)
+
+
+def test_the_device_interface_is_registered_for_dynamo():
+    from torch._dynamo.device_interface import get_interface_for_device
+
+    torch.compile(lambda x: torch.sin(x) + 1, backend="spyre")(torch.ones(4).to("spyre"))
+    interface = get_interface_for_device("spyre")
+    assert interface.device_count() == torch.spyre.device_count()
+    assert interface.current_device() == torch.spyre.current_device()
+    assert interface.is_available()
 
 
 def test_guards_recompile_for_a_new_dtype_and_not_for_the_same_input():

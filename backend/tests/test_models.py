@@ -150,16 +150,17 @@ def test_hf_llama_trains_like_cpu():
     _check_training(lambda: transformers.LlamaForCausalLM(config), vocab=128)
 
 
-def test_llama_with_mixture_of_experts_trains_like_cpu():
+def moe_llama():
+    """The Llama-style decoder of _llama_config with a mixture of experts for each MLP."""
     transformers, config = _llama_config()
+    model = transformers.LlamaForCausalLM(config)
+    for layer in model.model.layers:
+        layer.mlp = MoE(config.hidden_size, config.intermediate_size)
+    return model
 
-    def make():
-        model = transformers.LlamaForCausalLM(config)
-        for layer in model.model.layers:
-            layer.mlp = MoE(config.hidden_size, config.intermediate_size)
-        return model
 
-    _check_training(make, vocab=128)
+def test_llama_with_mixture_of_experts_trains_like_cpu():
+    _check_training(moe_llama, vocab=128)
 
 
 def test_hf_llama_generate_matches_cpu():

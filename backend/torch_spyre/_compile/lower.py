@@ -294,7 +294,10 @@ class Planner:
         self.nodes = list(gm.graph.nodes)
         self.order = {n: i for i, n in enumerate(self.nodes)}
         self.root: dict = {}  # view node -> the node whose memory it views
-        self.kind: dict = {}  # node -> "input" | "view" | "op" | "inline" | "const" | "eager" | "item"
+        # node -> its kind: "input", "output", "view", "item" (a tuple of views), "inline", "eager", an
+        # op kind ("pointwise", "reduce", "matmul", "attention", "gather", ...), or for an attention's
+        # getitems "part" (an output it writes), "unwritten" or "static" (a number)
+        self.kind: dict = {}
         self.inline_into: dict = {}  # inlined pointwise node -> its consumer
         self.outputs = set()
 
@@ -489,8 +492,11 @@ class Planner:
             if k in ("input", "view", "item", "inline", "output", "part", "static", "unwritten"):
                 continue
             if k == "eager":
+                # It runs before the open segment unless it reads what the segment makes, or writes
+                # memory (a trailing copy_ into a mutated input) the segment may still read.
                 reads = self._mem_reads_eager(n)
-                if seg is not None and any(produced_by.get(r) is seg for r in reads):
+                mutates = isinstance(n.target, torch._ops.OpOverload) and n.target._schema.is_mutable
+                if seg is not None and (mutates or any(produced_by.get(r) is seg for r in reads)):
                     steps.append(("segment", seg))
                     seg = None
                 steps.append(("eager", n))
@@ -508,7 +514,7 @@ class Planner:
             if kind == "eager":
                 final.append((kind, s))
             else:
-                final.extend(("segment", p) for p in self._fit(s.nodes, steps))
+                final.extend(("segment", p) for p in self._fit(s.nodes))
         count = 0
         for kind, s in final:
             if kind == "segment":
@@ -548,7 +554,7 @@ class Planner:
                 out.add(self._mem(x))
         return out
 
-    def _segment_args(self, nodes: list, all_steps) -> tuple[list, list]:
+    def _segment_args(self, nodes: list) -> tuple[list, list]:
         inside = set(nodes) | {v for n in nodes for v in self.produces(n)}
         reads, escapes = [], []
         for n in nodes:
@@ -577,11 +583,11 @@ class Planner:
         return False
 
     def _args(self, nodes: list) -> int:
-        reads, escapes = self._segment_args(nodes, None)
+        reads, escapes = self._segment_args(nodes)
         arena = any(v not in escapes for n in nodes for v in self.produces(n)) or any(self.temps(n) for n in nodes)
         return len(reads) + (1 if escapes else 0) + (1 if arena else 0)
 
-    def _fit(self, nodes: list, all_steps) -> list:
+    def _fit(self, nodes: list) -> list:
         """Cuts a run of nodes into segments of at most _MAX_ARGS launch arguments each, greedily
         (each segment as long as it can be; a single op always fits: the compiler checks it)."""
         parts, start = [], 0
@@ -593,7 +599,7 @@ class Planner:
             start = end
         out = []
         for part in parts:
-            reads, escapes = self._segment_args(part, all_steps)
+            reads, escapes = self._segment_args(part)
             out.append(Segment(index=0, nodes=part, inputs=reads, outputs=escapes))
         return out
 
