@@ -125,6 +125,18 @@ def test_ops_the_planner_does_not_take_run_as_eager_kernels():
     assert s["eager_steps"] >= 1 and s["segments"] >= 1
 
 
+def test_slice_scatter_and_fills_run_in_the_program():
+    def f(x, y):
+        base = torch.full_like(x, 0.5)
+        return torch.slice_scatter(base, y, dim=1, start=-6, step=2) * x, torch.slice_scatter(x, y.exp(), 1, 1, 7, 2)
+
+    x, y = torch.randn(4, 8), torch.randn(4, 3)
+    out = torch.compile(f, backend="spyre")(x.to("spyre"), y.to("spyre"))
+    for o, r in zip(out, f(x, y), strict=True):
+        torch.testing.assert_close(o.cpu(), r, rtol=1e-5, atol=1e-5)
+    assert compile_stats()["eager_steps"] == 0
+
+
 def test_a_mutated_input_is_read_before_it_is_written():
     def f(x, buf):
         y = torch.exp(x) * buf

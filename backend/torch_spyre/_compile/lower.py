@@ -218,7 +218,7 @@ def _pointwise_rule(n: fx.Node):
             return x
 
         return rule
-    if t in (aten._to_copy.default, aten.clone.default) and len(a) == 1:
+    if t in (aten._to_copy.default, aten.clone.default, aten.lift_fresh_copy.default) and len(a) == 1:
         if set(kw) - {"dtype", "memory_format", "layout", "device"}:
             return None
         dev = kw.get("device")
@@ -244,6 +244,8 @@ def _constant_of(n: fx.Node):
         return n.args[1]
     if n.target == aten.scalar_tensor.default and _scalar_arg(n.args[0]):
         return n.args[0]
+    if n.target == aten.full_like.default and _scalar_arg(n.args[1]):
+        return n.args[1]
     return None
 
 
@@ -327,6 +329,10 @@ class Planner:
             grad, idx = _val(n.args[0]), _val(n.args[1])
             ok = n.args[3] < 0 and not n.args[4] and grad.dtype in _FLOAT and idx.dtype == torch.int64
             return "scatter" if ok and grad.is_contiguous() and idx.is_contiguous() and idx.numel() > 0 else None
+        if n.target in (aten.empty_permuted.default, aten.empty.memory_format, aten.empty_strided.default):
+            return "empty"  # memory and no op: what is written into it comes after
+        if n.target == aten.slice_scatter.default:
+            return "slice_scatter" if all(_scalar_arg(x) or x is None for x in n.args[2:]) else None
         if n.target == aten.cat.default:
             return "cat" if all(_is_tensor_node(x) for x in n.args[0]) else None
         if n.target == aten.arange.start_step and _val(n).dim() == 1:
@@ -441,7 +447,15 @@ class Planner:
         for n in self.nodes:
             k = self.kind.get(n)
             if k == "const":
-                if all(self.kind.get(u) == "pointwise" for u in n.users) and n not in self.outputs and n.users:
+                # A number in each reader's expression (or a fill of the slice_scatter it is the base of).
+                readers_take_it = all(
+                    self.kind.get(u) == "pointwise"
+                    or self.kind.get(u) == "slice_scatter"
+                    and u.args[0] is n
+                    and u.args[1] is not n
+                    for u in n.users
+                )
+                if readers_take_it and n not in self.outputs and n.users:
                     self.kind[n] = "inline"
                 continue
             if k != "pointwise" or n in self.outputs or len(n.users) != 1:
@@ -760,6 +774,8 @@ class _Builder:
             self.gather(n)
         elif k == "scatter":
             self.scatter_add(n)
+        elif k == "slice_scatter":
+            self.slice_scatter(n)
         elif k == "attention":
             attention.lower(self, n, lambda d: _DTYPES[d][0])
 
@@ -958,6 +974,31 @@ class _Builder:
             }
         )
         assert out.shape[1] == gv.shape[-1]
+
+    def _copy(self, src: int, dst: int, dtype: torch.dtype):
+        step = {"kind": "copy", "args": [0]}
+        self.ops.append(
+            {"pointwise": {"compute": _DTYPES[dtype][0], "inputs": [{"view": src}], "out": dst, "steps": [step]}}
+        )
+
+    def slice_scatter(self, n):
+        """out = input with src written over out[..., start:end:step, ...] along dim."""
+        x, src = n.args[0], n.args[1]
+        out, sv = _val(n), _val(src)
+        dim = (n.args[2] if len(n.args) > 2 else 0) % out.dim()
+        start = n.args[3] if len(n.args) > 3 and n.args[3] is not None else 0
+        step = n.args[5] if len(n.args) > 5 else 1
+        start = start + out.shape[dim] if start < 0 else start
+        strides = list(out.stride())
+        strides[dim] *= step
+        const = _constant_of(x) if self.p.kind.get(x) == "inline" else None
+        if const is not None:
+            self.fill(n, const)
+        else:
+            self._copy(self.view(x, *_broadcast(x, n)), self.view(n), out.dtype)
+        if sv.numel():
+            dst = self.view(n, list(sv.shape), strides, extra_offset=min(start, out.shape[dim]) * out.stride()[dim])
+            self._copy(self.view(src), dst, out.dtype)
 
     def cat(self, n):
         tensors, dim = n.args[0], (n.args[1] if len(n.args) > 1 else 0)
