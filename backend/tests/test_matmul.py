@@ -143,7 +143,8 @@ print(digest.hexdigest())
 
 def test_large_gemms_share_panels_between_cores(tmp_path):
     """Large GEMMs spread their blocks over a grid of cores that share A and B panels through
-    LOAD_MULTICAST: CPU's results for every operand layout, and near the PT array's peak."""
+    LOAD_MULTICAST: CPU's results for every operand layout and for a bias, and near the PT array's
+    peak with and without a bias."""
     code = """
 import json, os, torch, torch_spyre
 torch_spyre.set_cpu_fallback("error")
@@ -161,6 +162,16 @@ y = da @ db
 torch.spyre.synchronize()
 cycles = torch_spyre.device_cycles() - c0
 check(y, (a.float() @ b.float()).half(), 2e-3)
+bias = r(2048, dtype=torch.float16)  # the bias row of a linear layer: added by each core to its block
+dbias = bias.to("spyre")
+c0 = torch_spyre.device_cycles()
+yb = torch.addmm(dbias, da, db)
+torch.spyre.synchronize()
+cycles_bias = torch_spyre.device_cycles() - c0
+check(yb, (bias.float() + a.float() @ b.float()).half(), 2e-3)
+full = r(1024, 2048)
+check(torch.addmm(full.to("spyre"), r(1024, 512).to("spyre") * 0 + 1, r(512, 2048).to("spyre") * 0 + 2, beta=0.5),
+      0.5 * full + 1024, 1e-4)
 at, bt = r(1024, 2048, dtype=torch.bfloat16), r(2048, 1024, dtype=torch.bfloat16)
 check(at.to("spyre").t() @ bt.to("spyre").t(), (at.float().t() @ bt.float().t()).bfloat16(), 1e-2)
 f, h = r(1024, 512), r(512, 2048)
@@ -172,15 +183,18 @@ out = torch.zeros(1024, 2100, device="spyre")
 torch.mm(f.to("spyre"), h.to("spyre"), out=out[:, 20:2068])
 check(out[:, 20:2068], f @ h, 1e-4)
 assert out[:, :20].abs().sum().item() == 0 and out[:, 2068:].abs().sum().item() == 0
-print(json.dumps({"cycles": cycles}))
+print(json.dumps({"cycles": cycles, "cycles_bias": cycles_bias}))
 """
     trace = tmp_path / "trace.json"
     proc = run_python(code, env={"SPYRE_TRACE": str(trace)})
     assert proc.returncode == 0, proc.stderr
-    cycles = json.loads(proc.stdout.strip().splitlines()[-1])["cycles"]
+    figures = json.loads(proc.stdout.strip().splitlines()[-1])
+    cycles = figures["cycles"]
     # The default chip: 32 cores of 2 corelets, each an 8x8 PT array of 8 fp16 lanes.
     peak_flops_per_cycle = 32 * 2 * 8 * 8 * 8 * 2
     ideal = 2 * 2048 * 4096 * 2048 / peak_flops_per_cycle
     assert cycles < ideal / 0.8, f"{cycles} cycles: {100 * ideal / cycles:.0f} % of peak"
+    # With a bias (a linear layer's): still shared panels, near the peak.
+    assert figures["cycles_bias"] < ideal / 0.75, f"{figures['cycles_bias']} cycles with a bias"
     events = json.loads(trace.read_text())["traceEvents"]
     assert any(e.get("name") == "load multicast issue" for e in events)

@@ -150,7 +150,8 @@ std::optional<Kernel> lower_matmul(const ir::Graph& g, const ir::Matmul& mm, con
   // A row panel is loaded once for its grid row and each B column panel once for its grid column
   // (LOAD_MULTICAST), so a step moves (gm tm + gn tn) tk elements for gm gn blocks instead of
   // (tm + tn) tk for one; a BARRIER per K step tells the receivers that the panels have landed.
-  // Taken for whole tiles only (no tails, no bias), over every core, when the cost model says so.
+  // Taken for whole tiles only (no tails), over every core, when the cost model says so; each core
+  // adds the bias of its own block in the epilogue.
   struct Grid {
     int64_t gm = 0, gn = 0, tm = 0, tn = 0;
   } grid;
@@ -160,7 +161,7 @@ std::optional<Kernel> lower_matmul(const ir::Graph& g, const ir::Matmul& mm, con
     for (int64_t s : batch) n += s > 1 ? 1 : 0;
     return n <= 3;
   };
-  if (!bias && cores > 1 && K % tk == 0 && levels_free()) {
+  if (cores > 1 && K % tk == 0 && levels_free()) {
     for (int64_t bm = fit_m; bm >= 64; bm /= 2) {
       for (int64_t bn = fit_n; bn >= 64; bn /= 2) {
         if (M % bm != 0 || N % bn != 0) continue;
@@ -206,8 +207,12 @@ std::optional<Kernel> lower_matmul(const ir::Graph& g, const ir::Matmul& mm, con
   }
   if (shared) {  // one item per super-block; each core finds its block by rank
     const int64_t sm = grid.gm * tm, sn = grid.gn * tn;
-    if (M > sm) level(static_cast<uint64_t>(M / sm), sm * sa_m, 0, sm * out.strides[nd - 2], 0);
-    if (N > sn) level(static_cast<uint64_t>(N / sn), 0, sn * sb_n, sn * out.strides[nd - 1], 0);
+    if (M > sm) {
+      level(static_cast<uint64_t>(M / sm), sm * sa_m, 0, sm * out.strides[nd - 2], bias ? sm * bias_full[nd - 2] : 0);
+    }
+    if (N > sn) {
+      level(static_cast<uint64_t>(N / sn), 0, sn * sb_n, sn * out.strides[nd - 1], bias ? sn * bias_full[nd - 1] : 0);
+    }
   }
   const uint64_t m_tiles = shared ? 1 : static_cast<uint64_t>((M + tm - 1) / tm),
                  n_tiles = shared ? 1 : static_cast<uint64_t>((N + tn - 1) / tn);
@@ -241,7 +246,7 @@ std::optional<Kernel> lower_matmul(const ir::Graph& g, const ir::Matmul& mm, con
   const DType compute = mm.compute, out_type = out.dtype, bias_type = bias ? bias->dtype : DType::kF32;
   const int64_t full_steps = K / tk, k_tail = K % tk;
   const int64_t so_m = out.strides[nd - 2], so_n = out.strides[nd - 1];
-  const int64_t sbias_m = bias ? bias_full[nd - 2] : 0;
+  const int64_t sbias_m = bias ? bias_full[nd - 2] : 0, sbias_n = bias ? bias_full[nd - 1] : 0;
   const double alpha = mm.alpha, beta = mm.beta;
   // Shared: the pending block goes out in `chunks` chunks of whole rows, one per step.
   int64_t chunks = std::max<int64_t>(std::min(full_steps, tm), 1);
@@ -397,8 +402,20 @@ std::optional<Kernel> lower_matmul(const ir::Graph& g, const ir::Matmul& mm, con
       const uint32_t rows = bias_bc == Bcast::kRow || bias_bc == Bcast::kScalar ? 1 : mt;
       const uint32_t cols = bias_bc == Bcast::kCol || bias_bc == Bcast::kScalar ? 1 : nt;
       const uint32_t eb = static_cast<uint32_t>(es_bias);
-      bld.emit(emit::dma(hw::Op::kLoad, operand_reg(3), 0, braw, 0, static_cast<uint64_t>(sbias_m) * eb, rows,
-                         cols * eb, false, 0));
+      uint32_t from = operand_reg(3);
+      if (shared) {  // this core's block of the super-block: row i = rank / gn, column j = rank % gn
+        const auto gn = static_cast<uint64_t>(grid.gn);
+        bld.emit(emit::rank(kCurA));
+        bld.emit(emit::divu(kSteps, kCurA, gn));
+        bld.emit(emit::remu(kCurA, kCurA, gn));
+        bld.emit(emit::muli(kSteps, kSteps, tm * sbias_m * static_cast<int64_t>(eb)));
+        bld.emit(emit::muli(kCurA, kCurA, tn * sbias_n * static_cast<int64_t>(eb)));
+        bld.emit(emit::add(kCurA, kCurA, kSteps));
+        bld.emit(emit::add(kTmp, kCurA, operand_reg(3)));
+        from = kTmp;
+      }
+      bld.emit(
+          emit::dma(hw::Op::kLoad, from, 0, braw, 0, static_cast<uint64_t>(sbias_m) * eb, rows, cols * eb, false, 0));
       const auto count = static_cast<uint32_t>(hw::bcast_elements(bias_bc, mt, nt));
       bld.emit(emit::sfp(hw::Op::kConvert, DType::kF32, 0, bf32, braw, static_cast<uint64_t>(bias_type), 1, count));
       if (beta != 1.0) {
