@@ -10,9 +10,10 @@ Printed, never asserted (run it alone on the machine):
               launches per call, host wall time up to the card finishing (the simulation included)
   training    the same for a training step (forward, backward; no optimizer)
   large       a GPT block of width --width over --tokens bf16 tokens, compiled: the PT-array
-              utilisation of each of its matmuls (2MNK over the launch's cycles times the PT peak,
-              each matmul compiled alone, so that the launch holds nothing else) and of each
-              launch of the compiled forward (FLOPs of the launch over its cycles and the peak)
+              utilisation of each of its linear layers' matmuls (2MNK over the launch's cycles
+              times the PT peak; each compiled alone, with its bias and its weight as the layer
+              holds it, so that the launch holds nothing else) and of the compiled forward's
+              launch (its FLOPs over its cycles and the peak), with where its core cycles went
 
     .venv/bin/python benchmarks/compile.py
 """
@@ -161,9 +162,10 @@ torch.manual_seed(0)
 block = GPTBlock(width, width // 64).to(torch.bfloat16).to("spyre")
 x = (torch.randn(tokens // 256, 256, width) * 0.5).to(torch.bfloat16).to("spyre")
 shapes = [(tokens, width, 3 * width), (tokens, width, width), (tokens, width, 4 * width), (tokens, 4 * width, width)]
-mm = torch.compile(lambda a, b: a @ b, backend="spyre", dynamic=False)
-for m, k, n in shapes:
-    mm(torch.randn(m, k, dtype=torch.bfloat16).to("spyre"), torch.randn(k, n, dtype=torch.bfloat16).to("spyre"))
+linear = torch.compile(nn.functional.linear, backend="spyre", dynamic=False)
+for m, k, n in shapes:  # as the block's layers run them: weight [n, k], a bias
+    w, b = torch.randn(n, k, dtype=torch.bfloat16) * k**-0.5, torch.randn(n, dtype=torch.bfloat16)
+    linear(torch.randn(m, k, dtype=torch.bfloat16).to("spyre"), w.to("spyre"), b.to("spyre"))
 cb = torch.compile(block, backend="spyre")
 with torch.no_grad():
     cb(x)
@@ -184,7 +186,10 @@ def large_figures(width: int, tokens: int) -> None:
     alone, block = launches[: len(shapes)], launches[len(shapes) :]
     for (m, k, n), launch in zip(shapes, alone, strict=True):
         cycles = launch["end"] - launch["start"]
-        print(f"  matmul {m}x{k}x{n} bf16 alone: {cycles} cycles, PT utilisation {2 * m * n * k / cycles / peak:.1%}")
+        print(
+            f"  linear {m}x{k}x{n} bf16 (weight [n, k], bias) alone: {cycles} cycles, "
+            f"PT utilisation {2 * m * n * k / cycles / peak:.1%}"
+        )
     for launch in block:
         cycles = launch["end"] - launch["start"]
         stall = launch["stall"]
