@@ -29,6 +29,8 @@ def _fresh(tmp_path, monkeypatch):
     yield
     torch_spyre.set_cpu_fallback("warn")
     torch._dynamo.reset()
+    s = compile_stats()
+    assert s["graphs_run_eagerly"] == 0 and s["programs_not_compiled"] == 0, s  # no planner or compiler gap
 
 
 def _spyre(*ts):

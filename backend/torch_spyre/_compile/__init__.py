@@ -32,6 +32,8 @@ _stats = {
     "compile_seconds": 0.0,  # spent planning and compiling
     "shape_recompiles": 0,  # plans made for a new shape of a graph already planned
     "shape_limit_hits": 0,  # calls past the recompile limit, run op by op
+    "programs_not_compiled": 0,  # programs the compiler refused: their ops ran one by one
+    "graphs_run_eagerly": 0,  # graphs the planner failed on: run op by op, with a warning
 }
 _graph_ids = 0
 
@@ -111,7 +113,15 @@ class CompiledGraph:
         if self.static:
             self.plans[None] = self._make_plan(gm)
 
-    def _make_plan(self, gm: fx.GraphModule) -> _Runner:
+    def _make_plan(self, gm: fx.GraphModule):
+        try:
+            return self._plan(gm)
+        except Exception:  # a planner bug must cost speed, not the user's run
+            _stats["graphs_run_eagerly"] += 1
+            logger.warning("%s: planning failed; the graph runs op by op", self.name, exc_info=True)
+            return lambda args: _eager(gm, args)
+
+    def _plan(self, gm: fx.GraphModule) -> _Runner:
         t0 = time.perf_counter()
         planner = lower.Planner(gm, self.name)
         plan = planner.plan()
@@ -122,6 +132,7 @@ class CompiledGraph:
                 try:
                     cache.ensure_installed(s)
                 except ValueError as e:  # a shape the lowerings do not take: its ops run eagerly
+                    _stats["programs_not_compiled"] += 1
                     logger.warning(
                         "%s: program s%d does not compile (%s); its ops run one by one", self.name, s.index, e
                     )
