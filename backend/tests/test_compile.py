@@ -232,6 +232,27 @@ def test_the_program_cache_works_across_processes(tmp_path):
     assert second["disk_misses"] == 0 and second["disk_hits"] == first["disk_misses"]
 
 
+def test_a_damaged_cache_file_is_compiled_again(tmp_path, monkeypatch):
+    monkeypatch.setenv("TORCH_SPYRE_CACHE_DIR", str(tmp_path / "damaged"))
+    from torch_spyre._compile import cache
+
+    def f(x):
+        return torch.exp(x) * 3
+
+    x = torch.randn(64, 64)
+    torch.compile(f, backend="spyre")(x.to("spyre"))
+    (path,) = list((tmp_path / "damaged").rglob("*.prg"))
+    good = path.read_bytes()
+    for damaged in (good[:-7], good[:-40] + bytes(40), b"not a program"):
+        path.write_bytes(damaged)
+        cache._installed.clear()
+        torch._dynamo.reset()
+        compile_stats(reset=True)
+        out = torch.compile(f, backend="spyre")(x.to("spyre"))
+        torch.testing.assert_close(out.cpu(), f(x), rtol=1e-5, atol=1e-5)
+        assert compile_stats()["disk_misses"] == 1 and path.read_bytes() == good  # compiled and rewritten
+
+
 def test_compile_debug_dumps_the_graph_plan_and_programs(tmp_path, monkeypatch):
     monkeypatch.setenv("TORCH_SPYRE_COMPILE_DEBUG", str(tmp_path / "dbg"))
 

@@ -20,7 +20,7 @@ import torch
 
 from .. import _C
 
-_MAGIC = b"SPYREPRG1\n"
+_MAGIC = b"SPYREPRG2\n"
 _installed: set[str] = set()
 _stats = {"hits": 0, "misses": 0, "in_memory": 0, "compile_seconds": 0.0}
 _build_id: str | None = None
@@ -81,23 +81,35 @@ def _path(key: str) -> Path | None:
     return d / digest[:2] / f"{digest}.prg"
 
 
+_HEADER = struct.Struct("<QII32s")  # core mask, arguments, name bytes, SHA-256 of name and image
+
+
 def _read(path: Path):
+    """The program in a cache file, or None when it is missing, foreign or damaged (a damaged file
+    is a miss: the program is compiled again and the file rewritten)."""
     try:
         data = path.read_bytes()
     except OSError:
         return None
-    if not data.startswith(_MAGIC) or len(data) < len(_MAGIC) + 16:
+    at = len(_MAGIC) + _HEADER.size
+    if not data.startswith(_MAGIC) or len(data) < at:
         return None
-    core_mask, num_args, name_len = struct.unpack_from("<QII", data, len(_MAGIC))
-    at = len(_MAGIC) + 16
-    name = data[at : at + name_len].decode()
-    return name, data[at + name_len :], core_mask, num_args
+    core_mask, num_args, name_len, digest = _HEADER.unpack_from(data, len(_MAGIC))
+    payload = data[at:]
+    if hashlib.sha256(payload).digest() != digest or name_len > len(payload):
+        return None
+    try:
+        name = payload[:name_len].decode()
+    except UnicodeDecodeError:
+        return None
+    return name, payload[name_len:], core_mask, num_args
 
 
 def _write(path: Path, program) -> None:
     name, image, core_mask, num_args = program
-    raw = name.encode()
-    blob = _MAGIC + struct.pack("<QII", core_mask, num_args, len(raw)) + raw + image
+    payload = name.encode() + image
+    header = _HEADER.pack(core_mask, num_args, len(name.encode()), hashlib.sha256(payload).digest())
+    blob = _MAGIC + header + payload
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
         fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".tmp")
