@@ -90,8 +90,8 @@ def _is_static(gm: fx.GraphModule) -> bool:
 
 
 def _concrete(gm: fx.GraphModule, args) -> fx.GraphModule:
-    """A copy of gm whose nodes carry fake values of these concrete inputs (a dynamic graph's
-    plan is made per shape)."""
+    """gm with its nodes' fake values replaced by those of these concrete inputs (a dynamic
+    graph's plan is made per shape)."""
     from torch._subclasses.fake_tensor import FakeTensorMode
     from torch.fx.passes.fake_tensor_prop import FakeTensorProp
 
@@ -153,7 +153,7 @@ class CompiledGraph:
             len(plan.steps) - len(segments),
             dt,
         )
-        _dump(self.name, gm, plan)
+        _dump(self.name if self.static else f"{self.name}_shape{len(self.plans)}", gm, plan)
         return _Runner(gm, plan)
 
     def __call__(self, args):

@@ -268,6 +268,17 @@ std::optional<Kernel> lower_matmul(const ir::Graph& g, const ir::Matmul& mm, con
       bld.bind(none);
     };
   }
+  // Shared: r[kCurA] = the byte offset of this core's block in the super-block of a tensor with
+  // these row and column strides (bytes): row i = rank / gn, column j = rank % gn.
+  const auto block_offset = [=](emit::Builder& bld, int64_t row_bytes, int64_t col_bytes) {
+    const auto gn = static_cast<uint64_t>(grid.gn);
+    bld.emit(emit::rank(kCurA));
+    bld.emit(emit::divu(kSteps, kCurA, gn));
+    bld.emit(emit::remu(kCurA, kCurA, gn));
+    bld.emit(emit::muli(kSteps, kSteps, tm * row_bytes));
+    bld.emit(emit::muli(kCurA, kCurA, tn * col_bytes));
+    bld.emit(emit::add(kCurA, kCurA, kSteps));
+  };
   k.body = [=](emit::Builder& bld, uint32_t tails) {
     const auto mt = static_cast<uint32_t>((tails & m_bit) ? m_tail : tm);
     const auto nt = static_cast<uint32_t>((tails & n_bit) ? n_tail : tn);
@@ -403,14 +414,8 @@ std::optional<Kernel> lower_matmul(const ir::Graph& g, const ir::Matmul& mm, con
       const uint32_t cols = bias_bc == Bcast::kCol || bias_bc == Bcast::kScalar ? 1 : nt;
       const uint32_t eb = static_cast<uint32_t>(es_bias);
       uint32_t from = operand_reg(3);
-      if (shared) {  // this core's block of the super-block: row i = rank / gn, column j = rank % gn
-        const auto gn = static_cast<uint64_t>(grid.gn);
-        bld.emit(emit::rank(kCurA));
-        bld.emit(emit::divu(kSteps, kCurA, gn));
-        bld.emit(emit::remu(kCurA, kCurA, gn));
-        bld.emit(emit::muli(kSteps, kSteps, tm * sbias_m * static_cast<int64_t>(eb)));
-        bld.emit(emit::muli(kCurA, kCurA, tn * sbias_n * static_cast<int64_t>(eb)));
-        bld.emit(emit::add(kCurA, kCurA, kSteps));
+      if (shared) {
+        block_offset(bld, sbias_m * static_cast<int64_t>(eb), sbias_n * static_cast<int64_t>(eb));
         bld.emit(emit::add(kTmp, kCurA, operand_reg(3)));
         from = kTmp;
       }
@@ -429,14 +434,8 @@ std::optional<Kernel> lower_matmul(const ir::Graph& g, const ir::Matmul& mm, con
     bld.emit(emit::wait_tags(1u << kTagStore));  // the previous block's store still reads outc
     bld.emit(emit::sfp(hw::Op::kConvert, out_type, 0, outc, acc, static_cast<uint64_t>(DType::kF32), mt, nt));
     const uint32_t dst = operand_reg(2);
-    if (shared) {  // this core's block of the super-block: row i = rank / gn, column j = rank % gn
-      const auto gn = static_cast<uint64_t>(grid.gn);
-      bld.emit(emit::rank(kCurA));
-      bld.emit(emit::divu(kSteps, kCurA, gn));
-      bld.emit(emit::remu(kCurA, kCurA, gn));
-      bld.emit(emit::muli(kSteps, kSteps, tm * so_m * static_cast<int64_t>(es_o)));
-      bld.emit(emit::muli(kCurA, kCurA, tn * so_n * static_cast<int64_t>(es_o)));
-      bld.emit(emit::add(kCurA, kCurA, kSteps));
+    if (shared) {
+      block_offset(bld, so_m * static_cast<int64_t>(es_o), so_n * static_cast<int64_t>(es_o));
       bld.emit(emit::add(kPending, kCurA, dst));  // stored during the next super-block's steps
       return;
     }
