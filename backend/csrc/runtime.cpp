@@ -503,12 +503,17 @@ void DeviceRuntime::launch_sequence(const std::vector<LaunchRequest>& launches) 
     upload(base, block.data(), bytes);
     driver::Queue& q = queue();
     uint64_t seq = 0;
-    for (size_t i = 0; i < launches.size(); ++i) {
-      const LoadedProgram& prog = progs[i];
-      const uint64_t args_addr = base + i * kSlot * sizeof(uint64_t);
-      SPYRE_CHECK(q.launch(prog.addr, prog.size, args_addr, launches[i].args.size() * sizeof(uint64_t), prog.core_mask,
-                           label(launches[i].op), &seq));
-      profiling::note(index_, current_stream(), q, seq, profiling::Kind::kKernel, prog.name, 0);
+    try {
+      for (size_t i = 0; i < launches.size(); ++i) {
+        const LoadedProgram& prog = progs[i];
+        const uint64_t args_addr = base + i * kSlot * sizeof(uint64_t);
+        SPYRE_CHECK(q.launch(prog.addr, prog.size, args_addr, launches[i].args.size() * sizeof(uint64_t),
+                             prog.core_mask, label(launches[i].op), &seq));
+        profiling::note(index_, current_stream(), q, seq, profiling::Kind::kKernel, prog.name, 0);
+      }
+    } catch (...) {  // the launches queued before the failure still read the block
+      q.on_complete(q.last_seq(), [this, base] { (void)device_->free(base); });
+      throw;
     }
     q.on_complete(seq, [this, base] { (void)device_->free(base); });
   }
