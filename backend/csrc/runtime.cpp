@@ -473,10 +473,16 @@ void DeviceRuntime::submit_launch(const std::string& key, const std::function<co
     return;
   }
   driver::Queue& q = queue();
-  uint64_t seq = 0;
-  SPYRE_CHECK(q.launch(prog.addr, prog.size, args_addr, args_bytes, prog.core_mask, op_label, &seq));
-  profiling::note(index_, current_stream(), q, seq, profiling::Kind::kKernel, prog.name, 0);
+  const uint64_t seq = queue_launch(q, prog, args_addr, args_bytes, op_label);
   q.on_complete(seq, [this, args_addr] { (void)device_->free(args_addr); });
+}
+
+uint64_t DeviceRuntime::queue_launch(driver::Queue& q, const LoadedProgram& prog, uint64_t args, uint64_t args_bytes,
+                                     uint64_t op_label) {
+  uint64_t seq = 0;
+  SPYRE_CHECK(q.launch(prog.addr, prog.size, args, args_bytes, prog.core_mask, op_label, &seq));
+  profiling::note(index_, current_stream(), q, seq, profiling::Kind::kKernel, prog.name, 0);
+  return seq;
 }
 
 void DeviceRuntime::launch_sequence(const std::vector<LaunchRequest>& launches) {
@@ -505,11 +511,8 @@ void DeviceRuntime::launch_sequence(const std::vector<LaunchRequest>& launches) 
     uint64_t seq = 0;
     try {
       for (size_t i = 0; i < launches.size(); ++i) {
-        const LoadedProgram& prog = progs[i];
-        const uint64_t args_addr = base + i * kSlot * sizeof(uint64_t);
-        SPYRE_CHECK(q.launch(prog.addr, prog.size, args_addr, launches[i].args.size() * sizeof(uint64_t),
-                             prog.core_mask, label(launches[i].op), &seq));
-        profiling::note(index_, current_stream(), q, seq, profiling::Kind::kKernel, prog.name, 0);
+        seq = queue_launch(q, progs[i], base + i * kSlot * sizeof(uint64_t), launches[i].args.size() * sizeof(uint64_t),
+                           label(launches[i].op));
       }
     } catch (...) {  // the launches queued before the failure still read the block
       q.on_complete(q.last_seq(), [this, base] { (void)device_->free(base); });

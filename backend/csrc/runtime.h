@@ -215,6 +215,10 @@ class DeviceRuntime {
   /// The program cached under `key`, loaded (built and uploaded) on a miss; evictions are appended.
   LoadedProgram loaded(const std::string& key, const std::function<compiler::Program()>& build, size_t num_args,
                        std::vector<LoadedProgram>* evicted);
+  /// Queues a LAUNCH of `prog` with the argument block at `args` on `q`, noted for the profiler;
+  /// its sequence number.
+  uint64_t queue_launch(driver::Queue& q, const LoadedProgram& prog, uint64_t args, uint64_t args_bytes,
+                        uint64_t op_label);
   /// alloc() for the runtime's own memory (programs, launch arguments, labels): when the device is
   /// full, asks the tensor allocator to give back what it caches, and tries once more.
   uint64_t alloc_reclaiming(uint64_t bytes);

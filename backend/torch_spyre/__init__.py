@@ -54,8 +54,6 @@ def launch_count(device=None) -> int:
     """Kernel launches this process has queued on a spyre device so far."""
     from ._compile import launch_count as count
 
-    if device is not None and not isinstance(device, int):
-        device = torch.device(device).index  # "spyre" alone: the current device
     return count(device)
 
 

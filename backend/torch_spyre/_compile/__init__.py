@@ -51,11 +51,12 @@ def compile_stats(reset: bool = False) -> dict:
     return out
 
 
-def launch_count(device: int | None = None) -> int:
+def launch_count(device=None) -> int:
     """Kernel launches queued on a device by this process so far (every launch looks its program up
     in the device's program cache): the figure that shows a compiled step's fusion."""
-    index = torch.spyre.current_device() if device is None else device
-    s = _C._program_cache_stats(index)
+    from ..debug import program_cache_info
+
+    s = program_cache_info(device)
     return s["hits"] + s["misses"]
 
 
@@ -204,8 +205,11 @@ class _Runner:
             if not isinstance(x, fx.Node):
                 return x
             if x not in env:  # a view (or a tuple of views) evaluated on demand, never a launch
-                env[x] = x.target(*fx.node.map_aggregate(x.args, get), **fx.node.map_aggregate(x.kwargs, get))
+                env[x] = call(x)
             return env[x]
+
+        def call(n):
+            return n.target(*fx.node.map_aggregate(n.args, get), **fx.node.map_aggregate(n.kwargs, get))
 
         device = None
         pending: list = []  # segments not yet queued: consecutive ones go in one launch sequence
@@ -214,7 +218,7 @@ class _Runner:
                 if pending:
                     _C._launch_graphs(pending)
                     pending = []
-                env[s] = s.target(*fx.node.map_aggregate(s.args, get), **fx.node.map_aggregate(s.kwargs, get))
+                env[s] = call(s)
                 continue
             tensors: list = [None] * (len(s.inputs) + (1 if s.out_slot >= 0 else 0) + (1 if s.arena_slot >= 0 else 0))
             for slot, node in s.inputs:
@@ -238,6 +242,13 @@ class _Runner:
         return fx.node.map_aggregate(self.output.args[0], get)
 
 
+def _place(s: lower.Segment, v) -> str | None:
+    """Where segment s keeps value v (arena or out block), for the plan dump; None when it does not."""
+    if v in s.arena:
+        return f"{v.name} in the arena +{s.arena[v]}"
+    return f"{v.name} in arg {s.out_slot} +{s.out_offsets[v]}" if v in s.out_offsets else None
+
+
 def _dump(name: str, gm: fx.GraphModule, plan: lower.Plan) -> None:
     d = _debug_dir()
     if d is None:
@@ -255,10 +266,12 @@ def _dump(name: str, gm: fx.GraphModule, plan: lower.Plan) -> None:
             lines.append(f"    arg {slot}: reads {node.name}")
         for offset, node, sizes, _strides, dtype in s.outputs:
             lines.append(f"    arg {s.out_slot} +{offset}: writes {node.name} {list(sizes)} {dtype}")
+
         for n in s.nodes:
             fused = ", ".join(x.name for x in s.fused.get(n, []))
-            where = f"arena +{s.arena[n]}" if n in s.arena else "out"
-            lines.append(f"    {n.name} ({n.target}) -> {where}" + (f"  fuses {fused}" if fused else ""))
+            values = [u for u in n.users if plan.kinds.get(u) == "part"] if plan.kinds.get(n) == "attention" else [n]
+            places = [w for w in (_place(s, v) for v in values) if w]
+            lines.append(f"    {n.name} ({n.target}) -> {', '.join(places)}" + (f"  fuses {fused}" if fused else ""))
         (d / f"s{s.index}.json").write_text(cache.pretty(s.spec))
         (d / f"s{s.index}.txt").write_text(cache.listing(s))
     (d / "plan.txt").write_text("\n".join(lines) + "\n")
@@ -288,21 +301,15 @@ def _decompositions() -> dict:
     table = dict(core_aten_decompositions())
     # The planner lowers embedding's backward to one scatter-add; decomposed, it is an index_put.
     table.pop(torch.ops.aten.embedding_dense_backward.default, None)
-    # Norms become reductions and elementwise steps the planner fuses; their eager kernels would
-    # be one launch each.
+    # Norms and softmax become reductions and elementwise steps the planner fuses (core ATen
+    # decomposes their backwards already); their eager kernels would be one launch each.
     table.update(
         get_decompositions(
             [
                 torch.ops.aten.native_layer_norm,
-                torch.ops.aten.native_layer_norm_backward,
-                torch.ops.aten.gelu_backward,
                 torch.ops.aten._softmax,
-                torch.ops.aten._softmax_backward_data,
                 torch.ops.aten._log_softmax,
-                torch.ops.aten._log_softmax_backward_data,
-                torch.ops.aten.silu_backward,
                 torch.ops.aten.var_mean,
-                torch.ops.aten.rsub,
             ]
         )
     )

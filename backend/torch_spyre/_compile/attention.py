@@ -141,8 +141,7 @@ def lower(b, n, dtype_name) -> None:
     def matmul(a, bb, out, alpha=1.0):
         b.ops.append({"matmul": {"a": a, "b": bb, "out": out, "compute": cd, "alpha": alpha}})
 
-    def pw(inputs, out, steps, compute="f32"):
-        b.ops.append({"pointwise": {"compute": compute, "inputs": inputs, "out": out, "steps": steps}})
+    pw = b.pointwise_op
 
     def unary(name, a):
         return {"kind": "unary", "fn": fn["unary"][name], "args": [a]}

@@ -14,6 +14,7 @@ import json
 import os
 import struct
 import tempfile
+import time
 from pathlib import Path
 
 import torch
@@ -122,8 +123,6 @@ def _write(path: Path, program) -> None:
 
 def compile_program(spec: str, key: str, device: int | None = None):
     """The program of `spec`: from disk when it is there, else compiled (and written)."""
-    import time
-
     device = torch.spyre.current_device() if device is None else device
     path = _path(key)
     program = _read(path) if path is not None else None
@@ -145,7 +144,6 @@ def ensure_installed(segment) -> None:
         _stats["in_memory"] += 1
         return
     program = compile_program(segment.spec, segment.key)
-    segment.name = program[0]
     _C._install_program(segment.key, *program)
     _installed.add(segment.key)
 

@@ -168,16 +168,6 @@ def _pointwise_rule(n: fx.Node):
             return e.binary(name, arg(a[0]), y)
 
         return rule
-    if name == "rsub" and set(kw) <= {"alpha"}:
-        alpha = kw.get("alpha", 1)
-
-        def rule(e, arg):
-            x = arg(a[0])
-            if alpha != 1:
-                x = e.binary("mul", x, e.const(alpha))
-            return e.binary("sub", arg(a[1]), x)
-
-        return rule
     if name == "div" and len(a) == 2 and not kw:
         return lambda e, arg: e.binary("div", arg(a[0]), arg(a[1]))
     if name == "pow" and len(a) == 2 and not kw:
@@ -193,7 +183,7 @@ def _pointwise_rule(n: fx.Node):
         return lambda e, arg: e.binary(logical, arg(a[0]), arg(a[1]))
     if name == "bitwise_not" and _val(n).dtype == torch.bool:
         return lambda e, arg: e.unary("logical_not", arg(a[0]))
-    if name in fns["binary"] and name not in ("rsub",) and len(a) == 2 and not kw:
+    if name in fns["binary"] and name != "rsub" and len(a) == 2 and not kw:  # rsub: decomposed before
         if name.startswith("bitwise"):
             return None
         return lambda e, arg: e.binary(name, arg(a[0]), arg(a[1]))
@@ -271,13 +261,11 @@ class Segment:
     spec: str = ""
     key: str = ""
     label: str = ""
-    name: str = ""
 
 
 @dataclass
 class Plan:
     steps: list  # ("segment", Segment) | ("eager", node)
-    graph: fx.Graph
     kinds: dict = field(default_factory=dict)  # node -> how the planner took it
 
     def launches(self) -> int:
@@ -534,7 +522,7 @@ class Planner:
             if kind == "segment":
                 s.index = count
                 count += 1
-        plan = Plan(final, self.gm.graph, self.kind)
+        plan = Plan(final, self.kind)
         self._lay_out(plan)
         return plan
 
@@ -752,18 +740,9 @@ class _Builder:
         elif k == "const":
             self.fill(n, _constant_of(n))
         elif k == "iota":
-            start = n.args[0]
             step = n.args[2] if len(n.args) > 2 else n.kwargs.get("step", 1)
-            self.ops.append(
-                {
-                    "pointwise": {
-                        "compute": _DTYPES[_val(n).dtype][0],
-                        "inputs": [],
-                        "out": self.view(n),
-                        "steps": [{"kind": "iota", "start": _num(start), "step": _num(step)}],
-                    }
-                }
-            )
+            iota = {"kind": "iota", "start": _num(n.args[0]), "step": _num(step)}
+            self.pointwise_op([], self.view(n), [iota], _DTYPES[_val(n).dtype][0])
         elif k == "reduce":
             self.reduce(n)
         elif k == "matmul":
@@ -779,17 +758,12 @@ class _Builder:
         elif k == "attention":
             attention.lower(self, n, lambda d: _DTYPES[d][0])
 
+    def pointwise_op(self, inputs: list, out: int, steps: list, compute: str = "f32"):
+        """Appends a pointwise op: `inputs` as {"view": i} or {"scalar": x}, written to view `out`."""
+        self.ops.append({"pointwise": {"compute": compute, "inputs": inputs, "out": out, "steps": steps}})
+
     def fill(self, n, value):
-        self.ops.append(
-            {
-                "pointwise": {
-                    "compute": _DTYPES[_val(n).dtype][0],
-                    "inputs": [],
-                    "out": self.view(n),
-                    "steps": [{"kind": "fill", "value": _num(value)}],
-                }
-            }
-        )
+        self.pointwise_op([], self.view(n), [{"kind": "fill", "value": _num(value)}], _DTYPES[_val(n).dtype][0])
 
     def _compute(self, nodes: list) -> str:
         dts = {_val(x).dtype for x in nodes if _is_tensor_node(x)}
@@ -823,16 +797,7 @@ class _Builder:
         inputs = [
             {"view": self.view(x, *_broadcast(x, n))} if kind == "view" else {"scalar": _num(x)} for kind, x in e.inputs
         ]
-        self.ops.append(
-            {
-                "pointwise": {
-                    "compute": self._compute(involved),
-                    "inputs": inputs,
-                    "out": self.view(n),
-                    "steps": e.steps,
-                }
-            }
-        )
+        self.pointwise_op(inputs, self.view(n), e.steps, self._compute(involved))
 
     def reduce(self, n):
         x = n.args[0]
@@ -880,16 +845,7 @@ class _Builder:
                 n,
                 *_keep_broadcast(sizes, strides, xv.shape),
             )
-            self.ops.append(
-                {
-                    "pointwise": {
-                        "compute": "f32",
-                        "inputs": [{"view": self.view(x)}, {"view": mean_b}],
-                        "out": dev,
-                        "steps": steps,
-                    }
-                }
-            )
+            self.pointwise_op([{"view": self.view(x)}, {"view": mean_b}], dev, steps)
             self.ops.append({"reduce": {"fn": 0, "compute": "f32", "in": dev, "out": o, "dims": dims}})
             correction = n.args[2] if len(n.args) > 2 else n.kwargs.get("correction", 1)
             self._scale(o, 1.0 / max(count - correction, 0) if count > correction else float("nan"))
@@ -900,16 +856,7 @@ class _Builder:
 
     def _scale(self, o: int, factor: float):
         step = {"kind": "binary", "fn": _functions()["binary"]["mul"], "args": [0, 1]}
-        self.ops.append(
-            {
-                "pointwise": {
-                    "compute": "f32",
-                    "inputs": [{"view": o}, {"scalar": _num(factor)}],
-                    "out": o,
-                    "steps": [step],
-                }
-            }
-        )
+        self.pointwise_op([{"view": o}, {"scalar": _num(factor)}], o, [step])
 
     def temp(self, n, what: str, like: torch.Tensor) -> int:
         """A contiguous fp32 temporary of `like`'s shape in the arena, private to node n's op."""
@@ -976,10 +923,7 @@ class _Builder:
         assert out.shape[1] == gv.shape[-1]
 
     def _copy(self, src: int, dst: int, dtype: torch.dtype):
-        step = {"kind": "copy", "args": [0]}
-        self.ops.append(
-            {"pointwise": {"compute": _DTYPES[dtype][0], "inputs": [{"view": src}], "out": dst, "steps": [step]}}
-        )
+        self.pointwise_op([{"view": src}], dst, [{"kind": "copy", "args": [0]}], _DTYPES[dtype][0])
 
     def slice_scatter(self, n):
         """out = input with src written over out[..., start:end:step, ...] along dim."""
@@ -1005,7 +949,6 @@ class _Builder:
         out = _val(n)
         dim %= out.dim()
         at = 0
-        copy = {"kind": "copy", "args": [0]}
         for x in tensors:
             xv = _val(x)
             if xv.numel() == 0:
@@ -1013,16 +956,7 @@ class _Builder:
             sizes = list(out.shape)
             sizes[dim] = xv.shape[dim]
             o = self.view(n, sizes, list(out.stride()), extra_offset=at * out.stride()[dim])
-            self.ops.append(
-                {
-                    "pointwise": {
-                        "compute": _DTYPES[out.dtype][0],
-                        "inputs": [{"view": self.view(x)}],
-                        "out": o,
-                        "steps": [copy],
-                    }
-                }
-            )
+            self._copy(self.view(x), o, out.dtype)
             at += xv.shape[dim]
 
 
