@@ -31,10 +31,19 @@ const c10::IValue* BoxedCall::get(std::string_view name) const {
   return nullptr;
 }
 
+bool BoxedCall::is_out(size_t i) const {
+  const c10::Argument& a = op_.schema().arguments().at(i);
+  return a.kwarg_only() && a.alias_info() && a.alias_info()->isWrite();
+}
+
 std::optional<at::Tensor> BoxedCall::out() const {
-  const c10::IValue* v = get("out");
-  if (!v) return std::nullopt;
-  return v->toTensor();
+  for (size_t i = 0; i < n_; ++i) {
+    if (!is_out(i)) continue;
+    const c10::IValue& v = at(i);
+    if (!v.isTensor() || !v.toTensor().defined()) return std::nullopt;
+    return v.toTensor();
+  }
+  return std::nullopt;
 }
 
 void BoxedCall::finish(const at::Tensor& result) {

@@ -24,8 +24,12 @@ class BoxedCall {
   std::string name() const { return c10::toString(op_.schema().operator_name()); }
   /// True for the in-place variant (add_), which writes its first argument.
   bool inplace() const { return inplace_; }
-  /// The out= tensor, if this is an out variant.
+  /// The out= tensor, if this is an out variant (the first keyword-only argument it writes, whatever
+  /// its name: out, grad_input, ...).
   std::optional<at::Tensor> out() const;
+  /// True when argument `i` is an out= argument.
+  bool is_out(size_t i) const;
+  const c10::FunctionSchema& schema() const { return op_.schema(); }
 
   size_t size() const { return n_; }
   const c10::IValue& at(size_t i) const { return (*stack_)[stack_->size() - n_ + i]; }

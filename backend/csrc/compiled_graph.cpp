@@ -8,8 +8,8 @@
 #include <unordered_map>
 
 #include "aten_util.h"
-#include "pointwise_common.h"
 #include "runtime.h"
+#include "spyre/compiler/ops.h"
 #include "spyre/compiler/program.h"
 #include "spyre/hw/commands.h"
 
@@ -21,10 +21,23 @@ std::unordered_map<std::string, compiler::Program> g_installed;  // key -> progr
 
 }  // namespace
 
+namespace {
+
+compiler::ir::Graph graph_of(const std::string& json) {
+  return json.find("\"nodes\"") != std::string::npos ? compiler::ops::segment_from_json(json)
+                                                     : compiler::ir::graph_from_json(json);
+}
+
+}  // namespace
+
 ProgramBytes compile_graph_json(int device, const std::string& json) {
-  const compiler::ir::Graph g = compiler::ir::graph_from_json(json);
+  const compiler::ir::Graph g = graph_of(json);
   const compiler::Program p = compiler::compile(g, DeviceRuntime::get(device).target());
   return {p.name, std::string(p.image.begin(), p.image.end()), p.core_mask, p.num_args};
+}
+
+std::string graph_ir_json(const std::string& json) {
+  return compiler::ir::graph_to_json(graph_of(json));
 }
 
 void install_program(const std::string& key, ProgramBytes p) {
@@ -77,8 +90,14 @@ std::map<std::string, double> compile_target(int device) {
           {"fp32_rate", t.fp32_rate}};
 }
 
-std::map<std::string, std::map<std::string, int>> pointwise_functions() {
-  return {{"unary", unary_functions()}, {"binary", binary_functions()}};
+std::map<std::string, std::pair<std::string, uint32_t>> op_catalogue() {
+  std::map<std::string, std::pair<std::string, uint32_t>> out;
+  for (const auto& [name, e] : compiler::ops::catalogue()) out[name] = {e.family, e.results};
+  return out;
+}
+
+std::map<std::string, int64_t> limits() {
+  return {{"max_launch_args", hw::kMaxLaunchArgs}, {"max_pointwise_inputs", compiler::kMaxPointwiseInputs}};
 }
 
 }  // namespace spyre::backend

@@ -19,9 +19,13 @@ struct ProgramBytes {
   uint32_t num_args = 0;
 };
 
-/// Compiles the JSON graph (compiler::ir::graph_from_json) for device `device`'s target. Throws
-/// std::invalid_argument (a ValueError) naming what the compiler does not take.
+/// Compiles a JSON document for device `device`'s target: a planner's segment (views and calls,
+/// compiler::ops::segment_from_json) when it has "nodes", else an IR graph
+/// (compiler::ir::graph_from_json). Throws std::invalid_argument (a ValueError) naming what the op
+/// library or the compiler does not take.
 ProgramBytes compile_graph_json(int device, const std::string& json);
+/// The IR graph of a JSON document as compile_graph_json reads it, as JSON (for debug dumps).
+std::string graph_ir_json(const std::string& json);
 /// Keeps `p` under `key` for launch_graph (the runtime uploads it on first launch).
 void install_program(const std::string& key, ProgramBytes p);
 /// One launch of a kept program: argument slot i is tensors[i]'s address; `label` names the launch
@@ -36,7 +40,9 @@ struct GraphLaunch {
 void launch_graphs(const std::vector<GraphLaunch>& launches);
 /// The target a device compiles for, as the fields the program depends on (the disk cache's key).
 std::map<std::string, double> compile_target(int device);
-/// ATen pointwise op names with the SFP function each maps to: {"unary": {...}, "binary": {...}}.
-std::map<std::string, std::map<std::string, int>> pointwise_functions();
-
+/// What the planner asks the op library and the hardware interface: every op the library lowers,
+/// with its family ("pointwise" ones fuse) and how many leading results it writes, and the limits
+/// a segment must keep ("max_launch_args", "max_pointwise_inputs": tensors one pointwise op reads).
+std::map<std::string, std::pair<std::string, uint32_t>> op_catalogue();
+std::map<std::string, int64_t> limits();
 }  // namespace spyre::backend

@@ -58,17 +58,28 @@ uint32_t Launch::view(const at::Tensor& t, int64_t offset, c10::IntArrayRef size
   v.sizes.assign(sizes.begin(), sizes.end());
   v.strides.assign(strides.begin(), strides.end());
   v.dtype = *type;
-  for (uint32_t i = 0; i < graph_.views.size(); ++i) {
-    const ir::View& w = graph_.views[i];
-    if (w.arg == v.arg && w.offset == v.offset && w.sizes == v.sizes && w.strides == v.strides && w.dtype == v.dtype) {
-      return i;
-    }
-  }
-  return graph_.add_view(std::move(v));
+  return add_view(std::move(v));
 }
 
 at::Tensor Launch::scratch(c10::IntArrayRef sizes, const at::Tensor& like, at::ScalarType type) {
   return scratch_.emplace_back(at::empty(sizes, like.options().dtype(type)));
+}
+
+uint32_t Launch::temp(const std::vector<int64_t>& sizes, hw::DType dtype) {
+  if (temp_arg_ < 0) temp_arg_ = scalar_arg(0);  // the block's address is known at run()
+  const uint64_t es = hw::dtype_size(dtype), align = compiler::ops::kTempAlign;
+  temp_bytes_ = (temp_bytes_ + align - 1) / align * align;
+  std::vector<int64_t> strides(sizes.size());
+  int64_t stride = 1, numel = 1;
+  for (size_t i = sizes.size(); i-- > 0;) {
+    strides[i] = stride;
+    stride *= std::max<int64_t>(sizes[i], 1);
+    numel *= sizes[i];
+  }
+  ir::View v{static_cast<uint32_t>(temp_arg_), static_cast<int64_t>(temp_bytes_ / es), sizes, std::move(strides),
+             dtype};
+  temp_bytes_ += static_cast<uint64_t>(numel) * es;
+  return add_view(std::move(v));
 }
 
 void Launch::run(const std::string& op) {
@@ -79,6 +90,13 @@ void Launch::run(const std::string& op) {
                                          hw::kMaxLaunchArgs, " a launch has"));
   }
   const c10::DeviceGuard guard(c10::Device(c10::DeviceType::PrivateUse1, static_cast<c10::DeviceIndex>(device_)));
+  if (temp_arg_ >= 0) {
+    const at::Tensor block =
+        at::empty({static_cast<int64_t>(std::max<uint64_t>(temp_bytes_, 1))},
+                  at::TensorOptions().dtype(at::kByte).device(c10::DeviceType::PrivateUse1, device_));
+    args_[static_cast<size_t>(temp_arg_)] = device_addr(block);
+    scratch_.push_back(block);
+  }
   DeviceRuntime& rt = DeviceRuntime::get(device_);
   rt.launch(graph_.signature(), [&] { return compiler::compile(graph_, rt.target()); }, args_, op);
 }
@@ -104,7 +122,7 @@ void expr(Launch& l, const std::vector<uint32_t>& inputs, uint32_t out,
   std::vector<int32_t> refs;
   for (uint32_t v : inputs) refs.push_back(e.input(ir::Operand::of(v)));
   build(e, refs);
-  l.pointwise(e.done(out));
+  l.add(e.done(out));
 }
 
 void reduce(Launch& l, hw::ReduceFn fn, uint32_t in, uint32_t out, std::vector<int64_t> dims, hw::DType compute) {
@@ -114,7 +132,7 @@ void reduce(Launch& l, hw::ReduceFn fn, uint32_t in, uint32_t out, std::vector<i
   r.in = in;
   r.out = out;
   r.dims = std::move(dims);
-  l.reduce(r);
+  l.add(r);
 }
 
 bool device_copy(const at::Tensor& dst, const at::Tensor& src) {
@@ -122,14 +140,75 @@ bool device_copy(const at::Tensor& dst, const at::Tensor& src) {
   if (!from || !to) return false;
   if (dst.numel() == 0) return true;
   Launch l;
-  ir::Pointwise p;
-  p.kind = ir::PointwiseKind::kCopy;
-  p.compute = *to;
-  p.inputs = {ir::Operand::of(l.view(src))};
-  p.out = l.view(dst);
-  l.pointwise(std::move(p));
+  compiler::ops::Call call;
+  call.op = "copy";
+  call.args["src"] = compiler::ops::Arg::tensor(l.view(src));
+  call.outs = {l.view(dst)};
+  call.common = *from;
+  call.result = *to;
+  compiler::ops::lower(l, call);
   l.run("aten::copy_");
   return true;
+}
+
+namespace {
+
+compiler::ops::Arg library_arg(const c10::IValue& v, Launch& l) {
+  using compiler::ops::Arg;
+  if (v.isTensor()) {
+    const at::Tensor& t = v.toTensor();
+    if (!t.defined()) return {};
+    if (t.is_privateuseone()) return Arg::tensor(l.view(t));
+    TORCH_CHECK(t.dim() == 0, "Expected all tensors to be on the same device, but found at least two devices, ",
+                t.device(), " and spyre!");
+    const c10::Scalar x = t.item();
+    return Arg::num(x.toDouble(), x.isIntegral(/*includeBool=*/true));
+  }
+  if (v.isBool()) return Arg::boolean(v.toBool());
+  if (v.isScalar()) {
+    const c10::Scalar x = v.toScalar();
+    return Arg::num(x.toDouble(), x.isIntegral(/*includeBool=*/false));
+  }
+  if (v.isString()) return Arg::string(v.toStringRef());
+  if (v.isIntList()) return Arg::list(v.toIntVector());
+  if (v.isTensorList()) {
+    std::vector<uint32_t> views;
+    for (const at::Tensor& t : v.toTensorVector()) views.push_back(l.view(t));
+    return Arg::tensors(std::move(views));
+  }
+  return {};  // None, dtypes, layouts, devices: nothing a lowering reads
+}
+
+}  // namespace
+
+compiler::ops::Call library_call(const BoxedCall& c, Launch& l, const std::vector<at::Tensor>& outs,
+                                 at::ScalarType common, at::ScalarType result) {
+  compiler::ops::Call call;
+  call.op = c.base();
+  const auto& args = c.schema().arguments();
+  for (size_t i = 0; i < args.size(); ++i) {
+    if (c.is_out(i)) continue;
+    call.args[args[i].name()] = library_arg(c.at(i), l);
+  }
+  for (const at::Tensor& t : outs) call.outs.push_back(t.defined() ? int64_t{l.view(t)} : -1);
+  if (const std::optional<hw::DType> t = device_dtype(common)) call.common = *t;
+  if (const std::optional<hw::DType> t = device_dtype(result)) call.result = *t;
+  return call;
+}
+
+bool try_lower(Launch& l, const compiler::ops::Call& call, const BoxedCall& c) {
+  try {
+    compiler::ops::lower(l, call);
+  } catch (const std::invalid_argument&) {
+    return false;
+  }
+  return l.graph().ops.empty() || try_run(l, c);
+}
+
+bool lower_or_fall_back(Launch& l, const compiler::ops::Call& call, BoxedCall& c) {
+  if (try_lower(l, call, c)) return true;
+  c.fall_back();
+  return false;
 }
 
 }  // namespace spyre::backend

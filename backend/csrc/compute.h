@@ -12,6 +12,7 @@
 
 #include "boxed.h"
 #include "spyre/compiler/ir.h"
+#include "spyre/compiler/ops.h"
 
 namespace spyre::backend {
 
@@ -22,9 +23,12 @@ namespace ir = compiler::ir;
 std::optional<hw::DType> device_dtype(c10::ScalarType t);
 
 /// A graph being built for one launch: every tensor added becomes a launch argument (its first
-/// element's address) and a view of it.
-class Launch {
+/// element's address) and a view of it; the op library's temporaries share one more argument, a
+/// block allocated when the launch runs.
+class Launch final : public compiler::ops::Builder {
  public:
+  Launch() : Builder(graph_) {}
+  using Builder::view;
   /// Adds `t` (a spyre tensor) as a view; returns the view's index. Equal tensors share a view.
   /// The launch keeps `t` alive until it is queued: a temporary (a reshape that copied, a
   /// contiguous copy) must not free its memory before the program that reads it is queued, or
@@ -37,31 +41,14 @@ class Launch {
   /// A device temporary for this launch (fp32 unless told), alive until the launch is queued; the
   /// queue is in order, so work queued later that reuses its memory runs after this launch.
   at::Tensor scratch(c10::IntArrayRef sizes, const at::Tensor& like, at::ScalarType type = at::kFloat);
+  /// The op library's temporaries: views of the launch's temp block.
+  uint32_t temp(const std::vector<int64_t>& sizes, hw::DType dtype) override;
   /// Adds a 64-bit launch argument that is not a tensor (a random key or counter); its slot.
   uint32_t scalar_arg(uint64_t value) {
     args_.push_back(value);
     scalar_.resize(args_.size(), false);
     scalar_.back() = true;
     return static_cast<uint32_t>(args_.size() - 1);
-  }
-  ir::Graph& graph() { return graph_; }
-  void pointwise(ir::Pointwise p) {
-    ir::Op op;
-    op.family = ir::Op::Family::kPointwise;
-    op.pointwise = std::move(p);
-    graph_.ops.push_back(std::move(op));
-  }
-  void matmul(ir::Matmul m) {
-    ir::Op op;
-    op.family = ir::Op::Family::kMatmul;
-    op.matmul = std::move(m);
-    graph_.ops.push_back(std::move(op));
-  }
-  void reduce(ir::Reduce r) {
-    ir::Op op;
-    op.family = ir::Op::Family::kReduce;
-    op.reduce = std::move(r);
-    graph_.ops.push_back(std::move(op));
   }
   /// Compiles (or finds in the cache) and queues the program on its device's queue, labelled with
   /// the ATen operator `op` in the trace. Throws std::invalid_argument when the compiler rejects
@@ -72,10 +59,24 @@ class Launch {
  private:
   ir::Graph graph_;
   std::vector<uint64_t> args_;
-  std::vector<bool> scalar_;         // slots holding scalar_arg values, never shared with a tensor
+  std::vector<bool> scalar_;         // slots that hold no tensor's address, never shared with one
   std::vector<at::Tensor> scratch_;  // temporaries and every tensor a view names
   int device_ = -1;
+  int64_t temp_arg_ = -1;  // the slot of the temp block, once a temporary is asked for
+  uint64_t temp_bytes_ = 0;
 };
+
+/// The op library's description of call `c`: its arguments by name (spyre tensors as views of
+/// `l`, numbers and 0-dim host tensors as numbers, lists, strings), `outs` as its results' views
+/// (undefined tensors: not wanted) and the types torch gives.
+compiler::ops::Call library_call(const BoxedCall& c, Launch& l, const std::vector<at::Tensor>& outs,
+                                 at::ScalarType common, at::ScalarType result);
+/// Lowers `call` (the op library) into `l` and runs it, labelled with call `c`'s operator; false
+/// when the library or the compiler does not take it (nothing ran).
+bool try_lower(Launch& l, const compiler::ops::Call& call, const BoxedCall& c);
+/// The same, running `c` on the CPU fallback when it is not taken: the stack then holds the
+/// fallback's results and the caller returns at once.
+bool lower_or_fall_back(Launch& l, const compiler::ops::Call& call, BoxedCall& c);
 
 /// Adds to `l` the pointwise op that `build` makes over the views `inputs` (at most three; refs in
 /// order), writing view `out`, computed in fp32 and rounded once into `out`'s type.

@@ -29,7 +29,7 @@ at::Tensor int64_indices(Launch& l, const at::Tensor& idx) {
   p.compute = hw::DType::kI64;
   p.inputs = {ir::Operand::of(l.view(idx))};
   p.out = l.view(wide);
-  l.pointwise(p);
+  l.add(p);
   return wide;
 }
 
@@ -71,39 +71,30 @@ uint32_t index_op(Launch& l, Kind kind, uint32_t table, uint32_t index, uint32_t
   return rows;
 }
 
-// index_select(self, dim, index): out[..., i, ...] = self[..., index[i], ...].
+// index_select(self, dim, index): out[..., i, ...] = self[..., index[i], ...] (the op library's).
 void index_select_kernel(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
   BoxedCall c(op, stack);
-  at::Tensor self = c.at(0).toTensor();
+  const at::Tensor self = c.at(0).toTensor();
   const int64_t dim = at::maybe_wrap_dim(c.at(1).toInt(), std::max<int64_t>(self.dim(), 1));
   const at::Tensor index = c.at(2).toTensor();
   TORCH_CHECK(index.dim() <= 1, "index_select(): Index is supposed to be a vector");
+  TORCH_CHECK(index.scalar_type() == at::kLong || index.scalar_type() == at::kInt,
+              "index_select(): Expected dtype int32/int64 for index");
   if (!device_dtype(self.scalar_type()) || !index.is_privateuseone()) return c.fall_back();
   std::vector<int64_t> out_sizes = self.sizes().vec();
   if (self.dim() > 0) out_sizes[static_cast<size_t>(dim)] = index.numel();
   at::Tensor out;
   if (std::optional<at::Tensor> o = c.out()) {
     out = *o;
+    TORCH_CHECK(out.scalar_type() == self.scalar_type(),
+                "index_select(): self and result must have the same scalar type");
     at::native::resize_output(out, out_sizes);
   } else {
     out = at::empty(out_sizes, self.options());
   }
   if (out.numel() == 0) return c.finish(out);
-  self = one_d(self);
-  if (!rows_view(self, dim)) self = self.contiguous();
-  const at::Tensor target = rows_view(one_d(out), dim) ? one_d(out) : at::empty(one_d(out).sizes(), self.options());
   Launch l;
-  const at::Tensor idx = int64_indices(l, index.reshape({-1}));
-  const auto [ts, tt] = *rows_view(self, dim);
-  const auto [rs, rt] = *rows_view(target, dim);
-  // The index vector is shared by every leading position: stride 0 over those dims.
-  std::vector<int64_t> is(ts.begin(), ts.end() - 2), it(is.size(), 0);
-  is.push_back(idx.numel());
-  it.push_back(idx.stride(0));
-  index_op(l, Kind::kGather, l.view(self, ts, tt), l.view(idx, is, it), l.view(target, rs, rt));
-  if (!run_or_fall_back(l, c)) return;
-  if (!target.is_same(one_d(out))) one_d(out).copy_(target);
-  c.finish(out);
+  if (lower_or_fall_back(l, library_call(c, l, {out}, self.scalar_type(), self.scalar_type()), c)) c.finish(out);
 }
 
 // gather(self, dim, index) and scatter / scatter_add(self, dim, index, src): per-element indices,
@@ -215,7 +206,7 @@ void index_add_kernel(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
     p.compute = *device_dtype(source.scalar_type());
     p.inputs = {ir::Operand::of(l.view(source)), ir::Operand::constant(alpha)};
     p.out = l.view(scaled);
-    l.pointwise(p);
+    l.add(p);
     source = scaled;
   }
   const auto [ts, tt] = *rows_view(out, dim);
@@ -253,13 +244,13 @@ void embedding_renorm_kernel(const c10::OperatorHandle& op, torch::jit::Stack* s
     e.binary(hw::BinaryFn::kPow, e.unary(hw::UnaryFn::kAbs, e.input(ir::Operand::of(r))), e.constant(p));
     const at::Tensor powered = l.scratch({n, D}, self);
     const uint32_t pw = l.view(powered);
-    l.pointwise(e.done(pw));
+    l.add(e.done(pw));
     ir::Reduce sum;
     sum.fn = hw::ReduceFn::kSum;
     sum.in = pw;
     sum.out = nv;
     sum.dims = {1};
-    l.reduce(sum);
+    l.add(sum);
   }
   {  // scale = norm > max_norm ? max_norm / (norm + 1e-7) : 1, applied to the rows
     ir::Expr e(hw::DType::kF32);
@@ -269,50 +260,27 @@ void embedding_renorm_kernel(const c10::OperatorHandle& op, torch::jit::Stack* s
         e.binary(hw::BinaryFn::kDiv, e.constant(max_norm), e.binary(hw::BinaryFn::kAdd, nrm, e.constant(1e-7)));
     e.binary(hw::BinaryFn::kMul, x,
              e.select(e.binary(hw::BinaryFn::kGt, nrm, e.constant(max_norm)), scale, e.constant(1.0)));
-    l.pointwise(e.done(r));
+    l.add(e.done(r));
   }
   index_op(l, Kind::kScatter, table, iv, r);
   finish(c, l, self);
 }
 
 // embedding_dense_backward(grad, indices, num_weights, padding_idx, scale_grad_by_freq): the rows of
-// grad added into a zero table at their indices, skipping padding_idx.
+// grad added into a zero table at their indices, skipping padding_idx (the op library's).
 void embedding_backward_kernel(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
   BoxedCall c(op, stack);
   const at::Tensor grad = c.at(0).toTensor();
   const at::Tensor indices = c.at(1).toTensor();
-  const int64_t num_weights = c.at(2).toInt(), padding_idx = c.at(3).toInt();
-  if (c.at(4).toBool() || !device_dtype(grad.scalar_type()) || !at::isFloatingType(grad.scalar_type())) {
+  const int64_t num_weights = c.at(2).toInt();
+  if (c.at(4).toBool() || !device_dtype(grad.scalar_type()) || !at::isFloatingType(grad.scalar_type()) ||
+      !indices.is_privateuseone()) {
     return c.fall_back();  // scale_grad_by_freq is not modelled
   }
-  const int64_t D = grad.size(-1);
-  at::Tensor out = at::empty({num_weights, D}, grad.options());
-  out.zero_();
-  if (indices.numel() == 0) return c.finish(out);
+  at::Tensor out = at::empty({num_weights, grad.size(-1)}, grad.options());
+  if (out.numel() == 0) return c.finish(out);
   Launch l;
-  const at::Tensor idx = int64_indices(l, indices.reshape({-1}));
-  at::Tensor rows = grad.reshape({-1, D});
-  if (padding_idx >= 0) {  // zero the rows of the padding index before adding
-    const at::Tensor masked = l.scratch(rows.sizes(), rows, rows.scalar_type());
-    const at::Tensor is_pad = l.scratch({idx.numel(), 1}, rows, at::kBool);
-    ir::Pointwise eq;
-    eq.kind = ir::PointwiseKind::kBinary;
-    eq.binary = hw::BinaryFn::kEq;
-    eq.compute = hw::DType::kI64;
-    eq.inputs = {ir::Operand::of(l.view(idx, {idx.numel(), 1}, {idx.stride(0), 0})),
-                 ir::Operand::constant(static_cast<double>(padding_idx))};
-    eq.out = l.view(is_pad);
-    l.pointwise(eq);
-    ir::Pointwise sel;
-    sel.kind = ir::PointwiseKind::kSelect;
-    sel.compute = *device_dtype(rows.scalar_type());
-    sel.inputs = {ir::Operand::of(l.view(is_pad)), ir::Operand::constant(0.0), ir::Operand::of(l.view(rows))};
-    sel.out = l.view(masked);
-    l.pointwise(sel);
-    rows = masked;
-  }
-  index_op(l, Kind::kScatterAdd, l.view(out), l.view(idx), l.view(rows));
-  finish(c, l, out);
+  if (lower_or_fall_back(l, library_call(c, l, {out}, grad.scalar_type(), grad.scalar_type()), c)) c.finish(out);
 }
 
 // Indexing wraps negative indices (x[-1] is the last row); index_select and scatter do not.
@@ -474,7 +442,7 @@ at::Tensor compaction(Launch& l, const at::Tensor& mask, at::Tensor& count) {
     p.compute = hw::DType::kI64;
     p.inputs = {ir::Operand::of(l.view(mask.reshape({1, n})))};
     p.out = l.view(flat);
-    l.pointwise(p);
+    l.add(p);
   }
   const at::Tensor running = l.scratch({1, n}, mask, at::kLong);
   ir::Op scan;
@@ -486,14 +454,14 @@ at::Tensor compaction(Launch& l, const at::Tensor& mask, at::Tensor& count) {
   count = l.scratch({1, 1}, mask, at::kLong);
   ir::Expr last(hw::DType::kI64);
   last.unary(hw::UnaryFn::kCopy, last.input(ir::Operand::of(l.view(running.narrow(1, n - 1, 1)))));
-  l.pointwise(last.done(l.view(count)));
+  l.add(last.done(l.view(count)));
   const at::Tensor dest = l.scratch({n}, mask, at::kLong);
   ir::Expr d(hw::DType::kI64);
   const int32_t m = d.input(ir::Operand::of(l.view(flat.view({n}))));
   const int32_t r = d.input(ir::Operand::of(l.view(running.view({n}))));
   d.select(d.binary(hw::BinaryFn::kNe, m, d.constant(0)), d.binary(hw::BinaryFn::kSub, r, d.constant(1)),
            d.constant(static_cast<double>(n)));
-  l.pointwise(d.done(l.view(dest)));
+  l.add(d.done(l.view(dest)));
   return dest;
 }
 
@@ -544,7 +512,7 @@ void masked_scatter_kernel(const c10::OperatorHandle& op, torch::jit::Stack* sta
   ir::Expr e(hw::DType::kI64);
   const int32_t d = e.input(ir::Operand::of(l.view(dest)));
   e.select(e.binary(hw::BinaryFn::kEq, d, e.constant(static_cast<double>(n))), e.constant(0), d);
-  l.pointwise(e.done(l.view(safe)));
+  l.add(e.done(l.view(safe)));
   const at::Tensor flat_src = source.contiguous().view({s});
   const at::Tensor picked = l.scratch({n}, self, self.scalar_type());
   index_op(l, Kind::kGather, l.view(flat_src, {s, 1}, {1, 1}), l.view(safe), l.view(picked, {n, 1}, {1, 1}));
@@ -554,7 +522,7 @@ void masked_scatter_kernel(const c10::OperatorHandle& op, torch::jit::Stack* sta
   sel.inputs = {ir::Operand::of(l.view(m)), ir::Operand::of(l.view(picked.view(self.sizes()))),
                 ir::Operand::of(l.view(self))};
   sel.out = l.view(self);
-  l.pointwise(sel);
+  l.add(sel);
   finish(c, l, self);
 }
 
@@ -573,7 +541,7 @@ void nonzero_kernel(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
   ir::Expr ne(*device_dtype(self.scalar_type()) == hw::DType::kBool ? hw::DType::kI64
                                                                     : *device_dtype(self.scalar_type()));
   ne.binary(hw::BinaryFn::kNe, ne.input(ir::Operand::of(l.view(self))), ne.constant(0));
-  l.pointwise(ne.done(l.view(nz)));
+  l.add(ne.done(l.view(nz)));
   at::Tensor count;
   const at::Tensor dest = compaction(l, nz, count);
   // Coordinates of every element: (i / stride[d]) % size[d], from an iota over the elements.
@@ -582,14 +550,14 @@ void nonzero_kernel(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
   iota.kind = ir::PointwiseKind::kIota;
   iota.compute = hw::DType::kI64;
   iota.out = l.view(index);
-  l.pointwise(iota);
+  l.add(iota);
   for (int64_t d = 0; d < dims; ++d) {
     ir::Expr e(hw::DType::kI64);
     const int32_t i = e.input(ir::Operand::of(l.view(index)));
     e.binary(hw::BinaryFn::kRemainder,
              e.binary(hw::BinaryFn::kFloorDiv, i, e.constant(static_cast<double>(self.stride(d)))),
              e.constant(static_cast<double>(self.size(d))));
-    l.pointwise(e.done(l.view(coords.select(1, d))));
+    l.add(e.done(l.view(coords.select(1, d))));
   }
   const at::Tensor buf = at::empty({n + 1, dims}, self.options().dtype(at::kLong));
   index_op(l, Kind::kScatter, l.view(buf, {n + 1, dims}, {dims, 1}), l.view(dest), l.view(coords));

@@ -47,7 +47,7 @@ Targets prepare(Launch& l, const at::Tensor& self, const at::Tensor& target, con
   ir::Expr safe(hw::DType::kI64);
   const int32_t ti = safe.input(ir::Operand::of(tv));
   safe.select(safe.binary(BinaryFn::kEq, ti, safe.constant(ignore)), safe.constant(0), ti);
-  l.pointwise(safe.done(l.view(p.safe)));
+  l.add(safe.done(l.view(p.safe)));
   ir::Expr w(kF32);
   const int32_t valid = w.binary(BinaryFn::kNe, w.input(ir::Operand::of(tv)), w.constant(ignore));
   int32_t per_class = w.constant(1.0);
@@ -59,7 +59,7 @@ Targets prepare(Launch& l, const at::Tensor& self, const at::Tensor& target, con
     per_class = w.input(ir::Operand::of(l.view(gathered)));
   }
   w.select(valid, per_class, w.constant(0.0));
-  l.pointwise(w.done(l.view(p.weight)));
+  l.add(w.done(l.view(p.weight)));
   return p;
 }
 
@@ -112,7 +112,7 @@ void nll_loss_kernel(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
   ir::Expr e(kF32);
   e.binary(BinaryFn::kMul, e.binary(BinaryFn::kMul, e.input(ir::Operand::of(l.view(picked))), e.constant(-1.0)),
            e.input(ir::Operand::of(l.view(p.weight))));
-  l.pointwise(e.done(l.view(loss)));
+  l.add(e.done(l.view(loss)));
   const at::Tensor tw = l.scratch({1, 1}, self);
   sum_all(l, l.view(p.weight), l.view(tw));
   if (!per_sample) {
@@ -125,11 +125,11 @@ void nll_loss_kernel(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
     } else {
       r.unary(hw::UnaryFn::kCopy, sv);
     }
-    l.pointwise(r.done(l.view(output.view({1, 1}))));
+    l.add(r.done(l.view(output.view({1, 1}))));
   }
   ir::Expr t(kF32);
   t.unary(hw::UnaryFn::kCopy, t.input(ir::Operand::of(l.view(tw))));
-  l.pointwise(t.done(l.view(total.view({1, 1}))));
+  l.add(t.done(l.view(total.view({1, 1}))));
   if (!run_or_fall_back(l, c)) return;
   c.finish({per_sample ? output.view(spatial_target.sizes()) : output, total});
 }
@@ -163,7 +163,7 @@ void nll_loss_backward_kernel(const c10::OperatorHandle& op, torch::jit::Stack* 
   int32_t v = e.binary(BinaryFn::kMul, e.binary(BinaryFn::kMul, g, e.constant(-1.0)),
                        e.input(ir::Operand::of(l.view(p.weight))));
   if (reduction == kMean) v = e.binary(BinaryFn::kDiv, v, e.input(ir::Operand::of(l.view(total.reshape({1, 1})))));
-  l.pointwise(e.done(l.view(values)));
+  l.add(e.done(l.view(values)));
   const at::Tensor gi = self.dim() == 1 ? grad_input.unsqueeze(0) : grad_input;
   index_op(l, ir::Index::Kind::kScatter, per_sample_table(l, gi), l.view(p.safe),
            l.view(values, {p.n, 1, 1}, {1, 1, 1}));

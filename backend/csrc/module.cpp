@@ -19,6 +19,7 @@
 #include "graph.h"
 #include "memory_bindings.h"
 #include "runtime.h"
+#include "spyre/compiler/ops.h"
 #include "spyre/compiler/program.h"
 #include "spyre/driver/driver.h"
 #include "spyre/hw/commands.h"
@@ -360,7 +361,28 @@ PYBIND11_MODULE(_C, m) {
       throw py::value_error(e.what());
     }
   });
-  m.def("_pointwise_functions", [] { return spyre::backend::pointwise_functions(); });
+  m.def("_op_catalogue", [] { return spyre::backend::op_catalogue(); });
+  m.def("_limits", [] { return spyre::backend::limits(); });
+  m.def("_examine_segment", [](const std::string& json) {
+    try {
+      py::list out;
+      for (const spyre::compiler::ops::NodeInfo& n : spyre::compiler::ops::examine(json)) {
+        out.append(py::make_tuple(
+            n.temp_bytes, n.compute ? py::object(py::str(spyre::hw::dtype_name(*n.compute))) : py::object(py::none()),
+            n.args));
+      }
+      return out;
+    } catch (const std::invalid_argument& e) {
+      throw py::value_error(e.what());
+    }
+  });
+  m.def("_graph_ir", [](const std::string& json) {
+    try {
+      return spyre::backend::graph_ir_json(json);
+    } catch (const std::invalid_argument& e) {
+      throw py::value_error(e.what());
+    }
+  });
   m.def("_submit_raw_descriptor", [](int index, const py::bytes& raw) {
     HANDLE_TH_ERRORS
     return submit_raw_descriptor(index, raw);

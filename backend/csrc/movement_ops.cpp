@@ -1,5 +1,5 @@
-// Data movement on the device: cat (each input copied into its slice of the output, several per
-// launch) and tril / triu (a select against row and column indices). Views, transpose, permute and
+// Data movement on the device: cat (the op library's: each input copied into its slice of the
+// output, several per launch) and tril / triu (a select against row and column indices). Views, transpose, permute and
 // contiguous need no kernel here: they are metadata, and the copy kernel (compute.cpp) moves data.
 #include <ATen/ATen.h>
 #include <ATen/WrapDimUtils.h>
@@ -47,29 +47,32 @@ void cat_kernel(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
   at::Tensor out;
   if (std::optional<at::Tensor> o = c.out()) {
     out = *o;
+    TORCH_CHECK(c10::canCast(type, out.scalar_type()),
+                "torch.cat(): input types can't be cast to the desired output "
+                "type ",
+                out.scalar_type());
     at::native::resize_output(out, sizes);
   } else {
     out = at::empty(sizes, first.options().dtype(type));
   }
   if (!device_dtype(out.scalar_type())) return c.fall_back();
-  // A launch holds at most 16 tensors: copy up to 8 inputs per launch.
+  // A launch holds at most 16 tensors: up to 8 inputs per launch, each into its slice of out.
   int64_t offset = 0;
-  for (size_t i = 0; i < inputs.size(); i += 8) {
+  for (size_t i = 0; i < inputs.size() && out.numel() > 0; i += 8) {
+    const std::vector<at::Tensor> part(inputs.begin() + static_cast<std::ptrdiff_t>(i),
+                                       inputs.begin() + static_cast<std::ptrdiff_t>(std::min(inputs.size(), i + 8)));
+    int64_t n = 0;
+    for (const at::Tensor& t : part) n += t.size(dim);
     Launch l;
-    for (size_t j = i; j < std::min(inputs.size(), i + 8); ++j) {
-      const int64_t n = inputs[j].size(dim);
-      if (n > 0 && out.numel() > 0) {
-        ir::Pointwise p;
-        p.kind = ir::PointwiseKind::kCopy;
-        p.compute = *device_dtype(out.scalar_type());
-        p.inputs = {ir::Operand::of(l.view(inputs[j]))};
-        p.out = l.view(out.narrow(dim, offset, n));
-        l.pointwise(p);
-      }
-      offset += n;
-    }
-    if (l.graph().ops.empty()) continue;
-    if (!run_or_fall_back(l, c)) return;
+    compiler::ops::Call call;
+    call.op = "cat";
+    std::vector<uint32_t> views;
+    for (const at::Tensor& t : part) views.push_back(l.view(t));
+    call.args["tensors"] = compiler::ops::Arg::tensors(std::move(views));
+    call.args["dim"] = compiler::ops::Arg::num(static_cast<double>(dim), true);
+    call.outs = {l.view(out.narrow(dim, offset, n))};
+    if (!lower_or_fall_back(l, call, c)) return;
+    offset += n;
   }
   c.finish(out);
 }
@@ -93,7 +96,7 @@ void triangle_kernel(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
     iota.kind = ir::PointwiseKind::kIota;
     iota.compute = hw::DType::kI64;
     iota.out = l.view(t, {n}, {1});
-    l.pointwise(iota);
+    l.add(iota);
   }
   // Index arithmetic in int64 for integer and bool tensors (a bool causal mask included).
   ir::Expr e(at::isFloatingType(self.scalar_type()) ? *device_dtype(self.scalar_type()) : hw::DType::kI64);
@@ -103,7 +106,7 @@ void triangle_kernel(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
   const int32_t keep =
       e.binary(lower ? hw::BinaryFn::kLe : hw::BinaryFn::kGe, d, e.constant(static_cast<double>(diagonal)));
   e.select(keep, x, e.constant(0.0));
-  l.pointwise(e.done(l.view(out)));
+  l.add(e.done(l.view(out)));
   if (!run_or_fall_back(l, c)) return;
   c.finish(out);
 }
@@ -134,7 +137,7 @@ void flip_kernel(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
     iota.start = static_cast<double>(n - 1);
     iota.step = -1;
     iota.out = l.view(idx);
-    l.pointwise(iota);
+    l.add(iota);
     const at::Tensor next =
         i + 1 == dims.size() && out.is_contiguous() ? out : l.scratch(self.sizes(), self, self.scalar_type());
     // [before..., n, after...] as the index op's [batch..., rows, row]: the row is what follows d.

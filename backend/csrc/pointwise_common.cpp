@@ -10,22 +10,20 @@
 namespace spyre::backend {
 
 Value value_of(const c10::IValue& v) {
-  if (!v.isTensor()) return {std::nullopt, v.toScalar()};
+  if (!v.isTensor()) return {std::nullopt, v.toScalar(), std::nullopt};
   const at::Tensor& t = v.toTensor();
-  if (t.is_privateuseone()) return {t, {}};
+  if (t.is_privateuseone()) return {t, {}, std::nullopt};
   TORCH_CHECK(t.dim() == 0, "Expected all tensors to be on the same device, but found at least two devices, ",
               t.device(), " and spyre!");
-  return {std::nullopt, t.item()};
-}
-
-ir::Operand operand(Launch& l, const Value& v) {
-  return v.tensor ? ir::Operand::of(l.view(*v.tensor)) : ir::Operand::constant(v.scalar.toDouble());
+  return {std::nullopt, t.item(), t};
 }
 
 at::ScalarType promote(const Value& a, const Value& b) {
-  if (a.tensor && b.tensor) return at::result_type(*a.tensor, *b.tensor);
-  if (a.tensor) return at::result_type(*a.tensor, b.scalar);
-  if (b.tensor) return at::result_type(a.scalar, *b.tensor);
+  const std::optional<at::Tensor>& x = a.tensor ? a.tensor : a.host;
+  const std::optional<at::Tensor>& y = b.tensor ? b.tensor : b.host;
+  if (x && y) return at::result_type(*x, *y);
+  if (x) return at::result_type(*x, b.scalar);
+  if (y) return at::result_type(a.scalar, *y);
   return at::result_type(a.scalar, b.scalar);
 }
 
@@ -65,10 +63,6 @@ std::optional<at::Tensor> output(const BoxedCall& c, const at::Tensor& like, c10
     if (v->tensor) at::assert_no_partial_overlap(out, *v->tensor);
   }
   return out;
-}
-
-void finish(BoxedCall& c, Launch& l, const at::Tensor& out) {
-  if (run_or_fall_back(l, c)) c.finish(out);
 }
 
 }  // namespace spyre::backend

@@ -16,16 +16,16 @@
 
 namespace spyre::backend {
 
-/// An operand: a spyre tensor, or a scalar (a Python number or a 0-dim CPU tensor).
+/// An operand: a spyre tensor, or a scalar (a Python number, or a 0-dim CPU tensor, kept in `host`:
+/// it promotes as the 0-dim tensor it is, not as a Python number).
 struct Value {
   std::optional<at::Tensor> tensor;
   c10::Scalar scalar;
+  std::optional<at::Tensor> host;
 };
 
 /// Throws torch's device-mismatch error for a CPU tensor of more than 0 dims.
 Value value_of(const c10::IValue& v);
-/// The IR operand of `v` in launch `l`: a view of its tensor, or a constant.
-ir::Operand operand(Launch& l, const Value& v);
 /// at::result_type over two operands.
 at::ScalarType promote(const Value& a, const Value& b);
 /// True when the device computes in every type given.
@@ -37,13 +37,5 @@ std::vector<int64_t> broadcast_shape(const std::vector<const Value*>& values);
 /// not a device type (the caller falls back).
 std::optional<at::Tensor> output(const BoxedCall& c, const at::Tensor& like, c10::IntArrayRef shape,
                                  at::ScalarType result, const std::vector<const Value*>& inputs);
-/// Launches `l` and returns `out` on the stack, or falls back to the CPU when the compiler does
-/// not take it.
-void finish(BoxedCall& c, Launch& l, const at::Tensor& out);
-
-/// The unary and binary tables of pointwise_ops.cpp (ATen name -> SFP function), for the
-/// torch.compile front door, which lowers the same ops to the same functions.
-std::map<std::string, int> unary_functions();
-std::map<std::string, int> binary_functions();
 
 }  // namespace spyre::backend

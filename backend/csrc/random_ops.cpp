@@ -103,7 +103,7 @@ void draw(BoxedCall& c, const at::Tensor& self, bool normal, Build build) {
   l.scalar_arg(counter);
   build(p, ir::step_ref(0));
   p.out = l.view(out.view({-1}));
-  l.pointwise(p);
+  l.add(p);
   if (!run_or_fall_back(l, c)) return;
   if (!out.is_same(self)) self.copy_(out);
   c.finish(self);

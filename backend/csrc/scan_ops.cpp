@@ -148,7 +148,7 @@ void topk_kernel(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
     f.compute = t;
     f.start = value;
     f.out = l.view(dst);
-    l.pointwise(f);
+    l.add(f);
   };
   {  // work = x; the smallest first puts NaN last, so NaN plays as +inf there (values come from x)
     ir::Expr e(t);
@@ -158,14 +158,14 @@ void topk_kernel(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
     } else {
       e.unary(hw::UnaryFn::kCopy, v);
     }
-    l.pointwise(e.done(l.view(work)));
+    l.add(e.done(l.view(work)));
   }
   {
     ir::Pointwise iota;
     iota.kind = ir::PointwiseKind::kIota;
     iota.compute = hw::DType::kI64;
     iota.out = l.view(column);
-    l.pointwise(iota);
+    l.add(iota);
   }
   fill(in_play, 1.0);
   fill(fills.narrow(1, 0, 1), taken);
@@ -196,7 +196,7 @@ void topk_kernel(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
         hit = e.binary(hw::BinaryFn::kLogicalOr, hit, both_nan);
       }
       e.select(hit, e.input(ir::Operand::of(l.view(in_play))), e.constant(0));
-      l.pointwise(e.done(l.view(score)));
+      l.add(e.done(l.view(score)));
     }
     reduce_rows(hw::ReduceFn::kArgMax, l.view(score), chosen);
     {  // idx[:, i] = chosen
@@ -204,7 +204,7 @@ void topk_kernel(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
       const int32_t col = e.input(ir::Operand::of(l.view(column, {rows, k}, {0, 1})));
       e.select(e.binary(hw::BinaryFn::kEq, col, e.constant(static_cast<double>(i))),
                e.input(ir::Operand::of(l.view(chosen, {rows, k}, {1, 0}))), e.input(ir::Operand::of(l.view(idx))));
-      l.pointwise(e.done(l.view(idx)));
+      l.add(e.done(l.view(idx)));
     }
     if (i + 1 == k) break;
     scatter(work, chosen, fills.narrow(1, 0, 1));

@@ -185,12 +185,13 @@ class _Runner:
         self.placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
         self.output = next(n for n in gm.graph.nodes if n.op == "output")
         self.constants = {}
+        self.unwritten = []  # results their op does not write (attention's seed): never read
         for n in gm.graph.nodes:
-            if plan.kinds.get(n) == "static":  # a number an attention returns, known when planned
+            if plan.kinds.get(n) == "static":  # a number an op with a tuple result returns, known now
                 self.constants[n] = n.meta.get("val")
-            if plan.kinds.get(n) == "unwritten":  # an attention's seed or offset: never read
+            if plan.kinds.get(n) == "unwritten":
                 v = n.meta["val"]
-                self.constants[n] = torch.empty(v.shape, dtype=v.dtype, device=v.device)
+                self.unwritten.append((n, tuple(v.shape), v.dtype, v.device))
             if n.op == "get_attr":
                 obj = gm
                 for part in n.target.split("."):
@@ -200,6 +201,8 @@ class _Runner:
     def __call__(self, args):
         env = dict(zip(self.placeholders, args, strict=True))
         env.update(self.constants)
+        for n, shape, dtype, dev in self.unwritten:  # made now: the plan was made under fake tensors
+            env[n] = torch.empty(shape, dtype=dtype, device=dev)
 
         def get(x):
             if not isinstance(x, fx.Node):
@@ -269,10 +272,15 @@ def _dump(name: str, gm: fx.GraphModule, plan: lower.Plan) -> None:
 
         for n in s.nodes:
             fused = ", ".join(x.name for x in s.fused.get(n, []))
-            values = [u for u in n.users if plan.kinds.get(u) == "part"] if plan.kinds.get(n) == "attention" else [n]
+            values = (
+                [n]
+                if isinstance(n.meta.get("val"), torch.Tensor)
+                else [u for u in n.users if plan.kinds.get(u) == "part"]
+            )
             places = [w for w in (_place(s, v) for v in values) if w]
             lines.append(f"    {n.name} ({n.target}) -> {', '.join(places)}" + (f"  fuses {fused}" if fused else ""))
-        (d / f"s{s.index}.json").write_text(cache.pretty(s.spec))
+        (d / f"s{s.index}.nodes.json").write_text(cache.pretty(s.spec))
+        (d / f"s{s.index}.json").write_text(cache.pretty(_C._graph_ir(s.spec)))
         (d / f"s{s.index}.txt").write_text(cache.listing(s))
     (d / "plan.txt").write_text("\n".join(lines) + "\n")
 

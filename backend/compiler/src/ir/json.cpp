@@ -1,23 +1,29 @@
 // A graph from its JSON form: how the torch.compile front door (Python) hands the compiler a graph.
 // Every field is checked as it is read, so a malformed document is an std::invalid_argument naming
 // the field, never a graph the lowerings have to distrust.
+#include <cmath>
 #include <limits>
 #include <stdexcept>
 #include <string>
 
 #include <fmt/format.h>
-#include <nlohmann/json.hpp>
 
+#include "json_read.h"
 #include "spyre/compiler/ir.h"
 #include "spyre/hw/commands.h"
 
-namespace spyre::compiler::ir {
-namespace {
+namespace spyre::compiler::json_read {
 
-using nlohmann::json;
-
-[[noreturn]] void bad(const std::string& where, const std::string& what) {
+void bad(const std::string& where, const std::string& what) {
   throw std::invalid_argument(fmt::format("graph json: {}: {}", where, what));
+}
+
+json parse(std::string_view text) {
+  try {
+    return json::parse(text);
+  } catch (const json::parse_error& e) {
+    bad("document", e.what());
+  }
 }
 
 const json& field(const json& j, const char* name, const std::string& where) {
@@ -62,6 +68,33 @@ hw::DType dtype(const json& j, const std::string& where) {
   bad(where, fmt::format("unknown dtype '{}'", j.get<std::string>()));
 }
 
+void read_views(const json& doc, ir::Graph& g, uint64_t max_args) {
+  const int64_t num_args = integer(field(doc, "num_args", "graph"), "num_args");
+  if (num_args < 0 || static_cast<uint64_t>(num_args) > max_args)
+    bad("num_args", fmt::format("{} is not in [0, {}]", num_args, max_args));
+  g.num_args = static_cast<uint32_t>(num_args);
+  const json& views = field(doc, "views", "graph");
+  if (!views.is_array()) bad("views", "expected a list");
+  for (size_t i = 0; i < views.size(); ++i) {
+    const std::string w = fmt::format("views[{}]", i);
+    ir::View v;
+    v.arg = index(field(views[i], "arg", w), g.num_args, w + ".arg");
+    v.offset = integer(field(views[i], "offset", w), w + ".offset");
+    v.sizes = integers(field(views[i], "sizes", w), w + ".sizes");
+    v.strides = integers(field(views[i], "strides", w), w + ".strides");
+    v.dtype = dtype(field(views[i], "dtype", w), w + ".dtype");
+    if (v.sizes.size() != v.strides.size()) bad(w, "sizes and strides differ in length");
+    g.add_view(std::move(v));
+  }
+}
+
+}  // namespace spyre::compiler::json_read
+
+namespace spyre::compiler::ir {
+namespace {
+
+using namespace json_read;  // NOLINT(google-build-using-namespace): this file is the reader's other half
+
 template <typename Enum>
 Enum enum_value(const json& j, const std::string& where) {
   return static_cast<Enum>(index(j, static_cast<uint64_t>(Enum::kCount), where));
@@ -100,6 +133,8 @@ Pointwise pointwise(const json& j, uint32_t views, const std::string& where) {
       step.binary = enum_value<hw::BinaryFn>(field(s, "fn", w), w + ".fn");
     } else if (k == "select") {
       step.kind = PointwiseKind::kSelect, arity = 3;
+    } else if (k == "fma") {
+      step.kind = PointwiseKind::kFma, arity = 3;
     } else if (k == "fill") {
       step.kind = PointwiseKind::kFill;
       step.start = number(field(s, "value", w), w + ".value");
@@ -127,30 +162,9 @@ Pointwise pointwise(const json& j, uint32_t views, const std::string& where) {
 }  // namespace
 
 Graph graph_from_json(std::string_view text) {
-  json doc;
-  try {
-    doc = json::parse(text);
-  } catch (const json::parse_error& e) {
-    bad("document", e.what());
-  }
+  const json doc = parse(text);
   Graph g;
-  const int64_t num_args = integer(field(doc, "num_args", "graph"), "num_args");
-  if (num_args < 0 || num_args > hw::kMaxLaunchArgs)
-    bad("num_args", fmt::format("{} is not in [0, {}]", num_args, hw::kMaxLaunchArgs));
-  g.num_args = static_cast<uint32_t>(num_args);
-  const json& views = field(doc, "views", "graph");
-  if (!views.is_array()) bad("views", "expected a list");
-  for (size_t i = 0; i < views.size(); ++i) {
-    const std::string w = fmt::format("views[{}]", i);
-    View v;
-    v.arg = index(field(views[i], "arg", w), g.num_args, w + ".arg");
-    v.offset = integer(field(views[i], "offset", w), w + ".offset");
-    v.sizes = integers(field(views[i], "sizes", w), w + ".sizes");
-    v.strides = integers(field(views[i], "strides", w), w + ".strides");
-    v.dtype = dtype(field(views[i], "dtype", w), w + ".dtype");
-    if (v.sizes.size() != v.strides.size()) bad(w, "sizes and strides differ in length");
-    g.add_view(std::move(v));
-  }
+  read_views(doc, g);
   const auto nv = static_cast<uint32_t>(g.views.size());
   const json& ops = field(doc, "ops", "graph");
   if (!ops.is_array()) bad("ops", "expected a list");
@@ -189,12 +203,148 @@ Graph graph_from_json(std::string_view text) {
       op.index.table = index(field(x, "table", wx), nv, wx + ".table");
       op.index.index = index(field(x, "index", wx), nv, wx + ".index");
       op.index.rows = index(field(x, "rows", wx), nv, wx + ".rows");
+    } else if (o.contains("scan")) {
+      const json& x = o.at("scan");
+      const std::string wx = w + ".scan";
+      op.family = Op::Family::kScan;
+      op.scan.fn = enum_value<hw::ScanFn>(field(x, "fn", wx), wx + ".fn");
+      op.scan.compute = dtype(field(x, "compute", wx), wx + ".compute");
+      op.scan.in = index(field(x, "in", wx), nv, wx + ".in");
+      op.scan.out = index(field(x, "out", wx), nv, wx + ".out");
+    } else if (o.contains("sort")) {
+      const json& x = o.at("sort");
+      const std::string wx = w + ".sort";
+      op.family = Op::Family::kSort;
+      op.sort.in = index(field(x, "in", wx), nv, wx + ".in");
+      op.sort.values = index(field(x, "values", wx), nv, wx + ".values");
+      op.sort.indices = index(field(x, "indices", wx), nv, wx + ".indices");
+      const json& d = field(x, "descending", wx);
+      if (!d.is_boolean()) bad(wx + ".descending", "expected a bool");
+      op.sort.descending = d.get<bool>();
     } else {
-      bad(w, "expected one of 'pointwise', 'reduce', 'matmul', 'index'");
+      bad(w, "expected one of 'pointwise', 'reduce', 'matmul', 'index', 'scan', 'sort'");
     }
     g.ops.push_back(std::move(op));
   }
   return g;
+}
+
+}  // namespace spyre::compiler::ir
+
+namespace spyre::compiler::ir {
+namespace {
+
+json num(double x) {
+  if (std::isnan(x)) return "nan";
+  if (std::isinf(x)) return x > 0 ? "inf" : "-inf";
+  return x;
+}
+
+json step_json(const Step& st) {
+  json j;
+  switch (st.kind) {
+    case PointwiseKind::kCopy:
+      j["kind"] = "copy";
+      break;
+    case PointwiseKind::kUnary:
+      j["kind"] = "unary";
+      j["fn"] = static_cast<int>(st.unary);
+      break;
+    case PointwiseKind::kBinary:
+      j["kind"] = "binary";
+      j["fn"] = static_cast<int>(st.binary);
+      break;
+    case PointwiseKind::kSelect:
+      j["kind"] = "select";
+      break;
+    case PointwiseKind::kFma:
+      j["kind"] = "fma";
+      break;
+    case PointwiseKind::kFill:
+      j["kind"] = "fill";
+      j["value"] = num(st.start);
+      break;
+    case PointwiseKind::kIota:
+      j["kind"] = "iota";
+      j["start"] = num(st.start);
+      j["step"] = num(st.step);
+      break;
+    case PointwiseKind::kRandom:
+      j["kind"] = "random";  // not read back: random ops are eager only
+      break;
+  }
+  if (!st.args.empty()) j["args"] = st.args;
+  return j;
+}
+
+}  // namespace
+
+std::string graph_to_json(const Graph& g) {
+  json doc;
+  doc["num_args"] = g.num_args;
+  doc["views"] = json::array();
+  for (const View& v : g.views) {
+    doc["views"].push_back({{"arg", v.arg},
+                            {"offset", v.offset},
+                            {"sizes", v.sizes},
+                            {"strides", v.strides},
+                            {"dtype", hw::dtype_name(v.dtype)}});
+  }
+  doc["ops"] = json::array();
+  for (const Op& op : g.ops) {
+    json o;
+    switch (op.family) {
+      case Op::Family::kPointwise: {
+        const Pointwise& p = op.pointwise;
+        json inputs = json::array();
+        for (const Operand& x : p.inputs) {
+          inputs.push_back(x.kind == Operand::Kind::kView ? json{{"view", x.view}} : json{{"scalar", num(x.scalar)}});
+        }
+        json steps = json::array();
+        for (const Step& st : p.expression()) steps.push_back(step_json(st));
+        o["pointwise"] = {{"compute", hw::dtype_name(p.compute)}, {"inputs", inputs}, {"out", p.out}, {"steps", steps}};
+        break;
+      }
+      case Op::Family::kReduce:
+        o["reduce"] = {{"fn", static_cast<int>(op.reduce.fn)},
+                       {"compute", hw::dtype_name(op.reduce.compute)},
+                       {"in", op.reduce.in},
+                       {"out", op.reduce.out},
+                       {"dims", op.reduce.dims}};
+        break;
+      case Op::Family::kMatmul: {
+        const Matmul& m = op.matmul;
+        o["matmul"] = {{"a", m.a},
+                       {"b", m.b},
+                       {"out", m.out},
+                       {"alpha", num(m.alpha)},
+                       {"beta", num(m.beta)},
+                       {"compute", hw::dtype_name(m.compute)}};
+        if (m.bias >= 0) o["matmul"]["bias"] = m.bias;
+        break;
+      }
+      case Op::Family::kIndex:
+        o["index"] = {{"kind", static_cast<int>(op.index.kind)},
+                      {"table", op.index.table},
+                      {"index", op.index.index},
+                      {"rows", op.index.rows}};
+        break;
+      case Op::Family::kScan:
+        o["scan"] = {{"fn", static_cast<int>(op.scan.fn)},
+                     {"compute", hw::dtype_name(op.scan.compute)},
+                     {"in", op.scan.in},
+                     {"out", op.scan.out}};
+        break;
+      case Op::Family::kSort:
+        o["sort"] = {{"in", op.sort.in},
+                     {"values", op.sort.values},
+                     {"indices", op.sort.indices},
+                     {"descending", op.sort.descending}};
+        break;
+    }
+    doc["ops"].push_back(std::move(o));
+  }
+  return doc.dump();
 }
 
 }  // namespace spyre::compiler::ir

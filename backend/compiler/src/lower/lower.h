@@ -24,4 +24,8 @@ std::optional<Kernel> lower_index(const ir::Graph& g, const ir::Index& x, const 
 std::optional<Kernel> lower_scan(const ir::Graph& g, const ir::Scan& s, const Target& t);
 std::optional<Kernel> lower_sort(const ir::Graph& g, const ir::Sort& s, const Target& t);
 
+/// True when lower_reduce takes `in` reduced over `dims` into `out` as laid out: the reduced dims
+/// merge into one run of the input (the op library copies the input first when they do not).
+bool reduce_dims_merge(const ir::View& in, const ir::View& out, const std::vector<int64_t>& dims);
+
 }  // namespace spyre::compiler::lower

@@ -23,6 +23,8 @@ using hw::DType;
 using schedule::kBufferReg;
 using schedule::operand_reg;
 
+static_assert(kMaxPointwiseInputs + 1 == schedule::kMaxOperands, "a pointwise nest walks its inputs and output");
+
 constexpr uint32_t kLoadTag = 0;
 constexpr uint32_t kStoreTag = 1;
 

@@ -23,7 +23,43 @@ constexpr uint32_t kStoreTag = 1;
 
 enum class Move : uint8_t { kRows, kTransposed, kElems };
 
+// The iteration space of a reduction: kept dims first, then reduced ones (the output does not move
+// along those), simplified; a trailing reduced dim of 1 when nothing is left to reduce.
+Space reduce_space(const ir::View& in, const ir::View& out, const std::vector<bool>& reduced) {
+  Space space;
+  space.strides.resize(2);
+  for (int pass = 0; pass < 2; ++pass) {
+    for (size_t d = 0; d < in.sizes.size(); ++d) {
+      if (reduced[d] != (pass == 1)) continue;
+      space.sizes.push_back(in.sizes[d]);
+      space.strides[0].push_back(in.strides[d]);
+      space.strides[1].push_back(reduced[d] ? 0 : out.strides[d]);
+    }
+  }
+  space = simplify(space);
+  if (space.sizes.empty() || space.strides[1].back() != 0) {  // nothing left to reduce: one element each
+    space.sizes.push_back(1);
+    space.strides[0].push_back(1);
+    space.strides[1].push_back(0);
+  }
+  return space;
+}
+
+bool merged(const Space& space) {
+  const size_t n = space.sizes.size();
+  return n < 2 || space.strides[1][n - 2] != 0;
+}
+
 }  // namespace
+
+bool reduce_dims_merge(const ir::View& in, const ir::View& out, const std::vector<int64_t>& dims) {
+  std::vector<bool> reduced(in.sizes.size(), false);
+  for (int64_t d : dims) {
+    if (d >= 0 && static_cast<size_t>(d) < reduced.size()) reduced[static_cast<size_t>(d)] = true;
+  }
+  if (out.strides.size() != in.sizes.size()) return true;  // malformed: lower_reduce says why
+  return merged(reduce_space(in, out, reduced));
+}
 
 std::optional<Kernel> lower_reduce(const ir::Graph& g, const ir::Reduce& r, const Target& t) {
   const ir::View& in = g.views.at(r.in);
@@ -48,25 +84,9 @@ std::optional<Kernel> lower_reduce(const ir::Graph& g, const ir::Reduce& r, cons
   const bool arg = r.fn == hw::ReduceFn::kArgMax || r.fn == hw::ReduceFn::kArgMin;
   const DType result = arg ? DType::kI64 : r.compute;
 
-  // Kept dims first, then reduced ones; the output does not move along reduced dims.
-  Space space;
-  space.strides.resize(2);
-  for (int pass = 0; pass < 2; ++pass) {
-    for (size_t d = 0; d < nd; ++d) {
-      if (reduced[d] != (pass == 1)) continue;
-      space.sizes.push_back(in.sizes[d]);
-      space.strides[0].push_back(in.strides[d]);
-      space.strides[1].push_back(reduced[d] ? 0 : out.strides[d]);
-    }
-  }
-  space = simplify(space);
-  if (space.sizes.empty() || space.strides[1].back() != 0) {  // nothing left to reduce: one element each
-    space.sizes.push_back(1);
-    space.strides[0].push_back(1);
-    space.strides[1].push_back(0);
-  }
+  const Space space = reduce_space(in, out, reduced);
   const size_t n = space.sizes.size();
-  if (n >= 2 && space.strides[1][n - 2] == 0) {
+  if (!merged(space)) {
     throw std::invalid_argument("compiler: the reduced dims do not merge into one; make the input contiguous");
   }
   const int64_t red = space.sizes[n - 1], sr = space.strides[0][n - 1];

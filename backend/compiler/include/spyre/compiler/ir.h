@@ -98,6 +98,25 @@ class Expr {
   int32_t select(int32_t mask, int32_t a, int32_t b) {
     return add(PointwiseKind::kSelect, {mask, a, b}, hw::UnaryFn::kCopy, hw::BinaryFn::kAdd);
   }
+  int32_t fma(int32_t a, int32_t b, int32_t c) {  // a * b + c
+    return add(PointwiseKind::kFma, {a, b, c}, hw::UnaryFn::kCopy, hw::BinaryFn::kAdd);
+  }
+  int32_t copy(int32_t a) { return add(PointwiseKind::kCopy, {a}, hw::UnaryFn::kCopy, hw::BinaryFn::kAdd); }
+  int32_t fill(double value) {
+    const int32_t r = add(PointwiseKind::kFill, {}, hw::UnaryFn::kCopy, hw::BinaryFn::kAdd);
+    p_.steps.back().start = value;
+    return r;
+  }
+  int32_t iota(double start, double step) {
+    const int32_t r = add(PointwiseKind::kIota, {}, hw::UnaryFn::kCopy, hw::BinaryFn::kAdd);
+    p_.steps.back().start = start;
+    p_.steps.back().step = step;
+    return r;
+  }
+  /// The compute type, inputs and steps so far.
+  hw::DType compute() const { return p_.compute; }
+  const std::vector<Operand>& inputs() const { return p_.inputs; }
+  const std::vector<Step>& steps() const { return p_.steps; }
   /// The op writing the last step's result to view `out`.
   Pointwise done(uint32_t out) {
     p_.out = out;
@@ -198,9 +217,12 @@ struct Graph {
 /// or {"scalar": x}], "out", "steps": [{"kind": "copy"|"unary"|"binary"|"select"|"fill"|"iota",
 /// "fn", "args", "value", "start", "step"}]}} | {"reduce": {"fn", "compute", "in", "out", "dims"}} |
 /// {"matmul": {"a", "b", "out", "bias", "alpha", "beta", "compute"}} | {"index": {"kind" (0 gather,
-/// 1 scatter, 2 scatter-add, 3 scatter-mul), "table", "index", "rows"}}]}. Functions are the hw enum
-/// values; dtypes their names ("f32"); infinities and NaN the strings "inf", "-inf", "nan".
-/// Throws std::invalid_argument naming the first malformed field.
+/// 1 scatter, 2 scatter-add, 3 scatter-mul), "table", "index", "rows"}} | {"scan": {"fn", "compute",
+/// "in", "out"}} | {"sort": {"in", "values", "indices", "descending"}}]}; steps may also be "fma". Functions are the hw
+/// enum values; dtypes their names ("f32"); infinities and NaN the strings "inf", "-inf", "nan". Throws
+/// std::invalid_argument naming the first malformed field.
 Graph graph_from_json(std::string_view text);
+/// The JSON form of a graph (what graph_from_json reads; also "scan", "sort" and "fma" steps).
+std::string graph_to_json(const Graph& g);
 
 }  // namespace spyre::compiler::ir

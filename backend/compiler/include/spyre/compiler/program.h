@@ -22,6 +22,9 @@ struct Target {
   double fp32_rate = 0.25;            // fp32 PT throughput relative to fp16
 };
 
+/// Tensors one pointwise op (one fused expression) may read: its loop nest walks these and its output.
+inline constexpr uint32_t kMaxPointwiseInputs = 3;
+
 /// A compiled program: the bytes to load into device memory and how to launch them.
 struct Program {
   std::string name;            // for traces and logs, e.g. "mm f32 1024x1024x1024"

@@ -1,0 +1,386 @@
+// Pointwise ops, one table: each row names the arguments the op reads, torch's type rule for it and
+// the expression of one element. An eager call is one expression; under torch.compile a chain of
+// them is one expression (a fused producer arrives as an argument of kind kExpr), so a row is the
+// only place an op's arithmetic is written. Unary and binary rows map straight to SFP functions;
+// the rest (activation backwards, addcmul, lerp, clamp, where, fills) are small expressions.
+#include <cmath>
+#include <limits>
+#include <map>
+#include <stdexcept>
+
+#include <fmt/format.h>
+
+#include "family.h"
+
+namespace spyre::compiler::ops {
+namespace {
+
+using hw::BinaryFn;
+using hw::DType;
+using hw::UnaryFn;
+using ir::Expr;
+using Refs = std::vector<int32_t>;
+
+// The ref of an optional input the call does not have (clamp without a bound).
+constexpr int32_t kAbsent = std::numeric_limits<int32_t>::min();
+
+PointwiseOp row(std::vector<std::string> inputs, Types types, Build build) {
+  PointwiseOp p;
+  p.promoted = inputs;
+  p.inputs = std::move(inputs);
+  p.types = types;
+  p.build = std::move(build);
+  return p;
+}
+
+PointwiseOp unary(UnaryFn fn, Types types) {
+  return row({"self"}, types, [fn](Expr& e, const Refs& in, const Call&) { return e.unary(fn, in[0]); });
+}
+
+PointwiseOp binary(BinaryFn fn, Types types) {
+  return row({"self", "other"}, types,
+             [fn](Expr& e, const Refs& in, const Call&) { return e.binary(fn, in[0], in[1]); });
+}
+
+bool is_float(DType t) {
+  return hw::dtype_is_float(t);
+}
+
+// add(self, other, alpha) = self + alpha * other; sub = self - alpha * other; rsub = other - alpha * self.
+PointwiseOp add_sub(BinaryFn fn, bool reversed) {
+  return row({"self", "other"}, Types::kPromote, [fn, reversed](Expr& e, const Refs& in, const Call& c) {
+    const double alpha = c.number("alpha", 1);
+    const int32_t x = reversed ? in[1] : in[0], y = reversed ? in[0] : in[1];
+    if (alpha == 1) return e.binary(fn, x, y);
+    const Arg* scaled = c.get(reversed ? "self" : "other");
+    if (scaled && scaled->kind == Arg::Kind::kNumber) {  // a number times alpha is a number
+      return e.binary(fn, x, e.constant(scaled->number * alpha));
+    }
+    return e.fma(y, e.constant(fn == BinaryFn::kAdd ? alpha : -alpha), x);  // y * +-alpha + x
+  });
+}
+
+bool narrow(DType t) {
+  return t == DType::kF16 || t == DType::kBF16;
+}
+
+// div with rounding_mode="trunc" in fp16 or bf16 truncates the quotient rounded to that type, as
+// torch's CPU kernel does: the truncation is an op of its own after the quotient is stored.
+bool trunc_after(const Call& c) {
+  return c.op == "div" && c.text("rounding_mode") == "trunc" && narrow(c.result);
+}
+
+// div(self, other, rounding_mode): true division, floor, or trunc (integer division truncates).
+int32_t div(Expr& e, const Refs& in, const Call& c) {
+  const std::string mode = c.text("rounding_mode");
+  if (mode == "floor") return e.binary(BinaryFn::kFloorDiv, in[0], in[1]);
+  const int32_t q = e.binary(BinaryFn::kDiv, in[0], in[1]);
+  if (mode == "trunc" && is_float(c.result) && !trunc_after(c)) return e.unary(UnaryFn::kTrunc, q);
+  return q;
+}
+
+// pow(self, exponent): the exponents torch's CPU kernels compute by multiplication or a root exactly
+// are computed so here too, in float types.
+int32_t pow(Expr& e, const Refs& in, const Call& c) {
+  const Arg* k = c.get("exponent");
+  if (k && k->kind == Arg::Kind::kNumber && is_float(compute_type(*pointwise_op("pow"), c))) {
+    const double x = k->number;
+    if (x == 1) return e.copy(in[0]);
+    if (x == 2) return e.binary(BinaryFn::kMul, in[0], in[0]);
+    if (x == 3) return e.binary(BinaryFn::kMul, e.binary(BinaryFn::kMul, in[0], in[0]), in[0]);
+    if (x == 0.5) return e.unary(UnaryFn::kSqrt, in[0]);
+    if (x == -0.5) return e.unary(UnaryFn::kRsqrt, in[0]);
+    if (x == -1) return e.unary(UnaryFn::kReciprocal, in[0]);
+    if (x == -2) return e.unary(UnaryFn::kReciprocal, e.binary(BinaryFn::kMul, in[0], in[0]));
+  }
+  return e.binary(BinaryFn::kPow, in[0], in[1]);
+}
+
+// x * 0.5 * (1 + erf(x / sqrt(2))) differentiated, or its tanh approximation.
+int32_t gelu_backward(Expr& e, const Refs& in, const Call& c) {
+  const int32_t g = in[0], x = in[1];
+  if (c.text("approximate", "none") != "tanh") {
+    const int32_t cdf = e.binary(BinaryFn::kMul, e.constant(0.5),
+                                 e.binary(BinaryFn::kAdd, e.constant(1.0),
+                                          e.unary(UnaryFn::kErf, e.binary(BinaryFn::kMul, x, e.constant(M_SQRT1_2)))));
+    const int32_t pdf =
+        e.binary(BinaryFn::kMul, e.constant(0.5 * M_2_SQRTPI * M_SQRT1_2),
+                 e.unary(UnaryFn::kExp, e.binary(BinaryFn::kMul, e.constant(-0.5), e.binary(BinaryFn::kMul, x, x))));
+    return e.binary(BinaryFn::kMul, g, e.binary(BinaryFn::kAdd, cdf, e.binary(BinaryFn::kMul, x, pdf)));
+  }
+  const double k = std::sqrt(2.0 / M_PI), a = 0.044715;
+  const int32_t x2 = e.binary(BinaryFn::kMul, x, x);
+  const int32_t inner =
+      e.binary(BinaryFn::kMul, e.constant(k),
+               e.binary(BinaryFn::kAdd, x, e.binary(BinaryFn::kMul, e.constant(a), e.binary(BinaryFn::kMul, x2, x))));
+  const int32_t t = e.unary(UnaryFn::kTanh, inner);
+  const int32_t left = e.binary(BinaryFn::kMul, e.constant(0.5), e.binary(BinaryFn::kAdd, e.constant(1.0), t));
+  const int32_t sech2 = e.binary(BinaryFn::kSub, e.constant(1.0), e.binary(BinaryFn::kMul, t, t));
+  const int32_t dinner =
+      e.binary(BinaryFn::kMul, e.constant(k),
+               e.binary(BinaryFn::kAdd, e.constant(1.0), e.binary(BinaryFn::kMul, e.constant(3 * a), x2)));
+  const int32_t right =
+      e.binary(BinaryFn::kMul, e.binary(BinaryFn::kMul, e.constant(0.5), x), e.binary(BinaryFn::kMul, sech2, dinner));
+  return e.binary(BinaryFn::kMul, g, e.binary(BinaryFn::kAdd, left, right));
+}
+
+// A value every element takes (fills); a constant input, which becomes a fill step at the root.
+PointwiseOp constant_of(const char* name) {
+  return row({name}, Types::kSelf, [](Expr&, const Refs& in, const Call&) { return in[0]; });
+}
+
+PointwiseOp copy_of(const char* name) {
+  return row({name}, Types::kPromote, [](Expr& e, const Refs& in, const Call&) { return e.copy(in[0]); });
+}
+
+std::map<std::string, PointwiseOp, std::less<>> make_table() {
+  std::map<std::string, PointwiseOp, std::less<>> t;
+  // Unary: the SFP function of the same name.
+  const std::pair<const char*, UnaryFn> same[] = {
+      {"neg", UnaryFn::kNeg},     {"abs", UnaryFn::kAbs},       {"relu", UnaryFn::kRelu}, {"sign", UnaryFn::kSign},
+      {"sgn", UnaryFn::kSign},    {"floor", UnaryFn::kFloor},   {"ceil", UnaryFn::kCeil}, {"round", UnaryFn::kRound},
+      {"trunc", UnaryFn::kTrunc}, {"square", UnaryFn::kSquare},
+  };
+  for (const auto& [name, fn] : same) t[name] = unary(fn, Types::kPromote);
+  const std::pair<const char*, UnaryFn> to_float[] = {
+      {"exp", UnaryFn::kExp},   {"exp2", UnaryFn::kExp2},       {"expm1", UnaryFn::kExpm1},
+      {"log", UnaryFn::kLog},   {"log2", UnaryFn::kLog2},       {"log1p", UnaryFn::kLog1p},
+      {"sqrt", UnaryFn::kSqrt}, {"rsqrt", UnaryFn::kRsqrt},     {"reciprocal", UnaryFn::kReciprocal},
+      {"tanh", UnaryFn::kTanh}, {"sigmoid", UnaryFn::kSigmoid}, {"erf", UnaryFn::kErf},
+      {"sin", UnaryFn::kSin},   {"cos", UnaryFn::kCos},         {"silu", UnaryFn::kSilu},
+  };
+  for (const auto& [name, fn] : to_float) t[name] = unary(fn, Types::kToFloat);
+  t["gelu"] = row({"self"}, Types::kToFloat, [](Expr& e, const Refs& in, const Call& c) {
+    return e.unary(c.text("approximate", "none") == "tanh" ? UnaryFn::kGeluTanh : UnaryFn::kGeluErf, in[0]);
+  });
+  t["logical_not"] = unary(UnaryFn::kLogicalNot, Types::kToBool);
+  t["isnan"] = unary(UnaryFn::kIsNan, Types::kToBool);
+  t["bitwise_not"] = row({"self"}, Types::kIntegral, [](Expr& e, const Refs& in, const Call& c) {
+    return e.unary(c.common == DType::kBool ? UnaryFn::kLogicalNot : UnaryFn::kBitwiseNot, in[0]);
+  });
+  // Binary.
+  t["add"] = add_sub(BinaryFn::kAdd, false);
+  t["sub"] = add_sub(BinaryFn::kSub, false);
+  t["rsub"] = add_sub(BinaryFn::kSub, true);
+  const std::pair<const char*, BinaryFn> arith[] = {
+      {"mul", BinaryFn::kMul},     {"maximum", BinaryFn::kMax},
+      {"minimum", BinaryFn::kMin}, {"remainder", BinaryFn::kRemainder},
+      {"fmod", BinaryFn::kFmod},   {"floor_divide", BinaryFn::kFloorDiv},
+  };
+  for (const auto& [name, fn] : arith) t[name] = binary(fn, Types::kPromote);
+  t["atan2"] = binary(BinaryFn::kAtan2, Types::kToFloat);
+  t["div"] = row({"self", "other"}, Types::kTrueDiv, div);
+  t["pow"] = row({"self", "exponent"}, Types::kPromote, pow);
+  const std::pair<const char*, BinaryFn> compare[] = {
+      {"eq", BinaryFn::kEq},
+      {"ne", BinaryFn::kNe},
+      {"lt", BinaryFn::kLt},
+      {"le", BinaryFn::kLe},
+      {"gt", BinaryFn::kGt},
+      {"ge", BinaryFn::kGe},
+      {"logical_and", BinaryFn::kLogicalAnd},
+      {"logical_or", BinaryFn::kLogicalOr},
+      {"logical_xor", BinaryFn::kLogicalXor},
+  };
+  for (const auto& [name, fn] : compare) t[name] = binary(fn, Types::kToBool);
+  const std::tuple<const char*, BinaryFn, BinaryFn> bitwise[] = {
+      {"bitwise_and", BinaryFn::kBitAnd, BinaryFn::kLogicalAnd},
+      {"bitwise_or", BinaryFn::kBitOr, BinaryFn::kLogicalOr},
+      {"bitwise_xor", BinaryFn::kBitXor, BinaryFn::kLogicalXor},
+  };
+  for (const auto& [name, fn, logical] : bitwise) {
+    t[name] =
+        row({"self", "other"}, Types::kIntegral, [fn = fn, logical = logical](Expr& e, const Refs& in, const Call& c) {
+          return e.binary(c.common == DType::kBool ? logical : fn, in[0], in[1]);
+        });
+  }
+  // Expressions.
+  t["gelu_backward"] = row({"grad_output", "self"}, Types::kFloatOnly, gelu_backward);
+  t["sigmoid_backward"] = row({"grad_output", "output"}, Types::kFloatOnly, [](Expr& e, const Refs& in, const Call&) {
+    return e.binary(BinaryFn::kMul, in[0],
+                    e.binary(BinaryFn::kMul, in[1], e.binary(BinaryFn::kSub, e.constant(1.0), in[1])));
+  });
+  t["tanh_backward"] = row({"grad_output", "output"}, Types::kFloatOnly, [](Expr& e, const Refs& in, const Call&) {
+    return e.binary(BinaryFn::kMul, in[0],
+                    e.binary(BinaryFn::kSub, e.constant(1.0), e.binary(BinaryFn::kMul, in[1], in[1])));
+  });
+  t["native_dropout_backward"] =
+      row({"grad_output", "mask"}, Types::kFloatOnly, [](Expr& e, const Refs& in, const Call& c) {
+        return e.binary(BinaryFn::kMul, e.binary(BinaryFn::kMul, in[0], in[1]), e.constant(c.number("scale", 1)));
+      });
+  t["threshold_backward"] = row({"grad_output", "self"}, Types::kFloatOnly, [](Expr& e, const Refs& in, const Call& c) {
+    const int32_t below = e.binary(BinaryFn::kLe, in[1], e.constant(c.number("threshold", 0)));
+    return e.select(below, e.constant(0.0), in[0]);
+  });
+  t["addcmul"] = row({"self", "tensor1", "tensor2"}, Types::kPromote, [](Expr& e, const Refs& in, const Call& c) {
+    const int32_t prod = e.binary(BinaryFn::kMul, in[1], in[2]);
+    return e.binary(BinaryFn::kAdd, in[0], e.binary(BinaryFn::kMul, e.constant(c.number("value", 1)), prod));
+  });
+  t["addcdiv"] = row({"self", "tensor1", "tensor2"}, Types::kFloatOnly, [](Expr& e, const Refs& in, const Call& c) {
+    const int32_t q = e.binary(BinaryFn::kDiv, in[1], in[2]);
+    return e.binary(BinaryFn::kAdd, in[0], e.binary(BinaryFn::kMul, e.constant(c.number("value", 1)), q));
+  });
+  // As torch: w < 0.5 ? self + w * (end - self) : end - (end - self) * (1 - w).
+  t["lerp"] = row({"self", "end", "weight"}, Types::kFloatOnly, [](Expr& e, const Refs& in, const Call&) {
+    const int32_t diff = e.binary(BinaryFn::kSub, in[1], in[0]);
+    const int32_t low = e.binary(BinaryFn::kAdd, in[0], e.binary(BinaryFn::kMul, in[2], diff));
+    const int32_t high = e.binary(BinaryFn::kSub, in[1],
+                                  e.binary(BinaryFn::kMul, diff, e.binary(BinaryFn::kSub, e.constant(1.0), in[2])));
+    return e.select(e.binary(BinaryFn::kLt, in[2], e.constant(0.5)), low, high);
+  });
+  // Integers are finite: the isinf family of an integer input is false everywhere.
+  t["isinf"] = row({"self"}, Types::kToBool, [](Expr& e, const Refs& in, const Call& c) {
+    return is_float(c.common) ? e.unary(UnaryFn::kIsInf, in[0]) : e.constant(0);
+  });
+  for (const auto& [name, sign] : {std::pair{"isposinf", 1.0}, std::pair{"isneginf", -1.0}}) {
+    t[name] = row({"self"}, Types::kToBool, [sign = sign](Expr& e, const Refs& in, const Call& c) {
+      return is_float(c.common) ? e.binary(BinaryFn::kEq, in[0], e.constant(sign * INFINITY)) : e.constant(0);
+    });
+  }
+  t["where"] = row({"condition", "self", "other"}, Types::kPromote,
+                   [](Expr& e, const Refs& in, const Call&) { return e.select(in[0], in[1], in[2]); });
+  t["where"].promoted = {"self", "other"};
+  t["masked_fill"] = row({"mask", "value", "self"}, Types::kSelf,
+                         [](Expr& e, const Refs& in, const Call&) { return e.select(in[0], in[1], in[2]); });
+  t["masked_fill"].promoted = {"self"};
+  // clamp: max with the lower bound, then min with the upper one (NaN propagates, as in torch).
+  const Build clamp = [](Expr& e, const Refs& in, const Call&) {
+    int32_t x = in[0];
+    if (in.size() > 1 && in[1] != kAbsent) x = e.binary(BinaryFn::kMax, x, in[1]);
+    if (in.size() > 2 && in[2] != kAbsent) x = e.binary(BinaryFn::kMin, x, in[2]);
+    return x;
+  };
+  t["clamp"] = row({"self", "min", "max"}, Types::kPromote, clamp);
+  t["clamp_min"] = row({"self", "min"}, Types::kPromote, clamp);
+  t["clamp_max"] = row({"self", "max"}, Types::kPromote,
+                       [](Expr& e, const Refs& in, const Call&) { return e.binary(BinaryFn::kMin, in[0], in[1]); });
+  // Copies (any strides, broadcasting the source, converting to the result's type).
+  t["clone"] = copy_of("self");
+  t["_to_copy"] = copy_of("self");
+  t["lift_fresh_copy"] = copy_of("self");
+  t["copy"] = copy_of("src");  // copy_(self, src): self takes src
+  t["prims::convert_element_type"] = copy_of("a");
+  // Fills.
+  t["fill"] = constant_of("value");
+  t["full"] = constant_of("fill_value");
+  t["full_like"] = constant_of("fill_value");
+  t["scalar_tensor"] = constant_of("s");
+  t["zero"] = row({}, Types::kSelf, [](Expr& e, const Refs&, const Call&) { return e.constant(0); });
+  // arange(start, end, step): start + i * step over a 1-d result.
+  t["arange"] = row({}, Types::kSelf, [](Expr& e, const Refs&, const Call& c) {
+    return e.iota(c.number("start", 0), c.number("step", 1));
+  });
+  return t;
+}
+
+const std::map<std::string, PointwiseOp, std::less<>>& table() {
+  static const auto t = make_table();
+  return t;
+}
+
+// fp16 and bf16 compute in fp32 inside an expression: they fuse with fp32 expressions.
+DType widened(DType t) {
+  return t == DType::kF16 || t == DType::kBF16 ? DType::kF32 : t;
+}
+
+// Appends the steps of call `c` to `e`: its inputs (views shared through `memo`, numbers as
+// constants, fused producers recursively), then its row's expression; the result's ref.
+int32_t steps_of(Expr& e, const Call& c, std::map<uint32_t, int32_t>& memo) {
+  const PointwiseOp* p = pointwise_op(c.op);
+  if (!p) reject(c, "not a pointwise op: it cannot be fused into an expression");
+  Refs refs;
+  for (const std::string& name : p->inputs) {
+    const Arg* a = c.get(name);
+    if (!a) {
+      refs.push_back(kAbsent);
+      continue;
+    }
+    switch (a->kind) {
+      case Arg::Kind::kTensor: {
+        const auto it = memo.find(a->view);
+        refs.push_back(it != memo.end() ? it->second : memo[a->view] = e.input(ir::Operand::of(a->view)));
+        break;
+      }
+      case Arg::Kind::kNumber:
+      case Arg::Kind::kBool:
+        refs.push_back(e.constant(a->number));
+        break;
+      case Arg::Kind::kExpr: {
+        const Call& child = *a->expr;
+        const PointwiseOp* q = pointwise_op(child.op);
+        // A child in fp16 or bf16 would round its value when stored: fused, it would not.
+        if (!q || narrow(child.result) || widened(compute_type(*q, child)) != widened(e.compute())) {
+          reject(c, fmt::format("argument '{}' ({}) computes or rounds in another type; it cannot be fused", name,
+                                child.op));
+        }
+        refs.push_back(steps_of(e, child, memo));
+        break;
+      }
+      default:
+        reject(c, fmt::format("argument '{}' is not a tensor or a number", name));
+    }
+  }
+  if (p->inputs.size() == 1 && refs[0] == kAbsent) reject(c, fmt::format("argument '{}' is missing", p->inputs[0]));
+  return p->build(e, refs, c);
+}
+
+}  // namespace
+
+const PointwiseOp* pointwise_op(std::string_view op) {
+  const auto it = table().find(op);
+  return it == table().end() ? nullptr : &it->second;
+}
+
+std::vector<std::string> pointwise_names() {
+  std::vector<std::string> out;
+  for (const auto& [name, p] : table()) out.push_back(name);
+  return out;
+}
+
+DType compute_type(const PointwiseOp& p, const Call& c) {
+  switch (p.types) {
+    case Types::kToBool:
+      return c.common;
+    case Types::kFloatOnly:
+      return is_float(c.result) ? c.result : DType::kF32;
+    default:
+      return c.result;
+  }
+}
+
+void lower_pointwise(Builder& b, const Call& c) {
+  const PointwiseOp* p = pointwise_op(c.op);
+  if (!p) reject(c, "not a pointwise op");
+  const uint32_t out = c.out();
+  for (int64_t s : b.view(out).sizes) {
+    if (s == 0) return;  // nothing to write
+  }
+  Expr e(compute_type(*p, c));
+  std::map<uint32_t, int32_t> memo;
+  const int32_t r = steps_of(e, c, memo);
+  // The result must be the last step: an input as it is becomes a copy, a number a fill.
+  if (r >= 0) {
+    const ir::Operand& o = e.inputs().at(static_cast<size_t>(r));
+    if (o.kind == ir::Operand::Kind::kScalar) {
+      ir::Expr fill_only(e.compute());
+      fill_only.fill(o.scalar);
+      b.add(fill_only.done(out));
+      return;
+    }
+    e.copy(r);
+  } else if (static_cast<size_t>(-1 - r) != e.steps().size() - 1) {
+    e.copy(r);
+  }
+  b.add(e.done(out));
+  if (trunc_after(c)) {
+    ir::Pointwise t;
+    t.kind = ir::PointwiseKind::kUnary;
+    t.unary = UnaryFn::kTrunc;
+    t.compute = c.result;
+    t.inputs = {ir::Operand::of(out)};
+    t.out = out;
+    b.add(std::move(t));
+  }
+}
+
+}  // namespace spyre::compiler::ops
