@@ -7,8 +7,12 @@
 #include <ATen/native/CPUFallback.h>
 #include <ATen/ops/_reshape_alias_native.h>
 #include <ATen/ops/as_strided_native.h>
-#include <ATen/ops/set_cpu_dispatch.h>
+#include <ATen/EmptyTensor.h>
+#include <ATen/native/Resize.h>
 #include <ATen/ops/set_native.h>
+#include <ATen/ops/unfold_native.h>
+#include <ATen/ops/view_as_complex_native.h>
+#include <ATen/ops/view_as_real_native.h>
 #include <ATen/ops/view_native.h>
 #include <c10/core/DeviceGuard.h>
 #include <c10/core/impl/DeviceGuardImplInterface.h>
@@ -201,7 +205,24 @@ at::Tensor copy_between(const at::Tensor& src, const at::Tensor& dst, bool non_b
   return dst;
 }
 
+// A view of `t` with its conjugate and negative bits cleared: the values as stored.
+at::Tensor stored(const at::Tensor& t) {
+  at::Tensor p = t;
+  if (p.is_conj()) p = at::_conj(p);
+  if (p.is_neg()) p = at::_neg_view(p);
+  return p;
+}
+
 at::Tensor copy_from(const at::Tensor& src, const at::Tensor& dst, bool non_blocking) {
+  if (src.is_conj() || src.is_neg() || dst.is_conj() || dst.is_neg()) {
+    // The math bits (torch's lazy conj() and negation): the stored values move, then the
+    // destination takes the difference of the bits, as torch's own copy kernels do.
+    const at::Tensor d = stored(dst);
+    copy_between(stored(src), d, false);
+    if (src.is_conj() != dst.is_conj()) d.conj_physical_();
+    if (src.is_neg() != dst.is_neg()) d.neg_();
+    return dst;
+  }
   copy_between(src, dst, non_blocking);
   if (src.is_privateuseone() && dst.is_privateuseone()) carry_backend_meta(src, dst);  // clone() and to()
   return dst;
@@ -231,9 +252,45 @@ at::Tensor reshape_alias(const at::Tensor& self, c10::SymIntArrayRef size, c10::
       self, at::native::_reshape_alias(self, C10_AS_INTARRAYREF_SLOW(size), C10_AS_INTARRAYREF_SLOW(stride)));
 }
 
+// set_(storage, offset, size, stride): torch's checks, then, as on CPU, a storage too small for the
+// view grows (on the device: never the host's resize, which would copy device memory as if it
+// were the host's).
+at::Tensor unfold(const at::Tensor& self, int64_t dimension, int64_t size, int64_t step) {
+  return carry_backend_meta(self, at::native::unfold(self, dimension, size, step));
+}
+
+at::Tensor view_as_real(const at::Tensor& self) {
+  return carry_backend_meta(self, at::native::view_as_real(self));
+}
+
+at::Tensor view_as_complex(const at::Tensor& self) {
+  return carry_backend_meta(self, at::native::view_as_complex(self));
+}
+
 at::Tensor& set_source_storage_offset(at::Tensor& self, c10::Storage source, int64_t offset, c10::IntArrayRef size,
                                       c10::IntArrayRef stride) {
-  return at::cpu::set_(self, std::move(source), offset, size, stride);
+  at::native::checkSetStorage(self, source, offset, size, stride);
+  for (const int64_t s : size) TORCH_CHECK(s >= 0, "set_: negative size ", s, " in ", size);
+  for (const int64_t s : stride) TORCH_CHECK(s >= 0, "set_: negative stride ", s, " in ", stride);
+  TORCH_CHECK(stride.empty() || stride.size() == size.size(), "set_: ", size.size(), " sizes but ", stride.size(),
+              " strides");
+  auto* impl = self.unsafeGetTensorImpl();
+  impl->set_storage_offset(offset);
+  if (stride.empty()) {
+    impl->set_sizes_contiguous(size);
+  } else {
+    impl->set_sizes_and_strides(size, stride);
+  }
+  const uint64_t needed = self.numel() == 0 ? 0
+                                            : at::detail::computeStorageNbytes(self.sizes(), self.strides(),
+                                                                               self.itemsize(),
+                                                                               static_cast<size_t>(offset));
+  if (needed > self.storage().nbytes()) {
+    TORCH_CHECK(self.storage().resizable(), "set_: the storage of ", self.storage().nbytes(),
+                " bytes is not resizable and the view needs ", needed);
+    resize_storage_bytes(self.storage(), needed);
+  }
+  return self;
 }
 
 std::mutex g_counts_mu;
@@ -367,6 +424,27 @@ TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
   m.impl("set_.source_Tensor", TORCH_FN(at::native::set_tensor_));
   m.impl("set_.source_Storage", TORCH_FN(at::native::set_));
   m.impl("set_.source_Storage_storage_offset", TORCH_FN(set_source_storage_offset));
+  // Views torch has no generic kernel for: metadata over the same storage, never a fallback (a
+  // CPU copy would lose writes through the view).
+  // Ops whose generic kernel calls a per-device stub spyre has none of: the CPU fallback (complex
+  // numbers are not device types).
+  for (const char* name : {"_conj_physical", "conj_physical_", "conj_physical.out"}) {
+    m.impl(name, torch::CppFunction::makeFromBoxedFunction<&cpu_fallback>());
+  }
+  m.impl("unfold", TORCH_FN(unfold));
+  m.impl("view_as_real", TORCH_FN(view_as_real));
+  m.impl("view_as_complex", TORCH_FN(view_as_complex));
+}
+
+// A copy from or into a tensor with a math bit set reaches the device's _copy_from with the bit,
+// which copy_from resolves: torch's math-bit fallbacks would materialise the source by a clone,
+// whose copy is this very _copy_from again.
+TORCH_LIBRARY_IMPL(aten, Conjugate, m) {
+  m.impl("_copy_from", torch::CppFunction::makeFallthrough());
+}
+
+TORCH_LIBRARY_IMPL(aten, Negative, m) {
+  m.impl("_copy_from", torch::CppFunction::makeFallthrough());
 }
 
 TORCH_LIBRARY_IMPL(_, PrivateUse1, m) {

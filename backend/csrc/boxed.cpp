@@ -1,5 +1,6 @@
 #include "boxed.h"
 
+#include <ATen/ATen.h>
 #include <torch/library.h>
 
 #include <deque>
@@ -67,10 +68,64 @@ void BoxedCall::fall_back() {
 
 namespace {
 
+// An argument as torch's meta kernels see it: spyre tensors become meta tensors of the same sizes,
+// strides and dtype (0-dim host tensors stay, as the wrapped numbers they are).
+c10::IValue to_meta(const c10::IValue& v) {
+  const auto meta = [](const at::Tensor& t) {
+    if (!t.defined() || !t.is_privateuseone()) return t;
+    return at::empty_strided(t.sizes(), t.strides(), t.options().device(c10::kMeta));
+  };
+  if (v.isTensor()) return meta(v.toTensor());
+  if (v.isTensorList()) {
+    c10::List<at::Tensor> out;
+    for (const at::Tensor& t : v.toTensorVector()) out.push_back(meta(t));
+    return out;
+  }
+  if (v.isOptionalTensorList()) {
+    c10::List<std::optional<at::Tensor>> out;
+    for (const std::optional<at::Tensor>& t : v.toOptionalTensorList()) {
+      out.push_back(t ? std::optional<at::Tensor>(meta(*t)) : std::nullopt);
+    }
+    return out;
+  }
+  return v;
+}
+
+// An out= call gets torch's own checks before anything runs: the out= tensors must be spyre
+// tensors, and the op's meta kernel (where it has one) decides whether their dtypes and shapes
+// are acceptable, so that an out= CPU rejects (an unsafe cast, a wrong index dtype) is rejected
+// here too, with CPU's message, instead of being written.
+void check_out_call(const c10::OperatorHandle& op, const torch::jit::Stack& stack) {
+  const auto& args = op.schema().arguments();
+  const size_t n = args.size();
+  bool has_out = false;
+  for (size_t i = 0; i < n; ++i) {
+    const c10::Argument& a = args[i];
+    if (!(a.kwarg_only() && a.alias_info() && a.alias_info()->isWrite())) continue;
+    has_out = true;
+    const c10::IValue& v = stack[stack.size() - n + i];
+    if (v.isTensor() && v.toTensor().defined()) {
+      TORCH_CHECK(v.toTensor().is_privateuseone(), "Expected all tensors to be on the same device, but found at "
+                  "least two devices, spyre:0 and ", v.toTensor().device(), "! (the out= argument '", a.name(), "' of ",
+                  op.schema().name(), ")");
+    }
+  }
+  if (!has_out) return;
+  torch::jit::Stack meta;
+  for (size_t i = 0; i < n; ++i) meta.push_back(to_meta(stack[stack.size() - n + i]));
+  try {
+    op.callBoxed(&meta);
+  } catch (const c10::NotImplementedError&) {  // no meta kernel: the device kernel checks what it can
+  }
+}
+
 // A boxed kernel chosen at run time (torch's makeFromBoxedFunction wants it at compile time).
 struct Functor final : c10::OperatorKernel {
   explicit Functor(BoxedKernel* k) : kernel(k) {}
-  void operator()(const c10::OperatorHandle& op, c10::DispatchKeySet, torch::jit::Stack* stack) { kernel(op, stack); }
+  void operator()(const c10::OperatorHandle& op, c10::DispatchKeySet, torch::jit::Stack* stack) {
+    check_out_call(op, *stack);
+    kernel(op, stack);
+  }
   BoxedKernel* kernel;
 };
 

@@ -4,6 +4,7 @@
 // core) on views arranged so that the indexed dim is the table's row dim. Ops the device does not
 // take (other dtypes, options it does not model) run on the CPU fallback.
 #include <ATen/ATen.h>
+#include <ATen/Context.h>
 #include <ATen/WrapDimUtils.h>
 #include <ATen/native/Resize.h>
 #include <torch/library.h>
@@ -40,7 +41,7 @@ std::optional<std::pair<std::vector<int64_t>, std::vector<int64_t>>> rows_view(c
   std::vector<int64_t> strides(t.strides().begin(), t.strides().begin() + dim + 1);
   int64_t inner = 1, expect = 1;
   for (int64_t d = t.dim(); d-- > dim + 1;) {
-    if (t.size(d) != 1 && t.stride(d) != expect) return std::nullopt;
+    if (t.size(d) != 1 && t.stride(d) != expect && t.numel() > 0) return std::nullopt;
     expect *= t.size(d);
     inner *= t.size(d);
   }
@@ -80,7 +81,9 @@ void index_select_kernel(const c10::OperatorHandle& op, torch::jit::Stack* stack
   TORCH_CHECK(index.dim() <= 1, "index_select(): Index is supposed to be a vector");
   TORCH_CHECK(index.scalar_type() == at::kLong || index.scalar_type() == at::kInt,
               "index_select(): Expected dtype int32/int64 for index");
-  if (!device_dtype(self.scalar_type()) || !index.is_privateuseone()) return c.fall_back();
+  TORCH_CHECK(index.is_privateuseone(), "Expected all tensors to be on the same device, but found at least two "
+              "devices, ", self.device(), " and ", index.device(), "! (the index of index_select)");
+  if (!device_dtype(self.scalar_type())) return c.fall_back();
   std::vector<int64_t> out_sizes = self.sizes().vec();
   if (self.dim() > 0) out_sizes[static_cast<size_t>(dim)] = index.numel();
   at::Tensor out;
@@ -108,8 +111,9 @@ void element_kernel(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
   const bool gather = base == "gather";
   std::string reduce = base == "scatter_add" ? "add" : "";
   if (const c10::IValue* r = c.get("reduce")) reduce = r->toStringRef();
-  if (!device_dtype(self.scalar_type()) || !index.is_privateuseone() ||
-      (c.get("sparse_grad") && c.get("sparse_grad")->toBool())) {
+  TORCH_CHECK(index.is_privateuseone(), "Expected all tensors to be on the same device, but found at least two "
+              "devices, ", self.device(), " and ", index.device(), "! (the index of ", base, ")");
+  if (!device_dtype(self.scalar_type()) || (c.get("sparse_grad") && c.get("sparse_grad")->toBool())) {
     return c.fall_back();
   }
   TORCH_CHECK(reduce.empty() || reduce == "add" || reduce == "multiply", base,
@@ -183,14 +187,24 @@ void index_add_kernel(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
   const at::Tensor index = c.at(2).toTensor();
   at::Tensor source = c.at(3).toTensor();
   const double alpha = c.scalar("alpha", 1.0);
-  if (!device_dtype(self.scalar_type()) || !index.is_privateuseone()) return c.fall_back();
+  TORCH_CHECK(index.is_privateuseone() && source.is_privateuseone(), "Expected all tensors to be on the same device, "
+              "but found at least two devices, ", self.device(), " and ", (index.is_privateuseone() ? source : index).device(),
+              "! (index_add)");
+  if (!device_dtype(self.scalar_type())) return c.fall_back();
   TORCH_CHECK(source.scalar_type() == self.scalar_type(), "index_add_(): self and source must have the same dtype");
   const at::Tensor result = c.inplace() ? self : (c.out() ? *c.out() : self.clone());
   if (!c.inplace() && c.out()) {
     at::native::resize_output(result, self.sizes());
     result.copy_(self);
   }
+  // Nothing to add (a zero-size row or no rows): the result as it is. The indices are still
+  // checked against the dim, as on CPU.
   if (index.numel() == 0) return c.finish(result);
+  if (result.numel() == 0 || source.numel() == 0) {
+    const int64_t size = result.dim() == 0 ? 1 : result.size(dim);
+    TORCH_CHECK_INDEX(size > 0 || index.numel() == 0, "index_add_(): index out of range for a dim of size 0");
+    return c.finish(result);
+  }
   const at::Tensor dest = one_d(result);
   // Rows are scattered whole: a destination whose rows are not contiguous (a transposed one) is
   // added into a contiguous copy, which is copied back.
@@ -209,8 +223,10 @@ void index_add_kernel(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
     l.add(p);
     source = scaled;
   }
-  const auto [ts, tt] = *rows_view(out, dim);
-  const auto [rs, rt] = *rows_view(source, dim);
+  const auto out_rows = rows_view(out, dim), source_rows = rows_view(source, dim);
+  TORCH_CHECK(out_rows && source_rows, "spyre: internal: index_add_ rows that are not contiguous");
+  const auto [ts, tt] = *out_rows;
+  const auto [rs, rt] = *source_rows;
   std::vector<int64_t> is(ts.begin(), ts.end() - 2), it(is.size(), 0);
   is.push_back(idx.numel());
   it.push_back(idx.stride(0));
@@ -362,10 +378,13 @@ std::optional<LinearIndex> linear_index(const at::Tensor& self, const c10::IValu
   return r;
 }
 
-// self with dims [dim, dim + span) merged into one, as a view (nullopt when they do not merge).
+// self with dims [dim, dim + span) merged into one, as a view (nullopt when they do not merge; a
+// tensor with no elements always merges).
 std::optional<at::Tensor> merged(const at::Tensor& self, int64_t dim, int64_t span) {
   for (int64_t j = dim; j + 1 < dim + span; ++j) {
-    if (self.size(j + 1) != 1 && self.stride(j) != self.stride(j + 1) * self.size(j + 1)) return std::nullopt;
+    if (self.numel() > 0 && self.size(j + 1) != 1 && self.stride(j) != self.stride(j + 1) * self.size(j + 1)) {
+      return std::nullopt;
+    }
   }
   std::vector<int64_t> sizes(self.sizes().begin(), self.sizes().begin() + dim);
   std::vector<int64_t> strides(self.strides().begin(), self.strides().begin() + dim);
@@ -395,6 +414,7 @@ void index_kernel(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
   if (!ix) return c.fall_back();
   std::optional<at::Tensor> table = merged(self, ix->dim, ix->span);
   if (!table) table = merged(self.contiguous(), ix->dim, ix->span);
+  TORCH_CHECK(table, "spyre: internal: indexed dims that do not merge in a contiguous tensor");
   c.finish(at::index_select(*table, ix->dim, ix->lin.reshape({-1})).view(indexed_shape(self, *ix)));
 }
 
@@ -405,6 +425,8 @@ void index_put_kernel(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
   const at::Tensor self = c.at(0).toTensor();
   const at::Tensor values = c.at(2).toTensor();
   const bool accumulate = c.at(3).toBool();
+  TORCH_CHECK(values.scalar_type() == self.scalar_type(), "Index put requires the source and destination dtypes match, "
+              "got ", self.scalar_type(), " for the destination and ", values.scalar_type(), " for the source.");
   if (self.dim() == 0 || !c.inplace() || !device_dtype(self.scalar_type()) || !values.is_privateuseone()) {
     return c.fall_back();
   }
@@ -422,6 +444,19 @@ void index_put_kernel(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
   if (index.numel() == 0) return c.finish(self);
   if (accumulate) {
     target->index_add_(dim, index, src);
+  } else if (at::globalContext().deterministicAlgorithms() && index.numel() > 1) {
+    // Deterministic: a row named twice takes its last value, as on CPU. The indices sorted stably
+    // put each row's writes together in order; the last of each run is the one kept.
+    const auto [sorted, order] = index.sort(/*stable=*/true, 0, false);
+    const int64_t n = index.numel();
+    const at::Tensor last = at::cat({sorted.narrow(0, 0, n - 1).ne(sorted.narrow(0, 1, n - 1)),
+                                     at::ones({1}, sorted.options().dtype(at::kBool))});
+    const at::Tensor keep = order.masked_select(last);
+    const at::Tensor rows = src.index_select(dim, keep), at = index.index_select(0, keep);
+    std::vector<int64_t> view(static_cast<size_t>(target->dim()), 1), shape = rows_shape;
+    view[static_cast<size_t>(dim)] = at.numel();
+    shape[static_cast<size_t>(dim)] = at.numel();
+    target->scatter_(dim, at.view(view).expand(shape), rows);
   } else {  // rows of a scatter along dim
     std::vector<int64_t> view(static_cast<size_t>(target->dim()), 1);
     view[static_cast<size_t>(dim)] = index.numel();

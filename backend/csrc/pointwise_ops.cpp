@@ -73,6 +73,11 @@ void pointwise_kernel(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
   at::ScalarType common = promote(promoted[0], promoted.size() > 1 ? promoted[1] : promoted[0]);
   for (size_t i = 2; i < promoted.size(); ++i) common = at::promote_types(common, promote(promoted[0], promoted[i]));
   const at::ScalarType result = result_type(c, row, common);
+  // Torch's unary ops that keep their input's type write only an out= of that type.
+  if (const std::optional<at::Tensor> o = c.out();
+      o && row.inputs.size() == 1 && (row.types == Types::kPromote || row.types == Types::kIntegral)) {
+    TORCH_CHECK(o->scalar_type() == common, "Found dtype ", o->scalar_type(), " but expected ", common);
+  }
   for (const Value& v : values) {
     if (v.tensor && !device_dtype(v.tensor->scalar_type())) return c.fall_back();
   }

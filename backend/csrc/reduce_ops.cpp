@@ -99,8 +99,16 @@ void reduce_kernel(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
     type = at::kLong;
   }
   if (row.logical) type = self.scalar_type() == at::kByte ? at::kByte : at::kBool;
-  if (const c10::IValue* o = c.get("out"); o && !c.get("dtype")) type = o->toTensor().scalar_type();
   const bool extremum = (row.fn == ReduceFn::kMax || row.fn == ReduceFn::kMin) && !row.logical;
+  if (const std::optional<at::Tensor> o = c.out()) {  // what torch's out= variants accept
+    const at::ScalarType want = o->scalar_type();
+    TORCH_CHECK(!extremum || want == self.scalar_type(), "Expected the dtype for input and out to match, but got ",
+                self.scalar_type(), " for input's dtype and ", want, " for out's dtype.");
+    TORCH_CHECK(!row.logical || want == type, c.base(), " only supports bool tensor for result, got: ", want);
+    TORCH_CHECK(!row.mean || c10::canCast(type, want), "result type ", type, " can't be cast to the desired output type ",
+                want);
+    if (!c.get("dtype")) type = want;
+  }
   if (!device_dtype(type) || !device_dtype(self.scalar_type()) || (row.mean && !at::isFloatingType(type)) ||
       (extremum && self.numel() == 0)) {
     return c.fall_back();  // torch's own errors for empty max and integer mean come from the CPU kernel
@@ -156,6 +164,10 @@ void softmax_kernel(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
   const bool half_to_float = c.at(2).toBool();
   if (!device_dtype(self.scalar_type()) || !at::isFloatingType(self.scalar_type())) return c.fall_back();
   const at::ScalarType type = half_to_float ? at::kFloat : self.scalar_type();
+  if (const std::optional<at::Tensor> o = c.out()) {
+    TORCH_CHECK(o->scalar_type() == type, "Expected out tensor to have dtype ", type, ", but got ", o->scalar_type(),
+                " instead");
+  }
   at::Tensor out = result_tensor(c, "out", self, self.sizes(), type);
   if (out.numel() == 0) return c.finish(out);
   if (lowered(c, {out}, self.scalar_type(), type)) c.finish(out);

@@ -111,6 +111,16 @@ float round_to_odd(double x) {
   return f;
 }
 
+// A double as int64, saturating (NaN is 0): the hardware's conversion, and never C++'s undefined
+// behaviour for values past the range (2**63 is INT64_MAX, not INT64_MIN).
+int64_t double_to_int(double v) {
+  if (std::isnan(v)) return 0;
+  const double t = std::trunc(v);
+  if (t >= 9.2233720368547758e18) return std::numeric_limits<int64_t>::max();
+  if (t <= -9.2233720368547758e18) return std::numeric_limits<int64_t>::min();
+  return static_cast<int64_t>(t);
+}
+
 int64_t f32_to_int(float v) {
   if (std::isnan(v)) return 0;
   const float t = std::trunc(v);
@@ -834,51 +844,55 @@ void reduce_f32(hw::ReduceFn f, float* dst, const float* src, uint64_t rows, uin
 }
 }  // namespace
 
+namespace {
+// The index of each row's best element (the first one; NaN beats everything) into dst (int64, at
+// any byte), and its value into kept; with `accumulate`, only where strictly better than kept.
+template <typename T>
+void arg_rows(bool want_max, const T* v, T* kept, void* dst, uint64_t rows, uint64_t cols, bool accumulate,
+              int64_t base) {
+  const auto is_nan = [](T x) {
+    if constexpr (std::is_floating_point_v<T>) {
+      return std::isnan(x);
+    } else {
+      (void)x;
+      return false;
+    }
+  };
+  const auto better = [&](T x, T cur) { return !is_nan(cur) && (is_nan(x) || (want_max ? x > cur : x < cur)); };
+  auto* out = static_cast<uint8_t*>(dst);
+  for (uint64_t r = 0; r < rows; ++r) {
+    uint64_t j = 0;
+    for (uint64_t c = 1; c < cols; ++c) {
+      if (better(v[r * cols + c], v[r * cols + j])) j = c;
+    }
+    const T x = v[r * cols + j];
+    if (!accumulate || better(x, kept[r])) {
+      kept[r] = x;
+      const int64_t index = base + static_cast<int64_t>(j);
+      std::memcpy(out + r * 8, &index, 8);
+    }
+  }
+}
+}  // namespace
+
 void sfp_reduce(hw::ReduceFn f, DType t, void* dst, const void* src, uint64_t rows, uint64_t cols, bool accumulate,
                 void* best, int64_t base) {
   using hw::ReduceFn;
   const uint64_t n = rows * cols;
   if (f == ReduceFn::kArgMax || f == ReduceFn::kArgMin) {
-    // Values compared in double: exact for every element type the SFP holds (int64 up to 2**53).
-    const auto widen = [&](const void* p, uint64_t count) {
-      std::vector<double> v(count);
-      if (hw::dtype_is_float(t)) {
-        std::vector<float> fv(count);
-        to_f32(p, t, count, fv.data());
-        for (uint64_t i = 0; i < count; ++i) v[i] = fv[i];
-      } else {
-        std::vector<int64_t> iv(count);
-        to_i64(p, t, count, iv.data());
-        for (uint64_t i = 0; i < count; ++i) v[i] = static_cast<double>(iv[i]);
-      }
-      return v;
-    };
-    const std::vector<double> v = widen(src, n);
-    std::vector<double> kept = accumulate ? widen(best, rows) : std::vector<double>(rows);
-    auto* out = static_cast<uint8_t*>(dst);  // int64 indices, at any byte
-    const bool want_max = f == ReduceFn::kArgMax;
-    const auto better = [&](double x, double cur) {
-      return !std::isnan(cur) && (std::isnan(x) || (want_max ? x > cur : x < cur));
-    };
-    for (uint64_t r = 0; r < rows; ++r) {
-      uint64_t j = 0;
-      for (uint64_t c = 1; c < cols; ++c) {
-        if (better(v[r * cols + c], v[r * cols + j])) j = c;
-      }
-      const double x = v[r * cols + j];
-      if (!accumulate || better(x, kept[r])) {
-        kept[r] = x;
-        const int64_t index = base + static_cast<int64_t>(j);
-        std::memcpy(out + r * 8, &index, 8);
-      }
-    }
+    // Floats compared as fp32 values, integers as int64: exact over each type's whole range.
     if (hw::dtype_is_float(t)) {
-      std::vector<float> fk(kept.begin(), kept.end());
-      from_f32(fk.data(), t, rows, best);
+      std::vector<float> v(n), kept(rows);
+      to_f32(src, t, n, v.data());
+      if (accumulate) to_f32(best, t, rows, kept.data());
+      arg_rows(f == ReduceFn::kArgMax, v.data(), kept.data(), dst, rows, cols, accumulate, base);
+      from_f32(kept.data(), t, rows, best);
     } else {
-      std::vector<int64_t> ik(rows);
-      for (uint64_t r = 0; r < rows; ++r) ik[r] = static_cast<int64_t>(kept[r]);
-      from_i64(ik.data(), t, rows, best);
+      std::vector<int64_t> v(n), kept(rows);
+      to_i64(src, t, n, v.data());
+      if (accumulate) to_i64(best, t, rows, kept.data());
+      arg_rows(f == ReduceFn::kArgMax, v.data(), kept.data(), dst, rows, cols, accumulate, base);
+      from_i64(kept.data(), t, rows, best);
     }
     return;
   }
@@ -978,7 +992,7 @@ void sfp_fill(DType t, void* dst, double value, uint64_t count) {
     const float f = t == DType::kF32 ? static_cast<float>(value) : round_to_odd(value);
     from_f32(&f, t, 1, d);
   } else {
-    const int64_t i = t == DType::kBool ? (value != 0.0) : static_cast<int64_t>(value);
+    const int64_t i = t == DType::kBool ? (value != 0.0) : double_to_int(value);
     from_i64(&i, t, 1, d);
   }
   const auto repeat = [&](auto word) {  // the first element, copied as one machine word
@@ -1005,7 +1019,7 @@ void sfp_iota(DType t, void* dst, double start, double step, uint64_t count) {
     from_f32(v.data(), t, count, dst);
   } else {
     std::vector<int64_t> v(count);
-    for (uint64_t i = 0; i < count; ++i) v[i] = static_cast<int64_t>(start + static_cast<double>(i) * step);
+    for (uint64_t i = 0; i < count; ++i) v[i] = double_to_int(start + static_cast<double>(i) * step);
     from_i64(v.data(), t, count, dst);
   }
 }

@@ -1,0 +1,186 @@
+"""Defects found by random programs and PyTorch's own tests, each against CPU torch: silent wrong
+results, missing checks where CPU raises, and inputs that used to kill the process. One test per
+defect, named after the behaviour it pins down."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+import torch.nn.functional as F
+import torch_spyre
+from conftest import run_python
+
+S = "spyre"
+
+
+def test_unfold_is_a_view_whose_writes_reach_its_base():
+    a = torch.zeros(6, device=S)
+    u = a.unfold(0, 2, 2)
+    u.fill_(1)
+    assert u._base is a and u.stride() == (2, 1)
+    assert torch.equal(a.cpu(), torch.ones(6))
+    torch_spyre.set_cpu_fallback("error")  # repeat is made of unfold: it must not need the CPU
+    x = torch.arange(6.0)
+    assert torch.equal(x.to(S).repeat(2, 3).cpu(), x.repeat(2, 3))
+
+
+def test_writes_through_real_and_imag_reach_a_complex_tensor():
+    c = torch.zeros(3, dtype=torch.complex64, device=S)
+    c.real.fill_(2)
+    c.imag.fill_(-3)
+    assert torch.equal(c.cpu(), torch.full((3,), 2 - 3j, dtype=torch.complex64))
+    abs_, angle = torch.tensor([2.0, 3.0]), torch.tensor([0.5, 1.0])
+    assert torch.equal(torch.polar(abs_.to(S), angle.to(S)).cpu(), torch.polar(abs_, angle))
+
+
+def test_conjugate_views_copy_and_resolve_like_cpu():
+    c = torch.tensor([1 + 2j, 3 - 1j, -2 + 0.5j], dtype=torch.complex64)
+    d = c.to(S)
+    assert torch.equal(d.conj().cpu(), c.conj().resolve_conj())
+    assert torch.equal(d.conj().resolve_conj().cpu(), c.conj().resolve_conj())
+    assert torch.equal(d.conj().imag.cpu(), c.conj().imag)  # a negative view of the imaginary parts
+
+
+@pytest.mark.parametrize("largest", [False, True])
+def test_topk_of_int64_takes_the_k_best_over_the_whole_range(largest):
+    x = torch.tensor([5, -3, 7, -3, 0, 9, -8, 2, 2**63 - 1, -(2**63)], dtype=torch.int64)
+    got = torch.topk(x.to(S), 4, largest=largest)
+    want = torch.topk(x, 4, largest=largest)
+    assert torch.equal(got.values.cpu(), want.values)
+    assert torch.equal(x[got.indices.cpu()], want.values)  # ties may come in another order
+
+
+def test_a_zero_dim_host_tensor_promotes_as_a_tensor_not_a_number():
+    cases = [
+        (torch.tensor(1, dtype=torch.int32), torch.tensor(2**40), torch.add),
+        (torch.tensor(1.0, dtype=torch.bfloat16), torch.tensor(0.001), torch.add),
+        (torch.tensor(-2, dtype=torch.int32), torch.tensor(0), lambda x, lo: torch.clamp(x, min=lo)),
+        (torch.tensor([1, -2], dtype=torch.int32), torch.tensor(0), lambda x, lo: torch.clamp(x, min=lo)),
+    ]
+    for x, host, op in cases:
+        want, got = op(x, host), op(x.to(S), host)
+        assert got.dtype == want.dtype and torch.equal(got.cpu(), want), (x, host)
+
+
+@pytest.mark.parametrize("m", [1e4, 1e5, 1e7, 1e30])
+def test_log_softmax_and_cross_entropy_keep_their_precision_for_large_logits(m):
+    x = torch.tensor([[m, m, 0.0, 0.0]])
+    torch.testing.assert_close(torch.log_softmax(x.to(S), -1).cpu(), torch.log_softmax(x, -1), rtol=1e-6, atol=0)
+    target = torch.tensor([1])
+    got = F.cross_entropy(x.to(S), target.to(S)).cpu()
+    torch.testing.assert_close(got, F.cross_entropy(x, target), rtol=1e-6, atol=0)
+
+
+def test_int64_arg_reductions_are_exact_above_2_to_the_53():
+    x = torch.tensor([[2**60, 2**60 + 1, 2**60 - 1], [-(2**62), -(2**62) - 1, 5]])
+    d = x.to(S)
+    assert torch.equal(d.argmax(1).cpu(), x.argmax(1)) and torch.equal(d.argmin(1).cpu(), x.argmin(1))
+    assert d.argmax().item() == x.argmax().item() and d.argmin().item() == x.argmin().item()
+    for got, want in zip(d.max(1), x.max(1), strict=True):
+        assert torch.equal(got.cpu(), want)
+
+
+def _raises_like_cpu(fn):
+    with pytest.raises(Exception) as cpu:
+        fn("cpu")
+    with pytest.raises(type(cpu.value)):
+        fn(S)
+
+
+@pytest.mark.parametrize(
+    "name",
+    ["amax", "amin", "all", "argmax", "softmax", "log_softmax", "tril", "neg", "var", "mean", "add", "index_put"],
+)
+def test_an_out_of_the_wrong_dtype_raises_where_cpu_raises(name):
+    def call(d):
+        x = torch.ones(2, 3, device=d)
+        i = torch.ones(2, 3, dtype=torch.int64, device=d)
+        out = {"dtype": torch.int64, "device": d}
+        calls = {
+            "amax": lambda: torch.amax(i, 1, out=torch.empty(0, device=d)),
+            "amin": lambda: torch.amin(x, 1, out=torch.empty(0, dtype=torch.int32, device=d)),
+            "all": lambda: torch.all(x, 1, out=torch.empty(0, device=d)),
+            "argmax": lambda: torch.argmax(x, 1, out=torch.empty(0, dtype=torch.int32, device=d)),
+            "softmax": lambda: torch.softmax(x, 1, out=torch.empty(0, dtype=torch.float16, device=d)),
+            "log_softmax": lambda: torch.log_softmax(x, 1, out=torch.empty(0, **out)),
+            "tril": lambda: torch.tril(x, out=torch.empty(0, **out)),
+            "neg": lambda: torch.neg(i, out=torch.empty(0, device=d)),
+            "var": lambda: torch.var(x, 1, out=torch.empty(0, **out)),
+            "mean": lambda: torch.mean(x, 1, out=torch.empty(0, **out)),
+            "add": lambda: torch.add(x, x, out=torch.empty(0, **out)),
+            "index_put": lambda: i.index_put_((torch.tensor([1], device=d),), torch.tensor([2.7], device=d)),
+        }
+        calls[name]()
+
+    _raises_like_cpu(call)
+
+
+def test_cat_into_an_out_it_cannot_cast_to_raises_and_writes_nothing():
+    out = torch.full((2,), 7, dtype=torch.int64, device=S)
+    with pytest.raises(Exception, match="can't be cast"):
+        torch.cat([torch.ones(2, device=S)], out=out)
+    assert torch.equal(out.cpu(), torch.full((2,), 7))
+
+
+def test_a_host_out_or_index_for_a_spyre_op_raises_as_on_cpu_and_cuda():
+    x = torch.ones(3, device=S)
+    with pytest.raises(RuntimeError, match="same device"):
+        torch.add(x, x, out=torch.empty(3))
+    with pytest.raises(RuntimeError, match="same device"):
+        x.index_select(0, torch.tensor([0]))
+    with pytest.raises(RuntimeError, match="same device"):
+        x.gather(0, torch.tensor([0]))
+
+
+def test_deterministic_index_put_keeps_the_last_write_of_a_repeated_index():
+    g = torch.Generator().manual_seed(0)
+    idx, vals = torch.randint(0, 50, (5000,), generator=g), torch.randn(5000, 8, generator=g)
+    torch.use_deterministic_algorithms(True)
+    try:
+        want = torch.zeros(50, 8).index_put_((idx,), vals)
+        got = torch.zeros(50, 8, device=S).index_put_((idx.to(S),), vals.to(S))
+    finally:
+        torch.use_deterministic_algorithms(False)
+    assert torch.equal(got.cpu(), want)
+
+
+def test_set_grows_a_storage_too_small_for_the_view_as_cpu_does():
+    for d in ("cpu", S):
+        s = torch.arange(4.0, device=d).untyped_storage()
+        t = torch.empty(0, device=d).set_(s, 0, (10,))
+        assert t.shape == (10,) and s.nbytes() == 40
+        assert torch.equal(t[:4].cpu(), torch.arange(4.0))
+
+
+# Inputs that killed the process: each runs in a fresh interpreter, and the test compares what it
+# prints with CPU's.
+_CRASHES = {
+    "index_put_ accumulating into a zero-size tensor": """
+x = torch.zeros(1, 0, 0, 7, device=d)
+r = x.index_put_((torch.tensor([0], device=d),), torch.zeros(1, 0, 0, 7, device=d), accumulate=True)""",
+    "a bool mask over a zero-size tensor": "r = torch.ones(3, 0, device=d)[torch.ones(3, 0, dtype=torch.bool, device=d)]",
+    "two empty index lists over a zero-size dim": "r = torch.empty(10, 0, device=d)[[], []]",
+    "index_add into a zero-size row": """
+r = torch.zeros(2, 3, 0, device=d).index_add(1, torch.tensor([0, 1], device=d), torch.ones(2, 2, 0, device=d))""",
+    "the backward of indexing a zero-size tensor": """
+x = torch.zeros(0, 3, device=d, requires_grad=True)
+x[torch.tensor([], dtype=torch.long, device=d)].sum().backward()
+r = x.grad""",
+    "a bool mask over an offset, transposed view": """
+x = torch.arange(24.0, device=d).view(2, 3, 4)
+v = x[-1:, :, None].transpose(1, -3)
+m = torch.ones(v.shape, dtype=torch.bool, device=d)
+m[0, 0] = False
+r = v[m]""",
+}
+
+
+@pytest.mark.parametrize("name", sorted(_CRASHES))
+def test_an_input_that_killed_the_process_gives_cpus_answer(name):
+    code = "import torch, torch_spyre\nfor d in ('cpu', 'spyre'):\n"
+    code += "".join(f"    {line}\n" for line in _CRASHES[name].strip().splitlines())
+    code += "    print(d, tuple(r.shape), r.cpu().flatten().tolist())\n"
+    p = run_python(code, timeout=120)
+    assert p.returncode == 0, p.stderr[-2000:]
+    cpu, spyre = (line.split(" ", 1)[1] for line in p.stdout.strip().splitlines())
+    assert cpu == spyre
