@@ -5,10 +5,9 @@
 #include <ATen/ATen.h>
 #include <ATen/EmptyTensor.h>
 #include <ATen/native/CPUFallback.h>
+#include <ATen/native/Resize.h>
 #include <ATen/ops/_reshape_alias_native.h>
 #include <ATen/ops/as_strided_native.h>
-#include <ATen/EmptyTensor.h>
-#include <ATen/native/Resize.h>
 #include <ATen/ops/set_native.h>
 #include <ATen/ops/unfold_native.h>
 #include <ATen/ops/view_as_complex_native.h>
@@ -281,10 +280,10 @@ at::Tensor& set_source_storage_offset(at::Tensor& self, c10::Storage source, int
   } else {
     impl->set_sizes_and_strides(size, stride);
   }
-  const uint64_t needed = self.numel() == 0 ? 0
-                                            : at::detail::computeStorageNbytes(self.sizes(), self.strides(),
-                                                                               self.itemsize(),
-                                                                               static_cast<size_t>(offset));
+  const uint64_t needed = self.numel() == 0
+                              ? 0
+                              : at::detail::computeStorageNbytes(self.sizes(), self.strides(), self.itemsize(),
+                                                                 static_cast<size_t>(offset));
   if (needed > self.storage().nbytes()) {
     TORCH_CHECK(self.storage().resizable(), "set_: the storage of ", self.storage().nbytes(),
                 " bytes is not resizable and the view needs ", needed);

@@ -105,9 +105,10 @@ void check_out_call(const c10::OperatorHandle& op, const torch::jit::Stack& stac
     has_out = true;
     const c10::IValue& v = stack[stack.size() - n + i];
     if (v.isTensor() && v.toTensor().defined()) {
-      TORCH_CHECK(v.toTensor().is_privateuseone(), "Expected all tensors to be on the same device, but found at "
-                  "least two devices, spyre:0 and ", v.toTensor().device(), "! (the out= argument '", a.name(), "' of ",
-                  op.schema().name(), ")");
+      TORCH_CHECK(v.toTensor().is_privateuseone(),
+                  "Expected all tensors to be on the same device, but found at "
+                  "least two devices, spyre:0 and ",
+                  v.toTensor().device(), "! (the out= argument '", a.name(), "' of ", op.schema().name(), ")");
     }
   }
   if (!has_out) return;

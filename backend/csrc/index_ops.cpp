@@ -81,8 +81,10 @@ void index_select_kernel(const c10::OperatorHandle& op, torch::jit::Stack* stack
   TORCH_CHECK(index.dim() <= 1, "index_select(): Index is supposed to be a vector");
   TORCH_CHECK(index.scalar_type() == at::kLong || index.scalar_type() == at::kInt,
               "index_select(): Expected dtype int32/int64 for index");
-  TORCH_CHECK(index.is_privateuseone(), "Expected all tensors to be on the same device, but found at least two "
-              "devices, ", self.device(), " and ", index.device(), "! (the index of index_select)");
+  TORCH_CHECK(index.is_privateuseone(),
+              "Expected all tensors to be on the same device, but found at least two "
+              "devices, ",
+              self.device(), " and ", index.device(), "! (the index of index_select)");
   if (!device_dtype(self.scalar_type())) return c.fall_back();
   std::vector<int64_t> out_sizes = self.sizes().vec();
   if (self.dim() > 0) out_sizes[static_cast<size_t>(dim)] = index.numel();
@@ -111,8 +113,10 @@ void element_kernel(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
   const bool gather = base == "gather";
   std::string reduce = base == "scatter_add" ? "add" : "";
   if (const c10::IValue* r = c.get("reduce")) reduce = r->toStringRef();
-  TORCH_CHECK(index.is_privateuseone(), "Expected all tensors to be on the same device, but found at least two "
-              "devices, ", self.device(), " and ", index.device(), "! (the index of ", base, ")");
+  TORCH_CHECK(index.is_privateuseone(),
+              "Expected all tensors to be on the same device, but found at least two "
+              "devices, ",
+              self.device(), " and ", index.device(), "! (the index of ", base, ")");
   if (!device_dtype(self.scalar_type()) || (c.get("sparse_grad") && c.get("sparse_grad")->toBool())) {
     return c.fall_back();
   }
@@ -187,9 +191,10 @@ void index_add_kernel(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
   const at::Tensor index = c.at(2).toTensor();
   at::Tensor source = c.at(3).toTensor();
   const double alpha = c.scalar("alpha", 1.0);
-  TORCH_CHECK(index.is_privateuseone() && source.is_privateuseone(), "Expected all tensors to be on the same device, "
-              "but found at least two devices, ", self.device(), " and ", (index.is_privateuseone() ? source : index).device(),
-              "! (index_add)");
+  TORCH_CHECK(index.is_privateuseone() && source.is_privateuseone(),
+              "Expected all tensors to be on the same device, "
+              "but found at least two devices, ",
+              self.device(), " and ", (index.is_privateuseone() ? source : index).device(), "! (index_add)");
   if (!device_dtype(self.scalar_type())) return c.fall_back();
   TORCH_CHECK(source.scalar_type() == self.scalar_type(), "index_add_(): self and source must have the same dtype");
   const at::Tensor result = c.inplace() ? self : (c.out() ? *c.out() : self.clone());
@@ -425,8 +430,10 @@ void index_put_kernel(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
   const at::Tensor self = c.at(0).toTensor();
   const at::Tensor values = c.at(2).toTensor();
   const bool accumulate = c.at(3).toBool();
-  TORCH_CHECK(values.scalar_type() == self.scalar_type(), "Index put requires the source and destination dtypes match, "
-              "got ", self.scalar_type(), " for the destination and ", values.scalar_type(), " for the source.");
+  TORCH_CHECK(values.scalar_type() == self.scalar_type(),
+              "Index put requires the source and destination dtypes match, "
+              "got ",
+              self.scalar_type(), " for the destination and ", values.scalar_type(), " for the source.");
   if (self.dim() == 0 || !c.inplace() || !device_dtype(self.scalar_type()) || !values.is_privateuseone()) {
     return c.fall_back();
   }
@@ -449,8 +456,8 @@ void index_put_kernel(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
     // put each row's writes together in order; the last of each run is the one kept.
     const auto [sorted, order] = index.sort(/*stable=*/true, 0, false);
     const int64_t n = index.numel();
-    const at::Tensor last = at::cat({sorted.narrow(0, 0, n - 1).ne(sorted.narrow(0, 1, n - 1)),
-                                     at::ones({1}, sorted.options().dtype(at::kBool))});
+    const at::Tensor last = at::cat(
+        {sorted.narrow(0, 0, n - 1).ne(sorted.narrow(0, 1, n - 1)), at::ones({1}, sorted.options().dtype(at::kBool))});
     const at::Tensor keep = order.masked_select(last);
     const at::Tensor rows = src.index_select(dim, keep), at = index.index_select(0, keep);
     std::vector<int64_t> view(static_cast<size_t>(target->dim()), 1), shape = rows_shape;

@@ -105,8 +105,8 @@ void reduce_kernel(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
     TORCH_CHECK(!extremum || want == self.scalar_type(), "Expected the dtype for input and out to match, but got ",
                 self.scalar_type(), " for input's dtype and ", want, " for out's dtype.");
     TORCH_CHECK(!row.logical || want == type, c.base(), " only supports bool tensor for result, got: ", want);
-    TORCH_CHECK(!row.mean || c10::canCast(type, want), "result type ", type, " can't be cast to the desired output type ",
-                want);
+    TORCH_CHECK(!row.mean || c10::canCast(type, want), "result type ", type,
+                " can't be cast to the desired output type ", want);
     if (!c.get("dtype")) type = want;
   }
   if (!device_dtype(type) || !device_dtype(self.scalar_type()) || (row.mean && !at::isFloatingType(type)) ||

@@ -158,7 +158,8 @@ _CRASHES = {
     "index_put_ accumulating into a zero-size tensor": """
 x = torch.zeros(1, 0, 0, 7, device=d)
 r = x.index_put_((torch.tensor([0], device=d),), torch.zeros(1, 0, 0, 7, device=d), accumulate=True)""",
-    "a bool mask over a zero-size tensor": "r = torch.ones(3, 0, device=d)[torch.ones(3, 0, dtype=torch.bool, device=d)]",
+    "a bool mask over a zero-size tensor": """
+r = torch.ones(3, 0, device=d)[torch.ones(3, 0, dtype=torch.bool, device=d)]""",
     "two empty index lists over a zero-size dim": "r = torch.empty(10, 0, device=d)[[], []]",
     "index_add into a zero-size row": """
 r = torch.zeros(2, 3, 0, device=d).index_add(1, torch.tensor([0, 1], device=d), torch.ones(2, 2, 0, device=d))""",
