@@ -21,6 +21,7 @@
 #include <mutex>
 #include <set>
 #include <string>
+#include <utility>
 
 #include "aten_util.h"
 #include "compute.h"
@@ -295,12 +296,17 @@ at::Tensor& set_source_storage_offset(at::Tensor& self, c10::Storage source, int
 std::mutex g_counts_mu;
 std::map<std::string, uint64_t> g_counts;  // ATen operator -> calls that ran on the CPU
 
-void cpu_fallback(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
-  const c10::OperatorName& name = op.schema().operator_name();
+thread_local std::string t_rejection;  // why the last kernel of this thread did not take its call
+
+// The fallback policy for operator `name`: raises when it is 'error', warns once when 'warn';
+// counts the call.
+void fallback_policy(const c10::OperatorName& name) {
+  const std::string why = std::exchange(t_rejection, {});
+  const std::string what = why.empty() ? "has no Spyre kernel" : "is not taken by its Spyre kernel (" + why + ")";
   switch (fallback_mode()) {
     case FallbackMode::kError:
-      TORCH_CHECK_NOT_IMPLEMENTED(false, "spyre: operator '", name,
-                                  "' has no Spyre kernel, and the CPU fallback is disabled "
+      TORCH_CHECK_NOT_IMPLEMENTED(false, "spyre: operator '", name, "' ", what,
+                                  ", and the CPU fallback is disabled "
                                   "(TORCH_SPYRE_CPU_FALLBACK=error). Use torch_spyre.set_cpu_fallback('warn') "
                                   "to run it on the CPU.");
     case FallbackMode::kWarn: {
@@ -308,8 +314,8 @@ void cpu_fallback(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
       static std::set<std::string> warned;
       std::lock_guard lock(mu);
       if (warned.insert(c10::toString(name)).second) {
-        TORCH_WARN("spyre: operator '", name,
-                   "' has no Spyre kernel; it runs on the CPU, with copies to and from the device. "
+        TORCH_WARN("spyre: operator '", name, "' ", what,
+                   "; it runs on the CPU, with copies to and from the device. "
                    "torch_spyre.set_cpu_fallback('allow') silences this; 'error' forbids it.");
       }
       break;
@@ -317,14 +323,20 @@ void cpu_fallback(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
     case FallbackMode::kAllow:
       break;
   }
-  {
-    const std::lock_guard lock(g_counts_mu);
-    ++g_counts[c10::toString(name)];
-  }
+  const std::lock_guard lock(g_counts_mu);
+  ++g_counts[c10::toString(name)];
+}
+
+void cpu_fallback(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
+  fallback_policy(op.schema().operator_name());
   at::native::cpu_fallback(op, stack);
 }
 
 }  // namespace
+
+void note_rejection(const std::string& why) {
+  t_rejection = why;
+}
 
 uint64_t device_addr(const at::Tensor& t) {
   return device_address(t.data_ptr());
@@ -378,6 +390,11 @@ std::pair<uint64_t, uint64_t> device_span(const at::Tensor& t) {
     extent += (t.size(d) - 1) * t.stride(d);
   }
   return {addr, static_cast<uint64_t>(extent) * t.itemsize()};
+}
+
+void run_on_cpu_as(const c10::OperatorHandle& named, const c10::OperatorHandle& cpu_op, torch::jit::Stack* stack) {
+  fallback_policy(named.schema().operator_name());
+  at::native::cpu_fallback(cpu_op, stack);
 }
 
 void run_on_cpu(const c10::OperatorHandle& op, torch::jit::Stack* stack) {

@@ -105,7 +105,8 @@ bool try_run(Launch& l, const BoxedCall& c) {
   try {
     l.run(c.name());
     return true;
-  } catch (const std::invalid_argument&) {
+  } catch (const std::invalid_argument& e) {
+    note_rejection(e.what());
     return false;
   }
 }
@@ -199,7 +200,8 @@ compiler::ops::Call library_call(const BoxedCall& c, Launch& l, const std::vecto
 bool try_lower(Launch& l, const compiler::ops::Call& call, const BoxedCall& c) {
   try {
     compiler::ops::lower(l, call);
-  } catch (const std::invalid_argument&) {
+  } catch (const std::invalid_argument& e) {
+    note_rejection(e.what());
     return false;
   }
   return l.graph().ops.empty() || try_run(l, c);

@@ -6,6 +6,7 @@
 
 #include <fmt/format.h>
 
+#include "../lower/layout.h"
 #include "../lower/lower.h"
 #include "family.h"
 
@@ -233,6 +234,24 @@ std::vector<int64_t> wrap_dims(std::vector<int64_t> dims, size_t n) {
 }
 
 void copy(Builder& b, uint32_t in, uint32_t out) {
+  // A pointwise nest walks its tile's two dims and a few loop levels: a copy of more dims (after
+  // merging those both sides walk contiguously) goes as one copy per index of its leading dim.
+  const ir::View src = b.view(in), dst = b.view(out);
+  lower::Space space;
+  space.sizes = dst.sizes;
+  space.strides = {lower::broadcast_strides(src, dst.sizes), dst.strides};
+  if (lower::simplify(space).sizes.size() > kMaxCopyDims) {
+    size_t lead = 0;
+    while (dst.sizes[lead] == 1) ++lead;
+    std::vector<int64_t> sizes = dst.sizes, from = space.strides[0], to = dst.strides;
+    sizes.erase(sizes.begin() + static_cast<std::ptrdiff_t>(lead));
+    from.erase(from.begin() + static_cast<std::ptrdiff_t>(lead));
+    to.erase(to.begin() + static_cast<std::ptrdiff_t>(lead));
+    for (int64_t i = 0; i < dst.sizes[lead]; ++i) {
+      copy(b, b.derive(in, i * space.strides[0][lead], sizes, from), b.derive(out, i * dst.strides[lead], sizes, to));
+    }
+    return;
+  }
   ir::Pointwise p;
   p.kind = ir::PointwiseKind::kCopy;
   p.compute = b.view(out).dtype;
@@ -331,11 +350,9 @@ struct Family {
 };
 
 const std::vector<Family>& families() {
-  static const std::vector<Family> all = {{"reduce", &reduce_ops()},
-                                          {"matmul", &matmul_ops()},
-                                          {"index", &index_ops()},
-                                          {"movement", &movement_ops()},
-                                          {"attention", &attention_ops()}};
+  static const std::vector<Family> all = {{"reduce", &reduce_ops()},       {"matmul", &matmul_ops()},
+                                          {"index", &index_ops()},         {"movement", &movement_ops()},
+                                          {"attention", &attention_ops()}, {"conv", &conv_ops()}};
   return all;
 }
 

@@ -26,6 +26,7 @@ const Table& matmul_ops();
 const Table& index_ops();
 const Table& movement_ops();
 const Table& attention_ops();
+const Table& conv_ops();
 
 /// The pointwise op's expression written into `out` (in its compute type).
 void lower_pointwise(Builder& b, const Call& c);
@@ -45,8 +46,10 @@ std::vector<int64_t> wrap_dims(std::vector<int64_t> dims, size_t n);
 /// Argument `a` of call `c` (a view, a number or a fused expression) written into view `out`,
 /// converted to `out`'s type.
 void write(Builder& b, const Call& c, const Arg& a, uint32_t out);
-/// out = in (any strides, broadcast to out's shape, converted).
+/// out = in (any strides, broadcast to out's shape, converted); as several copies when it walks
+/// more than kMaxCopyDims dims.
 void copy(Builder& b, uint32_t in, uint32_t out);
+inline constexpr size_t kMaxCopyDims = 5;
 /// out = in * k, in the compute type `t` (in and out may be one view).
 void scale(Builder& b, uint32_t in, uint32_t out, double k, hw::DType t = hw::DType::kF32);
 /// out = value.
