@@ -26,6 +26,12 @@ def _geometries(slow: bool):
     return grid if slow else grid[::7]
 
 
+def _conv(dims, s, p, d, groups, transposed):
+    if transposed:
+        return lambda x, w, b: CONV_T[dims](x, w, b, s, p, 0, groups, d)
+    return lambda x, w, b: CONV[dims](x, w, b, s, p, d, groups)
+
+
 def _grads(fn, args, device):
     leaves = [a.detach().to(device).requires_grad_() if a is not None else None for a in args]
     y = fn(*leaves)
@@ -43,20 +49,15 @@ def test_convolutions_and_their_gradients_match_cpu(request):
         shape = (4, 6 // groups) if transposed else (6, 4 // groups)
         w = torch.randn(*shape, *([k] * dims), generator=g)
         b = torch.randn(6, generator=g) if bias else None
-        if transposed:
-            fn = lambda x, w, b: CONV_T[dims](x, w, b, s, p, 0, groups, d)  # noqa: E731
-        else:
-            fn = lambda x, w, b: CONV[dims](x, w, b, s, p, d, groups)  # noqa: E731
+        fn = _conv(dims, s, p, d, groups, transposed)
         want_y, want_g = _grads(fn, (x, w, b), "cpu")
         got_y, got_g = _grads(fn, (x, w, b), S)
         where = (dims, k, s, p, d, groups, bias, transposed)
-        torch.testing.assert_close(got_y, want_y, rtol=1e-4, atol=1e-4, msg=lambda m: f"{where}: {m}")
+        assert torch.allclose(got_y, want_y, rtol=1e-4, atol=1e-4), where
         for got, want in zip(got_g, want_g, strict=True):
-            torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-4, msg=lambda m: f"{where} grad: {m}")
+            assert torch.allclose(got, want, rtol=1e-4, atol=1e-4), (where, "grad")
         ran += 1
     assert ran > 30
-
-
 
 
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
