@@ -425,7 +425,19 @@ void record_stream(at::Tensor& self, c10::Stream s) {
   c10::impl::getDeviceGuardImpl(c10::DeviceType::PrivateUse1)->recordDataPtrOnStream(self.storage().data_ptr(), s);
 }
 
+// _assert_async(self, msg): as on CPU, checked at the call (one read-back of the element).
+void assert_async(const at::Tensor& self, c10::string_view msg) {
+  TORCH_CHECK(self.numel() == 1, "Boolean value of Tensor with more than one value is ambiguous");
+  TORCH_CHECK(self.is_nonzero(), msg.empty() ? "Expected Tensor with single nonzero value, but got zero" : msg);
+}
+
+void assert_async_plain(const at::Tensor& self) {
+  assert_async(self, "");
+}
+
 TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
+  m.impl("_assert_async", TORCH_FN(assert_async_plain));
+  m.impl("_assert_async.msg", TORCH_FN(assert_async));
   m.impl("record_stream", TORCH_FN(record_stream));
   m.impl("empty.memory_format", TORCH_FN(empty_memory_format));
   m.impl("_efficientzerotensor", TORCH_FN(efficient_zero_tensor));

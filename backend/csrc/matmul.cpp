@@ -94,7 +94,56 @@ void matmul_kernel(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
   c.finish(out);
 }
 
+// _grouped_mm(self, mat2, offs, bias, out_dtype) (torch.nn.functional.grouped_mm: the default
+// expert path of transformers' mixtures of experts). The offsets decide which rows, columns or
+// K range each group takes, so they are read back (one synchronization, as a host must to size
+// per-group work); the op library then runs every group's matmul in one launch.
+void grouped_mm_kernel(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
+  BoxedCall c(op, stack);
+  const at::Tensor a = c.at(0).toTensor(), b = c.at(1).toTensor();
+  const c10::IValue* offs_arg = c.get("offs");
+  const at::Tensor offs = offs_arg ? offs_arg->toTensor() : at::Tensor();
+  const c10::IValue* dtype = c.get("out_dtype");
+  TORCH_CHECK(a.dim() >= 2 && a.dim() <= 3 && b.dim() >= 2 && b.dim() <= 3, "grouped_mm: 2-d or 3-d operands, got ",
+              a.dim(), "-d and ", b.dim(), "-d");
+  TORCH_CHECK(a.scalar_type() == b.scalar_type(), "grouped_mm: operands of one dtype, got ", a.scalar_type(), " and ",
+              b.scalar_type());
+  TORCH_CHECK((a.dim() == 3 && b.dim() == 3) == !offs.defined(), "grouped_mm: offs is ",
+              offs.defined() ? "given" : "missing", " for ", a.dim(), "-d x ", b.dim(), "-d operands");
+  const at::ScalarType type = a.scalar_type();
+  if (!at::isFloatingType(type) || !device_dtype(type) || c.get("bias") || (dtype && dtype->toScalarType() != type)) {
+    return c.fall_back();
+  }
+  const int64_t K = a.size(-1);
+  TORCH_CHECK(b.size(-2) == K, "grouped_mm: contraction dims differ (", K, " and ", b.size(-2), ")");
+  std::vector<int64_t> ends;
+  if (offs.defined()) {
+    TORCH_CHECK(offs.dim() == 1 && (offs.scalar_type() == at::kInt || offs.scalar_type() == at::kLong),
+                "grouped_mm: offs must be a 1-d int32 tensor");
+    const at::Tensor host = offs.to(at::kCPU, at::kLong);
+    ends.assign(host.data_ptr<int64_t>(), host.data_ptr<int64_t>() + host.numel());
+  }
+  const int64_t groups = offs.defined() ? offs.numel() : a.size(0);
+  std::vector<int64_t> shape;
+  if (a.dim() == 2 && b.dim() == 3) shape = {a.size(0), b.size(2)};
+  if (a.dim() == 3 && b.dim() == 2) shape = {a.size(1), b.size(1)};
+  if (a.dim() == 2 && b.dim() == 2) shape = {groups, a.size(0), b.size(1)};
+  if (a.dim() == 3 && b.dim() == 3) shape = {a.size(0), a.size(1), b.size(2)};
+  const int64_t jagged = a.dim() == 2 && b.dim() == 3 ? a.size(0) : (b.dim() == 2 && a.dim() == 3 ? b.size(1) : K);
+  for (size_t g = 0; g < ends.size(); ++g) {
+    TORCH_CHECK(ends[g] >= (g ? ends[g - 1] : 0) && ends[g] <= jagged, "grouped_mm: offs must rise within [0, ", jagged,
+                "], got ", offs.cpu());
+  }
+  TORCH_CHECK(b.dim() == 2 || b.size(0) == groups, "grouped_mm: ", groups, " groups but mat2 has ", b.size(0));
+  const at::Tensor out = at::empty(shape, a.options());
+  Launch l;
+  compiler::ops::Call call = library_call(c, l, {out}, type, type);
+  call.args["offs"] = compiler::ops::Arg::list(ends);
+  if (lower_or_fall_back(l, call, c)) c.finish(out);
+}
+
 const bool g_registered = [] {
+  register_boxed({"_grouped_mm"}, {""}, &grouped_mm_kernel);
   register_boxed({"mm", "bmm", "mv", "dot"}, {"", "out"}, &matmul_kernel);
   register_boxed(with_inplace({"addmm", "baddbmm"}), {"", "out"}, &matmul_kernel);
   return true;

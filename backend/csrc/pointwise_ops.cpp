@@ -166,8 +166,9 @@ const bool g_registered = [] {
                   "Scalar_mode_out", "Tensor_Tensor", "Tensor_Scalar", "Tensor_Tensor_out", "Tensor_Scalar_out",
                   "Scalar_Tensor", "Scalar_Tensor_out"},
                  &pointwise_kernel);
-  register_boxed({"gelu_backward", "sigmoid_backward", "tanh_backward", "threshold_backward"}, {"", "grad_input"},
-                 &pointwise_kernel);
+  register_boxed({"gelu_backward", "sigmoid_backward", "tanh_backward", "threshold_backward", "softplus_backward"},
+                 {"", "grad_input"}, &pointwise_kernel);
+  register_boxed({"softplus"}, {"", "out"}, &pointwise_kernel);
   register_boxed(with_inplace({"addcmul", "addcdiv", "lerp"}),
                  {"", "out", "Scalar", "Tensor", "Scalar_out", "Tensor_out"}, &pointwise_kernel);
   register_boxed({"isinf", "isposinf", "isneginf"}, {"", "out"}, &pointwise_kernel);

@@ -7,6 +7,7 @@
 #include <ATen/WrapDimUtils.h>
 #include <ATen/native/Resize.h>
 
+#include <cmath>
 #include <map>
 #include <stdexcept>
 
@@ -219,7 +220,36 @@ void isin_kernel(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
   c.finish(out);
 }
 
+// histc(self, bins, min, max, out=): with min >= max the range is the data's own (a read-back, as
+// torch's other devices do), widened by one either side when that is a single value.
+void histc_kernel(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
+  BoxedCall c(op, stack);
+  const at::Tensor self = c.at(0).toTensor();
+  const int64_t bins = c.at(1).toInt();
+  double lo = c.at(2).toScalar().toDouble(), hi = c.at(3).toScalar().toDouble();
+  TORCH_CHECK(bins > 0, "torch.histc(): bins must be > 0, but got ", bins, " for bins");
+  TORCH_CHECK(std::isfinite(lo) && std::isfinite(hi), "torch.histc(): range of [", lo, ", ", hi, "] is not finite");
+  TORCH_CHECK(lo <= hi, "torch.histc(): max must be larger than min");
+  if (!device_dtype(self.scalar_type()) || self.scalar_type() == at::kBool) return c.fall_back();
+  if (lo == hi && self.numel() > 0) {
+    lo = self.min().item().toDouble();
+    hi = self.max().item().toDouble();
+  }
+  if (lo == hi) {
+    lo -= 1;
+    hi += 1;
+  }
+  at::Tensor out = c.out() ? *c.out() : at::empty({bins}, self.options());
+  if (c.out()) at::native::resize_output(out, {bins});
+  Launch l;
+  compiler::ops::Call call = library_call(c, l, {out}, self.scalar_type(), out.scalar_type());
+  call.args["min"] = compiler::ops::Arg::num(lo);
+  call.args["max"] = compiler::ops::Arg::num(hi);
+  if (lower_or_fall_back(l, call, c)) c.finish(out);
+}
+
 const bool g_registered = [] {
+  register_boxed({"histc"}, {"", "out"}, &histc_kernel);
   register_boxed({"isin"}, {"Tensor_Tensor", "Tensor_Tensor_out"}, &isin_kernel);
   register_boxed({"_softmax_backward_data"}, {"", "out"}, &softmax_backward_kernel);
   register_boxed({"_log_softmax_backward_data"}, {"", "out"}, &softmax_backward_kernel);

@@ -259,7 +259,11 @@ class Planner:
         except ValueError:  # the library does not take this call: it runs eagerly
             return None
         self.info[n] = (temp_bytes, compute)
-        self.reads[n] = [operands[a] for a in args if operands[a] is not n and operands[a] not in self._results(n)]
+        # What the lowering reads, and every tensor of a list argument (cat's empty inputs are read
+        # by nothing, but the list names them all).
+        listed = [y for v in n.args if isinstance(v, (list, tuple)) for y in v if _is_tensor_node(y)]
+        reads = [operands[a] for a in args] + [y for y in listed if y in operands]
+        self.reads[n] = list(dict.fromkeys(x for x in reads if x is not n and x not in self._results(n)))
         return family
 
     def _probe(self, n, name) -> tuple[str, list]:

@@ -132,11 +132,56 @@ void embedding_backward(Builder& b, const Call& c) {
   index_op(b, Kind::kScatterAdd, out, idx, rows);
 }
 
+// histc(self, bins, min, max): counts of the elements in `bins` equal bins over [min, max]; an
+// element equal to max counts in the last bin, one outside the range (or NaN) in none. The bin of
+// each element as CUDA computes it, (x - min) * bins / (max - min) in the input's type (integers
+// exactly, in int64); then ones added at those bins into a zero table with one more bin for the
+// elements that count nowhere.
+void histc(Builder& b, const Call& c) {
+  const uint32_t out = c.out();
+  const ir::View o = b.view(out);
+  const int64_t bins = c.integer("bins", 100);
+  const double lo = c.number("min", 0), hi = c.number("max", 0);
+  if (bins <= 0 || o.numel() != bins) reject(c, "the result must have one element per bin");
+  if (!(lo < hi)) reject(c, "the range comes from the data when min >= max: the front door finds it first");
+  fill(b, out, 0);
+  const uint32_t x = c.tensor("self");
+  const ir::View xv = b.view(x);
+  const int64_t n = xv.numel();
+  if (n == 0) return;
+  const bool is_float = hw::dtype_is_float(xv.dtype);
+  const hw::DType compute = is_float ? hw::DType::kF32 : hw::DType::kI64;
+  const uint32_t flat = b.derive(packed(b, x), {n}, {1});
+  const uint32_t at = b.temp({n}, hw::DType::kI64);
+  {
+    using hw::BinaryFn;
+    ir::Expr e(compute);
+    const int32_t v = e.input(ir::Operand::of(flat)), mn = e.constant(lo), mx = e.constant(hi);
+    const int32_t scaled =
+        e.binary(BinaryFn::kDiv,
+                 e.binary(BinaryFn::kMul, e.binary(BinaryFn::kSub, v, mn), e.constant(static_cast<double>(bins))),
+                 e.binary(BinaryFn::kSub, mx, mn));
+    const int32_t bin = is_float ? e.unary(hw::UnaryFn::kFloor, scaled) : scaled;
+    const int32_t last = e.select(e.binary(BinaryFn::kEq, v, mx), e.constant(static_cast<double>(bins - 1)), bin);
+    const int32_t inside =
+        e.binary(BinaryFn::kLogicalAnd, e.binary(BinaryFn::kGe, v, mn), e.binary(BinaryFn::kLe, v, mx));
+    e.select(inside, last, e.constant(static_cast<double>(bins)));  // NaN compares false: no bin
+    b.add(e.done(at));
+  }
+  const uint32_t ones = b.temp({n, 1}, o.dtype), table = b.temp({bins + 1, 1}, o.dtype);
+  fill(b, ones, 1);
+  fill(b, table, 0);
+  index_op(b, Kind::kScatterAdd, table, at, ones);
+  copy(b, b.derive(table, {bins}, {1}), out);
+}
+
 }  // namespace
 
 const Table& index_ops() {
-  static const Table t = {
-      {"index_select", index_select}, {"embedding", embedding}, {"embedding_dense_backward", embedding_backward}};
+  static const Table t = {{"index_select", index_select},
+                          {"embedding", embedding},
+                          {"embedding_dense_backward", embedding_backward},
+                          {"histc", histc}};
   return t;
 }
 

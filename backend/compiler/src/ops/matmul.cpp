@@ -80,11 +80,69 @@ void matmul(Builder& b, const Call& c) {
   if (out != result) copy(b, out, result);
 }
 
+// _grouped_mm(self, mat2, offs, bias, out_dtype) with the group offsets known (a list of ints:
+// the eager front door reads them; a compiled graph's tensor of offsets is not taken):
+//   2d x 3d: rows [offs[g-1], offs[g]) of self times mat2[g]   -> [M_total, N]
+//   3d x 2d: self[g] times columns [offs[g-1], offs[g]) of mat2 -> [M, N_total]
+//   2d x 2d: the K dim of both split by offs, one product each  -> [G, M, N]
+//   3d x 3d: a batched matmul (no offsets)                     -> [G, M, N]
+// Rows or columns past the last offset are zeros.
+void grouped_mm(Builder& b, const Call& c) {
+  const uint32_t a = readable(b, c.tensor("self")), w = readable(b, c.tensor("mat2")), out = c.out();
+  const ir::View av = b.view(a), wv = b.view(w), ov = b.view(out);
+  const hw::DType type = av.dtype;
+  if (!hw::dtype_is_float(type) || wv.dtype != type || ov.dtype != type)
+    reject(c, "float operands and result of one type");
+  if (c.get("bias")) reject(c, "a bias is not modelled");
+  const size_t ra = av.sizes.size(), rw = wv.sizes.size();
+  const auto mm = [&](uint32_t x, uint32_t y, uint32_t z) {
+    ir::Matmul m;
+    m.a = x;
+    m.b = y;
+    m.out = z;
+    m.compute = type;
+    b.add(m);
+  };
+  if (ra == 3 && rw == 3) return mm(a, w, out);
+  const Arg* offs = c.get("offs");
+  if (!offs || offs->kind != Arg::Kind::kInts) reject(c, "the group offsets must be known (read from the device)");
+  const std::vector<int64_t> ends = offs->ints;
+  const auto slice = [&](uint32_t v, size_t dim, int64_t from, int64_t to) {
+    const ir::View t = b.view(v);
+    std::vector<int64_t> sizes = t.sizes;
+    sizes[dim] = to - from;
+    return b.derive(v, from * t.strides[dim], sizes, t.strides);
+  };
+  const auto pick = [&](uint32_t v, int64_t g) {  // v[g] of a 3-d view
+    const ir::View t = b.view(v);
+    return b.derive(v, g * t.strides[0], {t.sizes[1], t.sizes[2]}, {t.strides[1], t.strides[2]});
+  };
+  if (ra == 2 && rw == 2) fill(b, out, 0);  // empty K groups are zeros
+  int64_t from = 0;
+  for (size_t g = 0; g < ends.size(); ++g) {
+    const int64_t to = ends[g];
+    if (to < from) reject(c, "the offsets must not decrease");
+    if (to == from) continue;
+    if (ra == 2 && rw == 3) {
+      mm(slice(a, 0, from, to), pick(w, static_cast<int64_t>(g)), slice(out, 0, from, to));
+    } else if (ra == 3 && rw == 2) {
+      mm(pick(a, static_cast<int64_t>(g)), slice(w, 1, from, to), slice(out, 1, from, to));
+    } else if (ra == 2 && rw == 2) {
+      mm(slice(a, 1, from, to), slice(w, 0, from, to), pick(out, static_cast<int64_t>(g)));
+    } else {
+      reject(c, "operands must be 2-d or 3-d");
+    }
+    from = to;
+  }
+  if (ra == 2 && rw == 3 && from < ov.sizes[0]) fill(b, slice(out, 0, from, ov.sizes[0]), 0);
+  if (ra == 3 && rw == 2 && from < ov.sizes[1]) fill(b, slice(out, 1, from, ov.sizes[1]), 0);
+}
+
 }  // namespace
 
 const Table& matmul_ops() {
-  static const Table t = {{"mm", matmul},      {"bmm", matmul}, {"addmm", matmul},
-                          {"baddbmm", matmul}, {"mv", matmul},  {"dot", matmul}};
+  static const Table t = {{"mm", matmul}, {"bmm", matmul}, {"addmm", matmul},          {"baddbmm", matmul},
+                          {"mv", matmul}, {"dot", matmul}, {"_grouped_mm", grouped_mm}};
   return t;
 }
 

@@ -212,6 +212,21 @@ std::map<std::string, PointwiseOp, std::less<>> make_table() {
     const int32_t below = e.binary(BinaryFn::kLe, in[1], e.constant(c.number("threshold", 0)));
     return e.select(below, e.constant(0.0), in[0]);
   });
+  // softplus(x, beta, threshold) = log1p(exp(beta x)) / beta, or x where beta x > threshold.
+  t["softplus"] = row({"self"}, Types::kFloatOnly, [](Expr& e, const Refs& in, const Call& c) {
+    const double beta = c.number("beta", 1), threshold = c.number("threshold", 20);
+    const int32_t bx = e.binary(BinaryFn::kMul, in[0], e.constant(beta));
+    const int32_t soft =
+        e.binary(BinaryFn::kDiv, e.unary(UnaryFn::kLog1p, e.unary(UnaryFn::kExp, bx)), e.constant(beta));
+    return e.select(e.binary(BinaryFn::kGt, bx, e.constant(threshold)), in[0], soft);
+  });
+  t["softplus_backward"] = row({"grad_output", "self"}, Types::kFloatOnly, [](Expr& e, const Refs& in, const Call& c) {
+    const double beta = c.number("beta", 1), threshold = c.number("threshold", 20);
+    const int32_t bx = e.binary(BinaryFn::kMul, in[1], e.constant(beta));
+    const int32_t slope =
+        e.select(e.binary(BinaryFn::kGt, bx, e.constant(threshold)), e.constant(1.0), e.unary(UnaryFn::kSigmoid, bx));
+    return e.binary(BinaryFn::kMul, in[0], slope);
+  });
   t["addcmul"] = row({"self", "tensor1", "tensor2"}, Types::kPromote, [](Expr& e, const Refs& in, const Call& c) {
     const int32_t prod = e.binary(BinaryFn::kMul, in[1], in[2]);
     return e.binary(BinaryFn::kAdd, in[0], e.binary(BinaryFn::kMul, e.constant(c.number("value", 1)), prod));
