@@ -12,6 +12,7 @@
 #include <ATen/ATen.h>
 #include <ATen/native/DispatchStub.h>
 #include <ATen/native/transformers/attention.h>
+#include <ATen/ops/_transformer_encoder_layer_fwd_native.h>
 #include <torch/library.h>
 
 #include <algorithm>
@@ -127,8 +128,58 @@ const bool g_registered = [] {
 
 }  // namespace
 
+// _native_multi_head_attention: nn.MultiheadAttention's fast path (and so the eval fast path of
+// nn.TransformerEncoderLayer), as torch's own kernels compute it, out of native ops: the input
+// projections, scaled dot-product attention (the device's kernel when the weights are not asked
+// for), the output projection. `mask` is additive (float) or says where not to attend (bool), of
+// shape [L, S] (mask_type 0), [B, S] (key padding, 1) or broadcastable to [B, H, L, S] (2).
+std::tuple<at::Tensor, at::Tensor> native_multi_head_attention(
+    const at::Tensor& query, const at::Tensor& key, const at::Tensor& value, int64_t embed_dim, int64_t num_head,
+    const at::Tensor& qkv_weight, const at::Tensor& qkv_bias, const at::Tensor& proj_weight,
+    const at::Tensor& proj_bias, const std::optional<at::Tensor>& mask, bool need_weights, bool average_attn_weights,
+    std::optional<int64_t> mask_type) {
+  TORCH_CHECK(query.dim() == 3 && key.dim() == 3 && value.dim() == 3,
+              "_native_multi_head_attention: expected 3-d "
+              "batch-first query, key and value");
+  TORCH_CHECK(embed_dim % num_head == 0, "_native_multi_head_attention: embed_dim must divide into the heads");
+  const int64_t B = query.size(0), L = query.size(1), S = key.size(1), D = embed_dim / num_head;
+  at::Tensor q, k, v;
+  if (query.is_same(key) && key.is_same(value)) {
+    const std::vector<at::Tensor> qkv = at::linear(query, qkv_weight, qkv_bias).chunk(3, -1);
+    q = qkv[0], k = qkv[1], v = qkv[2];
+  } else {
+    const std::vector<at::Tensor> w = qkv_weight.chunk(3, 0), b = qkv_bias.chunk(3, 0);
+    q = at::linear(query, w[0], b[0]), k = at::linear(key, w[1], b[1]), v = at::linear(value, w[2], b[2]);
+  }
+  const auto heads = [&](const at::Tensor& t, int64_t n) { return t.view({B, n, num_head, D}).transpose(1, 2); };
+  q = heads(q, L), k = heads(k, S), v = heads(v, S);
+  at::Tensor additive;  // [.., L, S], -inf where a query may not attend
+  if (mask && mask->defined()) {
+    at::Tensor m = *mask;
+    if (mask_type == 1) m = m.view({B, 1, 1, S});
+    additive = m.scalar_type() == at::kBool ? at::zeros(m.sizes(), q.options()).masked_fill_(m, -INFINITY)
+                                            : m.to(q.scalar_type());
+  }
+  at::Tensor out, weights;
+  if (!need_weights) {
+    out = at::scaled_dot_product_attention(q, k, v, additive.defined() ? std::optional(additive) : std::nullopt);
+  } else {
+    at::Tensor scores = at::matmul(q, k.transpose(-2, -1)).mul_(1.0 / std::sqrt(static_cast<double>(D)));
+    if (additive.defined()) scores = scores + additive;
+    weights = at::softmax(scores, -1);
+    out = at::matmul(weights, v);
+    if (average_attn_weights) weights = weights.mean(1);
+  }
+  out = at::linear(out.transpose(1, 2).reshape({B, L, embed_dim}), proj_weight, proj_bias);
+  return {out, weights.defined() ? weights : at::empty({0}, query.options())};
+}
+
 TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
   m.impl("_fused_sdp_choice", TORCH_FN(fused_sdp_choice));
+  m.impl("_native_multi_head_attention", TORCH_FN(native_multi_head_attention));
+  // nn.TransformerEncoderLayer's eval fast path: torch's own composition, device-generic, over the
+  // native ops above and layer norm, linear and the activations.
+  m.impl("_transformer_encoder_layer_fwd", TORCH_FN(at::native::transformer_encoder_layer_forward));
 }
 
 }  // namespace spyre::backend

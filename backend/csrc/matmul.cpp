@@ -23,8 +23,10 @@ struct MatmulRow {
 };
 
 const std::map<std::string, MatmulRow, std::less<>> kMatmul = {
-    {"mm", {2, false, false}},     {"bmm", {3, false, false}}, {"addmm", {2, true, false}},
-    {"baddbmm", {3, true, false}}, {"mv", {1, false, false}},  {"dot", {1, false, true}},
+    {"mm", {2, false, false}},     {"bmm", {3, false, false}},
+    {"addmm", {2, true, false}},   {"_addmm_activation", {2, true, false}},
+    {"baddbmm", {3, true, false}}, {"mv", {1, false, false}},
+    {"dot", {1, false, true}},
 };
 
 void matmul_kernel(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
@@ -146,6 +148,7 @@ const bool g_registered = [] {
   register_boxed({"_grouped_mm"}, {""}, &grouped_mm_kernel);
   register_boxed({"mm", "bmm", "mv", "dot"}, {"", "out"}, &matmul_kernel);
   register_boxed(with_inplace({"addmm", "baddbmm"}), {"", "out"}, &matmul_kernel);
+  register_boxed({"_addmm_activation"}, {"", "out"}, &matmul_kernel);
   return true;
 }();
 

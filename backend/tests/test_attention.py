@@ -120,3 +120,41 @@ def test_the_math_path_takes_what_the_kernel_does_not(cpu_gen):
     torch.testing.assert_close(got.cpu(), want, rtol=1e-4, atol=1e-5)
     with sdpa_kernel([SDPBackend.MATH]):  # a user's choice of the math path is honoured
         assert torch._fused_sdp_choice(q, q, q, None, 0.0, False) == MATH
+
+
+@pytest.mark.parametrize("norm_first", [False, True])
+@pytest.mark.parametrize("activation", ["relu", "gelu"])
+def test_the_transformer_encoder_layers_eval_fast_path_runs_natively(norm_first, activation):
+    """nn.TransformerEncoderLayer in eval takes torch._transformer_encoder_layer_fwd (and, in it,
+    _native_multi_head_attention and _addmm_activation): all native, no CPU fallback."""
+    import copy
+
+    torch.manual_seed(0)
+    layer = torch.nn.TransformerEncoderLayer(
+        32, 4, 64, dropout=0.0, batch_first=True, norm_first=norm_first, activation=activation
+    ).eval()
+    x = torch.randn(2, 7, 32)
+    pad = torch.tensor([[False] * 7, [False] * 5 + [True] * 2])
+    torch_spyre.set_cpu_fallback("error")
+    torch_spyre.fallback_counts(reset=True)
+    with torch.no_grad():
+        want = layer(x, src_key_padding_mask=pad)
+        got = copy.deepcopy(layer).to("spyre")(x.to("spyre"), src_key_padding_mask=pad.to("spyre"))
+    torch.testing.assert_close(got.cpu(), want, rtol=1e-5, atol=1e-5)
+    assert torch_spyre.fallback_counts() == {}
+
+
+def test_multi_head_attention_returns_cpus_weights():
+    import copy
+
+    torch.manual_seed(0)
+    mha = torch.nn.MultiheadAttention(32, 4, batch_first=True).eval()
+    q, kv = torch.randn(2, 6, 32), torch.randn(2, 9, 32)
+    torch_spyre.set_cpu_fallback("error")
+    dev = copy.deepcopy(mha).to("spyre")
+    for average in (True, False):
+        with torch.no_grad():
+            want = mha(q, kv, kv, need_weights=True, average_attn_weights=average)
+            got = dev(q.to("spyre"), kv.to("spyre"), kv.to("spyre"), need_weights=True, average_attn_weights=average)
+        for g, w in zip(got, want, strict=True):
+            torch.testing.assert_close(g.cpu(), w, rtol=1e-5, atol=1e-5)

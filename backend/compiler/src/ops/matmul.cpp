@@ -16,7 +16,7 @@ struct Names {
 };
 
 Names names_of(const std::string& op) {
-  if (op == "addmm") return {"mat1", "mat2", "self"};
+  if (op == "addmm" || op == "_addmm_activation") return {"mat1", "mat2", "self"};
   if (op == "baddbmm") return {"batch1", "batch2", "self"};
   if (op == "mv") return {"self", "vec", nullptr};
   if (op == "dot") return {"self", "tensor", nullptr};
@@ -77,6 +77,15 @@ void matmul(Builder& b, const Call& c) {
   }
   if (use_bias) m.bias = bias->view;  // broadcast by the compiler
   b.add(m);
+  if (c.op == "_addmm_activation") {  // relu, or gelu (torch's CPU kernel: the erf form)
+    ir::Pointwise act;
+    act.kind = ir::PointwiseKind::kUnary;
+    act.unary = c.flag("use_gelu", false) ? hw::UnaryFn::kGeluErf : hw::UnaryFn::kRelu;
+    act.compute = type;
+    act.inputs = {ir::Operand::of(out)};
+    act.out = out;
+    b.add(act);
+  }
   if (out != result) copy(b, out, result);
 }
 
@@ -141,8 +150,8 @@ void grouped_mm(Builder& b, const Call& c) {
 }  // namespace
 
 const Table& matmul_ops() {
-  static const Table t = {{"mm", matmul}, {"bmm", matmul}, {"addmm", matmul},          {"baddbmm", matmul},
-                          {"mv", matmul}, {"dot", matmul}, {"_grouped_mm", grouped_mm}};
+  static const Table t = {{"mm", matmul}, {"bmm", matmul}, {"addmm", matmul},           {"baddbmm", matmul},
+                          {"mv", matmul}, {"dot", matmul}, {"_grouped_mm", grouped_mm}, {"_addmm_activation", matmul}};
   return t;
 }
 
