@@ -81,12 +81,15 @@ inline int64_t wrap(hw::DType t, int64_t v) {
          : t == hw::DType::kBool ? int64_t{v != 0}
                                  : v;
 }
-/// A float to an integer type: truncated toward zero, NaN to 0, saturated at the type's range.
+/// A float to an integer type as CPU torch converts on x86: truncated toward zero; past the range
+/// of a 32-bit (int8, int32) or 64-bit (int64) conversion, and NaN, the most negative value of
+/// that width; int8 takes the low byte of the 32-bit result.
 inline int64_t float_to_int(hw::DType t, double v) {
-  const double x = std::isnan(v) ? 0 : std::trunc(v);
-  const int64_t lo = t == hw::DType::kI8 ? INT8_MIN : t == hw::DType::kI32 ? INT32_MIN : INT64_MIN;
-  const int64_t hi = t == hw::DType::kI8 ? INT8_MAX : t == hw::DType::kI32 ? INT32_MAX : INT64_MAX;
-  return x <= static_cast<double>(lo) ? lo : x >= static_cast<double>(hi) ? hi : static_cast<int64_t>(x);
+  if (t == hw::DType::kI64) {
+    return v >= -9.2233720368547758e18 && v < 9.2233720368547758e18 ? static_cast<int64_t>(v) : INT64_MIN;
+  }
+  const int32_t w = v > -2147483649.0 && v < 2147483648.0 ? static_cast<int32_t>(v) : INT32_MIN;
+  return t == hw::DType::kI8 ? int64_t{static_cast<int8_t>(w)} : int64_t{w};
 }
 
 /// The f16 encoding of v, which must already be an f16 value.

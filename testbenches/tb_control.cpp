@@ -202,7 +202,7 @@ TEST_CASE("LOAD_MULTICAST delivers one read to the named ranks, timed as one loa
     emit::Builder b;
     b.emit(emit::arg(1, 0));
     b.emit(emit::arg(2, 1));
-    b.emit(sfp(Op::kFill, DType::kI8, kY, 0, emit::double_bits(-1), kRows, kRowBytes));
+    b.emit(sfp(Op::kFill, DType::kI8, kY, 0, static_cast<uint64_t>(int64_t{-1}), kRows, kRowBytes));
     b.emit(emit::instr(Op::kBarrier));  // every core has filled before the multicast lands
     b.emit(emit::rank(5));
     const auto skip = b.label();

@@ -652,7 +652,7 @@ TEST_CASE("CONVERT between every pair of types: rounding once to nearest even, t
   CHECK(failures == 0);
 }
 
-TEST_CASE("FILL and IOTA convert their double values once; TRANSPOSE moves every element size") {
+TEST_CASE("FILL and IOTA convert their values once; TRANSPOSE moves every element size") {
   const std::vector<double> fills = {2.75, -3.75, 0.0, 1 + std::ldexp(1, -8) + std::ldexp(1, -40),
                                      1 + std::ldexp(1, -11) + std::ldexp(1, -40)};
   int failures = 0;
@@ -661,8 +661,12 @@ TEST_CASE("FILL and IOTA convert their double values once; TRANSPOSE moves every
     const double start = hw::dtype_is_float(t) ? -1.5 : -4, step = hw::dtype_is_float(t) ? 0.25 : 3;
     std::vector<hw::Instr> code;
     std::vector<Output> outs;
+    // FILL's value is a double for float types, an int64 for integer types and bool.
+    const auto fill_value = [&](double v) {
+      return hw::dtype_is_float(t) ? emit::double_bits(v) : static_cast<uint64_t>(static_cast<int64_t>(std::trunc(v)));
+    };
     for (size_t k = 0; k < fills.size(); ++k) {
-      code.push_back(sfp(Op::kFill, t, kD + k * 0x100, 0, emit::double_bits(fills[k]), 1, 8));
+      code.push_back(sfp(Op::kFill, t, kD + k * 0x100, 0, fill_value(fills[k]), 1, 8));
       outs.push_back({static_cast<uint32_t>(kD + k * 0x100), 8 * es});
     }
     code.push_back(sfp(Op::kIota, t, kE, emit::double_bits(start), emit::double_bits(step), 3, 5));

@@ -730,7 +730,8 @@ bool Core::sfp(const hw::Instr& in) {
       std::memcpy(&x, &in.b, 8);
       std::memcpy(&y, &in.c, 8);
       if (in.op == hw::Op::kFill) {
-        compute([=] { sfp_fill(t, dst, y, n); }, {{dst, n * es, true}});
+        const uint64_t bits = in.c;
+        compute([=] { sfp_fill(t, dst, bits, n); }, {{dst, n * es, true}});
       } else {  // element i is start + (r[rd] + i) * step: a block of a longer sequence
         const double start = x + static_cast<double>(static_cast<int64_t>(regs_[hw::reg_rd(in.regs)])) * y;
         compute([=] { sfp_iota(t, dst, start, y, n); }, {{dst, n * es, true}});

@@ -111,22 +111,25 @@ float round_to_odd(double x) {
   return f;
 }
 
-// A double as int64, saturating (NaN is 0): the hardware's conversion, and never C++'s undefined
-// behaviour for values past the range (2**63 is INT64_MAX, not INT64_MIN).
+// Float to integer conversions truncate toward zero; a value past the destination's range (and
+// NaN) gives the x86 "integer indefinite", the most negative value of a 32- or 64-bit integer, as
+// CPU torch gives there. Narrower integers take the low bits of the 32-bit conversion.
+int64_t to_int64(double v) {
+  if (!(v >= -9.2233720368547758e18 && v < 9.2233720368547758e18)) return std::numeric_limits<int64_t>::min();
+  return static_cast<int64_t>(v);
+}
+
+int32_t to_int32(double v) {
+  if (!(v > -2147483649.0 && v < 2147483648.0)) return std::numeric_limits<int32_t>::min();
+  return static_cast<int32_t>(v);
+}
+
 int64_t double_to_int(double v) {
-  if (std::isnan(v)) return 0;
-  const double t = std::trunc(v);
-  if (t >= 9.2233720368547758e18) return std::numeric_limits<int64_t>::max();
-  if (t <= -9.2233720368547758e18) return std::numeric_limits<int64_t>::min();
-  return static_cast<int64_t>(t);
+  return to_int64(v);
 }
 
 int64_t f32_to_int(float v) {
-  if (std::isnan(v)) return 0;
-  const float t = std::trunc(v);
-  if (t >= 9.2233720368547758e18f) return std::numeric_limits<int64_t>::max();
-  if (t <= -9.2233720368547758e18f) return std::numeric_limits<int64_t>::min();
-  return static_cast<int64_t>(t);
+  return to_int64(v);
 }
 
 void from_f32(const float* in, DType t, uint64_t n, void* dst) {
@@ -157,8 +160,7 @@ void from_f32(const float* in, DType t, uint64_t n, void* dst) {
     }
     case DType::kI32: {
       auto* d = static_cast<int32_t*>(dst);
-      for (uint64_t i = 0; i < n; ++i)
-        d[i] = static_cast<int32_t>(std::clamp<int64_t>(f32_to_int(in[i]), INT32_MIN, INT32_MAX));
+      for (uint64_t i = 0; i < n; ++i) d[i] = to_int32(in[i]);
       return;
     }
     case DType::kI64: {
@@ -168,8 +170,7 @@ void from_f32(const float* in, DType t, uint64_t n, void* dst) {
     }
     case DType::kI8: {
       auto* d = static_cast<int8_t*>(dst);
-      for (uint64_t i = 0; i < n; ++i)
-        d[i] = static_cast<int8_t>(std::clamp<int64_t>(f32_to_int(in[i]), INT8_MIN, INT8_MAX));
+      for (uint64_t i = 0; i < n; ++i) d[i] = static_cast<int8_t>(to_int32(in[i]));
       return;
     }
     default: {
@@ -984,15 +985,18 @@ void sfp_random(DType t, void* dst, uint64_t key, uint64_t counter, uint64_t cou
   from_f32(v.data(), t, count, dst);
 }
 
-void sfp_fill(DType t, void* dst, double value, uint64_t count) {
+void sfp_fill(DType t, void* dst, uint64_t bits, uint64_t count) {
   if (count == 0) return;
   const uint32_t es = hw::dtype_size(t);
   auto* d = static_cast<uint8_t*>(dst);
   if (hw::dtype_is_float(t)) {
+    double value;
+    std::memcpy(&value, &bits, 8);
     const float f = t == DType::kF32 ? static_cast<float>(value) : round_to_odd(value);
     from_f32(&f, t, 1, d);
   } else {
-    const int64_t i = t == DType::kBool ? (value != 0.0) : double_to_int(value);
+    const auto v = static_cast<int64_t>(bits);
+    const int64_t i = t == DType::kBool ? (v != 0) : v;
     from_i64(&i, t, 1, d);
   }
   const auto repeat = [&](auto word) {  // the first element, copied as one machine word

@@ -53,7 +53,9 @@ void set_fp16_dlfloat(bool dlfloat);
 /// Counter-based random numbers: element i from (key, counter + i), uniform in [0, 1) or normal.
 void sfp_random(hw::DType t, void* dst, uint64_t key, uint64_t counter, uint64_t count, bool normal);
 
-void sfp_fill(hw::DType t, void* dst, double value, uint64_t count);
+/// Every element = the FILL instruction's value: `bits` are an IEEE double for float types, an
+/// int64 (two's complement) for integer types and bool.
+void sfp_fill(hw::DType t, void* dst, uint64_t bits, uint64_t count);
 void sfp_iota(hw::DType t, void* dst, double start, double step, uint64_t count);
 void sfp_transpose(uint32_t elem_bytes, void* dst, const void* src, uint64_t rows, uint64_t cols);
 

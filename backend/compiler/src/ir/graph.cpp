@@ -31,16 +31,21 @@ std::string describe(const Op& op) {
                        fmt::join(r.dims, ","));
   }
   const Pointwise& p = op.pointwise;
-  std::string s =
-      fmt::format("pw{}/{}/{}/{}/{}/{}/{}>{}", static_cast<int>(p.kind), static_cast<int>(p.unary),
-                  static_cast<int>(p.binary), hw::dtype_name(p.compute), p.start, p.step, p.inputs.size(), p.out);
+  std::string s = fmt::format("pw{}/{}/{}/{}/{}{}/{}/{}>{}", static_cast<int>(p.kind), static_cast<int>(p.unary),
+                              static_cast<int>(p.binary), hw::dtype_name(p.compute), p.start,
+                              p.start_int ? fmt::format("i{}", *p.start_int) : "", p.step, p.inputs.size(), p.out);
   for (const Operand& o : p.inputs) {
-    s += o.kind == Operand::Kind::kView ? fmt::format(",v{}", o.view) : fmt::format(",s{}", o.scalar);
+    if (o.kind == Operand::Kind::kView) {
+      s += fmt::format(",v{}", o.view);
+    } else {
+      s += o.integer ? fmt::format(",i{}", *o.integer) : fmt::format(",s{}", o.scalar);
+    }
   }
   if (p.rng_arg >= 0) s += fmt::format(",rng{}", p.rng_arg);
   for (const Step& st : p.steps) {
-    s += fmt::format(";{}/{}/{}/{}/{}({})", static_cast<int>(st.kind), static_cast<int>(st.unary),
-                     static_cast<int>(st.binary), st.start, st.step, fmt::join(st.args, ","));
+    s += fmt::format(";{}/{}/{}/{}/{}/{}({})", static_cast<int>(st.kind), static_cast<int>(st.unary),
+                     static_cast<int>(st.binary), st.start, st.start_int ? fmt::format("i{}", *st.start_int) : "",
+                     st.step, fmt::join(st.args, ","));
   }
   return s;
 }
@@ -54,6 +59,7 @@ std::vector<Step> Pointwise::expression() const {
   s.unary = unary;
   s.binary = binary;
   s.start = start;
+  s.start_int = start_int;
   s.step = step;
   for (size_t i = 0; i < inputs.size(); ++i) s.args.push_back(static_cast<int32_t>(i));
   return {s};

@@ -111,7 +111,8 @@ Pointwise pointwise(const json& j, uint32_t views, const std::string& where) {
     if (inputs[i].is_object() && inputs[i].contains("view")) {
       p.inputs.push_back(Operand::of(index(inputs[i].at("view"), views, w)));
     } else {
-      p.inputs.push_back(Operand::constant(number(field(inputs[i], "scalar", w), w)));
+      p.inputs.push_back(inputs[i].contains("int") ? Operand::constant_int(integer(inputs[i].at("int"), w + ".int"))
+                                                   : Operand::constant(number(field(inputs[i], "scalar", w), w)));
     }
   }
   const json& steps = field(j, "steps", where);
@@ -138,6 +139,7 @@ Pointwise pointwise(const json& j, uint32_t views, const std::string& where) {
     } else if (k == "fill") {
       step.kind = PointwiseKind::kFill;
       step.start = number(field(s, "value", w), w + ".value");
+      step.start_int = s.contains("int") ? std::optional(integer(s.at("int"), w + ".int")) : Operand::exact(step.start);
     } else if (k == "iota") {
       step.kind = PointwiseKind::kIota;
       step.start = number(field(s, "start", w), w + ".start");
@@ -263,6 +265,7 @@ json step_json(const Step& st) {
     case PointwiseKind::kFill:
       j["kind"] = "fill";
       j["value"] = num(st.start);
+      if (st.start_int) j["int"] = *st.start_int;
       break;
     case PointwiseKind::kIota:
       j["kind"] = "iota";
@@ -298,7 +301,13 @@ std::string graph_to_json(const Graph& g) {
         const Pointwise& p = op.pointwise;
         json inputs = json::array();
         for (const Operand& x : p.inputs) {
-          inputs.push_back(x.kind == Operand::Kind::kView ? json{{"view", x.view}} : json{{"scalar", num(x.scalar)}});
+          if (x.kind == Operand::Kind::kView) {
+            inputs.push_back({{"view", x.view}});
+          } else {
+            json c = {{"scalar", num(x.scalar)}};
+            if (x.integer) c["int"] = *x.integer;
+            inputs.push_back(c);
+          }
         }
         json steps = json::array();
         for (const Step& st : p.expression()) steps.push_back(step_json(st));

@@ -79,16 +79,25 @@ Bcast bcast_of(Move m) {
   }
 }
 
-// The instruction immediate for `x` in compute type `t`, when it is exactly representable.
-std::optional<uint32_t> immediate(double x, DType t) {
+// The instruction immediate for scalar `o` in compute type `t`, when it is exactly representable.
+std::optional<uint32_t> immediate(const ir::Operand& o, DType t) {
   if (hw::dtype_is_float(t)) {  // the SFP computes in fp32, so the fp32 value is the one it would use
-    const float f = static_cast<float>(x);
+    const float f = static_cast<float>(o.scalar);
     uint32_t bits;
     std::memcpy(&bits, &f, 4);
     return bits;
   }
-  if (x != std::trunc(x) || x < -2147483648.0 || x > 2147483647.0) return std::nullopt;
-  return static_cast<uint32_t>(static_cast<int32_t>(x));
+  if (!o.integer || *o.integer < INT32_MIN || *o.integer > INT32_MAX) return std::nullopt;
+  return static_cast<uint32_t>(static_cast<int32_t>(*o.integer));
+}
+
+// FILL's value for `t`: IEEE double bits for float types, the integer itself (two's complement)
+// for integer types and bool, so that every int64 fills exactly.
+uint64_t fill_bits(double x, const std::optional<int64_t>& exact, DType t) {
+  if (hw::dtype_is_float(t)) return emit::double_bits(x);
+  if (t == DType::kBool) return exact ? *exact != 0 : x != 0.0;  // 0.5 is true, NaN too (as torch)
+  const int64_t v = exact ? *exact : static_cast<int64_t>(std::trunc(std::isfinite(x) ? x : 0.0));
+  return static_cast<uint64_t>(v);
 }
 
 DType step_type(const ir::Step& st, DType compute) {
@@ -338,7 +347,7 @@ std::optional<Kernel> lower_pointwise(const ir::Graph& g, const ir::Pointwise& p
     for (size_t i = 0; i < in.size(); ++i) {
       const Input& v = in[i];
       if (!v.view) {
-        as_compute[i] = Value{v.conv, Bcast::kScalar, compute, immediate(v.scalar, compute)};
+        as_compute[i] = Value{v.conv, Bcast::kScalar, compute, immediate(p.inputs[i], compute)};
         continue;
       }
       const Bcast bc = bcast_of(v.move);
@@ -371,7 +380,7 @@ std::optional<Kernel> lower_pointwise(const ir::Graph& g, const ir::Pointwise& p
       if (!in[i].view) {
         if (allow_imm && v.imm) return v;
         if (!filled[i]) {
-          sfp(hw::Op::kFill, compute, in[i].conv, 0, emit::double_bits(in[i].scalar), 1, 1);
+          sfp(hw::Op::kFill, compute, in[i].conv, 0, fill_bits(in[i].scalar, p.inputs[i].integer, compute), 1, 1);
           filled[i] = true;
         }
         v.imm.reset();
@@ -435,7 +444,7 @@ std::optional<Kernel> lower_pointwise(const ir::Graph& g, const ir::Pointwise& p
           break;
         }
         case ir::PointwiseKind::kFill:
-          sfp(hw::Op::kFill, compute, dst, 0, emit::double_bits(st.start), rows, cols);
+          sfp(hw::Op::kFill, compute, dst, 0, fill_bits(st.start, st.start_int, compute), rows, cols);
           break;
         case ir::PointwiseKind::kRandom: {  // key in r7, counter base (+ this tile's first element) in r8
           constexpr uint32_t kKey = 7, kCounter = 8;

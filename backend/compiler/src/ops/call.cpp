@@ -23,7 +23,17 @@ Arg Arg::num(double x, bool integral) {
   Arg a;
   a.kind = Kind::kNumber;
   a.number = x;
-  a.integral = integral;
+  a.integral = integral && ir::Operand::exact(x);
+  if (a.integral) a.integer = *ir::Operand::exact(x);
+  return a;
+}
+
+Arg Arg::whole(int64_t x) {
+  Arg a;
+  a.kind = Kind::kNumber;
+  a.number = static_cast<double>(x);
+  a.integral = true;
+  a.integer = x;
   return a;
 }
 
@@ -89,7 +99,7 @@ int64_t Call::integer(std::string_view name, int64_t fallback) const {
   if ((a->kind != Arg::Kind::kNumber || !a->integral) && a->kind != Arg::Kind::kBool) {
     reject(*this, fmt::format("argument '{}' is not an integer", name));
   }
-  return static_cast<int64_t>(a->number);
+  return a->kind == Arg::Kind::kBool ? int64_t{a->flag} : a->integer;
 }
 
 bool Call::flag(std::string_view name, bool fallback) const {
@@ -275,6 +285,7 @@ void fill(Builder& b, uint32_t out, double value) {
   p.kind = ir::PointwiseKind::kFill;
   p.compute = b.view(out).dtype;
   p.start = value;
+  p.start_int = ir::Operand::exact(value);
   p.out = out;
   b.add(std::move(p));
 }

@@ -68,7 +68,7 @@ std::shared_ptr<Call> call_of(const json& j, uint32_t views, const std::string& 
 Arg arg_of(const json& j, uint32_t views, const std::string& where) {
   if (j.is_null()) return {};
   if (j.is_boolean()) return Arg::boolean(j.get<bool>());
-  if (j.is_number_integer()) return Arg::num(static_cast<double>(j.get<int64_t>()), true);
+  if (j.is_number_integer()) return Arg::whole(j.get<int64_t>());
   if (j.is_number()) return Arg::num(j.get<double>());
   if (j.is_string()) return Arg::string(j.get<std::string>());
   if (j.is_array()) return Arg::list(integers(j, where));

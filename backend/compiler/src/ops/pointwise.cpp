@@ -318,7 +318,7 @@ int32_t steps_of(Expr& e, const Call& c, std::map<uint32_t, int32_t>& memo) {
       }
       case Arg::Kind::kNumber:
       case Arg::Kind::kBool:
-        refs.push_back(e.constant(a->number));
+        refs.push_back(a->integral ? e.constant_int(a->integer) : e.constant(a->number));
         break;
       case Arg::Kind::kExpr: {
         const Call& child = *a->expr;
@@ -378,7 +378,7 @@ void lower_pointwise(Builder& b, const Call& c) {
     const ir::Operand& o = e.inputs().at(static_cast<size_t>(r));
     if (o.kind == ir::Operand::Kind::kScalar) {
       ir::Expr fill_only(e.compute());
-      fill_only.fill(o.scalar);
+      fill_only.fill(o);
       b.add(fill_only.done(out));
       return;
     }

@@ -94,8 +94,13 @@ void reduction(Builder& b, const Call& c) {
   }
   const uint32_t o = keep_view(b, c, out, x, dims);
   if (!narrow(t) && !mean) return reduce(b, fn, logical ? DType::kBool : t, in, o, dims);
+  uint32_t from = in;
+  if (narrow(t) && x.dtype != t && !logical) {  // torch casts the input to a narrower dtype first
+    from = b.temp(x.sizes, t);
+    copy(b, in, from);
+  }
   const uint32_t acc = b.temp(kept_sizes(x, dims), DType::kF32);
-  reduce(b, fn, DType::kF32, in, acc, dims);
+  reduce(b, fn, DType::kF32, from, acc, dims);
   scale(b, acc, o, mean ? 1.0 / static_cast<double>(count_of(x, dims)) : 1.0);
 }
 

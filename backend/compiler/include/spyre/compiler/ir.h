@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -30,9 +31,21 @@ struct Operand {
   enum class Kind : uint8_t { kView, kScalar } kind = Kind::kView;
   uint32_t view = 0;  // index into Graph::views
   double scalar = 0;
+  // kScalar: the value as an integer when it is one, exactly (a double holds integers only up to
+  // 2**53): what an integer op computes with.
+  std::optional<int64_t> integer;
 
-  static Operand of(uint32_t v) { return {Kind::kView, v, 0}; }
-  static Operand constant(double x) { return {Kind::kScalar, 0, x}; }
+  static Operand of(uint32_t v) { return {Kind::kView, v, 0, std::nullopt}; }
+  static Operand constant(double x) { return {Kind::kScalar, 0, x, exact(x)}; }
+  static Operand constant_int(int64_t x) { return {Kind::kScalar, 0, static_cast<double>(x), x}; }
+  /// `x` as an int64 when it is a whole number that one holds exactly, else nullopt.
+  static std::optional<int64_t> exact(double x) {
+    if (!(x >= -9.2233720368547758e18 && x < 9.2233720368547758e18) ||
+        x != static_cast<double>(static_cast<int64_t>(x))) {
+      return std::nullopt;
+    }
+    return static_cast<int64_t>(x);
+  }
 };
 
 /// What a pointwise op computes, element by element, in its compute type.
@@ -56,7 +69,8 @@ struct Step {
   hw::UnaryFn unary = hw::UnaryFn::kCopy;
   hw::BinaryFn binary = hw::BinaryFn::kAdd;
   std::vector<int32_t> args;
-  double start = 0, step = 1;  // kFill uses start as the value; kIota both
+  double start = 0, step = 1;        // kFill uses start as the value; kIota both
+  std::optional<int64_t> start_int;  // kFill: the value exactly, when it is an integer
 };
 constexpr int32_t step_ref(uint32_t j) {
   return -1 - static_cast<int32_t>(j);
@@ -71,8 +85,9 @@ struct Pointwise {
   hw::DType compute = hw::DType::kF32;  // inputs convert to it, the result converts to the output's type
   std::vector<Operand> inputs;
   uint32_t out = 0;
-  double start = 0, step = 1;  // kFill uses start as the value; kIota both
-  int32_t rng_arg = -1;        // kRandom: the argument slot of the key (the counter base follows)
+  double start = 0, step = 1;        // kFill uses start as the value; kIota both
+  std::optional<int64_t> start_int;  // kFill: the value exactly, when it is an integer
+  int32_t rng_arg = -1;              // kRandom: the argument slot of the key (the counter base follows)
   std::vector<Step> steps;
 
   /// The expression: `steps`, or the single step the other fields describe.
@@ -91,6 +106,7 @@ class Expr {
     return static_cast<int32_t>(p_.inputs.size() - 1);
   }
   int32_t constant(double x) { return input(Operand::constant(x)); }
+  int32_t constant_int(int64_t x) { return input(Operand::constant_int(x)); }
   int32_t unary(hw::UnaryFn f, int32_t a) { return add(PointwiseKind::kUnary, {a}, f, hw::BinaryFn::kAdd); }
   int32_t binary(hw::BinaryFn f, int32_t a, int32_t b) {
     return add(PointwiseKind::kBinary, {a, b}, hw::UnaryFn::kCopy, f);
@@ -105,6 +121,13 @@ class Expr {
   int32_t fill(double value) {
     const int32_t r = add(PointwiseKind::kFill, {}, hw::UnaryFn::kCopy, hw::BinaryFn::kAdd);
     p_.steps.back().start = value;
+    p_.steps.back().start_int = Operand::exact(value);
+    return r;
+  }
+  /// A fill with the value of a scalar operand (an integer exactly).
+  int32_t fill(const Operand& o) {
+    const int32_t r = fill(o.scalar);
+    p_.steps.back().start_int = o.integer;
     return r;
   }
   int32_t iota(double start, double step) {

@@ -31,6 +31,7 @@ struct Arg {
   uint32_t view = 0;                 // kTensor: a view of the builder's graph
   double number = 0;                 // kNumber: a Python number or a 0-dim host tensor
   bool integral = false;             // kNumber: an integer (Python int)
+  int64_t integer = 0;               // kNumber, integral: the value exactly
   bool flag = false;                 // kBool
   std::string text;                  // kString
   std::vector<int64_t> ints;         // kInts
@@ -39,6 +40,7 @@ struct Arg {
 
   static Arg tensor(uint32_t v);
   static Arg num(double x, bool integral = false);
+  static Arg whole(int64_t x);  // an integer, exactly
   static Arg boolean(bool b);
   static Arg string(std::string s);
   static Arg list(std::vector<int64_t> v);
