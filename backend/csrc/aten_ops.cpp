@@ -131,6 +131,14 @@ const at::Tensor& carry_backend_meta(const at::Tensor& from, const at::Tensor& t
 // strided layouts are done by a copy kernel on the device (compute.cpp), as on silicon. Only dtypes
 // the device does not compute in (double, complex, ...) are converted on the host.
 at::Tensor copy_between(const at::Tensor& src, const at::Tensor& dst, bool non_blocking) {
+  // torch's broadcasting rule for copy_ (CPU's own copy checks it, a zero-size destination too).
+  TORCH_CHECK(src.dim() <= dst.dim() || src.numel() == 1, "copy_: the source of shape ", src.sizes(),
+              " has more dims than the destination of shape ", dst.sizes());
+  for (int64_t i = 1; i <= std::min(src.dim(), dst.dim()); ++i) {
+    const int64_t s = src.size(-i), d = dst.size(-i);
+    TORCH_CHECK(s == d || s == 1, "The size of tensor a (", d, ") must match the size of tensor b (", s,
+                ") at non-singleton dimension ", dst.dim() - i);
+  }
   if (dst.numel() == 0) return dst;
   const bool device_types = device_dtype(src.scalar_type()) && device_dtype(dst.scalar_type());
   if (src.is_cpu() && dst.is_privateuseone()) {
@@ -435,7 +443,20 @@ void assert_async_plain(const at::Tensor& self) {
   assert_async(self, "");
 }
 
+// Whether `self.data = from` may swap the storage in place. torch answers yes for two dense tensors
+// only on its own devices; spyre's dense tensors are the same TensorImpl, so module.to("spyre")
+// keeps each Parameter object (and its class: a lazy module's UninitializedParameter stays one).
+bool has_compatible_shallow_copy_type(const at::Tensor& self, const at::Tensor& from) {
+  auto dense = [](const at::Tensor& t) {
+    const c10::DispatchKeySet keys = t.key_set();
+    return t.layout() == c10::kStrided && keys.has(c10::DispatchKey::Dense) &&
+           (t.device().is_cpu() || t.device().is_privateuseone()) && !keys.has(c10::DispatchKey::Python);
+  };
+  return dense(self) && dense(from);
+}
+
 TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
+  m.impl("_has_compatible_shallow_copy_type", TORCH_FN(has_compatible_shallow_copy_type));
   m.impl("_assert_async", TORCH_FN(assert_async_plain));
   m.impl("_assert_async.msg", TORCH_FN(assert_async));
   m.impl("record_stream", TORCH_FN(record_stream));

@@ -30,6 +30,7 @@ class BoxedCall {
   /// True when argument `i` is an out= argument.
   bool is_out(size_t i) const;
   const c10::FunctionSchema& schema() const { return op_.schema(); }
+  const c10::OperatorHandle& op() const { return op_; }
 
   size_t size() const { return n_; }
   const c10::IValue& at(size_t i) const { return (*stack_)[stack_->size() - n_ + i]; }

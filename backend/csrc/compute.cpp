@@ -163,12 +163,12 @@ compiler::ops::Arg library_arg(const c10::IValue& v, Launch& l) {
     TORCH_CHECK(t.dim() == 0, "Expected all tensors to be on the same device, but found at least two devices, ",
                 t.device(), " and spyre!");
     const c10::Scalar x = t.item();
-    return Arg::num(x.toDouble(), x.isIntegral(/*includeBool=*/true));
+    return x.isIntegral(/*includeBool=*/true) ? Arg::whole(x.toLong()) : Arg::num(x.toDouble());
   }
   if (v.isBool()) return Arg::boolean(v.toBool());
   if (v.isScalar()) {
     const c10::Scalar x = v.toScalar();
-    return Arg::num(x.toDouble(), x.isIntegral(/*includeBool=*/false));
+    return x.isIntegral(/*includeBool=*/false) ? Arg::whole(x.toLong()) : Arg::num(x.toDouble());
   }
   if (v.isString()) return Arg::string(v.toStringRef());
   if (v.isIntList()) return Arg::list(v.toIntVector());

@@ -5,6 +5,7 @@
 // take (other dtypes, options it does not model) run on the CPU fallback.
 #include <ATen/ATen.h>
 #include <ATen/Context.h>
+#include <ATen/MemoryOverlap.h>
 #include <ATen/WrapDimUtils.h>
 #include <ATen/native/Resize.h>
 #include <torch/library.h>
@@ -430,10 +431,26 @@ void index_put_kernel(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
   const at::Tensor self = c.at(0).toTensor();
   const at::Tensor values = c.at(2).toTensor();
   const bool accumulate = c.at(3).toBool();
+  // As torch: one bool mask and one value is a masked_fill (the value converts to self's type).
+  const c10::List<std::optional<at::Tensor>> list = c.at(1).toOptionalTensorList();
+  const std::optional<at::Tensor> mask = list.size() == 1 ? list.get(0) : std::nullopt;
+  if (!accumulate && values.numel() == 1 && mask && mask->defined() && mask->scalar_type() == at::kBool &&
+      mask->is_privateuseone() && mask->dim() <= self.dim() &&
+      self.sizes().slice(0, static_cast<size_t>(mask->dim())) == mask->sizes()) {
+    std::vector<int64_t> shape = mask->sizes().vec();
+    shape.resize(static_cast<size_t>(self.dim()), 1);
+    at::Tensor target = self;
+    target.masked_fill_(mask->view(shape), values.item());
+    return c.finish(self);
+  }
+  if (values.device() == self.device()) at::assert_no_overlap(self, values);  // as CPU, after the masked_fill
+  for (size_t i = 0; i < list.size(); ++i) {
+    const std::optional<at::Tensor> index = list.get(i);
+    if (index && index->defined() && index->device() == self.device()) at::assert_no_overlap(self, *index);
+  }
   TORCH_CHECK(values.scalar_type() == self.scalar_type(),
-              "Index put requires the source and destination dtypes match, "
-              "got ",
-              self.scalar_type(), " for the destination and ", values.scalar_type(), " for the source.");
+              "Index put requires the source and destination dtypes match, ", "got ", self.scalar_type(),
+              " for the destination and ", values.scalar_type(), " for the source.");
   if (self.dim() == 0 || !c.inplace() || !device_dtype(self.scalar_type()) || !values.is_privateuseone()) {
     return c.fall_back();
   }
@@ -604,7 +621,10 @@ void nonzero_kernel(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
   const at::Tensor buf = at::empty({n + 1, dims}, self.options().dtype(at::kLong));
   index_op(l, Kind::kScatter, l.view(buf, {n + 1, dims}, {dims, 1}), l.view(dest), l.view(coords));
   if (!run_or_fall_back(l, c)) return;
-  c.finish(buf.narrow(0, 0, count.item<int64_t>()).clone());
+  // Laid out as CPU's: coordinates of one dim contiguous (a [dims, count] tensor, transposed).
+  const int64_t found = count.item<int64_t>();
+  const at::Tensor result = at::empty({dims, found}, self.options().dtype(at::kLong)).t();
+  c.finish(result.copy_(buf.narrow(0, 0, found)));
 }
 
 const bool g_registered = [] {

@@ -157,12 +157,21 @@ void nll_loss_backward_kernel(const c10::OperatorHandle& op, torch::jit::Stack* 
   const Targets p = prepare(l, self, target, weight, ignore);
   const at::Tensor values = l.scratch({p.n, 1}, self, self.scalar_type());
   const bool per_sample = reduction == kNone && self.dim() == 2;
+  // CPU's order: scale = -(grad / total_weight) for the mean, value = scale * weight; an ignored
+  // sample's value is zero, even when every sample is ignored (scale 0 / 0).
+  const at::Tensor scale = per_sample ? grad.reshape({n, 1}) : l.scratch({1, 1}, self, self.scalar_type());
+  if (!per_sample) {
+    ir::Expr s(kF32);
+    int32_t v = s.binary(BinaryFn::kMul, s.input(ir::Operand::of(l.view(grad.reshape({1, 1})))), s.constant(-1.0));
+    if (reduction == kMean) v = s.binary(BinaryFn::kDiv, v, s.input(ir::Operand::of(l.view(total.reshape({1, 1})))));
+    l.add(s.done(l.view(scale)));
+  }
   ir::Expr e(kF32);
-  const int32_t g = e.input(per_sample ? ir::Operand::of(l.view(grad.reshape({n, 1})))
-                                       : ir::Operand::of(l.view(grad.reshape({1, 1}))));
-  int32_t v = e.binary(BinaryFn::kMul, e.binary(BinaryFn::kMul, g, e.constant(-1.0)),
-                       e.input(ir::Operand::of(l.view(p.weight))));
-  if (reduction == kMean) v = e.binary(BinaryFn::kDiv, v, e.input(ir::Operand::of(l.view(total.reshape({1, 1})))));
+  int32_t v =
+      e.binary(BinaryFn::kMul, e.input(ir::Operand::of(l.view(scale))), e.input(ir::Operand::of(l.view(p.weight))));
+  if (per_sample) v = e.binary(BinaryFn::kMul, v, e.constant(-1.0));
+  const int32_t target_value = e.input(ir::Operand::of(l.view(target.reshape({n, 1}))));
+  e.select(e.binary(BinaryFn::kNe, target_value, e.constant(static_cast<double>(ignore))), v, e.constant(0.0));
   l.add(e.done(l.view(values)));
   const at::Tensor gi = self.dim() == 1 ? grad_input.unsqueeze(0) : grad_input;
   index_op(l, ir::Index::Kind::kScatter, per_sample_table(l, gi), l.view(p.safe),

@@ -23,6 +23,9 @@ void cat_kernel(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
     if (!(t.dim() == 1 && t.size(0) == 0)) inputs.push_back(t);
   }
   TORCH_CHECK(!all.empty(), "torch.cat(): expected a non-empty list of Tensors");
+  for (size_t i = 0; i < all.size(); ++i) {
+    TORCH_CHECK(all[i].dim() > 0, "zero-dimensional tensor (at position ", i, ") cannot be concatenated");
+  }
   const at::ScalarType type = at::native::result_type(at::ITensorListRef(all));
   if (!device_dtype(type)) return c.fall_back();
   if (inputs.empty()) {  // only legacy empty inputs: an empty result
@@ -84,6 +87,10 @@ void triangle_kernel(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
   const int64_t diagonal = c.at(1).toInt();
   const bool lower = c.base() == "tril";
   TORCH_CHECK(self.dim() >= 2, c.base(), ": input tensor must have at least 2 dimensions");
+  if (const std::optional<at::Tensor> o = c.out()) {  // CPU's structured kernel: out of self's type
+    TORCH_CHECK(o->scalar_type() == self.scalar_type(), "Expected out tensor to have dtype ", self.scalar_type(),
+                ", but got ", o->scalar_type(), " instead");
+  }
   if (!device_dtype(self.scalar_type())) return c.fall_back();
   at::Tensor out = c.inplace() ? self : (c.out() ? *c.out() : at::empty(self.sizes(), self.options()));
   if (c.out()) at::native::resize_output(out, self.sizes());

@@ -26,6 +26,10 @@ struct Value {
 
 /// Throws torch's device-mismatch error for a CPU tensor of more than 0 dims.
 Value value_of(const c10::IValue& v);
+/// Raises what CPU torch raises for this call's argument types (a dtype its kernel does not have,
+/// an alpha it refuses): the call runs once on the CPU on empty stand-ins of its arguments (0-dim
+/// ones keep one element), and the answer is kept per operator and argument types.
+void check_types_as_cpu(const BoxedCall& c);
 /// at::result_type over two operands.
 at::ScalarType promote(const Value& a, const Value& b);
 /// True when the device computes in every type given.

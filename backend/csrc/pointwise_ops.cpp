@@ -5,6 +5,7 @@
 // torch.compile's programs use. Dtypes the device does not compute in, and calls the library or
 // compiler does not take, run on the CPU fallback (which honours TORCH_SPYRE_CPU_FALLBACK).
 #include <ATen/ATen.h>
+#include <ATen/Dispatch.h>
 #include <ATen/ExpandUtils.h>
 #include <ATen/MemoryOverlap.h>
 #include <torch/library.h>
@@ -58,6 +59,7 @@ at::ScalarType result_type(const BoxedCall& c, const ops::PointwiseOp& row, at::
 
 void pointwise_kernel(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
   BoxedCall c(op, stack);
+  check_types_as_cpu(c);  // torch's refusals for these types (round of bool, an int alpha, ...)
   const ops::PointwiseOp& row = *ops::pointwise_op(c.base());
   std::vector<Value> values;  // the row's inputs that the call has
   std::vector<Value> promoted;
@@ -120,6 +122,13 @@ void fill_kernel(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
   BoxedCall c(op, stack);
   const at::Tensor self = c.at(0).toTensor();
   if (!device_dtype(self.scalar_type())) return c.fall_back();
+  // torch's check: the value fits the type. CPU's one-element fast path skips it for half (a
+  // fill of 2**33 gives inf there), and so do we.
+  if (c.base() == "fill" && !c.at(1).isTensor() && !(self.numel() == 1 && self.scalar_type() == at::kHalf)) {
+    const c10::Scalar value = c.at(1).toScalar();
+    AT_DISPATCH_ALL_TYPES_AND3(at::kHalf, at::kBFloat16, at::kBool, self.scalar_type(), "fill_",
+                               [&] { (void)value.to<scalar_t>(); });
+  }
   if (c.base() == "fill" && c.at(1).isTensor()) {
     const at::Tensor& v = c.at(1).toTensor();
     TORCH_CHECK(v.dim() == 0, "fill_ only supports 0-dimension value tensor but got tensor with ", v.dim(),

@@ -30,7 +30,12 @@ std::vector<int64_t> reduce_dims(const at::Tensor& t, const c10::IValue* dims) {
   if (dims && dims->isInt()) {
     out.push_back(at::maybe_wrap_dim(dims->toInt(), t.dim()));
   } else if (dims && !dims->toIntVector().empty()) {
-    for (int64_t d : dims->toIntVector()) out.push_back(at::maybe_wrap_dim(d, t.dim()));
+    for (int64_t d : dims->toIntVector()) {
+      const int64_t w = at::maybe_wrap_dim(d, t.dim());
+      TORCH_CHECK(std::find(out.begin(), out.end(), w) == out.end(), "dim ", w,
+                  " appears multiple times in the list of dims");
+      out.push_back(w);
+    }
   } else {
     for (int64_t d = 0; d < t.dim(); ++d) out.push_back(d);
   }
@@ -130,6 +135,7 @@ void arg_kernel(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
   const std::vector<int64_t> dims = reduce_dims(self, c.get("dim"));
   const c10::IValue* keep = c.get("keepdim");
   const bool keepdim = keep && keep->toBool();
+  TORCH_CHECK(self.scalar_type() != at::kBool || values, base, "(): does not support bool input");
   if (!device_dtype(self.scalar_type()) || self.numel() == 0) return c.fall_back();  // torch's error when empty
   const std::vector<int64_t> sizes = result_sizes(self, dims, keepdim);
   // The out= names of max.dim_max and min.dim_min are (max, max_values) and (min, min_indices).

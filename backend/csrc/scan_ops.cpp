@@ -126,10 +126,12 @@ void topk_kernel(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
   const bool is_float = at::isFloatingType(self.scalar_type());
   // What replaces a taken element (the type's far end), so that it never is the best value again.
   double taken = largest ? -std::numeric_limits<double>::infinity() : std::numeric_limits<double>::infinity();
+  std::optional<int64_t> taken_int;  // for integers, exactly (INT64_MAX is no double)
   if (!is_float) {
     AT_DISPATCH_INTEGRAL_TYPES(self.scalar_type(), "topk", [&] {
-      taken =
-          static_cast<double>(largest ? std::numeric_limits<scalar_t>::lowest() : std::numeric_limits<scalar_t>::max());
+      taken_int = static_cast<int64_t>(largest ? std::numeric_limits<scalar_t>::lowest()
+                                               : std::numeric_limits<scalar_t>::max());
+      taken = static_cast<double>(*taken_int);
     });
   }
   Launch l;
@@ -142,11 +144,12 @@ void topk_kernel(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
   // each round's index lands in `chosen` and is selected into its column of idx by column number.
   const at::Tensor chosen = l.scratch({rows, 1}, self, at::kLong);
   const at::Tensor column = l.scratch({1, k}, self, at::kLong);
-  const auto fill = [&](const at::Tensor& dst, double value) {
+  const auto fill = [&](const at::Tensor& dst, double value, std::optional<int64_t> exact = std::nullopt) {
     ir::Pointwise f;
     f.kind = ir::PointwiseKind::kFill;
     f.compute = t;
     f.start = value;
+    f.start_int = exact ? exact : ir::Operand::exact(value);
     f.out = l.view(dst);
     l.add(f);
   };
@@ -168,7 +171,7 @@ void topk_kernel(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
     l.add(iota);
   }
   fill(in_play, 1.0);
-  fill(fills.narrow(1, 0, 1), taken);
+  fill(fills.narrow(1, 0, 1), taken, taken_int);
   fill(fills.narrow(1, 1, 1), 0.0);
   const uint32_t wv = l.view(work);
   const auto reduce_rows = [&](hw::ReduceFn fn, uint32_t in, const at::Tensor& out) {

@@ -432,10 +432,11 @@ def test_no_kernel_hides_an_autograd_decomposition():
     """A spyre kernel on a CompositeImplicitAutograd op would run without autograd (no gradient):
     such ops must reach the device through their decomposition."""
     has = torch._C._dispatch_has_kernel_for_dispatch_key
+    returns_no_tensor = {"aten::_has_compatible_shallow_copy_type"}  # a bool: nothing to differentiate
     clash = [
         name
         for name in torch._C._dispatch_get_all_op_names()
-        if has(name, "PrivateUse1") and has(name, "CompositeImplicitAutograd")
+        if has(name, "PrivateUse1") and has(name, "CompositeImplicitAutograd") and name not in returns_no_tensor
     ]
     assert clash == []
 

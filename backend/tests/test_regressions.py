@@ -152,6 +152,30 @@ def test_set_grows_a_storage_too_small_for_the_view_as_cpu_does():
         assert torch.equal(t[:4].cpu(), torch.arange(4.0))
 
 
+def test_module_to_spyre_keeps_its_parameters_and_a_lazy_module_stays_lazy():
+    lin = torch.nn.Linear(3, 2)
+    weight = lin.weight
+    lin.to(S)
+    assert lin.weight is weight and weight.device.type == S  # as on CUDA: the Parameter is kept
+    torch_spyre.set_cpu_fallback("error")
+    torch.manual_seed(0)
+    lazy = torch.nn.LazyLinear(4).to(S)
+    assert isinstance(lazy.weight, torch.nn.UninitializedParameter)
+    x = torch.randn(2, 5)
+    out = lazy(x.to(S))
+    assert lazy.weight.shape == (4, 5) and lazy.weight.device.type == S
+    assert torch.allclose(out.cpu(), x @ lazy.weight.detach().cpu().T + lazy.bias.detach().cpu(), atol=1e-5)
+
+
+def test_cross_entropy_gradient_is_zero_where_every_target_is_ignored():
+    x = torch.randn(2, 3)
+    for d in ("cpu", S):
+        leaf = x.to(d).detach().requires_grad_()
+        loss = F.cross_entropy(leaf, torch.tensor([1, 1], device=d), ignore_index=1)
+        loss.backward()
+        assert loss.isnan().item() and torch.equal(leaf.grad.cpu(), torch.zeros(2, 3))
+
+
 # Inputs that killed the process: each runs in a fresh interpreter, and the test compares what it
 # prints with CPU's.
 _CRASHES = {
@@ -185,3 +209,51 @@ def test_an_input_that_killed_the_process_gives_cpus_answer(name):
     assert p.returncode == 0, p.stderr[-2000:]
     cpu, spyre = (line.split(" ", 1)[1] for line in p.stdout.strip().splitlines())
     assert cpu == spyre
+
+
+# Programs the differential fuzzer (fuzz/tensor_programs.py) found, minimised: each line runs on
+# CPU and on spyre, and every value is compared after every line.
+FUZZ_FINDINGS = {
+    "reduction over a repeated dim raises": [
+        "v = torch.arange(12.0, device=dev).view(3, 4)",
+        "r = torch.amax(v, (1, -1))",
+    ],
+    "argmax of bool raises": ["v = torch.tensor([True, False], device=dev)", "r = torch.argmax(v)"],
+    "round of bool raises": ["v = torch.tensor([True, False], device=dev)", "r = torch.round(v)"],
+    "an integer add with a float alpha raises": ["v = torch.arange(4, device=dev)", "r = torch.add(v, v, alpha=0.5)"],
+    "copy_ from a shape that does not broadcast raises": [
+        "v = torch.zeros(2, 0, device=dev)", "r = v.copy_(torch.ones(8, 8, 4, device=dev))"],
+    "a one-value setitem through a bool mask casts the value": [
+        "v = torch.tensor([True, False, True], device=dev)", "v[v] = torch.tensor(8589934592, device=dev)"],
+    "fill_ of a value the dtype cannot hold raises": [
+        "v = torch.zeros(3, dtype=torch.int32, device=dev)", "v[torch.tensor([0, -1], device=dev)] = 8589934592"],
+    "nonzero is laid out as CPU's": [
+        "v = torch.tensor([[0, 1, 2], [3, 0, 5]], device=dev)", "r = v.nonzero()", "s = r.permute(1, 0)"],
+    "tril into an out= of another float type raises even when empty": [
+        "v = torch.zeros(0, 4, 3, dtype=torch.float16, device=dev)",
+        "r = torch.tril(v, out=torch.empty(0, dtype=torch.bfloat16, device=dev))"],
+    "cat of a zero-dim tensor raises": [
+        "v = torch.tensor(True, device=dev)", "w = torch.ones(1, 4, 2, device=dev)", "r = torch.cat([v, w], 0)"],
+    "a pointwise result of a transposed input is laid out as CPU's": [
+        "v = torch.arange(6.0, device=dev).view(2, 3).t()", "r = torch.exp(v)", "s = v + 1",
+        "t = torch.where(v > 2, v, 0.0)"],
+    "a one-element half fill of a value out of range is inf, as CPU's": [
+        "v = torch.zeros(1, 1, dtype=torch.float16, device=dev)", "r = v.fill_(8589934592)"],
+    "a bool fill of a fraction is True": ["v = torch.zeros(3, dtype=torch.bool, device=dev)", "v[0] = 0.5"],
+    "index_put_ of values that overlap self raises": [
+        "v = torch.arange(4.0, device=dev)", "v.index_put_((torch.tensor([0, 1], device=dev),), v[1:3])"],
+    "a half sum of int64 casts its input first": [
+        "v = torch.tensor([70000, -69999], device=dev)",
+        "r = torch.sum(v, 0, out=torch.empty((), dtype=torch.float16, device=dev))"],
+}  # fmt: skip
+
+
+@pytest.mark.parametrize("name", sorted(FUZZ_FINDINGS))
+def test_a_program_the_fuzzer_found_runs_like_cpu(name):
+    import sys
+    from pathlib import Path
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "fuzz"))
+    import tensor_programs
+
+    assert tensor_programs.run(FUZZ_FINDINGS[name]) is None
