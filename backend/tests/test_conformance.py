@@ -1,0 +1,82 @@
+"""PyTorch's own op and module databases on spyre, against CPU (the driver: conformance.py).
+
+The reviewed file conformance_ops.json says how each op of op_db runs in its primary dtype (float32,
+or for ops without it the first dtype of conformance.DTYPES they have): "native" (every check
+passes with TORCH_SPYRE_CPU_FALLBACK=error), "fallback" (it needs the CPU fallback, and is right
+with it), or a known defect ("mismatch", "error", "crash"), which is expected to stay so until it is
+fixed (then the test fails, and the file must say "native" or "fallback"). The default run takes a
+fixed spread of the ops and their first samples; --slow takes every op and every sample.
+scripts/conformance.py regenerates the file from a full run.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import conformance as c
+import pytest
+
+CLASSIFICATION = json.loads((Path(__file__).with_name("conformance_ops.json")).read_text())
+DEFAULT_SPREAD = 4  # every fourth op of the file in the default run
+DEFAULT_SAMPLES = 2
+OPS = {c.full_name(op): op for op in c.ops()}
+
+
+def _chosen(slow: bool) -> list:
+    names = sorted(CLASSIFICATION)
+    return names if slow else names[::DEFAULT_SPREAD]
+
+
+def pytest_generate_tests(metafunc):
+    if "op_name" in metafunc.fixturenames:
+        metafunc.parametrize("op_name", _chosen(metafunc.config.getoption("--slow")))
+
+
+def _bad(results: dict, allowed: tuple) -> list:
+    return [f"{check}: {outcome} {detail}" for check, rs in results.items() for outcome, detail in rs
+            if outcome not in allowed]  # fmt: skip
+
+
+def test_every_op_of_op_db_is_classified():
+    OPS_WITH_A_DTYPE = {n for n, op in OPS.items() if c.primary_dtype(op)}
+    missing = sorted(OPS_WITH_A_DTYPE - set(CLASSIFICATION))
+    stale = sorted(set(CLASSIFICATION) - set(OPS))
+    assert not missing and not stale, f"unclassified: {missing}; no longer in op_db: {stale}"
+
+
+def test_an_op_runs_as_classified(op_name, request):
+    kind = CLASSIFICATION[op_name]
+    if kind == "crash":
+        pytest.skip("kills the process: run scripts/conformance.py, which isolates it")
+    limit = None if request.config.getoption("--slow") else DEFAULT_SAMPLES
+    op = OPS[op_name]
+    dtype = c.primary_dtype(op)
+    native = c.run_op(op, dtype, limit, "error")
+    if kind == "native":
+        bad = _bad(native, ("pass", "skip"))
+        assert not bad, f"{op_name} is classified native: " + "; ".join(bad[:4])
+        return
+    allowed = c.run_op(op, dtype, limit, "allow")
+    if kind == "fallback":
+        bad = _bad(allowed, ("pass", "skip"))
+        assert not bad, f"{op_name} is wrong even with the CPU fallback: " + "; ".join(bad[:4])
+        if c.summarise(native) in ("pass", "skip") and request.config.getoption("--slow"):
+            pytest.fail(f"{op_name} now runs natively: classify it 'native' in conformance_ops.json")
+        return
+    # A known defect: it must still show, so that a fix updates the file (and cannot regress unseen).
+    worst = c.summarise(allowed)
+    if worst in ("pass", "skip", "fallback"):
+        pytest.fail(f"{op_name} (classified '{kind}') is right now: reclassify it in conformance_ops.json")
+    pytest.xfail(f"known {kind}: " + "; ".join(_bad(allowed, ("pass", "skip", "fallback"))[:2]))
+
+
+MODULES = [m.name for m in c.modules()]
+
+
+@pytest.mark.parametrize("module", MODULES)
+def test_a_module_of_module_db_matches_cpu_forward_and_backward(module):
+    info = next(m for m in c.modules({module}))
+    results = c.run_module(info, "allow")
+    bad = [f"{o}: {d}" for o, d in results if o not in ("pass", "skip")]
+    assert not bad, f"{module}: " + "; ".join(bad[:3])
