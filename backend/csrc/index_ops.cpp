@@ -103,6 +103,81 @@ void index_select_kernel(const c10::OperatorHandle& op, torch::jit::Stack* stack
   if (lower_or_fall_back(l, library_call(c, l, {out}, self.scalar_type(), self.scalar_type()), c)) c.finish(out);
 }
 
+// take(self, index): the flattened self at each index, in the index's shape.
+void take_kernel(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
+  BoxedCall c(op, stack);
+  const at::Tensor self = c.at(0).toTensor(), index = c.at(1).toTensor();
+  TORCH_CHECK(index.scalar_type() == at::kLong, "take(): Expected a long tensor for index, but got ",
+              index.scalar_type());
+  TORCH_CHECK(index.is_privateuseone(),
+              "Expected all tensors to be on the same device, but found at least two devices, ", self.device(), " and ",
+              index.device(), "! (the index of take)");
+  TORCH_CHECK_INDEX(self.numel() > 0 || index.numel() == 0, "take(): tried to take from an empty tensor");
+  if (!device_dtype(self.scalar_type())) return c.fall_back();
+  at::Tensor out;
+  if (std::optional<at::Tensor> o = c.out()) {
+    out = *o;
+    TORCH_CHECK(out.scalar_type() == self.scalar_type(), "take(): self and result must have the same scalar type");
+    at::native::resize_output(out, index.sizes());
+  } else {
+    out = at::empty(index.sizes(), self.options());
+  }
+  if (out.numel() == 0) return c.finish(out);
+  Launch l;
+  if (lower_or_fall_back(l, library_call(c, l, {out}, self.scalar_type(), self.scalar_type()), c)) c.finish(out);
+}
+
+// put_(self, index, source, accumulate): source written (or added) at the flattened indices, as
+// an index_put_ into the flattened self (a contiguous copy of it when it has no flat view).
+void put_kernel(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
+  BoxedCall c(op, stack);
+  const at::Tensor self = c.at(0).toTensor(), index = c.at(1).toTensor(), source = c.at(2).toTensor();
+  const bool accumulate = c.at(3).toBool();
+  TORCH_CHECK(index.scalar_type() == at::kLong, "put_(): Expected a long tensor for index, but got ",
+              index.scalar_type());
+  TORCH_CHECK(self.scalar_type() == source.scalar_type(),
+              "put_(): self and source expected to have the same dtype, but got self.dtype = ", self.scalar_type(),
+              " and source.dtype = ", source.scalar_type());
+  TORCH_CHECK_INDEX(source.numel() == index.numel(),
+                    "put_(): Expected source and index to have the same number of elements, but got source.numel() = ",
+                    source.numel(), ", index.numel() = ", index.numel());
+  TORCH_CHECK_INDEX(self.numel() > 0 || index.numel() == 0, "put_(): Tried to put elements into an empty tensor");
+  if (!device_dtype(self.scalar_type())) return c.fall_back();
+  if (index.numel() == 0) return c.finish(self);
+  at::Tensor flat = self.is_contiguous() ? self.view({-1}) : self.contiguous().view({-1});
+  const c10::List<std::optional<at::Tensor>> indices({index.reshape({-1})});
+  flat.index_put_(indices, source.reshape({-1}), accumulate);
+  if (!self.is_contiguous()) self.copy_(flat.view(self.sizes()));
+  c.finish(self);
+}
+
+// index_fill_(self, dim, index, value): value at every position whose index along dim is listed,
+// as an index_put_ with the index in dim's place.
+void index_fill_kernel(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
+  BoxedCall c(op, stack);
+  const at::Tensor self = c.at(0).toTensor();
+  const int64_t dim = at::maybe_wrap_dim(c.at(1).toInt(), std::max<int64_t>(self.dim(), 1));
+  const at::Tensor index = c.at(2).toTensor();
+  TORCH_CHECK_INDEX(index.scalar_type() == at::kLong, "index_fill_(): Expected dtype int64 for index.");
+  TORCH_CHECK(index.dim() <= 1, "Index has to be a vector/scalar");
+  at::Tensor value;
+  if (c.at(3).isTensor()) {
+    value = c.at(3).toTensor();
+    TORCH_CHECK(value.dim() == 0, "index_fill_ only supports a 0-dimensional value tensor, but got tensor with ",
+                value.dim(), " dimension(s).");
+    value = value.to(self.options());
+  } else {
+    value = at::scalar_tensor(c.at(3).toScalar(), self.options());
+  }
+  if (!device_dtype(self.scalar_type())) return c.fall_back();
+  if (index.numel() == 0 || self.numel() == 0) return c.finish(self);
+  c10::List<std::optional<at::Tensor>> indices;
+  for (int64_t d = 0; d < dim; ++d) indices.push_back(std::nullopt);
+  indices.push_back(index.reshape({-1}));
+  (self.dim() == 0 ? self.view({1}) : self).index_put_(indices, value);
+  c.finish(self);
+}
+
 // gather(self, dim, index) and scatter / scatter_add(self, dim, index, src): per-element indices,
 // as rows of one element along `dim` (moved last, which only changes strides).
 void element_kernel(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
@@ -634,6 +709,9 @@ const bool g_registered = [] {
   register_boxed({"index"}, {"Tensor"}, &index_kernel);
   register_boxed({"index_put_", "_index_put_impl_"}, {""}, &index_put_kernel);
   register_boxed({"index_select"}, {"", "out"}, &index_select_kernel);
+  register_boxed({"take"}, {"", "out"}, &take_kernel);
+  register_boxed({"put_"}, {""}, &put_kernel);
+  register_boxed({"index_fill_"}, {"int_Scalar", "int_Tensor"}, &index_fill_kernel);
   register_boxed({"gather"}, {"", "out"}, &element_kernel);
   register_boxed(
       with_inplace({"scatter", "scatter_add"}),

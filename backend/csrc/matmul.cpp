@@ -1,4 +1,4 @@
-// The matmul family on the device, registered by table: mm, bmm, addmm, baddbmm, mv and dot (and
+// The matmul family on the device, registered by table: mm, bmm, addmm, baddbmm, addbmm, mv, addmv and dot (and
 // through them torch's matmul, linear, einsum and @), in float32, float16 and bfloat16 with fp32
 // accumulation. Here are torch's checks and where the result goes; the IR (PT-array tiles with the
 // scale and the bias in the epilogue) comes from the op library (backend/compiler/src/ops/matmul.cpp).
@@ -26,6 +26,7 @@ const std::map<std::string, MatmulRow, std::less<>> kMatmul = {
     {"mm", {2, false, false}},     {"bmm", {3, false, false}},
     {"addmm", {2, true, false}},   {"_addmm_activation", {2, true, false}},
     {"baddbmm", {3, true, false}}, {"mv", {1, false, false}},
+    {"addbmm", {3, true, false}},  {"addmv", {1, true, false}},
     {"dot", {1, false, true}},
 };
 
@@ -41,7 +42,7 @@ void matmul_kernel(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
               "Expected all tensors to be on the same device, but found at least two devices");
   // Shapes as [batch, M, K] @ [batch, K, N]; vectors become one-row or one-column matrices.
   std::vector<int64_t> out_sizes;
-  if (c.base() == "mv") {
+  if (row.dims == 1 && !row.vector_left) {  // mv, addmv
     TORCH_CHECK(a.dim() == 2 && b.dim() == 1, "vector + matrix @ vector expected, got ", a.dim(), ", ", b.dim());
     TORCH_CHECK(a.size(1) == b.size(0), "size mismatch, got input (", a.size(0), "), mat (", a.size(0), "x", a.size(1),
                 "), vec (", b.size(0), ")");
@@ -60,6 +61,7 @@ void matmul_kernel(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
       TORCH_CHECK(a.size(0) == b.size(0), "batch1 and batch2 must have same number of batches, got ", a.size(0),
                   " and ", b.size(0));
       out_sizes = {a.size(0), a.size(1), b.size(2)};
+      if (c.base() == "addbmm") out_sizes = {a.size(1), b.size(2)};  // summed over the batches
     } else {
       out_sizes = {a.size(0), b.size(1)};
     }
@@ -73,6 +75,14 @@ void matmul_kernel(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
   }
 
   at::Tensor out;
+  if (c.inplace() && c.base() == "addbmm" && bias.sizes() != c10::IntArrayRef(out_sizes)) {
+    out = bias;  // CPU's addbmm_ resizes a self that only broadcasts: computed aside, then resized
+    at::Tensor result = at::empty(out_sizes, a.options());
+    Launch l;
+    if (!lower_or_fall_back(l, library_call(c, l, {result}, type, type), c)) return;
+    at::native::resize_output(out, out_sizes);
+    return c.finish(out.copy_(result));
+  }
   if (c.inplace()) {
     out = bias;
     TORCH_CHECK(out.sizes() == c10::IntArrayRef(out_sizes), c.base(), "_: self must have the output's shape ",
@@ -147,7 +157,7 @@ void grouped_mm_kernel(const c10::OperatorHandle& op, torch::jit::Stack* stack) 
 const bool g_registered = [] {
   register_boxed({"_grouped_mm"}, {""}, &grouped_mm_kernel);
   register_boxed({"mm", "bmm", "mv", "dot"}, {"", "out"}, &matmul_kernel);
-  register_boxed(with_inplace({"addmm", "baddbmm"}), {"", "out"}, &matmul_kernel);
+  register_boxed(with_inplace({"addmm", "baddbmm", "addbmm", "addmv"}), {"", "out"}, &matmul_kernel);
   register_boxed({"_addmm_activation"}, {"", "out"}, &matmul_kernel);
   return true;
 }();

@@ -118,6 +118,28 @@ void triangle_kernel(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
   c.finish(out);
 }
 
+// roll(self, shifts, dims): torch's checks; the copies come from the op library.
+void roll_kernel(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
+  BoxedCall c(op, stack);
+  const at::Tensor self = c.at(0).toTensor();
+  const std::vector<int64_t> shifts = c.at(1).toIntVector(), dims = c.at(2).toIntVector();
+  TORCH_CHECK(!shifts.empty(), "`shifts` required");
+  TORCH_CHECK(!(dims.empty() && shifts.size() != 1) && (dims.empty() || dims.size() == shifts.size()),
+              "shifts and dimensions must align. shifts: ", shifts.size(), ", dims:", dims.size());
+  for (int64_t d : dims) at::maybe_wrap_dim(d, self.dim());  // torch's error for a bad dim
+  if (!device_dtype(self.scalar_type())) return c.fall_back();
+  at::Tensor out = c.out() ? *c.out() : at::empty(self.sizes(), self.options());
+  if (c.out()) at::native::resize_output(out, self.sizes());
+  if (out.numel() == 0) return c.finish(out);
+  // The program must not read what it writes: an out= that overlaps self gets a fresh buffer.
+  const at::Tensor target =
+      out.is_contiguous() && !out.is_alias_of(self) ? out : at::empty(self.sizes(), self.options());
+  Launch l;
+  if (!lower_or_fall_back(l, library_call(c, l, {target}, self.scalar_type(), self.scalar_type()), c)) return;
+  if (!target.is_same(out)) out.copy_(target);
+  c.finish(out);
+}
+
 // flip(self, dims): a gather along each flipped dim with the reversed indices, one launch.
 void flip_kernel(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
   BoxedCall c(op, stack);
@@ -176,6 +198,7 @@ void flip_kernel(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
 
 const bool g_registered = [] {
   register_boxed({"flip"}, {"", "out"}, &flip_kernel);
+  register_boxed({"roll"}, {"", "out"}, &roll_kernel);
   register_boxed({"cat"}, {"", "out"}, &cat_kernel);
   register_boxed(with_inplace({"tril", "triu"}), {"", "out"}, &triangle_kernel);
   return true;

@@ -178,6 +178,21 @@ const bool g_registered = [] {
   register_boxed({"gelu_backward", "sigmoid_backward", "tanh_backward", "threshold_backward", "softplus_backward"},
                  {"", "grad_input"}, &pointwise_kernel);
   register_boxed({"softplus"}, {"", "out"}, &pointwise_kernel);
+  register_boxed(with_inplace({"tan", "sinh", "cosh", "log10", "sinc", "frac", "nan_to_num", "leaky_relu", "hardtanh",
+                               "elu", "hardsigmoid", "hardswish", "threshold", "mish"}),
+                 {"", "out"}, &pointwise_kernel);
+  register_boxed({"softshrink", "hardshrink"}, {"", "out"}, &pointwise_kernel);
+  register_boxed(with_inplace({"xlogy", "hypot"}),
+                 {"Tensor", "Scalar_Self", "Scalar_Other", "OutTensor", "OutScalar_Self", "OutScalar_Other", "", "out"},
+                 &pointwise_kernel);
+  register_boxed({"fmax", "fmin", "logaddexp", "logaddexp2", "special_entr", "angle"}, {"", "out"}, &pointwise_kernel);
+  register_boxed(with_inplace({"logit", "heaviside"}), {"", "out"}, &pointwise_kernel);
+  register_boxed({"logit_backward"}, {"", "grad_input"}, &pointwise_kernel);
+  register_boxed({"special_xlog1py"}, {"", "self_scalar", "other_scalar", "out", "self_scalar_out", "other_scalar_out"},
+                 &pointwise_kernel);
+  register_boxed({"leaky_relu_backward", "hardtanh_backward", "elu_backward", "hardsigmoid_backward",
+                  "hardswish_backward", "softshrink_backward", "hardshrink_backward", "mish_backward"},
+                 {"", "grad_input", "out"}, &pointwise_kernel);
   register_boxed(with_inplace({"addcmul", "addcdiv", "lerp"}),
                  {"", "out", "Scalar", "Tensor", "Scalar_out", "Tensor_out"}, &pointwise_kernel);
   register_boxed({"isinf", "isposinf", "isneginf"}, {"", "out"}, &pointwise_kernel);

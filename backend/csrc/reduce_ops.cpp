@@ -13,6 +13,7 @@
 
 #include "boxed.h"
 #include "compute.h"
+#include "pointwise_common.h"
 
 namespace spyre::backend {
 namespace {
@@ -80,8 +81,10 @@ struct ReduceRow {
   bool logical = false;  // all / any: of "not zero", with a bool result
 };
 
+// nansum is sum of the input with its NaNs as 0 (the op library masks them).
 const std::map<std::string, ReduceRow, std::less<>> kReduce = {
     {"sum", {ReduceFn::kSum}},
+    {"nansum", {ReduceFn::kSum}},
     {"prod", {ReduceFn::kProd}},
     {"mean", {ReduceFn::kSum, true}},
     {"amax", {ReduceFn::kMax}},
@@ -122,6 +125,29 @@ void reduce_kernel(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
   at::Tensor out = result_tensor(c, "out", self, result_sizes(self, dims, keepdim), type);
   if (out.numel() == 0) return c.finish(out);
   if (lowered(c, {out}, self.scalar_type(), type)) c.finish(out);
+}
+
+// trace(self): the sum of a matrix's diagonal, of sum's result type.
+void trace_kernel(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
+  BoxedCall c(op, stack);
+  const at::Tensor self = c.at(0).toTensor();
+  TORCH_CHECK(self.dim() == 2, "trace: expected a matrix, but got tensor with dim ", self.dim());
+  check_types_as_cpu(c);  // a bool matrix has no trace
+  const at::ScalarType type = at::isIntegralType(self.scalar_type(), true) ? at::kLong : self.scalar_type();
+  if (!device_dtype(self.scalar_type())) return c.fall_back();
+  at::Tensor out = at::empty({}, self.options().dtype(type));
+  if (lowered(c, {out}, self.scalar_type(), type)) c.finish(out);
+}
+
+// count_nonzero(self, dim): int64 counts of x != 0 over dim (none: every dim).
+void count_nonzero_kernel(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
+  BoxedCall c(op, stack);
+  const at::Tensor self = c.at(0).toTensor();
+  const std::vector<int64_t> dims = reduce_dims(self, c.get("dim"));
+  if (!device_dtype(self.scalar_type())) return c.fall_back();
+  at::Tensor out = result_tensor(c, "out", self, result_sizes(self, dims, false), at::kLong);
+  if (out.numel() == 0) return c.finish(out);
+  if (lowered(c, {out}, self.scalar_type(), at::kLong)) c.finish(out);
 }
 
 // max.dim, min.dim (values and indices), argmax, argmin, and the full max and min.
@@ -260,6 +286,9 @@ const bool g_registered = [] {
   register_boxed({"_softmax_backward_data"}, {"", "out"}, &softmax_backward_kernel);
   register_boxed({"_log_softmax_backward_data"}, {"", "out"}, &softmax_backward_kernel);
   register_boxed({"sum"}, {"", "dim_IntList", "IntList_out", "out"}, &reduce_kernel);
+  register_boxed({"nansum"}, {"", "out"}, &reduce_kernel);
+  register_boxed({"trace"}, {""}, &trace_kernel);
+  register_boxed({"count_nonzero"}, {"", "dim_IntList", "out", "dim_IntList_out"}, &count_nonzero_kernel);
   register_boxed({"prod"}, {"", "dim_int", "int_out", "out"}, &reduce_kernel);
   register_boxed({"mean"}, {"", "dim", "out", "dtype_out"}, &reduce_kernel);
   register_boxed({"amax", "amin"}, {"", "out"}, &reduce_kernel);

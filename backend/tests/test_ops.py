@@ -42,9 +42,19 @@ NATIVE = {
     "nn.functional.nll_loss", "nn.functional.cross_entropy", "cat", "tril", "triu", "all", "any",
     "cumsum", "cumprod", "isin", "flip", "topk", "sort", "argsort", "msort", "masked_select", "nonzero",
     # indexing
-    "index_select", "gather", "scatter", "scatter_add", "index_add", "nn.functional.embedding",
+    "index_select", "gather", "scatter", "scatter_add", "index_add", "nn.functional.embedding", "take", "put",
+    # derived math (expressions of the SFP's functions)
+    "tan", "sinh", "cosh", "log10", "sinc", "frac", "nan_to_num", "xlogy", "special.xlog1py", "special.entr",
+    "logit", "heaviside", "angle", "fmax", "fmin", "logaddexp", "logaddexp2", "hypot",
+    # activations
+    "nn.functional.leaky_relu", "nn.functional.hardtanh", "nn.functional.relu6", "nn.functional.elu",
+    "nn.functional.celu", "nn.functional.selu", "nn.functional.hardsigmoid", "nn.functional.hardswish",
+    "nn.functional.threshold", "nn.functional.softshrink", "nn.functional.hardshrink", "nn.functional.mish",
+    # more matmuls, movement and reductions
+    "addmv", "addbmm", "roll", "trace", "count_nonzero", "nansum", "nanmean",
 }  # fmt: skip
-FLOAT_ONLY = {"mm", "bmm", "addmm", "baddbmm", "mv", "dot", "matmul", "nn.functional.linear", "einsum", "inner"}
+FLOAT_ONLY = {"mm", "bmm", "addmm", "baddbmm", "mv", "dot", "matmul", "nn.functional.linear", "einsum", "inner",
+              "addmv", "addbmm"}  # fmt: skip
 
 DTYPES = [torch.float32, torch.float16, torch.bfloat16, torch.int32, torch.int8, torch.int64, torch.bool]
 DEFAULT_SAMPLES = 6

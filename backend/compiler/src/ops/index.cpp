@@ -87,6 +87,26 @@ void index_select(Builder& b, const Call& c) {
   select_rows(b, self, static_cast<size_t>(dim.at(0)), index_vector(b, c, c.tensor("index")), one_d(b, out));
 }
 
+// take(self, index): the flattened self at each index (negative ones count from the end), in the
+// index's shape.
+void take(Builder& b, const Call& c) {
+  const uint32_t out = c.out();
+  const ir::View o = b.view(out);
+  if (o.numel() == 0) return;
+  const uint32_t self = packed(b, c.tensor("self"));
+  const int64_t n = b.view(self).numel();
+  const uint32_t idx = index_vector(b, c, c.tensor("index"));
+  const int64_t k = b.view(idx).sizes[0];
+  const uint32_t wrapped = b.temp({k}, hw::DType::kI64);
+  ir::Expr e(hw::DType::kI64);
+  const int32_t i = e.input(ir::Operand::of(idx));
+  e.select(e.binary(hw::BinaryFn::kLt, i, e.constant_int(0)), e.binary(hw::BinaryFn::kAdd, i, e.constant_int(n)), i);
+  b.add(e.done(wrapped));
+  const uint32_t flat = is_contiguous(o) ? b.derive(out, {k}, {1}) : b.temp({k}, o.dtype);
+  select_rows(b, b.derive(self, {n}, {1}), 0, wrapped, flat);
+  if (!is_contiguous(o)) copy(b, b.derive(flat, o.sizes, contiguous_strides(o.sizes)), out);
+}
+
 // embedding(weight, indices): out[*indices.shape, D] = weight[indices].
 void embedding(Builder& b, const Call& c) {
   const uint32_t out = c.out(), weight = c.tensor("weight");
@@ -179,6 +199,7 @@ void histc(Builder& b, const Call& c) {
 
 const Table& index_ops() {
   static const Table t = {{"index_select", index_select},
+                          {"take", take},
                           {"embedding", embedding},
                           {"embedding_dense_backward", embedding_backward},
                           {"histc", histc}};

@@ -1,4 +1,4 @@
-// The matmul family: mm, bmm, addmm, baddbmm, mv and dot, as one IR matmul each (PT-array tiles
+// The matmul family: mm, bmm, addmm, baddbmm, addbmm, mv, addmv and dot, as one IR matmul each (PT-array tiles
 // with alpha, beta and the bias in the epilogue). Vectors become one-row or one-column matrices; an
 // operand with no unit-stride dim (which the PT array cannot read a tile of) is packed first, and
 // a result whose rows are not contiguous is written through a temporary.
@@ -17,7 +17,8 @@ struct Names {
 
 Names names_of(const std::string& op) {
   if (op == "addmm" || op == "_addmm_activation") return {"mat1", "mat2", "self"};
-  if (op == "baddbmm") return {"batch1", "batch2", "self"};
+  if (op == "baddbmm" || op == "addbmm") return {"batch1", "batch2", "self"};
+  if (op == "addmv") return {"mat", "vec", "self"};
   if (op == "mv") return {"self", "vec", nullptr};
   if (op == "dot") return {"self", "tensor", nullptr};
   return {"self", "mat2", nullptr};  // mm, bmm
@@ -60,7 +61,8 @@ void matmul(Builder& b, const Call& c) {
   m.compute = type;
   m.alpha = alpha;
   m.beta = beta;
-  if (c.op == "mv") {
+  const bool mv = c.op == "mv" || c.op == "addmv";
+  if (mv) {
     const ir::View vec = b.view(w), o = b.view(out);
     m.a = a;
     m.b = b.derive(w, {vec.sizes[0], 1}, {vec.strides[0], 1});
@@ -75,7 +77,16 @@ void matmul(Builder& b, const Call& c) {
     m.b = w;
     m.out = out;
   }
-  if (use_bias) m.bias = bias->view;  // broadcast by the compiler
+  if (use_bias && mv) {  // addmv's bias, broadcast to the [M] result, as the [M, 1] column it is here
+    const ir::View bv = b.view(bias->view);
+    const int64_t rows = b.view(m.out).sizes[0];
+    m.bias = b.derive(bias->view, {rows, 1}, {bv.sizes.empty() || bv.sizes[0] == 1 ? 0 : bv.strides[0], 0});
+  } else if (use_bias) {  // broadcast by the compiler, which reads its columns contiguously
+    const ir::View bv = b.view(bias->view);
+    const size_t bn = bv.sizes.size();
+    const bool cols_ok = bn == 0 || bv.sizes[bn - 1] == 1 || bv.strides[bn - 1] == 0 || bv.strides[bn - 1] == 1;
+    m.bias = cols_ok ? bias->view : packed(b, bias->view);
+  }
   b.add(m);
   if (c.op == "_addmm_activation") {  // relu, or gelu (torch's CPU kernel: the erf form)
     ir::Pointwise act;
@@ -87,6 +98,35 @@ void matmul(Builder& b, const Call& c) {
     b.add(act);
   }
   if (out != result) copy(b, out, result);
+}
+
+// addbmm(self, batch1, batch2, beta, alpha) = beta self + alpha sum_i batch1[i] @ batch2[i], as
+// torch's CPU kernel: one addmm per batch into the result, each rounded to its type (fp16's sum
+// rounds after every batch there too).
+void addbmm(Builder& b, const Call& c) {
+  const uint32_t x = c.tensor("batch1"), y = c.tensor("batch2"), result = c.out();
+  const ir::View xv = b.view(x), yv = b.view(y);
+  if (xv.sizes.size() != 3 || yv.sizes.size() != 3) reject(c, "addbmm takes 3-d batches");
+  if (b.view(result).numel() == 0) return;
+  const auto pick = [&](uint32_t v, const ir::View& t, int64_t i) {
+    return Arg::tensor(b.derive(v, i * t.strides[0], {t.sizes[1], t.sizes[2]}, {t.strides[1], t.strides[2]}));
+  };
+  Call step = c;
+  step.op = "addmm";
+  step.args.erase("batch1");
+  step.args.erase("batch2");
+  if (xv.sizes[0] == 0) {  // no batches: beta self
+    step.args["mat1"] = Arg::tensor(b.derive(x, {xv.sizes[1], 0}, {1, 1}));
+    step.args["mat2"] = Arg::tensor(b.derive(y, {0, yv.sizes[2]}, {1, 1}));
+    return matmul(b, step);
+  }
+  for (int64_t i = 0; i < xv.sizes[0]; ++i) {
+    step.args["mat1"] = pick(x, xv, i);
+    step.args["mat2"] = pick(y, yv, i);
+    matmul(b, step);
+    step.args["self"] = Arg::tensor(result);  // the next batch adds to the sum so far
+    step.args["beta"] = Arg::num(1);
+  }
 }
 
 // _grouped_mm(self, mat2, offs, bias, out_dtype) with the group offsets known (a list of ints:
@@ -150,8 +190,16 @@ void grouped_mm(Builder& b, const Call& c) {
 }  // namespace
 
 const Table& matmul_ops() {
-  static const Table t = {{"mm", matmul}, {"bmm", matmul}, {"addmm", matmul},           {"baddbmm", matmul},
-                          {"mv", matmul}, {"dot", matmul}, {"_grouped_mm", grouped_mm}, {"_addmm_activation", matmul}};
+  static const Table t = {{"mm", matmul},
+                          {"bmm", matmul},
+                          {"addmm", matmul},
+                          {"baddbmm", matmul},
+                          {"addmv", matmul},
+                          {"addbmm", addbmm},
+                          {"mv", matmul},
+                          {"dot", matmul},
+                          {"_grouped_mm", grouped_mm},
+                          {"_addmm_activation", matmul}};
   return t;
 }
 

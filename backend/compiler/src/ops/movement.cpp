@@ -1,6 +1,6 @@
-// Data movement: cat (each input copied into its slice of the result) and slice_scatter (the base
-// copied, then the source over a strided slice of it). Views need no lowering: the front doors fold
-// them into the strides of the views they pass.
+// Data movement: cat (each input copied into its slice of the result), slice_scatter (the base
+// copied, then the source over a strided slice of it) and roll (a copy per block that moves as one). Views need no
+// lowering: the front doors fold them into the strides of the views they pass.
 #include <algorithm>
 
 #include <fmt/format.h>
@@ -56,10 +56,63 @@ void slice_scatter(Builder& b, const Call& c) {
   copy(b, src, b.derive(out, start * o.strides[dim], s.sizes, strides));
 }
 
+// roll(self, shifts, dims): element i along each rolled dim comes from (i - shift) mod n. Along a
+// dim the input splits into at most two blocks that move whole, so the result is at most 2^k copies
+// for k dims. Without dims the flattened tensor rolls (the input is packed for that).
+void roll(Builder& b, const Call& c) {
+  const uint32_t out = c.out();
+  if (b.view(out).numel() == 0) return;
+  uint32_t in = c.tensor("self");
+  const Arg* shifts = c.get("shifts");
+  const Arg* dims_arg = c.get("dims");
+  if (!shifts || shifts->kind != Arg::Kind::kInts) reject(c, "'shifts' is not a list of ints");
+  std::vector<int64_t> dims = dims_arg && dims_arg->kind == Arg::Kind::kInts ? dims_arg->ints : std::vector<int64_t>{};
+  uint32_t dst = out;
+  if (dims.empty()) {  // the flattened tensor
+    if (shifts->ints.size() != 1) reject(c, "a roll without dims takes one shift");
+    in = packed(b, in);
+    const int64_t n = b.view(in).numel();
+    in = b.derive(in, {n}, {1});
+    if (!is_contiguous(b.view(out))) reject(c, "a roll without dims writes a contiguous result");
+    dst = b.derive(out, {n}, {1});
+    dims = {0};
+  }
+  if (shifts->ints.size() != dims.size()) reject(c, "shifts and dims differ in length");
+  const ir::View x = b.view(in), o = b.view(dst);
+  // A dim may come more than once (its shifts add up), in any order.
+  std::vector<int64_t> shift(x.sizes.size(), 0);
+  for (size_t i = 0; i < dims.size(); ++i) shift[size_t(wrap_dims({dims[i]}, x.sizes.size()).at(0))] += shifts->ints[i];
+  struct Block {
+    int64_t from, to, len;
+  };
+  std::vector<std::vector<Block>> per_dim(x.sizes.size());
+  for (size_t d = 0; d < x.sizes.size(); ++d) {
+    const int64_t n = x.sizes[d], s = ((shift[d] % n) + n) % n;
+    per_dim[d] = {{0, 0, n}};
+    if (s != 0) per_dim[d] = {{0, s, n - s}, {n - s, 0, s}};
+  }
+  // Every combination of one block per dim.
+  std::vector<size_t> pick(x.sizes.size(), 0);
+  while (true) {
+    int64_t from = 0, to = 0;
+    std::vector<int64_t> sizes;
+    for (size_t d = 0; d < pick.size(); ++d) {
+      const Block& k = per_dim[d][pick[d]];
+      from += k.from * x.strides[d];
+      to += k.to * o.strides[d];
+      sizes.push_back(k.len);
+    }
+    copy(b, b.derive(in, from, sizes, x.strides), b.derive(dst, to, sizes, o.strides));
+    size_t d = 0;
+    while (d < pick.size() && ++pick[d] == per_dim[d].size()) pick[d++] = 0;
+    if (d == pick.size()) break;
+  }
+}
+
 }  // namespace
 
 const Table& movement_ops() {
-  static const Table t = {{"cat", cat}, {"slice_scatter", slice_scatter}};
+  static const Table t = {{"cat", cat}, {"slice_scatter", slice_scatter}, {"roll", roll}};
   return t;
 }
 

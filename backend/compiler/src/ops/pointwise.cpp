@@ -3,6 +3,7 @@
 // them is one expression (a fused producer arrives as an argument of kind kExpr), so a row is the
 // only place an op's arithmetic is written. Unary and binary rows map straight to SFP functions;
 // the rest (activation backwards, addcmul, lerp, clamp, where, fills) are small expressions.
+#include <algorithm>
 #include <cmath>
 #include <limits>
 #include <map>
@@ -122,6 +123,288 @@ int32_t gelu_backward(Expr& e, const Refs& in, const Call& c) {
   const int32_t right =
       e.binary(BinaryFn::kMul, e.binary(BinaryFn::kMul, e.constant(0.5), x), e.binary(BinaryFn::kMul, sech2, dinner));
   return e.binary(BinaryFn::kMul, g, e.binary(BinaryFn::kAdd, left, right));
+}
+
+// The largest finite value of a floating type.
+double largest(DType t) {
+  switch (t) {
+    case DType::kF16:
+      return 65504.0;
+    case DType::kBF16:
+      return 3.3895313892515355e38;
+    default:
+      return std::numeric_limits<float>::max();
+  }
+}
+
+// x rounded to the nearest value of type t (ties to even), as torch rounds a Scalar to a tensor's
+// type before computing with it.
+double rounded_to(double x, DType t) {
+  if (x == 0 || !std::isfinite(x) || !narrow(t)) return x;
+  const int mantissa = t == DType::kF16 ? 10 : 7, min_exponent = t == DType::kF16 ? -14 : -126;
+  int e = 0;
+  std::frexp(x, &e);  // x = m 2^e with 0.5 <= |m| < 1
+  const double quantum = std::ldexp(1.0, std::max(e - 1, min_exponent) - mantissa);
+  return std::nearbyint(x / quantum) * quantum;
+}
+
+// The trigonometric and hyperbolic functions the SFP has no instruction for, from those it has,
+// each within a few ulps of the C library's in fp32.
+void add_derived_math(std::map<std::string, PointwiseOp, std::less<>>& t) {
+  using E = Expr;
+  t["tan"] = row({"self"}, Types::kToFloat, [](E& e, const Refs& in, const Call&) {
+    return e.binary(BinaryFn::kDiv, e.unary(UnaryFn::kSin, in[0]), e.unary(UnaryFn::kCos, in[0]));
+  });
+  // sinh from expm1 (no cancellation near 0); past |x| = 20, sign(x) e^(|x| - ln 2), which stays
+  // finite as far as sinh does.
+  t["sinh"] = row({"self"}, Types::kToFloat, [](E& e, const Refs& in, const Call&) {
+    const int32_t x = in[0], ax = e.unary(UnaryFn::kAbs, x);
+    const int32_t small = e.binary(
+        BinaryFn::kMul, e.constant(0.5),
+        e.binary(BinaryFn::kSub, e.unary(UnaryFn::kExpm1, x), e.unary(UnaryFn::kExpm1, e.unary(UnaryFn::kNeg, x))));
+    const int32_t big = e.binary(BinaryFn::kMul, e.unary(UnaryFn::kSign, x),
+                                 e.unary(UnaryFn::kExp, e.binary(BinaryFn::kSub, ax, e.constant(M_LN2))));
+    return e.select(e.binary(BinaryFn::kGt, ax, e.constant(20)), big, small);
+  });
+  t["cosh"] = row({"self"}, Types::kToFloat, [](E& e, const Refs& in, const Call&) {
+    const int32_t ax = e.unary(UnaryFn::kAbs, in[0]);
+    const int32_t small = e.binary(
+        BinaryFn::kMul, e.constant(0.5),
+        e.binary(BinaryFn::kAdd, e.unary(UnaryFn::kExp, ax), e.unary(UnaryFn::kExp, e.unary(UnaryFn::kNeg, ax))));
+    const int32_t big = e.unary(UnaryFn::kExp, e.binary(BinaryFn::kSub, ax, e.constant(M_LN2)));
+    return e.select(e.binary(BinaryFn::kGt, ax, e.constant(20)), big, small);
+  });
+  t["log10"] = row({"self"}, Types::kToFloat, [](E& e, const Refs& in, const Call&) {
+    return e.binary(BinaryFn::kMul, e.unary(UnaryFn::kLog, in[0]), e.constant(1.0 / M_LN10));
+  });
+  // As torch: sin(pi x) / (pi x), and 1 at 0.
+  t["sinc"] = row({"self"}, Types::kToFloat, [](E& e, const Refs& in, const Call&) {
+    const int32_t px = e.binary(BinaryFn::kMul, in[0], e.constant(M_PI));
+    const int32_t q = e.binary(BinaryFn::kDiv, e.unary(UnaryFn::kSin, px), px);
+    return e.select(e.binary(BinaryFn::kEq, in[0], e.constant(0)), e.constant(1.0), q);
+  });
+  t["frac"] = row({"self"}, Types::kPromote, [](E& e, const Refs& in, const Call&) {
+    return e.binary(BinaryFn::kSub, in[0], e.unary(UnaryFn::kTrunc, in[0]));
+  });
+  // nan_to_num(self, nan=0, posinf=largest, neginf=lowest); integers are unchanged.
+  t["nan_to_num"] = row({"self"}, Types::kPromote, [](E& e, const Refs& in, const Call& c) {
+    if (!is_float(c.result)) return e.copy(in[0]);
+    const double big = largest(c.result);
+    const int32_t x = in[0];
+    const int32_t pos = e.constant(c.number("posinf", big)), neg = e.constant(c.number("neginf", -big));
+    const int32_t inf = e.select(e.binary(BinaryFn::kGt, x, e.constant(0)), pos, neg);
+    const int32_t finite = e.select(e.unary(UnaryFn::kIsInf, x), inf, x);
+    return e.select(e.unary(UnaryFn::kIsNan, x), e.constant(c.number("nan", 0)), finite);
+  });
+  // xlogy(x, y) = x log y, 0 where x is 0, NaN where y is.
+  t["xlogy"] = row({"self", "other"}, Types::kToFloat, [](E& e, const Refs& in, const Call&) {
+    const int32_t xly = e.binary(BinaryFn::kMul, in[0], e.unary(UnaryFn::kLog, in[1]));
+    const int32_t zero = e.select(e.binary(BinaryFn::kEq, in[0], e.constant(0)), e.constant(0.0), xly);
+    return e.select(e.unary(UnaryFn::kIsNan, in[1]), in[1], zero);
+  });
+  // special_xlog1py(x, y) = x log1p(y), with xlogy's zeros and NaNs.
+  t["special_xlog1py"] = row({"self", "other"}, Types::kToFloat, [](E& e, const Refs& in, const Call&) {
+    const int32_t xly = e.binary(BinaryFn::kMul, in[0], e.unary(UnaryFn::kLog1p, in[1]));
+    const int32_t zero = e.select(e.binary(BinaryFn::kEq, in[0], e.constant(0)), e.constant(0.0), xly);
+    return e.select(e.unary(UnaryFn::kIsNan, in[1]), in[1], zero);
+  });
+  // special_entr(x) = -x log x for x > 0, 0 at 0, -inf below (NaN stays NaN).
+  t["special_entr"] = row({"self"}, Types::kToFloat, [](E& e, const Refs& in, const Call&) {
+    const int32_t x = in[0];
+    const int32_t v = e.unary(UnaryFn::kNeg, e.binary(BinaryFn::kMul, x, e.unary(UnaryFn::kLog, x)));
+    const int32_t nonneg = e.select(e.binary(BinaryFn::kEq, x, e.constant(0)), e.constant(0.0), v);
+    return e.select(e.binary(BinaryFn::kLt, x, e.constant(0)), e.constant(-INFINITY), nonneg);
+  });
+  // logit(x, eps) = log(z / (1 - z)) for z = x clamped to [eps, 1 - eps] (unclamped without eps).
+  t["logit"] = row({"self"}, Types::kToFloat, [](E& e, const Refs& in, const Call& c) {
+    int32_t z = in[0];
+    if (const Arg* eps = c.get("eps")) {
+      // The bounds in the tensor's type, as torch's: 1 - 1e-3 is 1 in bf16.
+      const int32_t lo = e.constant(rounded_to(eps->number, c.result));
+      const int32_t hi = e.constant(rounded_to(1 - rounded_to(eps->number, c.result), c.result));
+      z = e.select(e.binary(BinaryFn::kLt, z, lo), lo, e.select(e.binary(BinaryFn::kGt, z, hi), hi, z));
+    }
+    return e.unary(UnaryFn::kLog, e.binary(BinaryFn::kDiv, z, e.binary(BinaryFn::kSub, e.constant(1.0), z)));
+  });
+  // Its gradient g / (x (1 - x)); outside [eps, 1 - eps] 0, or without eps NaN outside [0, 1].
+  t["logit_backward"] = row({"grad_output", "self"}, Types::kFloatOnly, [](E& e, const Refs& in, const Call& c) {
+    const int32_t g = in[0], x = in[1];
+    const int32_t d =
+        e.binary(BinaryFn::kDiv, g, e.binary(BinaryFn::kMul, x, e.binary(BinaryFn::kSub, e.constant(1.0), x)));
+    const Arg* eps = c.get("eps");
+    if (!eps) {  // NaN outside [0, 1]
+      const int32_t upper = e.select(e.binary(BinaryFn::kGt, x, e.constant(1.0)), e.constant(NAN), d);
+      return e.select(e.binary(BinaryFn::kLt, x, e.constant(0.0)), e.constant(NAN), upper);
+    }
+    const double lo = rounded_to(eps->number, c.result), hi = rounded_to(1 - lo, c.result);
+    const int32_t inside = e.select(e.binary(BinaryFn::kLe, x, e.constant(hi)), d, e.constant(0.0));
+    return e.select(e.binary(BinaryFn::kGe, x, e.constant(lo)), inside, e.constant(0.0));  // 0 at NaN
+  });
+  // heaviside(x, values): values where x is 0, else x > 0 (NaN gives 0).
+  t["heaviside"] = row({"self", "values"}, Types::kPromote, [](E& e, const Refs& in, const Call&) {
+    const int32_t step = e.select(e.binary(BinaryFn::kGt, in[0], e.constant(0)), e.constant(1.0), e.constant(0.0));
+    return e.select(e.binary(BinaryFn::kEq, in[0], e.constant(0)), in[1], step);
+  });
+  // angle of a real number: pi below 0, else 0 (NaN stays NaN).
+  t["angle"] = row({"self"}, Types::kToFloat, [](E& e, const Refs& in, const Call&) {
+    const int32_t x = in[0];
+    const int32_t a = e.select(e.binary(BinaryFn::kLt, x, e.constant(0)), e.constant(M_PI), e.constant(0.0));
+    return e.select(e.unary(UnaryFn::kIsNan, x), x, a);
+  });
+  // fmax, fmin: a NaN loses to a number.
+  for (const auto& [name, fn] : {std::pair{"fmax", BinaryFn::kMax}, std::pair{"fmin", BinaryFn::kMin}}) {
+    t[name] = row({"self", "other"}, Types::kPromote, [fn = fn](E& e, const Refs& in, const Call& c) {
+      const int32_t m = e.binary(fn, in[0], in[1]);
+      if (!is_float(c.result)) return m;
+      return e.select(e.unary(UnaryFn::kIsNan, in[0]), in[1], e.select(e.unary(UnaryFn::kIsNan, in[1]), in[0], m));
+    });
+  }
+  // As torch: max + log1p(exp(-|a - b|)), and a itself where a == b is infinite.
+  for (const auto& [name, two] : {std::pair{"logaddexp", false}, std::pair{"logaddexp2", true}}) {
+    t[name] = row({"self", "other"}, Types::kPromote, [two = two](E& e, const Refs& in, const Call&) {
+      const int32_t a = in[0], b = in[1];
+      const int32_t d = e.unary(UnaryFn::kNeg, e.unary(UnaryFn::kAbs, e.binary(BinaryFn::kSub, a, b)));
+      int32_t tail = e.unary(UnaryFn::kLog1p, e.unary(two ? UnaryFn::kExp2 : UnaryFn::kExp, d));
+      if (two) tail = e.binary(BinaryFn::kMul, tail, e.constant(1.0 / M_LN2));
+      const int32_t sum = e.binary(BinaryFn::kAdd, e.binary(BinaryFn::kMax, a, b), tail);
+      const int32_t same_inf = e.select(e.binary(BinaryFn::kEq, a, b), e.unary(UnaryFn::kIsInf, a), e.constant(0));
+      return e.select(same_inf, a, sum);
+    });
+  }
+  // hypot(a, b) = m sqrt(1 + (n / m)^2) for m = max(|a|, |b|), n = the other: no overflow on the
+  // way; infinite where either is (even with a NaN), 0 where both are 0.
+  t["hypot"] = row({"self", "other"}, Types::kPromote, [](E& e, const Refs& in, const Call&) {
+    const int32_t aa = e.unary(UnaryFn::kAbs, in[0]), ab = e.unary(UnaryFn::kAbs, in[1]);
+    const int32_t m = e.binary(BinaryFn::kMax, aa, ab), n = e.binary(BinaryFn::kMin, aa, ab);
+    const int32_t r = e.binary(BinaryFn::kDiv, n, m);
+    const int32_t h =
+        e.binary(BinaryFn::kMul, m,
+                 e.unary(UnaryFn::kSqrt, e.binary(BinaryFn::kAdd, e.constant(1.0), e.binary(BinaryFn::kMul, r, r))));
+    const int32_t nonzero = e.select(e.binary(BinaryFn::kEq, m, e.constant(0)), e.constant(0.0), h);
+    const int32_t any_inf =
+        e.select(e.unary(UnaryFn::kIsInf, aa), aa, e.select(e.unary(UnaryFn::kIsInf, ab), ab, nonzero));
+    return any_inf;
+  });
+}
+
+// Activation functions and their backwards, as torch's CPU kernels write them (the same branches,
+// so that NaN and the boundaries go the same way).
+void add_activations(std::map<std::string, PointwiseOp, std::less<>>& t) {
+  using E = Expr;
+  t["leaky_relu"] = row({"self"}, Types::kFloatOnly, [](E& e, const Refs& in, const Call& c) {
+    const int32_t x = in[0];
+    const int32_t neg = e.binary(BinaryFn::kMul, x, e.constant(c.number("negative_slope", 0.01)));
+    return e.select(e.binary(BinaryFn::kGt, x, e.constant(0)), x, neg);
+  });
+  t["leaky_relu_backward"] = row({"grad_output", "self"}, Types::kFloatOnly, [](E& e, const Refs& in, const Call& c) {
+    if (c.flag("self_is_result", false) && c.number("negative_slope", 0.01) < 0) {
+      reject(c, "the backward of an in-place leaky_relu_ with a negative slope is not supported (as in torch)");
+    }
+    const int32_t neg = e.binary(BinaryFn::kMul, in[0], e.constant(c.number("negative_slope", 0.01)));
+    return e.select(e.binary(BinaryFn::kGt, in[1], e.constant(0)), in[0], neg);
+  });
+  t["hardtanh"] = row({"self"}, Types::kPromote, [](E& e, const Refs& in, const Call& c) {
+    const int32_t lo = e.binary(BinaryFn::kMax, in[0], e.constant(c.number("min_val", -1)));
+    return e.binary(BinaryFn::kMin, lo, e.constant(c.number("max_val", 1)));
+  });
+  t["hardtanh_backward"] = row({"grad_output", "self"}, Types::kFloatOnly, [](E& e, const Refs& in, const Call& c) {
+    const int32_t zero = e.constant(0.0);  // 0 at the bounds and at NaN
+    const int32_t below = e.select(e.binary(BinaryFn::kLt, in[1], e.constant(c.number("max_val", 1))), in[0], zero);
+    return e.select(e.binary(BinaryFn::kGt, in[1], e.constant(c.number("min_val", -1))), below, zero);
+  });
+  // elu(x, alpha, scale, input_scale) = x scale for x > 0, else (e^(x input_scale) - 1) alpha scale.
+  t["elu"] = row({"self"}, Types::kFloatOnly, [](E& e, const Refs& in, const Call& c) {
+    const double alpha = c.number("alpha", 1), scale = c.number("scale", 1), input_scale = c.number("input_scale", 1);
+    const int32_t x = in[0];
+    const int32_t neg =
+        e.binary(BinaryFn::kMul, e.unary(UnaryFn::kExpm1, e.binary(BinaryFn::kMul, x, e.constant(input_scale))),
+                 e.constant(alpha * scale));
+    return e.select(e.binary(BinaryFn::kLe, x, e.constant(0)), neg, e.binary(BinaryFn::kMul, x, e.constant(scale)));
+  });
+  t["elu_backward"] =
+      row({"grad_output", "self_or_result"}, Types::kFloatOnly, [](E& e, const Refs& in, const Call& c) {
+        const double alpha = c.number("alpha", 1), scale = c.number("scale", 1),
+                     input_scale = c.number("input_scale", 1);
+        const int32_t g = in[0], y = in[1];
+        int32_t slope;
+        if (c.flag("is_result", false)) {  // y is elu's result
+          slope =
+              e.binary(BinaryFn::kMul, e.constant(input_scale), e.binary(BinaryFn::kAdd, y, e.constant(alpha * scale)));
+        } else {
+          slope = e.binary(BinaryFn::kMul, e.constant(input_scale * alpha * scale),
+                           e.unary(UnaryFn::kExp, e.binary(BinaryFn::kMul, y, e.constant(input_scale))));
+        }
+        return e.select(e.binary(BinaryFn::kGt, y, e.constant(0)), e.binary(BinaryFn::kMul, g, e.constant(scale)),
+                        e.binary(BinaryFn::kMul, g, slope));  // NaN takes the exponential side
+      });
+  // min(max(x + 3, 0), 6) / 6, and x times it.
+  const auto relu6_of_x3 = [](E& e, int32_t x) {
+    const int32_t lo = e.binary(BinaryFn::kMax, e.binary(BinaryFn::kAdd, x, e.constant(3.0)), e.constant(0.0));
+    return e.binary(BinaryFn::kMin, lo, e.constant(6.0));
+  };
+  t["hardsigmoid"] = row({"self"}, Types::kFloatOnly, [relu6_of_x3](E& e, const Refs& in, const Call&) {
+    return e.binary(BinaryFn::kDiv, relu6_of_x3(e, in[0]), e.constant(6.0));
+  });
+  t["hardswish"] = row({"self"}, Types::kFloatOnly, [relu6_of_x3](E& e, const Refs& in, const Call&) {
+    return e.binary(BinaryFn::kDiv, e.binary(BinaryFn::kMul, in[0], relu6_of_x3(e, in[0])), e.constant(6.0));
+  });
+  t["hardsigmoid_backward"] = row({"grad_output", "self"}, Types::kFloatOnly, [](E& e, const Refs& in, const Call&) {
+    const int32_t zero = e.constant(0.0), x = in[1];
+    const int32_t inside =
+        e.select(e.binary(BinaryFn::kLt, x, e.constant(3.0)), e.binary(BinaryFn::kDiv, in[0], e.constant(6.0)), zero);
+    return e.select(e.binary(BinaryFn::kGt, x, e.constant(-3.0)), inside, zero);
+  });
+  t["hardswish_backward"] = row({"grad_output", "self"}, Types::kFloatOnly, [](E& e, const Refs& in, const Call&) {
+    const int32_t g = in[0], x = in[1];
+    const int32_t mid = e.binary(
+        BinaryFn::kMul, g, e.binary(BinaryFn::kAdd, e.binary(BinaryFn::kDiv, x, e.constant(3.0)), e.constant(0.5)));
+    const int32_t lower = e.select(e.binary(BinaryFn::kGe, x, e.constant(3.0)), g, mid);  // NaN: mid
+    return e.select(e.binary(BinaryFn::kLe, x, e.constant(-3.0)), e.constant(0.0), lower);
+  });
+  t["threshold"] = row({"self"}, Types::kPromote, [](E& e, const Refs& in, const Call& c) {
+    const int32_t below = e.binary(BinaryFn::kLe, in[0], e.constant(c.number("threshold", 0)));
+    return e.select(below, e.constant(c.number("value", 0)), in[0]);
+  });
+  // softshrink moves x towards 0 by lambd (a NaN stays NaN); hardshrink zeroes [-lambd, lambd].
+  t["softshrink"] = row({"self"}, Types::kFloatOnly, [](E& e, const Refs& in, const Call& c) {
+    const double l = c.number("lambd", 0.5);
+    const int32_t x = in[0];
+    const int32_t mid = e.select(e.binary(BinaryFn::kLt, x, e.constant(-l)), e.binary(BinaryFn::kAdd, x, e.constant(l)),
+                                 e.binary(BinaryFn::kMul, x, e.constant(0.0)));
+    return e.select(e.binary(BinaryFn::kGt, x, e.constant(l)), e.binary(BinaryFn::kSub, x, e.constant(l)), mid);
+  });
+  // hardshrink: x outside [-lambd, lambd] (and NaN), 0 inside.
+  t["hardshrink"] = row({"self"}, Types::kFloatOnly, [](E& e, const Refs& in, const Call& c) {
+    const double l = c.number("lambd", 0.5);
+    const int32_t x = in[0];
+    const int32_t upper = e.select(e.binary(BinaryFn::kLe, x, e.constant(l)), e.constant(0.0), x);
+    return e.select(e.binary(BinaryFn::kGe, x, e.constant(-l)), upper, x);
+  });
+  // Both backwards: the gradient outside [-lambd, lambd], 0 inside and at NaN.
+  for (const char* name : {"softshrink_backward", "hardshrink_backward"}) {
+    t[name] = row({"grad_output", "self"}, Types::kFloatOnly, [](E& e, const Refs& in, const Call& c) {
+      const double l = c.number("lambd", 0.5);
+      const int32_t x = in[1], g = in[0];
+      const int32_t low = e.select(e.binary(BinaryFn::kLt, x, e.constant(-l)), g, e.constant(0.0));
+      return e.select(e.binary(BinaryFn::kGt, x, e.constant(l)), g, low);
+    });
+  }
+  t["hardshrink_backward"].inputs = {"grad_out", "self"};
+  t["hardshrink_backward"].promoted = {"grad_out", "self"};
+  // mish(x) = x tanh(softplus(x)); its derivative tanh_sp + x sigmoid(x) (1 - tanh_sp^2).
+  t["mish"] = row({"self"}, Types::kFloatOnly, [](E& e, const Refs& in, const Call&) {
+    const int32_t sp = e.unary(UnaryFn::kLog1p, e.unary(UnaryFn::kExp, in[0]));
+    return e.binary(BinaryFn::kMul, in[0], e.unary(UnaryFn::kTanh, sp));
+  });
+  t["mish_backward"] = row({"grad_output", "self"}, Types::kFloatOnly, [](E& e, const Refs& in, const Call&) {
+    const int32_t g = in[0], x = in[1];
+    const int32_t ts = e.unary(UnaryFn::kTanh, e.unary(UnaryFn::kLog1p, e.unary(UnaryFn::kExp, x)));
+    const int32_t sech2 = e.binary(BinaryFn::kSub, e.constant(1.0), e.binary(BinaryFn::kMul, ts, ts));
+    const int32_t d =
+        e.binary(BinaryFn::kAdd, ts,
+                 e.binary(BinaryFn::kMul, e.binary(BinaryFn::kMul, x, e.unary(UnaryFn::kSigmoid, x)), sech2));
+    return e.binary(BinaryFn::kMul, g, d);
+  });
 }
 
 // A value every element takes (fills); a constant input, which becomes a fill step at the root.
@@ -281,6 +564,8 @@ std::map<std::string, PointwiseOp, std::less<>> make_table() {
   t["full_like"] = constant_of("fill_value");
   t["scalar_tensor"] = constant_of("s");
   t["zero"] = row({}, Types::kSelf, [](Expr& e, const Refs&, const Call&) { return e.constant(0); });
+  add_derived_math(t);
+  add_activations(t);
   // arange(start, end, step): start + i * step over a 1-d result.
   t["arange"] = row({}, Types::kSelf, [](Expr& e, const Refs&, const Call& c) {
     return e.iota(c.number("start", 0), c.number("step", 1));

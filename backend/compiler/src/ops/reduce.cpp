@@ -1,4 +1,4 @@
-// Reductions: sum, prod, mean, amax, amin, all and any; max and min (values and indices), argmax
+// Reductions: sum (and nansum), prod, mean, amax, amin, all and any; max and min (values and indices), argmax
 // and argmin; var and std; softmax and log_softmax and their backwards. fp16 and bf16 accumulate in
 // fp32 and round once into the result, as torch's CPU kernels do. An empty reduction is a fill with
 // the identity; dims that do not merge into one run are reduced from a copy (ops::reduce).
@@ -73,8 +73,8 @@ bool empty(const ir::View& v) {
 // sum, prod, mean, amax, amin, all, any (self, dim, keepdim, dtype) and prims::sum (inp, dims).
 void reduction(Builder& b, const Call& c) {
   const bool prims = c.op == "prims::sum";
-  const std::string op = prims ? "sum" : c.op;
-  const uint32_t in = c.tensor(prims ? "inp" : "self");
+  const std::string op = prims || c.op == "nansum" ? "sum" : c.op;
+  uint32_t in = c.tensor(prims ? "inp" : "self");
   const ir::View x = b.view(in);
   const std::vector<int64_t> dims = dims_of(c, prims ? "dims" : "dim", x.sizes.size());
   const uint32_t out = c.out();
@@ -91,6 +91,14 @@ void reduction(Builder& b, const Call& c) {
     if (fn == ReduceFn::kMin && !logical) reject(c, "amin of an empty dim has no identity");
     const bool one = fn == ReduceFn::kProd || op == "all";
     return fill(b, out, mean ? kNaN : (one ? 1.0 : 0.0));
+  }
+  if (c.op == "nansum" && hw::dtype_is_float(x.dtype)) {  // the sum of x with its NaNs as 0
+    const uint32_t masked = b.temp(x.sizes, x.dtype);
+    ir::Expr e(narrow(x.dtype) ? DType::kF32 : x.dtype);
+    const int32_t v = e.input(ir::Operand::of(in));
+    e.select(e.unary(UnaryFn::kIsNan, v), e.constant(0.0), v);
+    b.add(e.done(masked));
+    in = masked;
   }
   const uint32_t o = keep_view(b, c, out, x, dims);
   if (!narrow(t) && !mean) return reduce(b, fn, logical ? DType::kBool : t, in, o, dims);
@@ -224,11 +232,39 @@ void softmax_backward(Builder& b, const Call& c) {
   b.add(e.done(out));
 }
 
+// trace(self): the sum of a matrix's diagonal, a strided view of it.
+void trace(Builder& b, const Call& c) {
+  const uint32_t in = c.tensor("self");
+  const ir::View x = b.view(in);
+  if (x.sizes.size() != 2) reject(c, "trace of a tensor that is not a matrix");
+  Call sum = c;
+  sum.op = "sum";
+  sum.args.erase("dim");
+  sum.args["self"] = Arg::tensor(b.derive(in, {std::min(x.sizes[0], x.sizes[1])}, {x.strides[0] + x.strides[1]}));
+  reduction(b, sum);
+}
+
+// count_nonzero(self, dim): the int64 sum of x != 0.
+void count_nonzero(Builder& b, const Call& c) {
+  const uint32_t in = c.tensor("self");
+  const ir::View x = b.view(in);
+  const uint32_t out = c.out();
+  if (empty(b.view(out))) return;
+  const std::vector<int64_t> dims = dims_of(c, "dim", x.sizes.size());
+  if (empty(x)) return fill(b, out, 0);
+  const uint32_t nonzero = b.temp(x.sizes, DType::kI64);
+  ir::Expr e(narrow(x.dtype) ? DType::kF32 : x.dtype);
+  e.binary(BinaryFn::kNe, e.input(ir::Operand::of(in)), e.constant(0));
+  b.add(e.done(nonzero));
+  reduce(b, ReduceFn::kSum, DType::kI64, nonzero, keep_view(b, c, out, x, dims), dims);
+}
+
 }  // namespace
 
 const Table& reduce_ops() {
   static const Table t = {
       {"sum", reduction},
+      {"nansum", reduction},
       {"prod", reduction},
       {"mean", reduction},
       {"amax", reduction},
@@ -236,6 +272,8 @@ const Table& reduce_ops() {
       {"all", reduction},
       {"any", reduction},
       {"prims::sum", reduction},
+      {"trace", trace},
+      {"count_nonzero", count_nonzero},
       {"max", {extremum, 2}},
       {"min", {extremum, 2}},
       {"argmax", extremum},
