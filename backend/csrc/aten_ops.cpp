@@ -4,6 +4,7 @@
 // (pointwise_ops.cpp, reduce_ops.cpp, matmul.cpp).
 #include <ATen/ATen.h>
 #include <ATen/EmptyTensor.h>
+#include <ATen/MemoryOverlap.h>
 #include <ATen/native/CPUFallback.h>
 #include <ATen/native/Resize.h>
 #include <ATen/ops/_reshape_alias_native.h>
@@ -222,6 +223,17 @@ at::Tensor stored(const at::Tensor& t) {
 }
 
 at::Tensor copy_from(const at::Tensor& src, const at::Tensor& dst, bool non_blocking) {
+  // What torch's copy_ does after this hook, for the devices it copies itself: nothing when dst
+  // and src are the same view, else its iterator's overlap checks. A source with an expanded dim
+  // (setitem's broadcast value) is one whose overlap torch cannot tell, and lets through.
+  const bool same_view = dst.is_alias_of(src) && dst.storage_offset() == src.storage_offset() &&
+                         dst.strides() == src.strides() && dst.sizes() == src.sizes() &&
+                         dst.scalar_type() == src.scalar_type() && dst.is_conj() == src.is_conj() &&
+                         dst.is_neg() == src.is_neg();
+  if (same_view) return dst;
+  at::assert_no_internal_overlap(dst);
+  const bool expanded = std::find(src.strides().begin(), src.strides().end(), 0) != src.strides().end();
+  if (src.device() == dst.device() && !expanded) at::assert_no_partial_overlap(dst, src);
   if (src.is_conj() || src.is_neg() || dst.is_conj() || dst.is_neg()) {
     // The math bits (torch's lazy conj() and negation): the stored values move, then the
     // destination takes the difference of the bits, as torch's own copy kernels do.
@@ -337,7 +349,26 @@ void fallback_policy(const c10::OperatorName& name) {
 
 void cpu_fallback(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
   fallback_policy(op.schema().operator_name());
+  // ATen's fallback puts new results on the device of the first tensor argument, which may be a
+  // CPU 0-dim tensor (torch.where(cpu_cond, x, y)): they belong on the spyre device of the call.
+  std::optional<c10::Device> device;
+  const size_t n = op.schema().arguments().size();
+  for (size_t i = stack->size() - n; i < stack->size() && !device; ++i) {
+    const c10::IValue& v = (*stack)[i];
+    if (v.isTensor() && v.toTensor().defined() && v.toTensor().is_privateuseone()) device = v.toTensor().device();
+    if (v.isTensorList()) {
+      for (const at::Tensor& t : v.toTensorVector()) {
+        if (t.defined() && t.is_privateuseone() && !device) device = t.device();
+      }
+    }
+  }
   at::native::cpu_fallback(op, stack);
+  if (!device) return;
+  const size_t r = op.schema().returns().size();
+  for (size_t i = stack->size() - r; i < stack->size(); ++i) {
+    c10::IValue& v = (*stack)[i];
+    if (v.isTensor() && v.toTensor().defined() && v.toTensor().is_cpu()) v = v.toTensor().to(*device);
+  }
 }
 
 }  // namespace

@@ -6,8 +6,10 @@
 #include <ATen/ATen.h>
 #include <ATen/Context.h>
 #include <ATen/MemoryOverlap.h>
+#include <ATen/TensorIterator.h>
 #include <ATen/WrapDimUtils.h>
 #include <ATen/native/Resize.h>
+#include <c10/util/strides.h>
 #include <torch/library.h>
 
 #include <stdexcept>
@@ -460,19 +462,23 @@ std::optional<LinearIndex> linear_index(const at::Tensor& self, const c10::IValu
 }
 
 // self with dims [dim, dim + span) merged into one, as a view (nullopt when they do not merge; a
-// tensor with no elements always merges).
+// tensor with no elements always merges). Dims of size 1 take no part: their strides are arbitrary.
 std::optional<at::Tensor> merged(const at::Tensor& self, int64_t dim, int64_t span) {
-  for (int64_t j = dim; j + 1 < dim + span; ++j) {
-    if (self.numel() > 0 && self.size(j + 1) != 1 && self.stride(j) != self.stride(j + 1) * self.size(j + 1)) {
-      return std::nullopt;
-    }
+  int64_t inner = 1, expect = 0;
+  bool seen = false;
+  for (int64_t j = dim + span - 1; j >= dim; --j) {
+    if (self.size(j) == 1) continue;
+    if (seen && self.numel() > 0 && self.stride(j) != expect) return std::nullopt;
+    if (!seen) inner = self.stride(j);
+    seen = true;
+    expect = self.stride(j) * self.size(j);
   }
   std::vector<int64_t> sizes(self.sizes().begin(), self.sizes().begin() + dim);
   std::vector<int64_t> strides(self.strides().begin(), self.strides().begin() + dim);
   int64_t rows = 1;
   for (int64_t j = dim; j < dim + span; ++j) rows *= self.size(j);
   sizes.push_back(rows);
-  strides.push_back(self.stride(dim + span - 1));
+  strides.push_back(inner);
   sizes.insert(sizes.end(), self.sizes().begin() + dim + span, self.sizes().end());
   strides.insert(strides.end(), self.strides().begin() + dim + span, self.strides().end());
   return self.as_strided(sizes, strides, self.storage_offset());
@@ -486,6 +492,36 @@ std::vector<int64_t> indexed_shape(const at::Tensor& self, const LinearIndex& ix
   return shape;
 }
 
+// The layout torch gives an indexing result: its iterator's over self restrided to the result's
+// shape (stride 0 along the index's dims) and the index (stride 0 along self's other dims).
+std::vector<int64_t> index_result_strides(const at::Tensor& self, const LinearIndex& ix, c10::IntArrayRef shape) {
+  std::vector<int64_t> src, idx;
+  for (int64_t d = 0; d < ix.dim; ++d) {
+    src.push_back(self.stride(d));
+    idx.push_back(0);
+  }
+  for (int64_t k = 0; k < ix.lin.dim(); ++k) {
+    src.push_back(0);
+    idx.push_back(ix.lin.size(k) == 1 ? 0 : ix.lin.stride(k));
+  }
+  for (int64_t d = ix.dim + ix.span; d < self.dim(); ++d) {
+    src.push_back(self.stride(d));
+    idx.push_back(0);
+  }
+  if (src.size() != shape.size() || shape.size() < 2) {
+    const c10::DimVector s = c10::contiguous_strides(shape);
+    return {s.begin(), s.end()};
+  }
+  const at::TensorOptions meta = at::TensorOptions().device(c10::kMeta);
+  at::TensorIteratorConfig config;
+  config.check_all_same_dtype(false).set_check_mem_overlap(false);
+  config.add_owned_output(at::Tensor());
+  config.add_owned_const_input(at::empty_strided(shape, src, meta.dtype(self.scalar_type())));
+  config.add_owned_const_input(at::empty_strided(shape, idx, meta.dtype(self.scalar_type())));
+  const at::TensorIterator iter = config.build();
+  return iter.output().strides().vec();
+}
+
 // index.Tensor(self, indices): index_select of the linear index along the merged indexed dims.
 void index_kernel(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
   BoxedCall c(op, stack);
@@ -495,8 +531,15 @@ void index_kernel(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
   if (!ix) return c.fall_back();
   std::optional<at::Tensor> table = merged(self, ix->dim, ix->span);
   if (!table) table = merged(self.contiguous(), ix->dim, ix->span);
+  TORCH_CHECK_INDEX(!table || table->size(ix->dim) > 0 || ix->lin.numel() == 0,
+                    "index is out of bounds for dimension with size 0");
   TORCH_CHECK(table, "spyre: internal: indexed dims that do not merge in a contiguous tensor");
-  c.finish(at::index_select(*table, ix->dim, ix->lin.reshape({-1})).view(indexed_shape(self, *ix)));
+  at::Tensor result = at::index_select(*table, ix->dim, ix->lin.reshape({-1})).view(indexed_shape(self, *ix));
+  const std::vector<int64_t> strides = index_result_strides(self, *ix, result.sizes());
+  if (result.strides() != c10::IntArrayRef(strides)) {
+    result = at::empty_strided(result.sizes(), strides, result.options()).copy_(result);
+  }
+  c.finish(result);
 }
 
 // index_put_(self, indices, values, accumulate): index_add (accumulate) or a scatter of rows along
@@ -514,8 +557,8 @@ void index_put_kernel(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
       self.sizes().slice(0, static_cast<size_t>(mask->dim())) == mask->sizes()) {
     std::vector<int64_t> shape = mask->sizes().vec();
     shape.resize(static_cast<size_t>(self.dim()), 1);
-    at::Tensor target = self;
-    target.masked_fill_(mask->view(shape), values.item());
+    at::Tensor target = self;  // a mask of self's rank as it is: it may be self (x[x] = v)
+    target.masked_fill_(mask->dim() == self.dim() ? *mask : mask->view(shape), values.item());
     return c.finish(self);
   }
   if (values.device() == self.device()) at::assert_no_overlap(self, values);  // as CPU, after the masked_fill

@@ -151,7 +151,7 @@ void flip_kernel(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
     TORCH_CHECK(std::find(dims.begin(), dims.end(), w) == dims.end(), "flip: dim ", w, " appears multiple times");
     if (self.dim() > 0 && self.size(w) > 1) dims.push_back(w);
   }
-  at::Tensor out = c.out() ? *c.out() : at::empty(self.sizes(), self.options());
+  at::Tensor out = c.out() ? *c.out() : at::empty_like(self);  // CPU's layout: self's
   if (c.out()) at::native::resize_output(out, self.sizes());
   if (out.numel() == 0) return c.finish(out);
   if (dims.empty()) return c.finish(out.copy_(self));

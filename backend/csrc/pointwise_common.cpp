@@ -38,7 +38,7 @@ c10::IValue stand_in(const c10::IValue& v) {
 void append_type(std::string& key, const c10::IValue& v) {
   if (v.isTensor()) {
     const at::Tensor& t = v.toTensor();
-    key += t.defined() ? c10::str(t.scalar_type(), t.dim() == 0 ? "0" : "n") : "u";
+    key += t.defined() ? c10::str(t.scalar_type(), ':', t.dim()) : "u";  // the stand-in's type and rank
   } else if (v.isScalar()) {
     key += v.isDouble() ? 'd' : (v.isBool() ? 'b' : (v.isComplexDouble() ? 'c' : 'i'));
   } else if (v.isString()) {
@@ -119,23 +119,32 @@ namespace {
 // The strides CPU gives a new output of `shape` from these inputs (TensorIterator's layout: the
 // inputs' dim order, so the sum of two transposed tensors is transposed), or none when that is
 // the contiguous layout. TensorIterator answers it over meta stand-ins, which hold no memory.
-std::vector<int64_t> output_strides(c10::IntArrayRef shape, const std::vector<const Value*>& inputs) {
-  bool contiguous = true;
-  for (const Value* v : inputs) {
-    if (v->tensor && v->tensor->dim() > 0) contiguous = contiguous && v->tensor->is_contiguous();
-  }
-  if (contiguous || shape.size() < 2) return {};
+std::vector<int64_t> output_strides(const BoxedCall& c, c10::IntArrayRef shape,
+                                    const std::vector<const Value*>& inputs) {
+  if (shape.size() < 2) return {};
+  // Torch's masked_fill clones self contiguously, and pow of a number makes a contiguous result.
+  const std::string& op = c.base();
+  if (op == "masked_fill" || (op == "pow" && !inputs.empty() && !inputs[0]->tensor && !inputs[0]->host)) return {};
+  // The number operands of most ops are 0-dim tensors in torch's iterator; clamp's bounds, pow's
+  // exponent and lerp's weight are parameters of the kernel instead.
+  const bool numbers = op.rfind("clamp", 0) != 0 && op != "pow" && op != "lerp";
+  // Even the strides of size-1 dims, which views of the result show (a diagonal, a select).
   at::TensorIteratorConfig config;
   config.check_all_same_dtype(false).set_check_mem_overlap(false);
   config.add_owned_output(at::Tensor());
+  bool any = false;
+  // 0-dim tensors (on the device or the host) take part, as in torch.
   for (const Value* v : inputs) {
-    if (!v->tensor || v->tensor->dim() == 0) continue;
-    const at::Tensor& t = *v->tensor;
-    config.add_owned_const_input(at::empty_strided(t.sizes(), t.strides(), at::TensorOptions().device(c10::kMeta)));
+    const std::optional<at::Tensor>& t = v->tensor ? v->tensor : v->host;
+    if (!t && !numbers) continue;
+    const at::TensorOptions meta = at::TensorOptions().device(c10::kMeta);
+    config.add_owned_const_input(t ? at::empty_strided(t->sizes(), t->strides(), meta) : at::empty({}, meta));
+    any = any || (t && t->dim() > 0);
   }
+  if (!any) return {};
   const at::TensorIterator iter = config.build();
   const at::Tensor& out = iter.output();
-  if (out.sizes() != shape || out.is_contiguous()) return {};
+  if (out.sizes() != shape) return {};
   return out.strides().vec();
 }
 
@@ -150,12 +159,13 @@ std::optional<at::Tensor> output(const BoxedCall& c, const at::Tensor& like, c10
   } else if (std::optional<at::Tensor> o = c.out()) {
     out = *o;
     if (!device_dtype(out.scalar_type())) return std::nullopt;
+    at::assert_no_internal_overlap(out);          // as torch, before out= is resized
     if (at::native::resize_output(out, shape)) {  // a resized out= takes the layout a new output would
-      const std::vector<int64_t> strides = output_strides(shape, inputs);
+      const std::vector<int64_t> strides = output_strides(c, shape, inputs);
       if (!strides.empty()) out.as_strided_(shape, strides);
     }
   } else {
-    const std::vector<int64_t> strides = output_strides(shape, inputs);
+    const std::vector<int64_t> strides = output_strides(c, shape, inputs);
     if (strides.empty()) return at::empty(shape, like.options().dtype(result));
     return at::empty_strided(shape, strides, like.options().dtype(result));
   }

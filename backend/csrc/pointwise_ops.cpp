@@ -57,6 +57,27 @@ at::ScalarType result_type(const BoxedCall& c, const ops::PointwiseOp& row, at::
   }
 }
 
+// masked_fill_ of an expanded tensor (CPU allows it, with a deprecation warning): each memory
+// location takes the value when the mask is true at any of its aliases, so the mask reduces with
+// any() over the expanded dims and fills the tensor seen without them. nullopt: not expanded.
+std::optional<at::Tensor> masked_fill_expanded(const BoxedCall& c, const at::Tensor& self) {
+  std::vector<int64_t> sizes = self.sizes().vec(), dims;
+  for (int64_t d = 0; d < self.dim(); ++d) {
+    if (self.stride(d) == 0 && self.size(d) > 1) {
+      sizes[static_cast<size_t>(d)] = 1;
+      dims.push_back(d);
+    }
+  }
+  if (dims.empty() || !c.get("mask")->isTensor()) return std::nullopt;
+  TORCH_WARN_ONCE(
+      "Use of masked_fill_ on expanded tensors is deprecated. Please clone() the tensor before performing "
+      "this operation.");
+  const at::Tensor mask = c.get("mask")->toTensor().expand(self.sizes()).any(dims, /*keepdim=*/true);
+  at::Tensor memory = self.as_strided(sizes, self.strides(), self.storage_offset());
+  if (c.get("value")->isTensor()) return memory.masked_fill_(mask, c.get("value")->toTensor());
+  return memory.masked_fill_(mask, c.get("value")->toScalar());
+}
+
 void pointwise_kernel(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
   BoxedCall c(op, stack);
   check_types_as_cpu(c);  // torch's refusals for these types (round of bool, an int alpha, ...)
@@ -71,6 +92,11 @@ void pointwise_kernel(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
   }
   TORCH_CHECK(!promoted.empty(), c.base(), ": expected at least one operand");  // clamp without bounds: torch's error
   if (c.base().rfind("clamp", 0) == 0 && promoted.size() == 1) return c.fall_back();
+  const bool masked = c.base() == "masked_fill";
+  if (masked && c.inplace()) {
+    const at::Tensor self = c.at(0).toTensor();
+    if (const std::optional<at::Tensor> deexpanded = masked_fill_expanded(c, self)) return c.finish(self);
+  }
   // torch.result_type of the first promoted operand with each other (one operand: its own type).
   at::ScalarType common = promote(promoted[0], promoted.size() > 1 ? promoted[1] : promoted[0]);
   for (size_t i = 2; i < promoted.size(); ++i) common = at::promote_types(common, promote(promoted[0], promoted[i]));
@@ -90,7 +116,14 @@ void pointwise_kernel(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
     const c10::IValue* e = c.get("exponent");
     if (e && !e->isTensor() && e->toScalar().toDouble() < 0) return c.fall_back();
   }
-  const bool masked = c.base() == "masked_fill";
+  if (c.base().rfind("clamp", 0) == 0 || masked) {  // torch's check: a number bound or value fits the type
+    for (const char* bound : {"min", "max", "value"}) {
+      const c10::IValue* v = c.get(bound);
+      if (!v || v->isTensor()) continue;
+      const c10::Scalar s = v->toScalar();
+      AT_DISPATCH_ALL_TYPES_AND3(at::kHalf, at::kBFloat16, at::kBool, result, "clamp", [&] { (void)s.to<scalar_t>(); });
+    }
+  }
   if (masked || c.base() == "where") {
     const Value mask = value_of(*c.get(masked ? "mask" : "condition"));
     if (!mask.tensor || mask.tensor->scalar_type() != at::kBool) return c.fall_back();
@@ -113,8 +146,37 @@ void pointwise_kernel(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
   const std::optional<at::Tensor> out = output(c, like, shape, result, inputs);
   if (!out) return c.fall_back();
   if (out->numel() == 0) return c.finish(*out);
+  // In fp16 and bf16 torch rounds every operand to the common type first and the result to it
+  // last (before an out= of another type takes it): the device computes those in fp32, so the
+  // operands of other types are converted here, and such a result goes through a temporary. The
+  // exceptions are the op library's exact operands (add's second, pow's exponent, ...): one of one
+  // element stays exact, as torch's kernels read a scalar operand, and the call computes in fp32.
+  const bool narrow = common == at::kHalf || common == at::kBFloat16;
+  const bool round_result = (result == at::kHalf || result == at::kBFloat16) && out->scalar_type() != result;
+  const at::Tensor target = round_result ? at::empty(out->sizes(), out->options().dtype(result)) : *out;
+  const auto exact = [&](const std::string& name, const at::Tensor& t) {
+    return t.numel() == 1 &&
+           std::find(row.exact_numbers.begin(), row.exact_numbers.end(), name) != row.exact_numbers.end();
+  };
+  bool wide_scalar = false;
+  std::vector<at::Tensor> converted;
+  std::vector<std::pair<std::string, size_t>> replaced;
+  for (const std::string& name : narrow ? row.promoted : std::vector<std::string>{}) {
+    const c10::IValue* v = c.get(name);
+    if (!v || !v->isTensor() || !v->toTensor().is_privateuseone() || v->toTensor().scalar_type() == common) continue;
+    if (exact(name, v->toTensor())) {
+      wide_scalar = wide_scalar || row.types != Types::kToBool;
+      continue;
+    }
+    converted.push_back(v->toTensor().to(common));
+    replaced.emplace_back(name, converted.size() - 1);
+  }
   Launch l;
-  if (lower_or_fall_back(l, library_call(c, l, {*out}, common, result), c)) c.finish(*out);
+  ops::Call call = library_call(c, l, {target}, common, wide_scalar ? at::kFloat : result);
+  for (const auto& [name, i] : replaced) call.args[name] = ops::Arg::tensor(l.view(converted[i]));
+  if (!lower_or_fall_back(l, call, c)) return;
+  if (round_result) out->copy_(target);
+  c.finish(*out);
 }
 
 // fill_(self, value), zero_(self): a fill of the value, or a broadcast copy of a 0-dim spyre tensor.
@@ -136,9 +198,23 @@ void fill_kernel(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
     if (v.is_privateuseone() && !device_dtype(v.scalar_type())) return c.fall_back();
   }
   if (self.numel() == 0) return c.finish(self);
-  at::assert_no_internal_overlap(self);
+  // As CPU: a number may fill an expanded tensor (every alias takes the same value); a tensor not.
+  if (c.at(1).isTensor()) at::assert_no_internal_overlap(self);
+  // The memory to write: an expanded dim (stride 0) once.
+  std::vector<int64_t> sizes = self.sizes().vec();
+  for (int64_t d = 0; d < self.dim(); ++d) {
+    if (self.stride(d) == 0) sizes[static_cast<size_t>(d)] = 1;
+  }
+  const at::Tensor target = self.as_strided(sizes, self.strides(), self.storage_offset());
   Launch l;
-  if (lower_or_fall_back(l, library_call(c, l, {self}, self.scalar_type(), self.scalar_type()), c)) c.finish(self);
+  ops::Call call = library_call(c, l, {target}, self.scalar_type(), self.scalar_type());
+  if (c.base() == "fill" && c.at(1).isTensor() && !c.at(1).toTensor().is_privateuseone()) {
+    // A host value converts as a tensor does (2**40 in bf16 is int32's indefinite value, not 0).
+    const c10::Scalar v = c.at(1).toTensor().to(self.scalar_type()).item();
+    call.args["value"] =
+        at::isFloatingType(self.scalar_type()) ? ops::Arg::num(v.toDouble()) : ops::Arg::whole(v.toLong());
+  }
+  if (lower_or_fall_back(l, call, c)) c.finish(self);
 }
 
 // arange(start, end, step, out=): an iota over the output.
@@ -191,7 +267,7 @@ const bool g_registered = [] {
   register_boxed({"special_xlog1py"}, {"", "self_scalar", "other_scalar", "out", "self_scalar_out", "other_scalar_out"},
                  &pointwise_kernel);
   register_boxed({"leaky_relu_backward", "hardtanh_backward", "elu_backward", "hardsigmoid_backward",
-                  "hardswish_backward", "softshrink_backward", "hardshrink_backward", "mish_backward"},
+                  "hardswish_backward", "softshrink_backward", "hardshrink_backward"},
                  {"", "grad_input", "out"}, &pointwise_kernel);
   register_boxed(with_inplace({"addcmul", "addcdiv", "lerp"}),
                  {"", "out", "Scalar", "Tensor", "Scalar_out", "Tensor_out"}, &pointwise_kernel);

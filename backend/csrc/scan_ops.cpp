@@ -70,8 +70,9 @@ void sort_kernel(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
   const bool descending = c.get("descending")->toBool();
   if (!device_dtype(self.scalar_type())) return c.fall_back();
   const bool out = c.overload().rfind("values", 0) == 0;
-  at::Tensor values = out ? c.get("values")->toTensor() : at::empty(self.sizes(), self.options());
-  at::Tensor indices = out ? c.get("indices")->toTensor() : at::empty(self.sizes(), self.options().dtype(at::kLong));
+  // New results take self's layout, as CPU's.
+  at::Tensor values = out ? c.get("values")->toTensor() : at::empty_like(self);
+  at::Tensor indices = out ? c.get("indices")->toTensor() : at::empty_like(self, self.options().dtype(at::kLong));
   if (out) {
     TORCH_CHECK(values.scalar_type() == self.scalar_type() && indices.scalar_type() == at::kLong,
                 "sort: expected values of the input's type and int64 indices");

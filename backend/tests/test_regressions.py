@@ -242,6 +242,59 @@ FUZZ_FINDINGS = {
     "a bool fill of a fraction is True": ["v = torch.zeros(3, dtype=torch.bool, device=dev)", "v[0] = 0.5"],
     "index_put_ of values that overlap self raises": [
         "v = torch.arange(4.0, device=dev)", "v.index_put_((torch.tensor([0, 1], device=dev),), v[1:3])"],
+    "a number fills every alias of an expanded tensor": [
+        "v = torch.zeros(1, 5, device=dev)", "w = v.expand(3, 5)", "w.zero_()", "w.fill_(2.0)"],
+    "a bool mask over nonzero's result": [
+        "v = torch.ones(1, 1, device=dev).nonzero()", "r = v[v > 0]"],
+    "a bool mask over a diagonal view": [
+        "v = torch.tensor([[[1.0, -2.0, 3.0]]], device=dev).diagonal()", "r = v[v > 0]"],
+    "a masked setitem of an empty tensor after a refused one of another rank": [
+        "v = torch.zeros(3, device=dev)", "v.masked_fill_(torch.ones(1, 3, dtype=torch.bool, device=dev), 1.0)",
+        "w = torch.zeros(5, 0, 5, dtype=torch.float16, device=dev)", "w[w > 0] = torch.tensor(3, device=dev)"],
+    "a half divided by a float 0-dim into a float out= rounds as CPU": [
+        "a = torch.tensor([-0.32275390625], dtype=torch.float16, device=dev)",
+        "b = torch.tensor(-0.7664936780929565, device=dev)",
+        "r = torch.div(a, b, out=torch.empty(0, device=dev))", "s = torch.div(a, b)"],
+    "a bf16 comparison with a number rounds the number to bf16": [
+        "v = torch.tensor([0.001], dtype=torch.bfloat16, device=dev)", "r = torch.ge(v, 0.001)", "s = v < 0.001"],
+    "clamp to a bound the type cannot hold raises": [
+        "v = torch.zeros(3, dtype=torch.float16, device=dev)", "r = torch.clamp(v, 0.001, 8589934592)"],
+    "sign of NaN is 0": ["v = torch.tensor([float('nan'), -1.0, 2.0], device=dev)", "r = torch.sign(v)", "s = v.sgn()"],
+    "a masked setitem of an expanded tensor": [
+        "v = torch.tensor([1.0, -2.0, 3.0], device=dev).expand(2, 3)", "v[v > 0] = 7.0"],
+    "an index into a size-0 dim raises": [
+        "v = torch.zeros(0, 0, 1, device=dev)", "r = v[torch.zeros(4, 2, dtype=torch.long, device=dev)]"],
+    "copy_ between partly overlapping views raises": [
+        "v = torch.arange(7.0, device=dev)", "w = v.unsqueeze(-2)", "w.copy_(v.contiguous())",
+        "v.copy_(v.select(0, 1))"],
+    "flip and sort keep their input's layout": [
+        "v = torch.tensor([[0.0, 1.0, 2.0], [3.0, 0.0, 5.0]], device=dev).nonzero()", "r = v.flip(1)",
+        "s = r.unfold(0, 2, 1)", "t = torch.sort(v, -1)[0]", "u = t.permute(1, 0)"],
+    "gelu of inf is NaN, as CPU's": [
+        "v = torch.tensor([float('inf'), -1.0], device=dev)", "r = torch.nn.functional.gelu(v)"],
+    "a CPU 0-dim condition of where gives a spyre result": [
+        "x = torch.ones(3, device=dev)", "r = torch.where(torch.tensor(True), x, 2 * x)",
+        "y = x.clone().requires_grad_()", "s = torch.pow(y * 1, torch.tensor(1, dtype=torch.int32))",
+        "g = torch.autograd.grad(s.sum(), y)[0]"],
+    "a result with a number operand is laid out as CPU's": [
+        "v = torch.arange(49.0, device=dev).view(7, 7, 1, 1).transpose(0, -1)", "r = v > 0", "s = r.select(2, 0)",
+        "t = torch.clamp(v, 0)", "u = t.select(2, 0)", "w = torch.where(r, v, 1.0).select(2, 0)"],
+    "an index result is laid out as CPU's": [
+        "v = torch.arange(12.0, device=dev).view(3, 1, 4).unfold(0, 3, 1)",
+        "r = v[torch.tensor([0, -1], device=dev)]", "s = r.squeeze()"],
+    "a bf16 product with a one-element int32 tensor keeps it exact": [
+        "g = torch.Generator().manual_seed(58738142)",
+        "v = (torch.randn((8, 4), generator=g) * 100).to(torch.bfloat16).to(dev)",
+        "h = torch.Generator().manual_seed(569299808)",
+        "w = torch.randint(-2**31, 2**31 - 1, (1,), dtype=torch.int32, generator=h)",
+        "r = torch.mul(v, w.to(dev), out=torch.empty(0, device=dev))"],
+    "a CPU int64 scalar operand of a half remainder rounds to half": [
+        "v = torch.tensor([0.5, 3.0], dtype=torch.float16, device=dev)", "r = torch.remainder(torch.tensor(2**40), v)"],
+    "fill_ from a bf16 host tensor converts as a copy does": [
+        "v = torch.zeros(3, dtype=torch.int32, device=dev)", "v.fill_(torch.tensor(2**40, dtype=torch.bfloat16))"],
+    "an out= that overlaps itself raises before it is resized": [
+        "o = torch.zeros(1, 4, dtype=torch.int32, device=dev).expand(2, 4)",
+        "r = torch.pow(torch.zeros(0, 2, dtype=torch.bool, device=dev), 2, out=o)"],
     "a half sum of int64 casts its input first": [
         "v = torch.tensor([70000, -69999], device=dev)",
         "r = torch.sum(v, 0, out=torch.empty((), dtype=torch.float16, device=dev))"],

@@ -68,7 +68,9 @@ bool narrow(DType t) {
 // div with rounding_mode="trunc" in fp16 or bf16 truncates the quotient rounded to that type, as
 // torch's CPU kernel does: the truncation is an op of its own after the quotient is stored.
 bool trunc_after(const Call& c) {
-  return c.op == "div" && c.text("rounding_mode") == "trunc" && narrow(c.result);
+  const Arg* other = c.get("other");
+  const bool exact = other && other->kind == Arg::Kind::kNumber;  // then the quotient is not rounded first
+  return c.op == "div" && c.text("rounding_mode") == "trunc" && narrow(c.result) && !exact;
 }
 
 // div(self, other, rounding_mode): true division, floor, or trunc (integer division truncates).
@@ -145,7 +147,8 @@ double rounded_to(double x, DType t) {
   int e = 0;
   std::frexp(x, &e);  // x = m 2^e with 0.5 <= |m| < 1
   const double quantum = std::ldexp(1.0, std::max(e - 1, min_exponent) - mantissa);
-  return std::nearbyint(x / quantum) * quantum;
+  const double r = std::nearbyint(x / quantum) * quantum;
+  return std::fabs(r) > largest(t) ? std::copysign(INFINITY, r) : r;  // past the largest: overflow
 }
 
 // The trigonometric and hyperbolic functions the SFP has no instruction for, from those it has,
@@ -304,8 +307,9 @@ void add_activations(std::map<std::string, PointwiseOp, std::less<>>& t) {
     return e.select(e.binary(BinaryFn::kGt, in[1], e.constant(0)), in[0], neg);
   });
   t["hardtanh"] = row({"self"}, Types::kPromote, [](E& e, const Refs& in, const Call& c) {
-    const int32_t lo = e.binary(BinaryFn::kMax, in[0], e.constant(c.number("min_val", -1)));
-    return e.binary(BinaryFn::kMin, lo, e.constant(c.number("max_val", 1)));
+    // torch's hardtanh is a clamp, whose bounds round to the tensor's type
+    const int32_t lo = e.binary(BinaryFn::kMax, in[0], e.constant(rounded_to(c.number("min_val", -1), c.common)));
+    return e.binary(BinaryFn::kMin, lo, e.constant(rounded_to(c.number("max_val", 1), c.common)));
   });
   t["hardtanh_backward"] = row({"grad_output", "self"}, Types::kFloatOnly, [](E& e, const Refs& in, const Call& c) {
     const int32_t zero = e.constant(0.0);  // 0 at the bounds and at NaN
@@ -362,7 +366,7 @@ void add_activations(std::map<std::string, PointwiseOp, std::less<>>& t) {
     return e.select(e.binary(BinaryFn::kLe, x, e.constant(-3.0)), e.constant(0.0), lower);
   });
   t["threshold"] = row({"self"}, Types::kPromote, [](E& e, const Refs& in, const Call& c) {
-    const int32_t below = e.binary(BinaryFn::kLe, in[0], e.constant(c.number("threshold", 0)));
+    const int32_t below = e.binary(BinaryFn::kLe, in[0], e.constant(rounded_to(c.number("threshold", 0), c.common)));
     return e.select(below, e.constant(c.number("value", 0)), in[0]);
   });
   // softshrink moves x towards 0 by lambd (a NaN stays NaN); hardshrink zeroes [-lambd, lambd].
@@ -391,19 +395,10 @@ void add_activations(std::map<std::string, PointwiseOp, std::less<>>& t) {
   }
   t["hardshrink_backward"].inputs = {"grad_out", "self"};
   t["hardshrink_backward"].promoted = {"grad_out", "self"};
-  // mish(x) = x tanh(softplus(x)); its derivative tanh_sp + x sigmoid(x) (1 - tanh_sp^2).
+  // mish(x) = x tanh(softplus(x)); its backward is torch's composite of native ops.
   t["mish"] = row({"self"}, Types::kFloatOnly, [](E& e, const Refs& in, const Call&) {
     const int32_t sp = e.unary(UnaryFn::kLog1p, e.unary(UnaryFn::kExp, in[0]));
     return e.binary(BinaryFn::kMul, in[0], e.unary(UnaryFn::kTanh, sp));
-  });
-  t["mish_backward"] = row({"grad_output", "self"}, Types::kFloatOnly, [](E& e, const Refs& in, const Call&) {
-    const int32_t g = in[0], x = in[1];
-    const int32_t ts = e.unary(UnaryFn::kTanh, e.unary(UnaryFn::kLog1p, e.unary(UnaryFn::kExp, x)));
-    const int32_t sech2 = e.binary(BinaryFn::kSub, e.constant(1.0), e.binary(BinaryFn::kMul, ts, ts));
-    const int32_t d =
-        e.binary(BinaryFn::kAdd, ts,
-                 e.binary(BinaryFn::kMul, e.binary(BinaryFn::kMul, x, e.unary(UnaryFn::kSigmoid, x)), sech2));
-    return e.binary(BinaryFn::kMul, g, d);
   });
 }
 
@@ -420,11 +415,17 @@ std::map<std::string, PointwiseOp, std::less<>> make_table() {
   std::map<std::string, PointwiseOp, std::less<>> t;
   // Unary: the SFP function of the same name.
   const std::pair<const char*, UnaryFn> same[] = {
-      {"neg", UnaryFn::kNeg},     {"abs", UnaryFn::kAbs},       {"relu", UnaryFn::kRelu}, {"sign", UnaryFn::kSign},
-      {"sgn", UnaryFn::kSign},    {"floor", UnaryFn::kFloor},   {"ceil", UnaryFn::kCeil}, {"round", UnaryFn::kRound},
-      {"trunc", UnaryFn::kTrunc}, {"square", UnaryFn::kSquare},
+      {"neg", UnaryFn::kNeg},   {"abs", UnaryFn::kAbs},     {"relu", UnaryFn::kRelu},   {"floor", UnaryFn::kFloor},
+      {"ceil", UnaryFn::kCeil}, {"round", UnaryFn::kRound}, {"trunc", UnaryFn::kTrunc}, {"square", UnaryFn::kSquare},
   };
   for (const auto& [name, fn] : same) t[name] = unary(fn, Types::kPromote);
+  // sign of NaN is 0 in torch ((0 < x) - (x < 0)); the SFP's gives NaN.
+  for (const char* name : {"sign", "sgn"}) {
+    t[name] = row({"self"}, Types::kPromote, [](Expr& e, const Refs& in, const Call& c) {
+      const int32_t s = e.unary(UnaryFn::kSign, in[0]);
+      return is_float(c.common) ? e.select(e.unary(UnaryFn::kIsNan, in[0]), e.constant(0.0), s) : s;
+    });
+  }
   const std::pair<const char*, UnaryFn> to_float[] = {
       {"exp", UnaryFn::kExp},   {"exp2", UnaryFn::kExp2},       {"expm1", UnaryFn::kExpm1},
       {"log", UnaryFn::kLog},   {"log2", UnaryFn::kLog2},       {"log1p", UnaryFn::kLog1p},
@@ -433,8 +434,11 @@ std::map<std::string, PointwiseOp, std::less<>> make_table() {
       {"sin", UnaryFn::kSin},   {"cos", UnaryFn::kCos},         {"silu", UnaryFn::kSilu},
   };
   for (const auto& [name, fn] : to_float) t[name] = unary(fn, Types::kToFloat);
+  // torch's CPU kernel of the erf form gives NaN at +inf (the tanh form gives inf); so does this.
   t["gelu"] = row({"self"}, Types::kToFloat, [](Expr& e, const Refs& in, const Call& c) {
-    return e.unary(c.text("approximate", "none") == "tanh" ? UnaryFn::kGeluTanh : UnaryFn::kGeluErf, in[0]);
+    if (c.text("approximate", "none") == "tanh") return e.unary(UnaryFn::kGeluTanh, in[0]);
+    const int32_t g = e.unary(UnaryFn::kGeluErf, in[0]);
+    return e.select(e.binary(BinaryFn::kEq, in[0], e.constant(INFINITY)), e.constant(NAN), g);
   });
   t["logical_not"] = unary(UnaryFn::kLogicalNot, Types::kToBool);
   t["isnan"] = unary(UnaryFn::kIsNan, Types::kToBool);
@@ -465,7 +469,9 @@ std::map<std::string, PointwiseOp, std::less<>> make_table() {
       {"logical_or", BinaryFn::kLogicalOr},
       {"logical_xor", BinaryFn::kLogicalXor},
   };
-  for (const auto& [name, fn] : compare) t[name] = binary(fn, Types::kToBool);
+  for (const auto& [name, fn] : compare) {
+    t[name] = binary(fn, Types::kToBool);
+  }
   const std::tuple<const char*, BinaryFn, BinaryFn> bitwise[] = {
       {"bitwise_and", BinaryFn::kBitAnd, BinaryFn::kLogicalAnd},
       {"bitwise_or", BinaryFn::kBitOr, BinaryFn::kLogicalOr},
@@ -552,6 +558,10 @@ std::map<std::string, PointwiseOp, std::less<>> make_table() {
   t["clamp_min"] = row({"self", "min"}, Types::kPromote, clamp);
   t["clamp_max"] = row({"self", "max"}, Types::kPromote,
                        [](Expr& e, const Refs& in, const Call&) { return e.binary(BinaryFn::kMin, in[0], in[1]); });
+  for (const char* name : {"add", "sub", "mul", "div"}) t[name].exact_numbers = {"other"};
+  t["rsub"].exact_numbers = {"self"};  // other - alpha * self: self is the add's second operand
+  t["pow"].exact_numbers = {"exponent"};
+  t["lerp"].exact_numbers = {"weight"};
   // Copies (any strides, broadcasting the source, converting to the result's type).
   t["clone"] = copy_of("self");
   t["_to_copy"] = copy_of("self");
@@ -603,7 +613,12 @@ int32_t steps_of(Expr& e, const Call& c, std::map<uint32_t, int32_t>& memo) {
       }
       case Arg::Kind::kNumber:
       case Arg::Kind::kBool:
-        refs.push_back(a->integral ? e.constant_int(a->integer) : e.constant(a->number));
+        if (narrow(c.common) &&
+            std::find(p->exact_numbers.begin(), p->exact_numbers.end(), name) == p->exact_numbers.end()) {
+          refs.push_back(e.constant(rounded_to(a->integral ? static_cast<double>(a->integer) : a->number, c.common)));
+        } else {
+          refs.push_back(a->integral ? e.constant_int(a->integer) : e.constant(a->number));
+        }
         break;
       case Arg::Kind::kExpr: {
         const Call& child = *a->expr;
@@ -638,6 +653,10 @@ std::vector<std::string> pointwise_names() {
 }
 
 DType compute_type(const PointwiseOp& p, const Call& c) {
+  for (const std::string& name : p.exact_numbers) {  // an exact number: fp32, rounded once at the store
+    const Arg* a = c.get(name);
+    if (a && a->kind == Arg::Kind::kNumber && narrow(c.result) && p.types != Types::kToBool) return DType::kF32;
+  }
   switch (p.types) {
     case Types::kToBool:
       return c.common;

@@ -123,6 +123,11 @@ struct PointwiseOp {
   std::vector<std::string> promoted;  // those whose promoted type is the call's common type
   Types types = Types::kPromote;
   Build build;
+  // The inputs whose numbers stay exact in an fp16 or bf16 call, as torch's kernels keep them (the
+  // second operand of add, sub, mul and div, pow's exponent, lerp's weight); the call then
+  // computes in fp32 and rounds once. Other number operands round to the common type first, as
+  // torch's iterator casts them.
+  std::vector<std::string> exact_numbers;
 };
 
 /// The pointwise op named `op`, or nullptr.
