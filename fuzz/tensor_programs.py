@@ -427,6 +427,10 @@ def run(lines: list) -> str | None:
         if diff:
             if _amplified(line, envs, diff):
                 return None  # earlier, tolerated differences blown up by this line: nothing more to check
+            if _accumulator_range(line, envs, diff):
+                return None  # CPU's running product left its accumulator's range; the exact answer is spyre's
+            if _summation_order(line, envs, diff):
+                return None  # a matmul that cancels: both sums are within rounding of the exact one
             return f"line {i}: {diff}"
     return None
 
@@ -466,6 +470,76 @@ def _amplified(line: str, envs: dict, diff: str) -> bool:
     return bool(torch.isclose(a.double(), b.double(), rtol=rtol, atol=atol, equal_nan=True).all())
 
 
+def _accumulator_range(line: str, envs: dict, diff: str) -> bool:
+    """Whether a product (cumulative or not) differs only where CPU's accumulator overflowed or
+    underflowed midway (fp16 and bf16 accumulate in fp32, fp32 in fp64) and spyre's blocked order did not:
+    spyre's value is then the one the line gives in float64, rounded to the result's type."""
+    import torch
+
+    if "values differ" not in diff or "prod(" not in line:
+        return False
+    name = diff.split(":", 1)[0]
+    replay = {"torch": torch, "dev": "cpu"}
+    for k, v in envs["cpu"].items():
+        if isinstance(v, torch.Tensor):
+            replay[k] = v.detach().double() if v.is_floating_point() else v.detach()
+    try:
+        exec(line, replay)  # noqa: S102
+    except Exception:  # noqa: BLE001
+        return False
+    exact, got = replay.get(name), envs["spyre"].get(name)
+    if not isinstance(exact, torch.Tensor) or not isinstance(got, torch.Tensor) or exact.shape != got.shape:
+        return False
+    rtol, atol = TOL.get(str(got.dtype).removeprefix("torch."), (0, 0))
+    want = exact.to(got.dtype).double()
+    return bool(torch.isclose(got.detach().cpu().double(), want, rtol=rtol, atol=atol, equal_nan=True).all())
+
+
+EPS = {"float32": 2.0**-23, "float16": 2.0**-10, "bfloat16": 2.0**-7}
+
+
+class _AbsRandom:
+    """torch, but with random operands drawn as their magnitudes: a line run with it and with every
+    variable's absolute value gives sum |a| |b| for its matmul."""
+
+    def __init__(self, torch):
+        self._torch = torch
+
+    def __getattr__(self, name):
+        f = getattr(self._torch, name)
+        return (lambda *a, **k: f(*a, **k).abs()) if name in ("randn", "rand") else f
+
+
+def _summation_order(line: str, envs: dict, diff: str) -> bool:
+    """Whether a matmul's values differ by no more than its sums' rounding allows: two fp32 sums of
+    the same products in different orders differ by up to about K eps sum|a b|, which cancellation
+    makes large beside the result. Both are held to 32 eps sum|a b| of the exact (float64) result."""
+    import torch
+
+    if "values differ" not in diff or not any(k in line for k in ("matmul", "linear", "mm(", "@")):
+        return False
+    name = diff.split(":", 1)[0]
+    exact_env = {"torch": torch, "dev": "cpu"}
+    abs_env = {"torch": _AbsRandom(torch), "dev": "cpu"}
+    for k, v in envs["cpu"].items():
+        if isinstance(v, torch.Tensor):
+            x = v.detach().double() if v.is_floating_point() else v.detach()
+            exact_env[k], abs_env[k] = x, x if x.dtype == torch.bool else x.abs()
+    try:
+        exec(line, exact_env)  # noqa: S102
+        exec(line, abs_env)  # noqa: S102
+    except Exception:  # noqa: BLE001
+        return False
+    exact, size, got, want = exact_env.get(name), abs_env.get(name), envs["spyre"].get(name), envs["cpu"].get(name)
+    if not all(isinstance(t, torch.Tensor) for t in (exact, size, got, want)) or exact.shape != got.shape:
+        return False
+    dtype = str(got.dtype).removeprefix("torch.")
+    rtol, atol = TOL.get(dtype, (0, 0))
+    bound = rtol * exact.abs() + atol + 32 * EPS.get(dtype, 0) * size.double()
+    g, w = got.detach().cpu().double(), want.detach().double()
+    return bool(((g - exact).abs() <= bound).all() and ((w - exact).abs() <= bound).all())
+
+
 def _values(env):
     import torch
 
@@ -482,6 +556,10 @@ def _compare(cpu_env, dev_env) -> str | None:
     import torch
 
     cpu, dev = _values(cpu_env), _values(dev_env)
+    # The loss and the gradients sum values of every type in the program: they are held to the
+    # tolerance of its least precise floating type.
+    kinds = {str(w.dtype).removeprefix("torch.") for w in cpu.values()}
+    loosest = max((TOL[t] for t in kinds if t in TOL), default=(0, 0))
     if set(cpu) != set(dev):
         return f"values {sorted(set(cpu) ^ set(dev))} exist on one side only"
     for k, w in cpu.items():
@@ -492,9 +570,13 @@ def _compare(cpu_env, dev_env) -> str | None:
             return f"{k}: shape {tuple(g.shape)}, CPU {tuple(w.shape)}"
         if w._base is not None and g.stride() != w.stride() and w.numel() > 1:
             return f"{k}: a view with strides {g.stride()}, CPU {w.stride()}"
+        if w.numel() > 10_000_000:  # a view of a huge span (unfold): its layout is checked, not its values
+            continue
         gc = g.detach().cpu()
         wd = w.detach()
         rtol, atol = TOL.get(str(w.dtype).removeprefix("torch."), (0, 0))
+        if k == "loss" or k.startswith("grads["):
+            rtol, atol = max((rtol, atol), loosest)
         a, b = (gc, wd) if wd.is_complex() else (gc.double(), wd.double())
         close = torch.isclose(a, b, rtol=rtol, atol=atol, equal_nan=True)
         if not bool(close.all()):

@@ -5,6 +5,9 @@
 #   bash scripts/fuzz.sh                       the brief run of every CI run (--seconds 15 each)
 #   bash scripts/fuzz.sh --runs 10000000       the long offline run (no time limit)
 #   bash scripts/fuzz.sh --target fuzz_program --seconds 600
+#   bash scripts/fuzz.sh --tensor-programs 100000 [--seed S] [--mode allow|error]
+#                                              the differential fuzzer of tensor programs instead
+#                                              (fuzz/tensor_programs.py: spyre against CPU torch)
 # --seconds and --runs both bound a run when both are given. Built in build/fuzz/; inputs that
 # found new coverage collect in build/fuzz/corpus/<target>/ (the committed seeds stay as they are),
 # crash files in build/fuzz/crashes/<target>/.
@@ -16,9 +19,25 @@ TARGETS=(fuzz_descriptor fuzz_program fuzz_messages)
 SECONDS_EACH=""
 RUNS=""
 ONLY=""
-usage="usage: $0 [--seconds N] [--runs N] [--target fuzz_descriptor|fuzz_program|fuzz_messages]"
+PROGRAMS=""
+SEED=1
+MODE=allow
+usage="usage: $0 [--seconds N] [--runs N] [--target fuzz_descriptor|fuzz_program|fuzz_messages]
+       $0 --tensor-programs N [--seed S] [--mode allow|error]"
 while (($#)); do
   case "$1" in
+    --tensor-programs)
+      PROGRAMS="${2:?--tensor-programs needs a value}"
+      shift 2
+      ;;
+    --seed)
+      SEED="${2:?--seed needs a value}"
+      shift 2
+      ;;
+    --mode)
+      MODE="${2:?--mode needs a value}"
+      shift 2
+      ;;
     --seconds)
       SECONDS_EACH="${2:?--seconds needs a value}"
       shift 2
@@ -37,6 +56,11 @@ while (($#)); do
       ;;
   esac
 done
+if [[ -n "$PROGRAMS" ]]; then
+  mkdir -p build/fuzz
+  exec .venv/bin/python fuzz/tensor_programs.py --programs "$PROGRAMS" --seed "$SEED" --mode "$MODE" \
+    --out "build/fuzz/tensor_programs-seed$SEED-$MODE.json"
+fi
 [[ -z "$SECONDS_EACH" && -z "$RUNS" ]] && SECONDS_EACH=15
 if [[ -n "$ONLY" ]]; then
   [[ " ${TARGETS[*]} " == *" $ONLY "* ]] || {

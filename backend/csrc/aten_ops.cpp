@@ -133,12 +133,14 @@ const at::Tensor& carry_backend_meta(const at::Tensor& from, const at::Tensor& t
 // the device does not compute in (double, complex, ...) are converted on the host.
 at::Tensor copy_between(const at::Tensor& src, const at::Tensor& dst, bool non_blocking) {
   // torch's broadcasting rule for copy_ (CPU's own copy checks it, a zero-size destination too).
-  TORCH_CHECK(src.dim() <= dst.dim() || src.numel() == 1, "copy_: the source of shape ", src.sizes(),
-              " has more dims than the destination of shape ", dst.sizes());
   for (int64_t i = 1; i <= std::min(src.dim(), dst.dim()); ++i) {
     const int64_t s = src.size(-i), d = dst.size(-i);
     TORCH_CHECK(s == d || s == 1, "The size of tensor a (", d, ") must match the size of tensor b (", s,
                 ") at non-singleton dimension ", dst.dim() - i);
+  }
+  if (src.dim() > dst.dim()) {  // broadcasting gives more dims than dst has, even with one element
+    TORCH_CHECK(false, "output with shape ", dst.sizes(), " doesn't match the broadcast shape ",
+                at::infer_size(dst.sizes(), src.sizes()));
   }
   if (dst.numel() == 0) return dst;
   const bool device_types = device_dtype(src.scalar_type()) && device_dtype(dst.scalar_type());

@@ -62,6 +62,10 @@ void check_types_as_cpu(const BoxedCall& c) {
   static std::unordered_map<std::string, Verdict> seen;
   std::string key = c.name() + ':';
   for (size_t i = 0; i < c.size(); ++i) append_type(key, c.at(i));
+  // Numbers go in as they are, and may decide (an integer fmod by False raises): they key too.
+  for (size_t i = 0; i < c.size(); ++i) {
+    if (c.at(i).isScalar()) key += c10::str(c.at(i).toScalar(), ',');
+  }
   Verdict verdict;
   {
     const std::lock_guard lock(mu);
@@ -82,6 +86,7 @@ void check_types_as_cpu(const BoxedCall& c) {
       verdict = {false, false, false, e.what_without_backtrace()};
     }
     const std::lock_guard lock(mu);
+    if (seen.size() > 4096) seen.clear();  // distinct numbers must not grow it without end
     seen.emplace(key, verdict);
   }
   if (verdict.ok) return;

@@ -57,25 +57,59 @@ at::ScalarType result_type(const BoxedCall& c, const ops::PointwiseOp& row, at::
   }
 }
 
-// masked_fill_ of an expanded tensor (CPU allows it, with a deprecation warning): each memory
-// location takes the value when the mask is true at any of its aliases, so the mask reduces with
-// any() over the expanded dims and fills the tensor seen without them. nullopt: not expanded.
-std::optional<at::Tensor> masked_fill_expanded(const BoxedCall& c, const at::Tensor& self) {
+// masked_fill_ of a tensor whose elements share memory (an expanded or unfolded one: CPU allows
+// it, with a deprecation warning). Each memory location takes the value when the mask is true at
+// any of its aliases: with only expanded dims (stride 0) the mask reduces with any() over them and
+// fills the tensor seen without them; otherwise the true positions' memory offsets are computed
+// and written through an index_put_ into the span of memory. nullopt: no element is shared.
+// Whether two elements of t may share memory: its dims of more than one element, by stride, each
+// step past everything the smaller ones reach (a sufficient test; strides below 0 count as shared).
+bool may_share(const at::Tensor& t) {
+  std::vector<std::pair<int64_t, int64_t>> dims;  // (stride, size)
+  for (int64_t d = 0; d < t.dim(); ++d) {
+    if (t.size(d) > 1) dims.emplace_back(t.stride(d), t.size(d));
+  }
+  std::sort(dims.begin(), dims.end());
+  int64_t reach = 0;  // the furthest offset the smaller dims reach
+  for (const auto& [stride, size] : dims) {
+    if (stride <= reach) return true;
+    reach += stride * (size - 1);
+  }
+  return false;
+}
+
+std::optional<at::Tensor> masked_fill_overlapping(const BoxedCall& c, const at::Tensor& self) {
+  if (!c.get("mask")->isTensor() || !may_share(self)) return std::nullopt;
+  bool negative = false;
   std::vector<int64_t> sizes = self.sizes().vec(), dims;
   for (int64_t d = 0; d < self.dim(); ++d) {
+    negative = negative || self.stride(d) < 0;
     if (self.stride(d) == 0 && self.size(d) > 1) {
       sizes[static_cast<size_t>(d)] = 1;
       dims.push_back(d);
     }
   }
-  if (dims.empty() || !c.get("mask")->isTensor()) return std::nullopt;
+  at::Tensor memory = self.as_strided(sizes, self.strides(), self.storage_offset());
   TORCH_WARN_ONCE(
       "Use of masked_fill_ on expanded tensors is deprecated. Please clone() the tensor before performing "
       "this operation.");
-  const at::Tensor mask = c.get("mask")->toTensor().expand(self.sizes()).any(dims, /*keepdim=*/true);
-  at::Tensor memory = self.as_strided(sizes, self.strides(), self.storage_offset());
-  if (c.get("value")->isTensor()) return memory.masked_fill_(mask, c.get("value")->toTensor());
-  return memory.masked_fill_(mask, c.get("value")->toScalar());
+  const at::Tensor full_mask = c.get("mask")->toTensor().expand(self.sizes());
+  const c10::IValue* v = c.get("value");
+  const at::Tensor value =
+      v->isTensor() ? v->toTensor().to(self.options()) : at::scalar_tensor(v->toScalar(), self.options());
+  if (!may_share(memory)) {
+    return memory.masked_fill_(full_mask.any(dims, /*keepdim=*/true), value);
+  }
+  TORCH_CHECK(!negative, "masked_fill_: a tensor with negative strides");
+  if (self.numel() == 0) return self;
+  int64_t span = 1;
+  for (int64_t d = 0; d < self.dim(); ++d) span += (self.size(d) - 1) * self.stride(d);
+  const at::Tensor strides = at::tensor(self.strides().vec(), at::kLong).to(self.device());
+  const at::Tensor offsets = full_mask.nonzero().mul(strides).sum(1);
+  at::Tensor flat = self.as_strided({span}, {1}, self.storage_offset());
+  const c10::List<std::optional<at::Tensor>> index({offsets});
+  flat.index_put_(index, value);
+  return self;
 }
 
 void pointwise_kernel(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
@@ -95,7 +129,7 @@ void pointwise_kernel(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
   const bool masked = c.base() == "masked_fill";
   if (masked && c.inplace()) {
     const at::Tensor self = c.at(0).toTensor();
-    if (const std::optional<at::Tensor> deexpanded = masked_fill_expanded(c, self)) return c.finish(self);
+    if (masked_fill_overlapping(c, self)) return c.finish(self);
   }
   // torch.result_type of the first promoted operand with each other (one operand: its own type).
   at::ScalarType common = promote(promoted[0], promoted.size() > 1 ? promoted[1] : promoted[0]);
@@ -116,11 +150,13 @@ void pointwise_kernel(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
     const c10::IValue* e = c.get("exponent");
     if (e && !e->isTensor() && e->toScalar().toDouble() < 0) return c.fall_back();
   }
-  if (c.base().rfind("clamp", 0) == 0 || masked) {  // torch's check: a number bound or value fits the type
-    for (const char* bound : {"min", "max", "value"}) {
+  // torch's check: a number bound, fill value or exponent fits the type (an fp32 pow takes any).
+  if (c.base().rfind("clamp", 0) == 0 || masked || (c.base() == "pow" && result != at::kFloat)) {
+    for (const char* bound : {"min", "max", "value", "exponent"}) {
       const c10::IValue* v = c.get(bound);
-      if (!v || v->isTensor()) continue;
-      const c10::Scalar s = v->toScalar();
+      // A host value tensor of masked_fill_ is read as a number there too.
+      if (!v || (v->isTensor() && (v->toTensor().is_privateuseone() || !masked))) continue;
+      const c10::Scalar s = v->isTensor() ? v->toTensor().item() : v->toScalar();
       AT_DISPATCH_ALL_TYPES_AND3(at::kHalf, at::kBFloat16, at::kBool, result, "clamp", [&] { (void)s.to<scalar_t>(); });
     }
   }
@@ -149,13 +185,15 @@ void pointwise_kernel(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
   // In fp16 and bf16 torch rounds every operand to the common type first and the result to it
   // last (before an out= of another type takes it): the device computes those in fp32, so the
   // operands of other types are converted here, and such a result goes through a temporary. The
-  // exceptions are the op library's exact operands (add's second, pow's exponent, ...): one of one
-  // element stays exact, as torch's kernels read a scalar operand, and the call computes in fp32.
+  // exceptions are below: they stay exact, and the call computes in fp32.
   const bool narrow = common == at::kHalf || common == at::kBFloat16;
   const bool round_result = (result == at::kHalf || result == at::kBFloat16) && out->scalar_type() != result;
   const at::Tensor target = round_result ? at::empty(out->sizes(), out->options().dtype(result)) : *out;
+  // A one-element tensor as the second operand of mul, div and floor_divide: torch's iterator
+  // sees a scalar there and its kernels read it exact (pow and lerp do so for numbers only).
   const auto exact = [&](const std::string& name, const at::Tensor& t) {
-    return t.numel() == 1 &&
+    const bool scalar_kernel = c.base() == "mul" || c.base() == "div" || c.base() == "floor_divide";
+    return scalar_kernel && t.numel() == 1 &&
            std::find(row.exact_numbers.begin(), row.exact_numbers.end(), name) != row.exact_numbers.end();
   };
   bool wide_scalar = false;

@@ -115,7 +115,9 @@ void topk_kernel(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
     indices.copy_(idx.reshape(moved).movedim(-1, self.dim() == 0 ? 0 : dim).view(indices.sizes()));
     c.finish({values, indices});
   };
-  if (k > 64) {  // each round is a few ops of one launch: beyond 64 rounds a sort serves better
+  // Each round is a few ops of one launch: beyond 64 rounds a sort serves better. The smallest
+  // of a float row sort too: the rounds' minimum lets a NaN win, where NaN counts as largest.
+  if (k > 64 || (!largest && at::isFloatingType(self.scalar_type()))) {
     const at::Tensor sv = at::empty({rows, n}, self.options()),
                      si = at::empty({rows, n}, self.options().dtype(at::kLong));
     if (!sort_rows(x.view({rows, n}), largest, sv, si, c)) return c.fall_back();

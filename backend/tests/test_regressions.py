@@ -270,7 +270,7 @@ FUZZ_FINDINGS = {
     "flip and sort keep their input's layout": [
         "v = torch.tensor([[0.0, 1.0, 2.0], [3.0, 0.0, 5.0]], device=dev).nonzero()", "r = v.flip(1)",
         "s = r.unfold(0, 2, 1)", "t = torch.sort(v, -1)[0]", "u = t.permute(1, 0)"],
-    "gelu of inf is NaN, as CPU's": [
+    "gelu of inf gives the answer of one of CPU's loops": [
         "v = torch.tensor([float('inf'), -1.0], device=dev)", "r = torch.nn.functional.gelu(v)"],
     "a CPU 0-dim condition of where gives a spyre result": [
         "x = torch.ones(3, device=dev)", "r = torch.where(torch.tensor(True), x, 2 * x)",
@@ -295,6 +295,35 @@ FUZZ_FINDINGS = {
     "an out= that overlaps itself raises before it is resized": [
         "o = torch.zeros(1, 4, dtype=torch.int32, device=dev).expand(2, 4)",
         "r = torch.pow(torch.zeros(0, 2, dtype=torch.bool, device=dev), 2, out=o)"],
+    "a refusal that depends on a number is not replayed for another number": [
+        "v = torch.tensor(5, device=dev)", "t = torch.pow(v, -2)", "u = torch.pow(v, 3)"],
+    "copy_ of one element into a tensor of fewer dims raises": [
+        "v = torch.zeros(0, device=dev)", "v.copy_(torch.ones(1, 1, 1, 1, device=dev))"],
+    "floor_divide of bf16 by a number keeps the number exact; add rounds it": [
+        "v = torch.tensor([-0.04296875, 0.0419921875], dtype=torch.bfloat16, device=dev)",
+        "r = torch.floor_divide(v, 0.001)", "s = v + 85.123456", "t = v - 85.123456"],
+    "pow of a half tensor by a float 0-dim tensor rounds the exponent": [
+        "v = torch.tensor([3.0, 4.5], dtype=torch.float16, device=dev)", "e = torch.tensor(2.9876, device=dev)",
+        "r = torch.pow(v, e, out=torch.empty(0, device=dev))"],
+    "a bool add with alpha -1 casts alpha to True": [
+        "v = torch.tensor(True, device=dev)", "r = torch.add(v, True, alpha=-1)"],
+    "a masked setitem of an unfolded view writes every alias": [
+        "v = torch.arange(-3.0, 4.0, device=dev)", "w = v.unfold(0, 3, 1)", "w[w > 0] = 2.0"],
+    "addcmul scales before it multiplies, as CPU's": [
+        "v = torch.tensor([2.39e19, 1.0], device=dev)", "r = torch.addcmul(v, v, v, value=0.5)"],
+    "gelu past half of fp32's largest value gives the answer of one of CPU's loops": [
+        "v = torch.tensor([1.98e38, -1.0], device=dev)", "r = torch.nn.functional.gelu(v)"],
+    "topk of the smallest puts NaN last": [
+        "v = torch.tensor([float('nan'), float('inf'), 2.0, float('nan')], device=dev)",
+        "r = torch.topk(v, 3, largest=False)[0]"],
+    "pow of a half tensor by a number it cannot hold raises": [
+        "v = torch.ones(3, dtype=torch.float16, device=dev)", "r = torch.pow(v, 8589934592)"],
+    "var of a constant row is 0, and std of values whose squares overflow fp32 is finite": [
+        "v = torch.full((7, 7, 2), 123456789.0, device=dev)", "r = torch.var(v, 0, keepdim=True)",
+        "w = torch.tensor([1e20, -3e20, 2e21, 5.0], device=dev)", "s = torch.std(w)", "t = torch.var(w * 1e-10)"],
+    "masked_fill_ with a host value the type cannot hold raises": [
+        "v = torch.zeros(3, dtype=torch.int32, device=dev)",
+        "v.masked_fill_(v == 0, torch.tensor(2**40, dtype=torch.bfloat16))"],
     "a half sum of int64 casts its input first": [
         "v = torch.tensor([70000, -69999], device=dev)",
         "r = torch.sum(v, 0, out=torch.empty((), dtype=torch.float16, device=dev))"],

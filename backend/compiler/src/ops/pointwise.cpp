@@ -50,7 +50,8 @@ bool is_float(DType t) {
 // add(self, other, alpha) = self + alpha * other; sub = self - alpha * other; rsub = other - alpha * self.
 PointwiseOp add_sub(BinaryFn fn, bool reversed) {
   return row({"self", "other"}, Types::kPromote, [fn, reversed](Expr& e, const Refs& in, const Call& c) {
-    const double alpha = c.number("alpha", 1);
+    double alpha = c.number("alpha", 1);
+    if (c.common == DType::kBool) alpha = alpha != 0 ? 1 : 0;  // torch casts alpha to the type: -1 is True
     const int32_t x = reversed ? in[1] : in[0], y = reversed ? in[0] : in[1];
     if (alpha == 1) return e.binary(fn, x, y);
     const Arg* scaled = c.get(reversed ? "self" : "other");
@@ -434,11 +435,10 @@ std::map<std::string, PointwiseOp, std::less<>> make_table() {
       {"sin", UnaryFn::kSin},   {"cos", UnaryFn::kCos},         {"silu", UnaryFn::kSilu},
   };
   for (const auto& [name, fn] : to_float) t[name] = unary(fn, Types::kToFloat);
-  // torch's CPU kernel of the erf form gives NaN at +inf (the tanh form gives inf); so does this.
+  // At +inf and past half of fp32's largest value CPU's answer depends on its kernel's layout (the
+  // vectorized loop gives NaN and inf, the scalar loop inf and x): the SFP's is the scalar one's.
   t["gelu"] = row({"self"}, Types::kToFloat, [](Expr& e, const Refs& in, const Call& c) {
-    if (c.text("approximate", "none") == "tanh") return e.unary(UnaryFn::kGeluTanh, in[0]);
-    const int32_t g = e.unary(UnaryFn::kGeluErf, in[0]);
-    return e.select(e.binary(BinaryFn::kEq, in[0], e.constant(INFINITY)), e.constant(NAN), g);
+    return e.unary(c.text("approximate", "none") == "tanh" ? UnaryFn::kGeluTanh : UnaryFn::kGeluErf, in[0]);
   });
   t["logical_not"] = unary(UnaryFn::kLogicalNot, Types::kToBool);
   t["isnan"] = unary(UnaryFn::kIsNan, Types::kToBool);
@@ -516,9 +516,10 @@ std::map<std::string, PointwiseOp, std::less<>> make_table() {
         e.select(e.binary(BinaryFn::kGt, bx, e.constant(threshold)), e.constant(1.0), e.unary(UnaryFn::kSigmoid, bx));
     return e.binary(BinaryFn::kMul, in[0], slope);
   });
+  // As torch's CPU kernel: self + (value * t1) * t2, in that order (t1 * t2 first could overflow).
   t["addcmul"] = row({"self", "tensor1", "tensor2"}, Types::kPromote, [](Expr& e, const Refs& in, const Call& c) {
-    const int32_t prod = e.binary(BinaryFn::kMul, in[1], in[2]);
-    return e.binary(BinaryFn::kAdd, in[0], e.binary(BinaryFn::kMul, e.constant(c.number("value", 1)), prod));
+    const int32_t scaled = e.binary(BinaryFn::kMul, e.constant(c.number("value", 1)), in[1]);
+    return e.binary(BinaryFn::kAdd, in[0], e.binary(BinaryFn::kMul, scaled, in[2]));
   });
   t["addcdiv"] = row({"self", "tensor1", "tensor2"}, Types::kFloatOnly, [](Expr& e, const Refs& in, const Call& c) {
     const int32_t q = e.binary(BinaryFn::kDiv, in[1], in[2]);
@@ -558,8 +559,7 @@ std::map<std::string, PointwiseOp, std::less<>> make_table() {
   t["clamp_min"] = row({"self", "min"}, Types::kPromote, clamp);
   t["clamp_max"] = row({"self", "max"}, Types::kPromote,
                        [](Expr& e, const Refs& in, const Call&) { return e.binary(BinaryFn::kMin, in[0], in[1]); });
-  for (const char* name : {"add", "sub", "mul", "div"}) t[name].exact_numbers = {"other"};
-  t["rsub"].exact_numbers = {"self"};  // other - alpha * self: self is the add's second operand
+  for (const char* name : {"mul", "div", "floor_divide"}) t[name].exact_numbers = {"other"};
   t["pow"].exact_numbers = {"exponent"};
   t["lerp"].exact_numbers = {"weight"};
   // Copies (any strides, broadcasting the source, converting to the result's type).

@@ -147,7 +147,8 @@ void extremum(Builder& b, const Call& c) {
 }
 
 // var and std (self, dim, correction, keepdim) and prims::var (inp, dims, correction), in two
-// passes as torch's: the mean, then the mean square deviation from it, / (count - correction).
+// passes as torch's: the mean, then the mean square deviation from it, / (count - correction),
+// over the values shifted by each row's first and scaled by its largest magnitude.
 void moment(Builder& b, const Call& c) {
   const bool prims = c.op == "prims::var";
   const uint32_t in = c.tensor(prims ? "inp" : "self");
@@ -160,19 +161,42 @@ void moment(Builder& b, const Call& c) {
   if (count == 0) return fill(b, out, kNaN);
   const double correction = c.number("correction", 1);
   const uint32_t o = keep_view(b, c, out, x, dims);
-  const uint32_t m = b.temp(kept_sizes(x, dims), DType::kF32), d = b.temp(x.sizes, DType::kF32);
-  reduce(b, ReduceFn::kSum, DType::kF32, in, m, dims);
+  const std::vector<int64_t> kept = kept_sizes(x, dims);
+  const uint32_t m = b.temp(kept, DType::kF32), d = b.temp(x.sizes, DType::kF32);
+  // The values less each row's first one: a constant row is exactly 0 (torch accumulates in
+  // float64 and gets 0 there too), and the mean cancels less.
+  const uint32_t shifted = b.temp(x.sizes, DType::kF32);
+  ir::Expr sh(DType::kF32);
+  sh.binary(BinaryFn::kSub, sh.input(ir::Operand::of(in)), sh.input(ir::Operand::of(b.derive(in, kept, x.strides))));
+  b.add(sh.done(shifted));
+  // Divided by the row's largest magnitude, so that squares of values past 1.8e19 do not overflow
+  // fp32 where torch's float64 does not (a row of zeros divides by 1).
+  const uint32_t hi = b.temp(kept, DType::kF32), lo = b.temp(kept, DType::kF32), sc = b.temp(kept, DType::kF32);
+  reduce(b, ReduceFn::kMax, DType::kF32, shifted, hi, dims);
+  reduce(b, ReduceFn::kMin, DType::kF32, shifted, lo, dims);
+  ir::Expr se(DType::kF32);
+  const int32_t mag =
+      se.binary(BinaryFn::kMax, se.input(ir::Operand::of(hi)), se.unary(UnaryFn::kNeg, se.input(ir::Operand::of(lo))));
+  se.select(se.binary(BinaryFn::kEq, mag, se.constant(0.0)), se.constant(1.0), mag);
+  b.add(se.done(sc));
+  ir::Expr un(DType::kF32);
+  un.binary(BinaryFn::kDiv, un.input(ir::Operand::of(shifted)), un.input(ir::Operand::of(sc)));
+  b.add(un.done(shifted));
+  reduce(b, ReduceFn::kSum, DType::kF32, shifted, m, dims);
   scale(b, m, m, 1.0 / static_cast<double>(count));
   ir::Expr dev(DType::kF32);
-  const int32_t diff = dev.binary(BinaryFn::kSub, dev.input(ir::Operand::of(in)), dev.input(ir::Operand::of(m)));
+  const int32_t diff = dev.binary(BinaryFn::kSub, dev.input(ir::Operand::of(shifted)), dev.input(ir::Operand::of(m)));
   dev.binary(BinaryFn::kMul, diff, diff);
   b.add(dev.done(d));
   reduce(b, ReduceFn::kSum, DType::kF32, d, m, dims);
   ir::Expr fin(DType::kF32);
   const int32_t v = fin.binary(BinaryFn::kMul, fin.input(ir::Operand::of(m)),
                                fin.constant(1.0 / std::max(0.0, static_cast<double>(count) - correction)));
+  const int32_t k = fin.input(ir::Operand::of(sc));
   if (c.op == "std") {
-    fin.unary(UnaryFn::kSqrt, v);
+    fin.binary(BinaryFn::kMul, fin.unary(UnaryFn::kSqrt, v), k);
+  } else {
+    fin.binary(BinaryFn::kMul, fin.binary(BinaryFn::kMul, v, k), k);
   }
   b.add(fin.done(o));
 }

@@ -124,9 +124,9 @@ struct PointwiseOp {
   Types types = Types::kPromote;
   Build build;
   // The inputs whose numbers stay exact in an fp16 or bf16 call, as torch's kernels keep them (the
-  // second operand of add, sub, mul and div, pow's exponent, lerp's weight); the call then
+  // second operand of mul, div and floor_divide, pow's exponent, lerp's weight); the call then
   // computes in fp32 and rounds once. Other number operands round to the common type first, as
-  // torch's iterator casts them.
+  // torch's iterator casts them (add's and sub's included).
   std::vector<std::string> exact_numbers;
 };
 

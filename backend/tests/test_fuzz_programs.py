@@ -1,0 +1,37 @@
+"""The differential fuzzer of tensor programs (fuzz/tensor_programs.py) as a test: random programs
+of ordinary tensor ops run on spyre and on CPU, every value compared after every line. The default
+run takes one fixed seed (the same programs every run, so a red run is a real regression and
+replays); --slow takes several seeds and more programs. A finding prints as a minimised program.
+A long offline run takes any seed: `.venv/bin/python fuzz/tensor_programs.py --programs 5000 --seed N`.
+"""
+
+import sys
+
+import pytest
+from conftest import ROOT
+
+DEFAULT = [(1, 300)]
+SLOW = [(seed, 1000) for seed in range(1, 6)]
+
+
+def _runs(slow: bool) -> list:
+    return SLOW if slow else DEFAULT
+
+
+def pytest_generate_tests(metafunc):
+    if "seed_programs" in metafunc.fixturenames:
+        runs = _runs(metafunc.config.getoption("--slow"))
+        metafunc.parametrize("seed_programs", runs, ids=[f"seed{s}x{n}" for s, n in runs])
+
+
+@pytest.mark.parametrize("mode", ["allow", "error"])
+def test_random_tensor_programs_give_cpus_answers(seed_programs, mode):
+    """allow: every answer is CPU's. error: with the fallback forbidden, a program that needs it
+    raises a clear error and nothing else differs (a needed fallback is not a finding)."""
+    import subprocess
+
+    seed, programs = seed_programs
+    argv = [sys.executable, str(ROOT / "fuzz" / "tensor_programs.py"), "--seed", str(seed)]
+    argv += ["--programs", str(programs), "--mode", mode]
+    p = subprocess.run(argv, capture_output=True, text=True, timeout=1800, cwd=ROOT)
+    assert p.returncode == 0, p.stdout[-6000:] + p.stderr[-2000:]
