@@ -431,6 +431,8 @@ def run(lines: list) -> str | None:
                 return None  # CPU's running product left its accumulator's range; the exact answer is spyre's
             if _summation_order(line, envs, diff):
                 return None  # a matmul that cancels: both sums are within rounding of the exact one
+            if _cpu_layout_dependent(line, envs, diff):
+                return None  # CPU's own answer for these values changes with their layout; spyre gives one
             return f"line {i}: {diff}"
     return None
 
@@ -493,6 +495,32 @@ def _accumulator_range(line: str, envs: dict, diff: str) -> bool:
     rtol, atol = TOL.get(str(got.dtype).removeprefix("torch."), (0, 0))
     want = exact.to(got.dtype).double()
     return bool(torch.isclose(got.detach().cpu().double(), want, rtol=rtol, atol=atol, equal_nan=True).all())
+
+
+def _cpu_layout_dependent(line: str, envs: dict, diff: str) -> bool:
+    """Whether CPU gives spyre's value itself when the same inputs are laid out otherwise: CPU's
+    vectorized and scalar loops differ at some edges (gelu of inf is NaN in one, inf in the other),
+    so a non-contiguous copy of each input takes the scalar loop."""
+    import torch
+
+    if "values differ" not in diff:
+        return False
+    name = diff.split(":", 1)[0]
+    replay = {"torch": torch, "dev": "cpu"}
+    for k, v in envs["cpu"].items():
+        if isinstance(v, torch.Tensor):
+            x = v.detach()
+            replay[k] = torch.stack([x, x], -1)[..., 0] if x.dim() > 0 else x
+    try:
+        exec(line, replay)  # noqa: S102
+    except Exception:  # noqa: BLE001
+        return False
+    want, got = replay.get(name), envs["spyre"].get(name)
+    if not isinstance(want, torch.Tensor) or not isinstance(got, torch.Tensor) or want.shape != got.shape:
+        return False
+    rtol, atol = TOL.get(str(want.dtype).removeprefix("torch."), (0, 0))
+    a, b = got.detach().cpu().double(), want.detach().double()
+    return bool(torch.isclose(a, b, rtol=rtol, atol=atol, equal_nan=True).all())
 
 
 EPS = {"float32": 2.0**-23, "float16": 2.0**-10, "bfloat16": 2.0**-7}
