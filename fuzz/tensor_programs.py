@@ -448,53 +448,59 @@ def _pending_fault() -> bool:
     return False
 
 
+def _replay(line: str, values: dict, name: str, torch_module=None):
+    """Line `line` run on CPU over `values` (name -> tensor): its value `name`, or None."""
+    import torch
+
+    env = {"torch": torch_module or torch, "dev": "cpu", **values}
+    try:
+        exec(line, env)  # noqa: S102
+    except Exception:  # noqa: BLE001
+        return None
+    out = env.get(name)
+    return out if isinstance(out, torch.Tensor) else None
+
+
+def _close(got, want) -> bool:
+    """Whether spyre's `got` is `want` (a CPU tensor of the same shape) within got's tolerance."""
+    if want is None or not hasattr(got, "shape") or want.shape != got.shape:
+        return False
+    rtol, atol = TOL.get(str(got.dtype).removeprefix("torch."), (0, 0))
+    a, b = got.detach().cpu().double(), want.detach().double()
+    return bool(a.isclose(b, rtol=rtol, atol=atol, equal_nan=True).all())
+
+
+def _tensors(env: dict, f) -> dict:
+    import torch
+
+    return {k: f(v) for k, v in env.items() if isinstance(v, torch.Tensor)}
+
+
 def _amplified(line: str, envs: dict, diff: str) -> bool:
     """Whether a value that differs is what CPU itself computes from spyre's inputs: an op such as
     remainder of a large number turns an ulp of an earlier, tolerated difference into any value."""
-    import torch
-
     if "values differ" not in diff:
         return False
     name = diff.split(":", 1)[0]
-    replay = {"torch": torch, "dev": "cpu"}
-    for k, v in envs["spyre"].items():
-        if isinstance(v, torch.Tensor) and k != "loss":
-            replay[k] = v.detach().cpu().requires_grad_(v.requires_grad) if v.is_leaf else v.detach().cpu()
-    try:
-        exec(line, replay)  # noqa: S102
-    except Exception:  # noqa: BLE001
-        return False
-    want, got = replay.get(name), envs["spyre"].get(name)
-    if not isinstance(want, torch.Tensor) or not isinstance(got, torch.Tensor) or want.shape != got.shape:
-        return False
-    rtol, atol = TOL.get(str(want.dtype).removeprefix("torch."), (0, 0))
-    a, b = got.detach().cpu(), want.detach()
-    return bool(torch.isclose(a.double(), b.double(), rtol=rtol, atol=atol, equal_nan=True).all())
+
+    def moved(v):
+        return v.detach().cpu().requires_grad_(v.requires_grad) if v.is_leaf else v.detach().cpu()
+
+    values = _tensors({k: v for k, v in envs["spyre"].items() if k != "loss"}, moved)
+    return _close(envs["spyre"].get(name), _replay(line, values, name))
 
 
 def _accumulator_range(line: str, envs: dict, diff: str) -> bool:
     """Whether a product (cumulative or not) differs only where CPU's accumulator overflowed or
-    underflowed midway (fp16 and bf16 accumulate in fp32, fp32 in fp64) and spyre's blocked order did not:
-    spyre's value is then the one the line gives in float64, rounded to the result's type."""
-    import torch
-
+    underflowed midway (fp16 and bf16 accumulate in fp32, fp32 in fp64) and spyre's blocked order
+    did not: spyre's value is then the one the line gives in float64, rounded to the result's type."""
     if "values differ" not in diff or "prod(" not in line:
         return False
-    name = diff.split(":", 1)[0]
-    replay = {"torch": torch, "dev": "cpu"}
-    for k, v in envs["cpu"].items():
-        if isinstance(v, torch.Tensor):
-            replay[k] = v.detach().double() if v.is_floating_point() else v.detach()
-    try:
-        exec(line, replay)  # noqa: S102
-    except Exception:  # noqa: BLE001
-        return False
-    exact, got = replay.get(name), envs["spyre"].get(name)
-    if not isinstance(exact, torch.Tensor) or not isinstance(got, torch.Tensor) or exact.shape != got.shape:
-        return False
-    rtol, atol = TOL.get(str(got.dtype).removeprefix("torch."), (0, 0))
-    want = exact.to(got.dtype).double()
-    return bool(torch.isclose(got.detach().cpu().double(), want, rtol=rtol, atol=atol, equal_nan=True).all())
+    name, got = diff.split(":", 1)[0], envs["spyre"].get(diff.split(":", 1)[0])
+    exact = _replay(
+        line, _tensors(envs["cpu"], lambda v: v.detach().double() if v.is_floating_point() else v.detach()), name
+    )
+    return exact is not None and hasattr(got, "dtype") and _close(got, exact.to(got.dtype))
 
 
 def _cpu_layout_dependent(line: str, envs: dict, diff: str) -> bool:
@@ -506,21 +512,12 @@ def _cpu_layout_dependent(line: str, envs: dict, diff: str) -> bool:
     if "values differ" not in diff:
         return False
     name = diff.split(":", 1)[0]
-    replay = {"torch": torch, "dev": "cpu"}
-    for k, v in envs["cpu"].items():
-        if isinstance(v, torch.Tensor):
-            x = v.detach()
-            replay[k] = torch.stack([x, x], -1)[..., 0] if x.dim() > 0 else x
-    try:
-        exec(line, replay)  # noqa: S102
-    except Exception:  # noqa: BLE001
-        return False
-    want, got = replay.get(name), envs["spyre"].get(name)
-    if not isinstance(want, torch.Tensor) or not isinstance(got, torch.Tensor) or want.shape != got.shape:
-        return False
-    rtol, atol = TOL.get(str(want.dtype).removeprefix("torch."), (0, 0))
-    a, b = got.detach().cpu().double(), want.detach().double()
-    return bool(torch.isclose(a, b, rtol=rtol, atol=atol, equal_nan=True).all())
+
+    def strided(v):
+        x = v.detach()
+        return torch.stack([x, x], -1)[..., 0] if x.dim() > 0 else x
+
+    return _close(envs["spyre"].get(name), _replay(line, _tensors(envs["cpu"], strided), name))
 
 
 EPS = {"float32": 2.0**-23, "float16": 2.0**-10, "bfloat16": 2.0**-7}
@@ -547,19 +544,12 @@ def _summation_order(line: str, envs: dict, diff: str) -> bool:
     if "values differ" not in diff or not any(k in line for k in ("matmul", "linear", "mm(", "@")):
         return False
     name = diff.split(":", 1)[0]
-    exact_env = {"torch": torch, "dev": "cpu"}
-    abs_env = {"torch": _AbsRandom(torch), "dev": "cpu"}
-    for k, v in envs["cpu"].items():
-        if isinstance(v, torch.Tensor):
-            x = v.detach().double() if v.is_floating_point() else v.detach()
-            exact_env[k], abs_env[k] = x, x if x.dtype == torch.bool else x.abs()
-    try:
-        exec(line, exact_env)  # noqa: S102
-        exec(line, abs_env)  # noqa: S102
-    except Exception:  # noqa: BLE001
-        return False
-    exact, size, got, want = exact_env.get(name), abs_env.get(name), envs["spyre"].get(name), envs["cpu"].get(name)
-    if not all(isinstance(t, torch.Tensor) for t in (exact, size, got, want)) or exact.shape != got.shape:
+    exact_values = _tensors(envs["cpu"], lambda v: v.detach().double() if v.is_floating_point() else v.detach())
+    abs_values = {k: x if x.dtype == torch.bool else x.abs() for k, x in exact_values.items()}
+    exact = _replay(line, exact_values, name)
+    size = _replay(line, abs_values, name, _AbsRandom(torch))
+    got, want = envs["spyre"].get(name), envs["cpu"].get(name)
+    if exact is None or size is None or not hasattr(got, "shape") or exact.shape != got.shape:
         return False
     dtype = str(got.dtype).removeprefix("torch.")
     rtol, atol = TOL.get(dtype, (0, 0))
