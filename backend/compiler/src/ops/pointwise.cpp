@@ -200,18 +200,14 @@ void add_derived_math(std::map<std::string, PointwiseOp, std::less<>>& t) {
     const int32_t finite = e.select(e.unary(UnaryFn::kIsInf, x), inf, x);
     return e.select(e.unary(UnaryFn::kIsNan, x), e.constant(c.number("nan", 0)), finite);
   });
-  // xlogy(x, y) = x log y, 0 where x is 0, NaN where y is.
-  t["xlogy"] = row({"self", "other"}, Types::kToFloat, [](E& e, const Refs& in, const Call&) {
-    const int32_t xly = e.binary(BinaryFn::kMul, in[0], e.unary(UnaryFn::kLog, in[1]));
-    const int32_t zero = e.select(e.binary(BinaryFn::kEq, in[0], e.constant(0)), e.constant(0.0), xly);
-    return e.select(e.unary(UnaryFn::kIsNan, in[1]), in[1], zero);
-  });
-  // special_xlog1py(x, y) = x log1p(y), with xlogy's zeros and NaNs.
-  t["special_xlog1py"] = row({"self", "other"}, Types::kToFloat, [](E& e, const Refs& in, const Call&) {
-    const int32_t xly = e.binary(BinaryFn::kMul, in[0], e.unary(UnaryFn::kLog1p, in[1]));
-    const int32_t zero = e.select(e.binary(BinaryFn::kEq, in[0], e.constant(0)), e.constant(0.0), xly);
-    return e.select(e.unary(UnaryFn::kIsNan, in[1]), in[1], zero);
-  });
+  // xlogy(x, y) = x log y and special_xlog1py(x, y) = x log1p(y): 0 where x is 0, NaN where y is.
+  for (const auto& [name, log] : {std::pair{"xlogy", UnaryFn::kLog}, std::pair{"special_xlog1py", UnaryFn::kLog1p}}) {
+    t[name] = row({"self", "other"}, Types::kToFloat, [log = log](E& e, const Refs& in, const Call&) {
+      const int32_t xly = e.binary(BinaryFn::kMul, in[0], e.unary(log, in[1]));
+      const int32_t zero = e.select(e.binary(BinaryFn::kEq, in[0], e.constant(0)), e.constant(0.0), xly);
+      return e.select(e.unary(UnaryFn::kIsNan, in[1]), in[1], zero);
+    });
+  }
   // special_entr(x) = -x log x for x > 0, 0 at 0, -inf below (NaN stays NaN).
   t["special_entr"] = row({"self"}, Types::kToFloat, [](E& e, const Refs& in, const Call&) {
     const int32_t x = in[0];
