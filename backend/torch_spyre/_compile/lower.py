@@ -379,8 +379,11 @@ class Planner:
                 else:
                     self.kind[n] = "part" if n.args[1] < written else "unwritten"
             else:
+                # A family the planner does not place in segments runs as an eager step, in order:
+                # a node with no step would be evaluated on first use, after the launches it reads
+                # from were queued but before they ran.
                 k = self._op_kind(n) if n.op == "call_function" else None
-                self.kind[n] = k or "eager"
+                self.kind[n] = k if k in self._OPS else "eager"
         # Roots of views must be values with memory of their own.
         for v, r in list(self.root.items()):
             while r in self.root:
@@ -460,7 +463,7 @@ class Planner:
 
     # -- segmentation
 
-    _OPS = ("pointwise", "reduce", "matmul", "index", "movement", "attention", "empty")
+    _OPS = ("pointwise", "reduce", "matmul", "index", "movement", "attention", "conv", "empty")
 
     def plan(self) -> Plan:
         self.classify()

@@ -327,7 +327,12 @@ void convolution(Builder& b, const Call& c) {
 // convolution_backward(grad_output, input, weight, bias_sizes, stride, padding, dilation,
 // transposed, output_padding, groups, output_mask) -> (grad_input, grad_weight, grad_bias).
 void convolution_backward(Builder& b, const Call& c) {
-  const uint32_t gy = c.tensor("grad_output"), x = c.tensor("input"), w = c.tensor("weight");
+  const uint32_t gy = c.tensor("grad_output"), x = c.tensor("input");
+  // Only the input's gradient reads the weight; without it the weight's shape is its gradient's,
+  // so a compiled graph need not pass a weight nothing reads.
+  const Arg* given = c.get("weight");
+  const bool shape_only = !c.wants(0) && c.wants(1) && (!given || given->kind != Arg::Kind::kTensor);
+  const uint32_t w = shape_only ? c.out(1) : c.tensor("weight");
   check_float(c, b, {gy, x, w});
   const Geometry geo = geometry(b, c, x, w);
   const DType type = b.view(x).dtype;
