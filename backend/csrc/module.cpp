@@ -3,6 +3,7 @@
 // through static initialisers in the other files.
 #include <torch/csrc/Exceptions.h>
 #include <torch/csrc/Generator.h>
+#include <torch/csrc/jit/python/pybind_utils.h>
 #include <torch/csrc/utils/pybind.h>
 
 #include <pythread.h>
@@ -321,6 +322,21 @@ PYBIND11_MODULE(_C, m) {
   m.def("_get_cpu_fallback", [] { return mode_name(spyre::backend::fallback_mode()); });
   m.def(
       "_fallback_counts", [](bool reset) { return spyre::backend::fallback_counts(reset); }, py::arg("reset") = false);
+  // Runs ATen operator `name` ("aten::op.overload") through the CPU fallback, under its policy: for a
+  // decomposed op (torch_spyre/_decomposed.py) whose decomposition does not take the call.
+  m.def("_run_on_cpu", [](const std::string& name, py::args args, const py::kwargs& kwargs) {
+    HANDLE_TH_ERRORS
+    const auto dot = name.find('.');
+    const c10::OperatorHandle op = c10::Dispatcher::singleton().findSchemaOrThrow(
+        name.substr(0, dot).c_str(), dot == std::string::npos ? "" : name.substr(dot + 1).c_str());
+    torch::jit::Stack stack = torch::jit::createStackForSchema(op.schema(), args, kwargs, std::nullopt);
+    {
+      const py::gil_scoped_release nogil;
+      spyre::backend::run_on_cpu(op, &stack);
+    }
+    return torch::jit::createPyObjectForStack(std::move(stack));
+    END_HANDLE_TH_ERRORS_PYBIND
+  });
   m.def("_is_in_bad_fork", [] { return spyre::driver::Driver::forked_child(); });
   m.def("_device_opened", [](int index) { return DeviceRuntime::opened(index); });
   m.def("_init", [](int index) { (void)DeviceRuntime::get(index); });

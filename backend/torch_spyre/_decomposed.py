@@ -1,0 +1,431 @@
+"""ATen ops that run on spyre as PyTorch's own decompositions into ops the device runs natively.
+
+Batch and group norm, max pooling, adaptive pooling, interpolation, padding modes, and a set of
+losses and small ops have no kernel of their own in the C++ layer: their eager spyre kernel is
+the decomposition that ``torch.compile(backend="spyre")`` applies to them too
+(``torch._decomp.decomposition_table``, the same table core ATen's decompositions come from), so
+both front doors take one lowering. Every op the decomposition calls is dispatched again and
+takes its own spyre kernel. A call the decomposition declines (it returns ``NotImplemented``,
+as adaptive max pooling does for windows that do not divide the input) or an op that would
+re-enter itself goes through the CPU fallback under its policy (``TORCH_SPYRE_CPU_FALLBACK``).
+
+An op of ``OPS`` that the C++ layer registers a kernel for keeps that kernel. Which ops are here,
+and why each is right, is a reviewed decision: ``backend/tests/conformance.py`` holds them to
+CPU, forward and backward (docs/developer-guide.md, "Decomposed ops").
+"""
+
+from __future__ import annotations
+
+import threading
+
+import torch
+import torch.nn.functional as F
+
+from . import _C
+
+# Overloads, grouped by what they are; each must be in torch._decomp.decomposition_table.
+OPS = (
+    # batch, instance (through batch norm) and group norm, forward and backward
+    "native_batch_norm", "native_batch_norm.out", "native_batch_norm_backward", "native_batch_norm_backward.out",
+    "_native_batch_norm_legit", "_native_batch_norm_legit.no_stats", "_native_batch_norm_legit_no_training",
+    "_batch_norm_with_update", "_batch_norm_no_update", "batch_norm_backward",
+    "native_group_norm", "native_group_norm_backward", "native_group_norm_backward.out",
+    # pooling
+    "max_pool2d_with_indices", "max_pool2d_with_indices.out",
+    "max_pool2d_with_indices_backward", "max_pool2d_with_indices_backward.grad_input",
+    "max_pool3d_with_indices", "max_pool3d_with_indices.out",
+    "_adaptive_avg_pool2d", "_adaptive_avg_pool2d.out",
+    # interpolation
+    "upsample_nearest1d", "upsample_nearest1d.vec", "upsample_nearest1d.out",
+    "upsample_nearest2d", "upsample_nearest2d.vec", "upsample_nearest2d.out",
+    "upsample_nearest3d", "upsample_nearest3d.vec", "upsample_nearest3d.out",
+    "_upsample_nearest_exact1d", "_upsample_nearest_exact1d.vec", "_upsample_nearest_exact1d.out",
+    "_upsample_nearest_exact2d", "_upsample_nearest_exact2d.vec", "_upsample_nearest_exact2d.out",
+    "_upsample_nearest_exact3d", "_upsample_nearest_exact3d.vec", "_upsample_nearest_exact3d.out",
+    "upsample_linear1d", "upsample_linear1d.out",
+    "upsample_bilinear2d", "upsample_bilinear2d.vec", "upsample_bilinear2d.out",
+    "upsample_trilinear3d", "upsample_trilinear3d.vec", "upsample_trilinear3d.out",
+    "upsample_bicubic2d", "upsample_bicubic2d.vec", "upsample_bicubic2d.out",
+    "_upsample_bilinear2d_aa.vec",
+    # padding modes
+    "reflection_pad1d", "reflection_pad1d.out", "reflection_pad2d", "reflection_pad2d.out",
+    "reflection_pad3d", "reflection_pad3d.out", "replication_pad1d", "replication_pad1d.out",
+    "replication_pad2d", "replication_pad2d.out", "replication_pad3d", "replication_pad3d.out",
+    "reflection_pad1d_backward", "reflection_pad1d_backward.grad_input",
+    "reflection_pad2d_backward", "reflection_pad2d_backward.grad_input",
+    "reflection_pad3d_backward", "reflection_pad3d_backward.grad_input",
+    # activations and losses, and their backward
+    "glu", "glu.out", "glu_backward", "glu_backward.grad_input",
+    "log_sigmoid_forward", "log_sigmoid_forward.output", "log_sigmoid_backward", "log_sigmoid_backward.grad_input",
+    "_prelu_kernel", "_prelu_kernel_backward",
+    "mse_loss", "mse_loss.out", "mse_loss_backward", "mse_loss_backward.grad_input",
+    "smooth_l1_loss", "smooth_l1_loss.out", "smooth_l1_loss_backward", "smooth_l1_loss_backward.grad_input",
+    "huber_loss", "huber_loss.out", "huber_loss_backward", "huber_loss_backward.out",
+    "binary_cross_entropy", "binary_cross_entropy.out",
+    "binary_cross_entropy_backward", "binary_cross_entropy_backward.grad_input",
+    "binary_cross_entropy_with_logits", "binary_cross_entropy_with_logits.out",
+    "multi_margin_loss", "multi_margin_loss.out", "multilabel_margin_loss_forward",
+    "multilabel_margin_loss_forward.output",
+    # shapes, norms and small ops
+    "im2col", "im2col.out", "col2im", "col2im.out", "channel_shuffle", "pixel_shuffle", "pixel_unshuffle",
+    "narrow_copy", "narrow_copy.out", "unfold_copy", "unfold_copy.out", "unfold_backward", "unfold_backward.out",
+    "index_copy", "index_copy.out", "index_fill.int_Tensor", "index_fill.int_Scalar",
+    "aminmax", "aminmax.out", "linalg_cross", "linalg_cross.out", "linalg_vector_norm", "linalg_vector_norm.out",
+    "dist", "renorm", "renorm.out", "std_mean.correction", "var_mean.correction",
+    "eye", "eye.m", "eye.out", "eye.m_out", "tril_indices", "triu_indices",
+    "linspace", "linspace.out", "logspace", "logspace.out", "bucketize.Tensor", "bucketize.Scalar",
+    "norm.Scalar", "norm.ScalarOpt_dim", "norm.ScalarOpt_dim_dtype", "norm.ScalarOpt_dtype", "norm.out",
+    "norm.dtype_out", "norm.Scalar_out", "norm.ScalarOpt_dtype_out",
+    "vdot", "vdot.out", "round.decimals", "round.decimals_out", "mvlgamma.out",
+)  # fmt: skip
+
+# Norms whose saved statistics CPU returns in the parameters' dtype (fp32 weights or running
+# statistics of an fp16 input give fp32 statistics), else in the input's, and empty when a batch
+# norm does not train (the decompositions return the running ones): op -> (positions of its
+# weight, bias and running statistics, position of its `training` argument or None).
+_STATS = {
+    "native_batch_norm": ((1, 2, 3, 4), 5),
+    "_native_batch_norm_legit": ((1, 2, 3, 4), 5),
+    "_native_batch_norm_legit.no_stats": ((1, 2), 3),
+    "_native_batch_norm_legit_no_training": ((1, 2, 3, 4), False),
+    "_batch_norm_no_update": ((1, 2, 3, 4), False),
+    "_batch_norm_with_update": ((1, 2, 3, 4), True),
+    "native_group_norm": ((1, 2), True),
+}
+
+
+# Ops torch has no decomposition for, decomposed here the same way: into native ops of the device.
+def _meta(t):
+    """A meta tensor of t's shape, strides and dtype: for torch's own argument checks, no data."""
+    return torch.empty_strided(t.shape, t.stride(), dtype=t.dtype, device="meta")
+
+
+def _pool_geometry(x, kernel, stride, padding, ceil_mode, dims):
+    """(kernel, stride, padding, output sizes, right-hand overhang) per spatial dim of an average pool."""
+    k = list(kernel) * dims if len(kernel) == 1 else list(kernel)
+    st = list(stride or k) * dims if len(stride or k) == 1 else list(stride or k)
+    p = list(padding) * dims if len(padding) == 1 else list(padding)
+    n = x.shape[-dims:]
+    out = []
+    for i in range(dims):
+        o = (n[i] + 2 * p[i] - k[i] + (st[i] - 1 if ceil_mode else 0)) // st[i] + 1
+        if ceil_mode and (o - 1) * st[i] >= n[i] + p[i]:
+            o -= 1
+        out.append(o)
+    extra = [max(0, (out[i] - 1) * st[i] + k[i] - (n[i] + 2 * p[i])) for i in range(dims)]
+    return k, st, p, out, extra
+
+
+def _pads(p, extra, right=True):
+    """F.pad's list (last dim first) for `p` on the left and `p` plus the overhang on the right."""
+    pads = []
+    for pp, e in zip(reversed(p), reversed(extra), strict=True):
+        pads += [pp, pp + e] if right else [pp, pp]
+    return pads
+
+
+def _pool_divisors(x, k, st, p, out, extra, count_include_pad, divisor_override, dims):
+    """Each output element's divisor, [1, 1, *out] in fp32 on x's device: torch's window sizes."""
+    if divisor_override:
+        return torch.full([1, 1, *out], float(divisor_override), device=x.device)
+    n = list(x.shape[-dims:])
+    if count_include_pad:  # the window clipped to the padded input
+        ones = F.pad(torch.ones(1, 1, *[a + 2 * b for a, b in zip(n, p, strict=True)]), _pads([0] * dims, extra))
+    else:  # the window's elements inside the input
+        ones = F.pad(torch.ones(1, 1, *n), _pads(p, extra))
+    conv = (F.conv1d, F.conv2d, F.conv3d)[dims - 1]
+    counts = conv(ones, torch.ones(1, 1, *k), stride=st)[(..., *[slice(0, o) for o in out])]
+    return counts.to(x.device)
+
+
+def _avg_pool(dims):
+    meta = (torch.ops.aten.avg_pool2d, torch.ops.aten.avg_pool3d)[dims - 2].default
+    conv = (F.conv2d, F.conv3d)[dims - 2]
+
+    def avg_pool(x, kernel_size, stride=(), padding=0, ceil_mode=False, count_include_pad=True, divisor_override=None):
+        padding = [padding] if isinstance(padding, int) else padding
+        shape = meta(_meta(x), kernel_size, stride, padding, ceil_mode, count_include_pad, divisor_override).shape
+        k, st, p, out, extra = _pool_geometry(x, kernel_size, stride, padding, ceil_mode, dims)
+        rows = x.reshape(-1, 1, *x.shape[-dims:]).float()
+        summed = conv(F.pad(rows, _pads(p, extra)), torch.ones(1, 1, *k, device=x.device), stride=st)
+        summed = summed[(..., *[slice(0, o) for o in out])]
+        div = _pool_divisors(x, k, st, p, out, extra, count_include_pad, divisor_override, dims)
+        return (summed / div).to(x.dtype).reshape(shape)
+
+    return avg_pool
+
+
+def _avg_pool_backward(dims):
+    meta = (torch.ops.aten.avg_pool2d_backward, torch.ops.aten.avg_pool3d_backward)[dims - 2].default
+    conv_t = (F.conv_transpose2d, F.conv_transpose3d)[dims - 2]
+
+    def backward(grad, x, kernel_size, stride, padding, ceil_mode, count_include_pad, divisor_override):
+        meta(_meta(grad), _meta(x), kernel_size, stride, padding, ceil_mode, count_include_pad,
+             divisor_override)  # fmt: skip
+        k, st, p, out, extra = _pool_geometry(x, kernel_size, stride, padding, ceil_mode, dims)
+        div = _pool_divisors(x, k, st, p, out, extra, count_include_pad, divisor_override, dims)
+        g = grad.reshape(-1, 1, *out).float() / div
+        full = conv_t(g, torch.ones(1, 1, *k, device=x.device), stride=st)  # over the padded input
+        n = x.shape[-dims:]
+        short = [n[i] + 2 * p[i] + extra[i] - full.shape[2 + i] for i in range(dims)]
+        full = F.pad(full, [v for s in reversed(short) for v in (0, s)])
+        inside = full[(..., *[slice(p[i], p[i] + n[i]) for i in range(dims)])]
+        return inside.to(grad.dtype).reshape(x.shape)
+
+    return backward
+
+
+def _adaptive_windows(n: int, o: int, device) -> torch.Tensor:
+    """[n, o]: 1/len where input position h is in adaptive window i (torch's start/end rule)."""
+    m = torch.zeros(n, o)
+    for i in range(o):
+        start, end = (i * n) // o, -(-((i + 1) * n) // o)
+        m[start:end, i] = 1.0 / (end - start)
+    return m.to(device)
+
+
+def _adaptive_windows_index(n: int, o: int) -> torch.Tensor:
+    """[o, longest window]: the input positions of each adaptive window, the last repeated to
+    fill the row (a repeat changes neither a maximum nor the first position holding it)."""
+    spans = [((i * n) // o, -(-((i + 1) * n) // o)) for i in range(o)]
+    longest = max(end - start for start, end in spans)
+    return torch.tensor([[min(start + j, end - 1) for j in range(longest)] for start, end in spans])
+
+
+def _adaptive_avg_pool(dims: int, backward: bool):
+    """The adaptive average pool over `dims` spatial dims (or its backward): each dim's windows
+    are an [n, o] matrix of 1/len, contracted with the input (or with the output's gradient)."""
+    meta = getattr(torch.ops.aten, f"_adaptive_avg_pool{dims}d" + ("_backward" if backward else "")).default
+
+    def pool(*args):
+        if backward:
+            grad, x = args
+            meta(_meta(grad), _meta(x))
+            src, shape, out = grad, x.shape, grad.shape[-dims:]
+        else:
+            x, size = args
+            src = x
+            shape = meta(_meta(x), size).shape
+            out = shape[-dims:]
+        mats = [_adaptive_windows(n, o, x.device) for n, o in zip(x.shape[-dims:], out, strict=True)]
+        ins, outs = "xyz"[:dims], "abc"[:dims]
+        frm, to = (outs, ins) if backward else (ins, outs)
+        equation = f"...{frm}," + ",".join(ins[d] + outs[d] for d in range(dims)) + f"->...{to}"
+        return torch.einsum(equation, src.float(), *mats).to(src.dtype).reshape(shape)
+
+    return pool
+
+
+def _adaptive_max_pool(dims: int):
+    """Adaptive max pooling over `dims` spatial dims: each window's elements gathered into a row
+    (torch's scanning order), its maximum and the flat input position of the first one."""
+    meta = getattr(torch.ops.aten, f"adaptive_max_pool{dims}d").default
+
+    def pool(x, output_size):
+        shape = meta(_meta(x), output_size)[0].shape
+        n, out = list(x.shape[-dims:]), list(shape[-dims:])
+        if x.numel() == 0 or 0 in out:
+            return x.new_empty(shape), torch.empty(shape, dtype=torch.int64, device=x.device)
+        rows = [_adaptive_windows_index(a, o) for a, o in zip(n, out, strict=True)]
+        # Index tensors broadcast to [o0, l0, o1, l1, ...]; the flat position of each element.
+        grids, flat = [], torch.zeros((), dtype=torch.int64)
+        for d, r in enumerate(rows):
+            g = r.reshape([1] * (2 * d) + list(r.shape) + [1] * (2 * (dims - d - 1)))
+            grids.append(g.to(x.device))
+            flat = flat * n[d] + g
+        windows = x[(..., *grids)]  # [..., o0, l0, o1, l1, ...]
+        lead = windows.dim() - 2 * dims
+        order = [*range(lead), *[lead + 2 * d for d in range(dims)], *[lead + 2 * d + 1 for d in range(dims)]]
+        windows = windows.permute(order).reshape(*windows.shape[:lead], *out, -1)
+        positions = flat.permute([2 * d for d in range(dims)] + [2 * d + 1 for d in range(dims)])
+        positions = positions.reshape(*out, -1).to(x.device)
+        values, which = windows.max(dim=-1)
+        indices = positions.expand(*windows.shape[:lead], *positions.shape).gather(-1, which.unsqueeze(-1))
+        return values.reshape(shape), indices.squeeze(-1).reshape(shape)
+
+    return pool
+
+
+def _replication_pad_backward(dims: int):
+    """The backward of replication padding: each padded position's gradient added into the edge
+    element it copies, one spatial dim at a time (index_add of torch's clamp of positions)."""
+
+    def backward(grad, x, padding):
+        getattr(torch.ops.aten, f"replication_pad{dims}d_backward").default(_meta(grad), _meta(x), padding)
+        g = grad.float()
+        for d in range(dims):
+            axis = g.dim() - dims + d
+            left = padding[2 * (dims - 1 - d)]  # F.pad's order: the last dim first
+            n = x.shape[axis]
+            source = (torch.arange(g.shape[axis]) - left).clamp(0, n - 1).to(g.device)
+            g = torch.zeros(*g.shape[:axis], n, *g.shape[axis + 1 :], device=g.device).index_add_(axis, source, g)
+        return g.to(grad.dtype)
+
+    return backward
+
+
+def _upsample_backward(name: str, dims: int, align: bool):
+    """The backward of a separable interpolation: along each spatial dim the forward is a fixed
+    [out, in] matrix, read off CPU's forward of a basis (a function of the sizes alone), so the
+    input's gradient is the output's gradient contracted with each matrix on the device."""
+
+    def backward(grad, output_size, input_size, *rest):
+        forward = getattr(torch.ops.aten, name).default
+        align_corners = (rest[0],) if align else ()
+        scales = [*(rest[1:] if align else rest), *[None] * dims][:dims]
+        mats = []
+        for d in range(dims):
+            n, o = input_size[2 + d], output_size[d]
+            basis = torch.eye(n).reshape(n, 1, *[n if e == d else 1 for e in range(dims)])
+            size = [o if e == d else 1 for e in range(dims)]
+            scale = [scales[d] if e == d else None for e in range(dims)]
+            mats.append(forward(basis, size, *align_corners, *scale).reshape(n, o).to(grad.device))
+        outs, ins = "abc"[:dims], "xyz"[:dims]
+        equation = f"...{outs}," + ",".join(ins[d] + outs[d] for d in range(dims)) + f"->...{ins}"
+        return torch.einsum(equation, grad.float(), *mats).to(grad.dtype).reshape(input_size)
+
+    return backward
+
+
+def _max_pool_backward(dims: int):
+    """The backward of a max pool with indices (flat positions in each input plane): the output's
+    gradient added into the positions its maxima came from."""
+
+    def backward(grad, x, *rest):
+        indices = rest[-1]
+        planes = grad.reshape(-1, grad.shape[-dims:].numel()).float()
+        into = torch.zeros(planes.shape[0], x.shape[-dims:].numel(), device=grad.device)
+        into.scatter_add_(1, indices.reshape(planes.shape), planes)
+        return into.to(grad.dtype).reshape(x.shape)
+
+    return backward
+
+
+def _max_unpool(dims: int):
+    """torch's max_unpool decomposition (a scatter), after CPU's check that every index lies in
+    the output plane: a scatter out of it would write another plane, or past the tensor."""
+    op = getattr(torch.ops.aten, f"max_unpool{dims}d").default
+
+    def unpool(x, indices, output_size, *rest):
+        from torch._decomp import decomposition_table
+
+        op(_meta(x), _meta(indices), output_size, *rest)
+        plane = 1
+        for s in output_size:
+            plane *= s
+        if indices.numel():
+            bad = indices[(indices < 0) | (indices >= plane)]
+            if bad.numel():
+                sizes = "x".join(str(s) for s in output_size)
+                raise RuntimeError(f"Found an invalid max index: {bad[0].item()} (output volumes are of size {sizes})")
+        return decomposition_table[op](x, indices, output_size, *rest)
+
+    return unpool
+
+
+def _equal(a, b):
+    return a.shape == b.shape and bool((a == b).all())
+
+
+# The interpolations (forward op, spatial dims, whether it takes align_corners) whose backward
+# _upsample_backward gives.
+_INTERPOLATIONS = (
+    ("upsample_nearest1d", 1, False), ("upsample_nearest2d", 2, False), ("upsample_nearest3d", 3, False),
+    ("_upsample_nearest_exact1d", 1, False), ("_upsample_nearest_exact2d", 2, False),
+    ("_upsample_nearest_exact3d", 3, False), ("upsample_linear1d", 1, True), ("upsample_bilinear2d", 2, True),
+    ("upsample_trilinear3d", 3, True), ("upsample_bicubic2d", 2, True),
+)  # fmt: skip
+
+
+def _with_out(fn, *names):
+    from torch._prims_common.wrappers import out_wrapper  # torch's out= rules: dtype checks, resize
+
+    return out_wrapper(*names)(fn)
+
+
+OWN = {
+    "avg_pool2d": _avg_pool(2),
+    "avg_pool3d": _avg_pool(3),
+    "avg_pool2d.out": _with_out(_avg_pool(2)),
+    "avg_pool3d.out": _with_out(_avg_pool(3)),
+    "avg_pool2d_backward": _avg_pool_backward(2),
+    "avg_pool3d_backward": _avg_pool_backward(3),
+    "_adaptive_avg_pool2d_backward": _adaptive_avg_pool(2, backward=True),
+    "_adaptive_avg_pool3d": _adaptive_avg_pool(3, backward=False),
+    "_adaptive_avg_pool3d_backward": _adaptive_avg_pool(3, backward=True),
+    "max_unpool2d": _max_unpool(2),
+    "max_unpool3d": _max_unpool(3),
+    "adaptive_max_pool2d": _adaptive_max_pool(2),
+    "adaptive_max_pool3d": _adaptive_max_pool(3),
+    "replication_pad1d_backward": _replication_pad_backward(1),
+    "replication_pad2d_backward": _replication_pad_backward(2),
+    "replication_pad3d_backward": _replication_pad_backward(3),
+    "max_pool3d_with_indices_backward": _max_pool_backward(3),
+    "adaptive_max_pool2d_backward": _max_pool_backward(2),
+    "adaptive_max_pool3d_backward": _max_pool_backward(3),
+    **{
+        f"{name}_backward{overload}": (_with_out(fn, "grad_input") if overload else fn)
+        for name, dims, align in _INTERPOLATIONS
+        for fn in [_upsample_backward(name, dims, align)]
+        for overload in ("", ".grad_input")
+    },
+    "equal": _equal,
+}
+
+_lib: torch.library.Library | None = None
+_active = threading.local()  # the decomposed ops running on this thread
+
+
+def _kernel(name: str):
+    qualified = "aten::" + name
+    packet, _, overload = name.partition(".")
+    op = getattr(getattr(torch.ops.aten, packet), overload or "default")
+    decomposition = None
+
+    def run(*args, **kwargs):
+        nonlocal decomposition
+        running = _active.__dict__.setdefault("ops", set())
+        if decomposition is None:
+            from torch._decomp import decomposition_table
+
+            decomposition = OWN[name] if name in OWN else decomposition_table[op]
+        if name not in running:
+            running.add(name)
+            try:
+                result = decomposition(*args, **kwargs)
+            finally:
+                running.discard(name)
+            if result is not NotImplemented:
+                return _as_cpu_returns(name, args, result)
+        return _C._run_on_cpu(qualified, *args, **kwargs)
+
+    return run
+
+
+def _as_cpu_returns(name: str, args: tuple, result):
+    if name not in _STATS:
+        return result
+    params, training = _STATS[name]
+    dtype = next((args[i].dtype for i in params if isinstance(args[i], torch.Tensor)), args[0].dtype)
+    if not isinstance(training, bool):
+        training = args[training]
+    out, mean, rstd, *rest = result
+    if not training:
+        mean, rstd = mean.new_empty(0), rstd.new_empty(0)
+    return (out, mean.to(dtype), rstd.to(dtype), *rest)
+
+
+def install() -> None:
+    """Registers the decompositions as spyre kernels (idempotent; touches no device)."""
+    global _lib
+    if _lib is not None:
+        return
+    _lib = torch.library.Library("aten", "IMPL")
+    for name in (*OPS, *OWN):
+        qualified = "aten::" + name
+        # A composite op keeps its own definition: its autograd formula lives there.
+        if not any(
+            torch._C._dispatch_has_kernel_for_dispatch_key(qualified, key)
+            for key in ("PrivateUse1", "CompositeImplicitAutograd")
+        ):
+            _lib.impl(name, _kernel(name), "PrivateUse1")
