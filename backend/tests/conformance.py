@@ -214,12 +214,37 @@ def _cpu(fn, sample):
         raise _Skip(f"CPU raises {type(e).__name__}") from e
 
 
+def _widened(sample):
+    return sample.transform(
+        lambda t: t.detach().double() if isinstance(t, torch.Tensor) and t.dtype == torch.float32 else t
+    )
+
+
+def compare_or_closer(got, want, name: str, fn, sample, where: str = "result", check_values: bool = True):
+    """compare(), but a float32 result that differs from CPU's is accepted where it is nearer the
+    float64 answer than CPU's own (polygamma near a pole, where CPU's float kernel loses digits)."""
+    try:
+        compare(got, want, name, check_values, where)
+    except Mismatch as mismatch:
+        try:
+            exact = _call(fn, _widened(sample))
+        except Exception:  # noqa: BLE001
+            raise mismatch from None
+        trees = [r if isinstance(r, (tuple, list)) else [r] for r in (got, want, exact)]
+        if len({len(t) for t in trees}) != 1 or not all(
+            isinstance(g, torch.Tensor) and isinstance(w, torch.Tensor) and isinstance(x, torch.Tensor)
+            and w.dtype == torch.float32 and (g.dtype, g.shape) == (w.dtype, w.shape) and _closer_than_cpu(g, w, x)
+            for g, w, x in zip(*trees, strict=True)
+        ):  # fmt: skip
+            raise
+
+
 def check_compare(op, sample):
     name = full_name(op)
     want = _cpu(op.op, sample)
     dev = on(sample, S, name)
     got = _call(op.op, dev)
-    compare(got, want, name, check_values=not name.startswith(UNDEFINED))
+    compare_or_closer(got, want, name, op.op, sample, check_values=not name.startswith(UNDEFINED))
     check_aliasing(got, dev.input, want, sample.input)
 
 
@@ -230,7 +255,8 @@ def check_noncontig(op, sample):
     cpu = sample.noncontiguous()
     want = _cpu(op.op, cpu)
     nc = on(cpu, S, name)
-    compare(_call(op.op, nc), want, name, check_values=not name.startswith(UNDEFINED), where="non-contiguous")
+    compare_or_closer(_call(op.op, nc), want, name, op.op, cpu, where="non-contiguous",
+                      check_values=not name.startswith(UNDEFINED))  # fmt: skip
 
 
 def check_variants(op, sample):
@@ -239,7 +265,7 @@ def check_variants(op, sample):
     method = op.method_variant
     if method is not None and not name.startswith(UNDEFINED):
         want = _cpu(method, sample)
-        compare(_call(method, on(sample, S, name)), want, name, where="method")
+        compare_or_closer(_call(method, on(sample, S, name)), want, name, method, sample, where="method")
         ran = True
     inplace = op.inplace_variant
     if inplace is not None and isinstance(sample.input, torch.Tensor) and not name.startswith(UNDEFINED):
@@ -328,12 +354,44 @@ def check_backward(op, sample):
     dev_leaves = [t for t in _leaves(dev) if t.requires_grad]
     got_grads = torch.autograd.grad(gouts, dev_leaves, [w.to(o.device) for w, o in zip(weights, gouts, strict=True)],
                                     allow_unused=True)  # fmt: skip
+    exact = None
     for i, (a, b) in enumerate(zip(got_grads, want_grads, strict=True)):
         if b is None:
             continue
         if a is None:
             raise Mismatch(f"backward: no gradient for input {i}")
-        compare(a, b, name, where=f"gradient of input {i}")
+        try:
+            compare(a, b, name, where=f"gradient of input {i}")
+        except Mismatch:
+            exact = _float64_grads(op, sample, weights) if exact is None else exact
+            if exact is None or not _closer_than_cpu(a, b, exact[i]):
+                raise
+
+
+def _float64_grads(op, sample, weights):
+    """The gradients of a float32 sample computed in float64 on the CPU (None if CPU cannot)."""
+    wide = sample.transform(
+        lambda t: t.detach().double().requires_grad_(t.requires_grad) if isinstance(t, torch.Tensor) and
+        t.is_floating_point() else t
+    )  # fmt: skip
+    try:
+        outs = _call(op.op, wide)
+        outs = [t for t in (outs if isinstance(outs, (tuple, list)) else [outs]) if isinstance(t, torch.Tensor)]
+        outs = [t for t in outs if t.requires_grad and t.is_floating_point()]
+        leaves = [t for t in _leaves(wide) if t.requires_grad]
+        return torch.autograd.grad(outs, leaves, [w.double() for w in weights], allow_unused=True)
+    except Exception:  # noqa: BLE001
+        return None
+
+
+def _closer_than_cpu(got, want, exact) -> bool:
+    """A gradient that differs from CPU's float32 one but is nearer the float64 answer everywhere
+    (CPU's own rounding is the difference: layer norm of one element)."""
+    if exact is None:
+        return False
+    g, w, x = got.detach().cpu().double(), want.detach().double(), exact.detach()
+    tol = tolerance(want.dtype)
+    return bool(((g - x).abs() <= (w - x).abs() + tol["atol"] + tol["rtol"] * x.abs()).all())
 
 
 CHECKS = {
