@@ -296,6 +296,12 @@ const bool g_registered = [] {
                                "elu", "hardsigmoid", "hardswish", "threshold", "mish"}),
                  {"", "out"}, &pointwise_kernel);
   register_boxed({"softshrink", "hardshrink"}, {"", "out"}, &pointwise_kernel);
+  register_boxed(with_inplace({"atan", "asin", "acos", "asinh", "acosh", "atanh", "erfc", "erfinv", "lgamma", "digamma",
+                               "i0", "copysign"}),
+                 {"", "out", "Tensor", "Scalar", "out_Scalar"}, &pointwise_kernel);
+  register_boxed(
+      {"special_erfcx", "special_i0e", "special_i1", "special_i1e", "signbit", "polygamma", "special_log_ndtr"},
+      {"", "out"}, &pointwise_kernel);
   register_boxed(with_inplace({"xlogy", "hypot"}),
                  {"Tensor", "Scalar_Self", "Scalar_Other", "OutTensor", "OutScalar_Self", "OutScalar_Other", "", "out"},
                  &pointwise_kernel);

@@ -287,6 +287,324 @@ void add_derived_math(std::map<std::string, PointwiseOp, std::less<>>& t) {
   });
 }
 
+// c[0] + t (c[1] + t (c[2] + ...)): a polynomial in t, by Horner's rule.
+int32_t horner(Expr& e, int32_t t, std::initializer_list<double> c) {
+  const double* it = std::rbegin(c).base() - 1;
+  int32_t acc = e.constant(*it);
+  while (it != c.begin()) {
+    --it;
+    acc = e.binary(BinaryFn::kAdd, e.constant(*it), e.binary(BinaryFn::kMul, acc, t));
+  }
+  return acc;
+}
+
+// log(Gamma(x)) for x >= 0.5 by Lanczos' approximation (g = 7, nine terms; relative error near
+// 1e-7 in fp32 arithmetic).
+int32_t lanczos_lgamma(Expr& e, int32_t x) {
+  static constexpr double kP[] = {0.99999999999980993,  676.5203681218851,     -1259.1392167224028,
+                                  771.32342877765313,   -176.61502916214059,   12.507343278686905,
+                                  -0.13857109526572012, 9.9843695780195716e-6, 1.5056327351493116e-7};
+  const int32_t z = e.binary(BinaryFn::kSub, x, e.constant(1.0));
+  int32_t a = e.constant(kP[0]);
+  for (int i = 1; i < 9; ++i) {
+    a = e.binary(BinaryFn::kAdd, a,
+                 e.binary(BinaryFn::kDiv, e.constant(kP[i]), e.binary(BinaryFn::kAdd, z, e.constant(i))));
+  }
+  const int32_t t = e.binary(BinaryFn::kAdd, z, e.constant(7.5));
+  const int32_t lead =
+      e.binary(BinaryFn::kMul, e.binary(BinaryFn::kAdd, z, e.constant(0.5)), e.unary(UnaryFn::kLog, t));
+  return e.binary(BinaryFn::kAdd, e.binary(BinaryFn::kSub, lead, t),
+                  e.binary(BinaryFn::kAdd, e.constant(0.5 * std::log(2 * M_PI)), e.unary(UnaryFn::kLog, a)));
+}
+
+// x - round(x): sin(pi x) and tan(pi x) of the remainder have the magnitude of the whole.
+int32_t remainder_of_integer(Expr& e, int32_t x) {
+  return e.binary(BinaryFn::kSub, x, e.unary(UnaryFn::kRound, x));
+}
+
+// t exp(p(t) - z^2) with t = 1 / (1 + z/2): erfc(z) for z >= 0 to a relative 1.2e-7 (Numerical
+// Recipes' Chebyshev fit); without the -z^2, erfcx(z).
+int32_t erfc_positive(Expr& e, int32_t z, bool scaled) {
+  const int32_t t = e.binary(BinaryFn::kDiv, e.constant(1.0),
+                             e.binary(BinaryFn::kAdd, e.constant(1.0), e.binary(BinaryFn::kMul, z, e.constant(0.5))));
+  int32_t p = horner(e, t,
+                     {-1.26551223, 1.00002368, 0.37409196, 0.09678418, -0.18628806, 0.27886807, -1.13520398, 1.48851587,
+                      -0.82215223, 0.17087277});
+  if (!scaled) p = e.binary(BinaryFn::kSub, p, e.binary(BinaryFn::kMul, z, z));
+  return e.binary(BinaryFn::kMul, t, e.unary(UnaryFn::kExp, p));
+}
+
+// Modified Bessel functions of order 0 and 1 (Abramowitz and Stegun 9.8.1 to 9.8.4, relative error
+// below 2.2e-7): I(x), or with `scaled` exp(-|x|) I(x).
+int32_t bessel_i(Expr& e, int32_t x, int order, bool scaled) {
+  const int32_t ax = e.unary(UnaryFn::kAbs, x);
+  const int32_t q = e.binary(BinaryFn::kDiv, ax, e.constant(3.75));
+  const int32_t q2 = e.binary(BinaryFn::kMul, q, q);
+  int32_t small =
+      order == 0
+          ? horner(e, q2, {1.0, 3.5156229, 3.0899424, 1.2067492, 0.2659732, 0.0360768, 0.0045813})
+          : e.binary(BinaryFn::kMul, ax,
+                     horner(e, q2, {0.5, 0.87890594, 0.51498869, 0.15084934, 0.02658733, 0.00301532, 0.00032411}));
+  if (scaled) small = e.binary(BinaryFn::kMul, small, e.unary(UnaryFn::kExp, e.unary(UnaryFn::kNeg, ax)));
+  const int32_t r = e.binary(BinaryFn::kDiv, e.constant(3.75), ax);
+  const int32_t tail = order == 0 ? horner(e, r,
+                                           {0.39894228, 0.01328592, 0.00225319, -0.00157565, 0.00916281, -0.02057706,
+                                            0.02635537, -0.01647633, 0.00392377})
+                                  : horner(e, r,
+                                           {0.39894228, -0.03988024, -0.00362018, 0.00163801, -0.01031555, 0.02282967,
+                                            -0.02895312, 0.01787654, -0.00420059});
+  int32_t large = e.binary(BinaryFn::kDiv, tail, e.unary(UnaryFn::kSqrt, ax));
+  if (!scaled) large = e.binary(BinaryFn::kMul, large, e.unary(UnaryFn::kExp, ax));  // inf past 88.7, as CPU's
+  const int32_t v = e.select(e.binary(BinaryFn::kLt, ax, e.constant(3.75)), small, large);
+  return order == 1 ? e.select(e.binary(BinaryFn::kLt, x, e.constant(0)), e.unary(UnaryFn::kNeg, v), v) : v;
+}
+
+// digamma: six steps of the recurrence, then the asymptotic series from y + 6; below 0.5 the
+// reflection psi(1 - x) - pi / tan(pi x); -inf at 0 (+inf at -0), NaN at the negative integers.
+int32_t digamma(Expr& e, int32_t x) {
+  const int32_t low = e.binary(BinaryFn::kLt, x, e.constant(0.5));
+  const int32_t y = e.select(low, e.binary(BinaryFn::kSub, e.constant(1.0), x), x);
+  int32_t steps = e.constant(0.0);
+  for (int k = 0; k < 6; ++k) {
+    steps = e.binary(BinaryFn::kAdd, steps,
+                     e.binary(BinaryFn::kDiv, e.constant(1.0), e.binary(BinaryFn::kAdd, y, e.constant(k))));
+  }
+  const int32_t z = e.binary(BinaryFn::kAdd, y, e.constant(6.0));
+  const int32_t iz2 = e.binary(BinaryFn::kDiv, e.constant(1.0), e.binary(BinaryFn::kMul, z, z));
+  const int32_t series =
+      e.binary(BinaryFn::kMul, iz2, horner(e, iz2, {-1.0 / 12, 1.0 / 120, -1.0 / 252, 1.0 / 240, -1.0 / 132}));
+  const int32_t psi_z = e.binary(
+      BinaryFn::kAdd, e.binary(BinaryFn::kSub, e.unary(UnaryFn::kLog, z), e.binary(BinaryFn::kDiv, e.constant(0.5), z)),
+      series);
+  const int32_t psi_y = e.binary(BinaryFn::kSub, psi_z, steps);
+  const int32_t tan = [&] {
+    const int32_t a = e.binary(BinaryFn::kMul, remainder_of_integer(e, x), e.constant(M_PI));
+    return e.binary(BinaryFn::kDiv, e.unary(UnaryFn::kSin, a), e.unary(UnaryFn::kCos, a));
+  }();
+  const int32_t reflected = e.binary(BinaryFn::kSub, psi_y, e.binary(BinaryFn::kDiv, e.constant(M_PI), tan));
+  const int32_t v = e.select(low, reflected, psi_y);
+  const int32_t negative_integer = e.binary(BinaryFn::kLogicalAnd, e.binary(BinaryFn::kLt, x, e.constant(0)),
+                                            e.binary(BinaryFn::kEq, x, e.unary(UnaryFn::kFloor, x)));
+  const int32_t at_zero =  // -inf at 0, +inf at -0, as -1/x
+      e.select(e.binary(BinaryFn::kEq, x, e.constant(0)),
+               e.unary(UnaryFn::kNeg, e.binary(BinaryFn::kDiv, e.constant(1.0), x)), v);
+  return e.select(negative_integer, e.constant(NAN), at_zero);
+}
+
+// x^k for an integer k >= 0, by multiplication (exact in sign for a negative x).
+int32_t int_power(Expr& e, int32_t x, int k) {
+  int32_t acc = e.constant(1.0);
+  for (int i = 0; i < k; ++i) acc = e.binary(BinaryFn::kMul, acc, x);
+  return acc;
+}
+
+// The Hurwitz zeta function zeta(s, x) for an integer s >= 2: twenty terms of the sum, then the
+// Euler-Maclaurin tail at w = x + 20 with six Bernoulli terms (accurate for x above -11); +inf at
+// the non-positive integers.
+int32_t hurwitz_zeta(Expr& e, int s, int32_t x) {
+  constexpr int kTerms = 20;
+  int32_t sum = e.constant(0.0);
+  for (int k = 0; k < kTerms; ++k) {
+    const int32_t base = e.binary(BinaryFn::kAdd, x, e.constant(k));
+    sum = e.binary(BinaryFn::kAdd, sum, e.binary(BinaryFn::kDiv, e.constant(1.0), int_power(e, base, s)));
+  }
+  const int32_t iw = e.binary(BinaryFn::kDiv, e.constant(1.0), e.binary(BinaryFn::kAdd, x, e.constant(kTerms)));
+  const int32_t iw2 = e.binary(BinaryFn::kMul, iw, iw);
+  // w^(1-s) (1/(s-1) + 1/(2w) + sum_j B_2j / (2j)! s (s+1) ... (s+2j-2) w^(-2j))
+  static constexpr double kBernoulli[] = {1.0 / 6, -1.0 / 30, 1.0 / 42, -1.0 / 30, 5.0 / 66, -691.0 / 2730};
+  double c[7] = {1.0 / (s - 1)};
+  double rising = s, factorial = 2;
+  for (int j = 1; j <= 6; ++j) {
+    c[j] = kBernoulli[j - 1] / factorial * rising;
+    rising *= (s + 2 * j - 1) * (s + 2 * j);
+    factorial *= (2 * j + 1) * (2 * j + 2);
+  }
+  const int32_t series = horner(e, iw2, {c[0], c[1], c[2], c[3], c[4], c[5], c[6]});
+  const int32_t tail = e.binary(BinaryFn::kMul, int_power(e, iw, s - 1),
+                                e.binary(BinaryFn::kAdd, series, e.binary(BinaryFn::kMul, iw, e.constant(0.5))));
+  const int32_t pole = e.binary(BinaryFn::kLogicalAnd, e.binary(BinaryFn::kLe, x, e.constant(0)),
+                                e.binary(BinaryFn::kEq, x, e.unary(UnaryFn::kFloor, x)));
+  return e.select(pole, e.constant(INFINITY), e.binary(BinaryFn::kAdd, sum, tail));
+}
+
+// Inverse trigonometric and hyperbolic functions, erfc and erfinv, lgamma and digamma, Bessel I0
+// and I1, signbit and copysign: expressions of the SFP's functions.
+void add_special_math(std::map<std::string, PointwiseOp, std::less<>>& t) {
+  using E = Expr;
+  const auto one_minus_x2 = [](E& e, int32_t x) {  // (1 - x)(1 + x): exact near |x| = 1
+    return e.binary(BinaryFn::kMul, e.binary(BinaryFn::kSub, e.constant(1.0), x),
+                    e.binary(BinaryFn::kAdd, e.constant(1.0), x));
+  };
+  t["atan"] = row({"self"}, Types::kToFloat,
+                  [](E& e, const Refs& in, const Call&) { return e.binary(BinaryFn::kAtan2, in[0], e.constant(1.0)); });
+  t["asin"] = row({"self"}, Types::kToFloat, [one_minus_x2](E& e, const Refs& in, const Call&) {
+    return e.binary(BinaryFn::kAtan2, in[0], e.unary(UnaryFn::kSqrt, one_minus_x2(e, in[0])));
+  });
+  t["acos"] = row({"self"}, Types::kToFloat, [one_minus_x2](E& e, const Refs& in, const Call&) {
+    return e.binary(BinaryFn::kAtan2, e.unary(UnaryFn::kSqrt, one_minus_x2(e, in[0])), in[0]);
+  });
+  // asinh(x) = sign(x) log1p(|x| + x^2 / (1 + sqrt(1 + x^2))); past 2^28, sign(x) (log |x| + ln 2).
+  t["asinh"] = row({"self"}, Types::kToFloat, [](E& e, const Refs& in, const Call&) {
+    const int32_t x = in[0], ax = e.unary(UnaryFn::kAbs, x), x2 = e.binary(BinaryFn::kMul, ax, ax);
+    const int32_t root = e.unary(UnaryFn::kSqrt, e.binary(BinaryFn::kAdd, e.constant(1.0), x2));
+    const int32_t small = e.unary(
+        UnaryFn::kLog1p,
+        e.binary(BinaryFn::kAdd, ax, e.binary(BinaryFn::kDiv, x2, e.binary(BinaryFn::kAdd, e.constant(1.0), root))));
+    const int32_t big = e.binary(BinaryFn::kAdd, e.unary(UnaryFn::kLog, ax), e.constant(M_LN2));
+    const int32_t m = e.select(e.binary(BinaryFn::kGt, ax, e.constant(268435456.0)), big, small);
+    return e.select(e.binary(BinaryFn::kLt, x, e.constant(0)), e.unary(UnaryFn::kNeg, m), m);
+  });
+  // acosh(x) = log1p(u + sqrt(2u + u^2)) for u = x - 1; past 2^28, log x + ln 2; NaN below 1.
+  t["acosh"] = row({"self"}, Types::kToFloat, [](E& e, const Refs& in, const Call&) {
+    const int32_t x = in[0], u = e.binary(BinaryFn::kSub, x, e.constant(1.0));
+    const int32_t r =
+        e.unary(UnaryFn::kSqrt, e.binary(BinaryFn::kMul, u, e.binary(BinaryFn::kAdd, u, e.constant(2.0))));
+    const int32_t small = e.unary(UnaryFn::kLog1p, e.binary(BinaryFn::kAdd, u, r));
+    const int32_t big = e.binary(BinaryFn::kAdd, e.unary(UnaryFn::kLog, x), e.constant(M_LN2));
+    return e.select(e.binary(BinaryFn::kGt, x, e.constant(268435456.0)), big, small);
+  });
+  // atanh(x) = log1p(2x / (1 - x)) / 2.
+  t["atanh"] = row({"self"}, Types::kToFloat, [](E& e, const Refs& in, const Call&) {
+    const int32_t x = in[0];
+    const int32_t q = e.binary(BinaryFn::kDiv, e.binary(BinaryFn::kMul, x, e.constant(2.0)),
+                               e.binary(BinaryFn::kSub, e.constant(1.0), x));
+    return e.binary(BinaryFn::kMul, e.unary(UnaryFn::kLog1p, q), e.constant(0.5));
+  });
+  // erfc(x) = t exp(p(t) - x^2) for x >= 0, 2 - erfc(-x) below: no cancellation in the tail.
+  t["erfc"] = row({"self"}, Types::kToFloat, [](E& e, const Refs& in, const Call&) {
+    const int32_t x = in[0], r = erfc_positive(e, e.unary(UnaryFn::kAbs, x), false);
+    return e.select(e.binary(BinaryFn::kLt, x, e.constant(0)), e.binary(BinaryFn::kSub, e.constant(2.0), r), r);
+  });
+  // erfcx(x) = exp(x^2) erfc(x): the fit without its exp(-x^2) for x >= 0, 2 exp(x^2) - erfcx(-x) below.
+  t["special_erfcx"] = row({"self"}, Types::kToFloat, [](E& e, const Refs& in, const Call&) {
+    const int32_t x = in[0], r = erfc_positive(e, e.unary(UnaryFn::kAbs, x), true);
+    const int32_t neg =
+        e.binary(BinaryFn::kSub,
+                 e.binary(BinaryFn::kMul, e.constant(2.0), e.unary(UnaryFn::kExp, e.binary(BinaryFn::kMul, x, x))), r);
+    return e.select(e.binary(BinaryFn::kLt, x, e.constant(0)), neg, r);
+  });
+  // log_ndtr(x) = log(Phi(x)): log1p(-erfc(x / sqrt 2) / 2) from -1 up; below, log(erfcx(-x / sqrt 2) / 2)
+  // - x^2 / 2, finite as far out as the answer is.
+  t["special_log_ndtr"] = row({"self"}, Types::kToFloat, [](E& e, const Refs& in, const Call&) {
+    const int32_t x = in[0], z = e.binary(BinaryFn::kMul, x, e.constant(M_SQRT1_2));
+    const int32_t upper = e.unary(
+        UnaryFn::kLog1p,
+        e.binary(BinaryFn::kMul, e.constant(-0.5),
+                 e.select(e.binary(BinaryFn::kLt, z, e.constant(0)),
+                          e.binary(BinaryFn::kSub, e.constant(2.0), erfc_positive(e, e.unary(UnaryFn::kAbs, z), false)),
+                          erfc_positive(e, z, false))));
+    const int32_t lower = e.binary(BinaryFn::kSub,
+                                   e.unary(UnaryFn::kLog, e.binary(BinaryFn::kMul, e.constant(0.5),
+                                                                   erfc_positive(e, e.unary(UnaryFn::kAbs, z), true))),
+                                   e.binary(BinaryFn::kMul, z, z));
+    return e.select(e.binary(BinaryFn::kLt, x, e.constant(-1.0)), lower, upper);
+  });
+  // erfinv by Giles' single-precision approximation in w = -log((1 - x)(1 + x)); +-inf at +-1.
+  t["erfinv"] = row({"self"}, Types::kToFloat, [one_minus_x2](E& e, const Refs& in, const Call&) {
+    const int32_t x = in[0];
+    const int32_t w = e.unary(UnaryFn::kNeg, e.unary(UnaryFn::kLog, one_minus_x2(e, x)));
+    const int32_t central = horner(e, e.binary(BinaryFn::kSub, w, e.constant(2.5)),
+                                   {1.50140941, 0.246640727, -0.00417768164, -0.00125372503, 0.00021858087,
+                                    -4.39150654e-06, -3.5233877e-06, 3.43273939e-07, 2.81022636e-08});
+    const int32_t tail = horner(e, e.binary(BinaryFn::kSub, e.unary(UnaryFn::kSqrt, w), e.constant(3.0)),
+                                {2.83297682, 1.00167406, 0.00943887047, -0.0076224613, 0.00573950773, -0.00367342844,
+                                 0.00134934322, 0.000100950558, -0.000200214257});
+    const int32_t p = e.select(e.binary(BinaryFn::kLt, w, e.constant(5.0)), central, tail);
+    const int32_t v = e.binary(BinaryFn::kMul, p, x);
+    const int32_t edge = e.binary(BinaryFn::kEq, e.unary(UnaryFn::kAbs, x), e.constant(1.0));
+    return e.select(edge, e.binary(BinaryFn::kMul, x, e.constant(INFINITY)), v);
+  });
+  // lgamma: Lanczos from 0.5 up; below, the reflection log(pi / |sin(pi x)|) - lgamma(1 - x)
+  // (+inf at the poles); +inf at both infinities.
+  t["lgamma"] = row({"self"}, Types::kToFloat, [](E& e, const Refs& in, const Call&) {
+    const int32_t x = in[0], low = e.binary(BinaryFn::kLt, x, e.constant(0.5));
+    const int32_t y = e.select(low, e.binary(BinaryFn::kSub, e.constant(1.0), x), x);
+    const int32_t l = lanczos_lgamma(e, y);
+    const int32_t s = e.unary(
+        UnaryFn::kAbs, e.unary(UnaryFn::kSin, e.binary(BinaryFn::kMul, remainder_of_integer(e, x), e.constant(M_PI))));
+    const int32_t reflected =
+        e.binary(BinaryFn::kSub, e.binary(BinaryFn::kSub, e.constant(std::log(M_PI)), e.unary(UnaryFn::kLog, s)), l);
+    const int32_t v = e.select(low, reflected, l);
+    return e.select(e.unary(UnaryFn::kIsInf, x), e.constant(INFINITY), v);
+  });
+  t["digamma"] = row({"self"}, Types::kToFloat, [](E& e, const Refs& in, const Call&) { return digamma(e, in[0]); });
+  // polygamma(n, x) for n >= 1: (-1)^(n+1) n! zeta(n + 1, x) from 0.5 up; below, the reflection
+  // (-1)^n polygamma(n, 1 - x) - d^n/dx^n (pi cot(pi x)), so the sum never cancels; digamma for
+  // n = 0. +-inf at the non-positive integers; at the infinities CPU's answers.
+  t["polygamma"] = row({"self"}, Types::kToFloat, [](E& e, const Refs& in, const Call& c) {
+    const int64_t n = c.integer("n", 0);
+    if (n < 0 || n > 16) reject(c, "polygamma is lowered for orders 0 to 16");
+    const int32_t x = in[0];
+    if (n == 0) return digamma(e, x);
+    const int order = static_cast<int>(n);
+    const double sign = order % 2 ? 1.0 : -1.0, scale = sign * std::tgamma(order + 1.0);
+    const int32_t low = e.binary(BinaryFn::kLt, x, e.constant(0.5));
+    const int32_t y = e.select(low, e.binary(BinaryFn::kSub, e.constant(1.0), x), x);
+    const int32_t psi_y = e.binary(BinaryFn::kMul, e.constant(scale), hurwitz_zeta(e, order + 1, y));
+    // d^n/dx^n of pi cot(pi x) as a polynomial in c = cot(pi x): P0 = pi c, P(k+1) = -pi (1 + c^2) Pk'(c).
+    std::vector<double> poly = {0.0, M_PI};
+    for (int k = 0; k < order; ++k) {
+      std::vector<double> next(poly.size() + 1, 0.0);
+      for (size_t i = 1; i < poly.size(); ++i) {
+        const double d = static_cast<double>(i) * poly[i] * -M_PI;  // of c^(i-1), times -pi
+        next[i - 1] += d;
+        next[i + 1] += d;
+      }
+      poly = std::move(next);
+    }
+    // cot(pi r) for r = x - round(x), its cosine as sin(pi (1/2 - |r|)): exactly 0 at the half-integers.
+    const int32_t r = remainder_of_integer(e, x);
+    const int32_t cos_part = e.unary(
+        UnaryFn::kSin, e.binary(BinaryFn::kMul, e.binary(BinaryFn::kSub, e.constant(0.5), e.unary(UnaryFn::kAbs, r)),
+                                e.constant(M_PI)));
+    const int32_t cot =
+        e.binary(BinaryFn::kDiv, cos_part, e.unary(UnaryFn::kSin, e.binary(BinaryFn::kMul, r, e.constant(M_PI))));
+    int32_t cot_term = e.constant(poly.back());
+    for (size_t i = poly.size() - 1; i-- > 0;) {
+      cot_term = e.binary(BinaryFn::kAdd, e.constant(poly[i]), e.binary(BinaryFn::kMul, cot_term, cot));
+    }
+    int32_t reflected = e.binary(BinaryFn::kSub, order % 2 ? e.unary(UnaryFn::kNeg, psi_y) : psi_y, cot_term);
+    if (order == 1) {  // CPU's trigamma: pi^2 / sin^2(pi x) of the unreduced x (finite at the poles)
+      const int32_t sp = e.unary(UnaryFn::kSin, e.binary(BinaryFn::kMul, x, e.constant(M_PI)));
+      reflected = e.binary(BinaryFn::kSub,
+                           e.binary(BinaryFn::kDiv, e.constant(M_PI * M_PI), e.binary(BinaryFn::kMul, sp, sp)), psi_y);
+    }
+    const int32_t v = e.select(low, reflected, psi_y);
+    const int32_t pole = e.binary(BinaryFn::kLogicalAnd, e.binary(BinaryFn::kLe, x, e.constant(0)),
+                                  e.binary(BinaryFn::kEq, x, e.unary(UnaryFn::kFloor, x)));
+    const int32_t finite = order == 1 ? v : e.select(pole, e.constant(sign * INFINITY), v);
+    const int32_t at_inf = e.select(e.binary(BinaryFn::kGt, x, e.constant(0)), e.constant(order == 1 ? 0.0 : NAN),
+                                    e.constant(order == 1 ? NAN : sign * INFINITY));
+    return e.select(e.unary(UnaryFn::kIsInf, x), at_inf, finite);
+  });
+  t["i0"] =
+      row({"self"}, Types::kToFloat, [](E& e, const Refs& in, const Call&) { return bessel_i(e, in[0], 0, false); });
+  t["special_i0e"] =
+      row({"self"}, Types::kToFloat, [](E& e, const Refs& in, const Call&) { return bessel_i(e, in[0], 0, true); });
+  t["special_i1"] =
+      row({"self"}, Types::kToFloat, [](E& e, const Refs& in, const Call&) { return bessel_i(e, in[0], 1, false); });
+  t["special_i1e"] =
+      row({"self"}, Types::kToFloat, [](E& e, const Refs& in, const Call&) { return bessel_i(e, in[0], 1, true); });
+  // signbit: below 0, or a zero whose reciprocal is -inf (-0.0). A NaN's sign bit reads as clear.
+  t["signbit"] = row({"self"}, Types::kToBool, [](E& e, const Refs& in, const Call& c) {
+    const int32_t x = in[0], neg = e.binary(BinaryFn::kLt, x, e.constant(0));
+    if (!is_float(c.common)) return neg;
+    const int32_t minus_zero =
+        e.binary(BinaryFn::kLogicalAnd, e.binary(BinaryFn::kEq, x, e.constant(0)),
+                 e.binary(BinaryFn::kLt, e.binary(BinaryFn::kDiv, e.constant(1.0), x), e.constant(0)));
+    return e.binary(BinaryFn::kLogicalOr, neg, minus_zero);
+  });
+  // copysign(a, b) = |a| with b's sign (signbit's reading of b).
+  t["copysign"] = row({"self", "other"}, Types::kToFloat, [](E& e, const Refs& in, const Call&) {
+    const int32_t b = in[1], aa = e.unary(UnaryFn::kAbs, in[0]);
+    const int32_t minus_zero =
+        e.binary(BinaryFn::kLogicalAnd, e.binary(BinaryFn::kEq, b, e.constant(0)),
+                 e.binary(BinaryFn::kLt, e.binary(BinaryFn::kDiv, e.constant(1.0), b), e.constant(0)));
+    const int32_t neg = e.binary(BinaryFn::kLogicalOr, e.binary(BinaryFn::kLt, b, e.constant(0)), minus_zero);
+    return e.select(neg, e.unary(UnaryFn::kNeg, aa), aa);
+  });
+}
+
 // Activation functions and their backwards, as torch's CPU kernels write them (the same branches,
 // so that NaN and the boundaries go the same way).
 void add_activations(std::map<std::string, PointwiseOp, std::less<>>& t) {
@@ -571,6 +889,7 @@ std::map<std::string, PointwiseOp, std::less<>> make_table() {
   t["scalar_tensor"] = constant_of("s");
   t["zero"] = row({}, Types::kSelf, [](Expr& e, const Refs&, const Call&) { return e.constant(0); });
   add_derived_math(t);
+  add_special_math(t);
   add_activations(t);
   // arange(start, end, step): start + i * step over a 1-d result.
   t["arange"] = row({}, Types::kSelf, [](Expr& e, const Refs&, const Call& c) {
