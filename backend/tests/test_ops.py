@@ -70,7 +70,7 @@ NATIVE = {
     "nn.functional.cosine_similarity", "nn.functional.normalize",
     "norm", "norm.fro", "norm.inf", "linalg.norm", "linalg.vector_norm", "dist", "vdot", "linalg.vecdot",
     "cross", "linalg.cross", "aminmax", "std_mean", "var_mean", "cov", "corrcoef", "equal",
-    "index_copy", "narrow_copy", "round.decimals_0", "round.decimals_3", "round.decimals_neg_3",
+    "kthvalue", "index_copy", "narrow_copy", "round.decimals_0", "round.decimals_3", "round.decimals_neg_3",
     # special functions (expressions of the SFP's functions)
     "atan", "asin", "acos", "asinh", "acosh", "atanh", "erfc", "special.erfcx", "erfinv", "lgamma", "digamma",
     "polygamma.polygamma_n_0", "polygamma.polygamma_n_1", "polygamma.polygamma_n_2", "polygamma.polygamma_n_3",
@@ -188,8 +188,21 @@ def _as_close_as_cpu(op, sample, actual, expected):
         assert ((a.double() - x).abs() <= bound).all(), f"{op.name}: farther from float64 than CPU"
 
 
+def _same_kth(actual, expected, sample):
+    """kthvalue: the values must match; among equal values CPU's index is its selection
+    algorithm's, so the device's index is checked by what it selects."""
+    values, indices = actual
+    _compare(values, expected[0], None)
+    dim = sample.args[1] if len(sample.args) > 1 else sample.kwargs.get("dim", -1)
+    keep = sample.args[2] if len(sample.args) > 2 else sample.kwargs.get("keepdim", False)
+    source = sample.input if sample.input.dim() else sample.input.view(1)
+    idx = indices.cpu() if keep or not sample.input.dim() else indices.cpu().unsqueeze(dim)
+    picked = torch.gather(source, dim if sample.input.dim() else 0, idx.view(-1) if not sample.input.dim() else idx)
+    torch.testing.assert_close(picked.view(expected[0].shape), expected[0], equal_nan=True)
+
+
 # Ops whose result may rightly differ from CPU's: how to check them instead.
-SPECIAL_CHECKS = {"topk": _same_selection, "sort": _same_order, "argsort": _same_argsort}
+SPECIAL_CHECKS = {"topk": _same_selection, "sort": _same_order, "argsort": _same_argsort, "kthvalue": _same_kth}
 
 
 @pytest.mark.parametrize("op,dtype", CASES)

@@ -64,15 +64,14 @@ OPS = (
     "binary_cross_entropy", "binary_cross_entropy.out",
     "binary_cross_entropy_backward", "binary_cross_entropy_backward.grad_input",
     "binary_cross_entropy_with_logits", "binary_cross_entropy_with_logits.out",
-    "multi_margin_loss", "multi_margin_loss.out", "multilabel_margin_loss_forward",
-    "multilabel_margin_loss_forward.output",
+    "multi_margin_loss", "multi_margin_loss.out",
     # shapes, norms and small ops
     "im2col", "im2col.out", "col2im", "col2im.out", "channel_shuffle", "pixel_shuffle", "pixel_unshuffle",
     "narrow_copy", "narrow_copy.out", "unfold_copy", "unfold_copy.out", "unfold_backward", "unfold_backward.out",
     "index_copy", "index_copy.out", "index_fill.int_Tensor", "index_fill.int_Scalar",
     "aminmax", "aminmax.out", "linalg_cross", "linalg_cross.out", "linalg_vector_norm", "linalg_vector_norm.out",
     "dist", "renorm", "renorm.out", "std_mean.correction", "var_mean.correction",
-    "eye", "eye.m", "eye.out", "eye.m_out", "tril_indices", "triu_indices",
+    "tril_indices", "triu_indices",
     "linspace", "linspace.out", "logspace", "logspace.out", "bucketize.Tensor", "bucketize.Scalar",
     "norm.Scalar", "norm.ScalarOpt_dim", "norm.ScalarOpt_dim_dtype", "norm.ScalarOpt_dtype", "norm.out",
     "norm.dtype_out", "norm.Scalar_out", "norm.ScalarOpt_dtype_out",
@@ -323,6 +322,42 @@ def _max_unpool(dims: int):
     return unpool
 
 
+def _eye(n, m=None, *, dtype=None, layout=None, device=None, pin_memory=None, out=None):
+    """zeros, then ones written through the diagonal view (torch's decomposition builds an arange in
+    the accumulation type, float64 for float32)."""
+    for size in (n, m):
+        if size is not None and size < 0:
+            raise RuntimeError(f"n must be greater or equal to 0, got {size}" if size is n else
+                               f"m must be greater or equal to 0, got {size}")  # fmt: skip
+    shape = (n, n if m is None else m)
+    if out is None:
+        out = torch.zeros(shape, dtype=dtype, layout=layout, device=device, pin_memory=pin_memory)
+    else:
+        out.resize_(shape).zero_()
+    out.diagonal().fill_(1)
+    return out
+
+
+def _kthvalue(x, k, dim=-1, keepdim=False, *, values=None, indices=None):
+    """The k-th smallest along dim from the device's stable sort (NaN sorts last, as CPU's)."""
+    shape = torch.ops.aten.kthvalue.default(_meta(x), k, dim, keepdim)[0].shape
+    if x.dim() == 0:
+        v, i = x.clone(), torch.zeros((), dtype=torch.int64, device=x.device)
+    else:
+        ordered, order = torch.sort(x, dim=dim, stable=True)
+        v, i = ordered.narrow(dim, k - 1, 1), order.narrow(dim, k - 1, 1)
+    v, i = v.reshape(shape), i.reshape(shape)
+    if values is None:
+        return v.clone(), i.clone()
+    if values.dtype != x.dtype:
+        raise RuntimeError("output values must be of same type as input")
+    if indices.dtype != torch.int64:
+        raise RuntimeError("output indices must be of scalar type Long")
+    values.resize_(shape).copy_(v)
+    indices.resize_(shape).copy_(i)
+    return values, indices
+
+
 def _equal(a, b):
     return a.shape == b.shape and bool((a == b).all())
 
@@ -370,6 +405,12 @@ OWN = {
         for overload in ("", ".grad_input")
     },
     "equal": _equal,
+    "eye": _eye,
+    "eye.m": _eye,
+    "eye.out": _eye,
+    "eye.m_out": _eye,
+    "kthvalue": _kthvalue,
+    "kthvalue.values": _kthvalue,
 }
 
 _lib: torch.library.Library | None = None

@@ -524,7 +524,9 @@ void add_special_math(std::map<std::string, PointwiseOp, std::less<>>& t) {
         UnaryFn::kAbs, e.unary(UnaryFn::kSin, e.binary(BinaryFn::kMul, remainder_of_integer(e, x), e.constant(M_PI))));
     const int32_t reflected =
         e.binary(BinaryFn::kSub, e.binary(BinaryFn::kSub, e.constant(std::log(M_PI)), e.unary(UnaryFn::kLog, s)), l);
-    const int32_t v = e.select(low, reflected, l);
+    const int32_t root = e.binary(BinaryFn::kLogicalOr, e.binary(BinaryFn::kEq, x, e.constant(1.0)),
+                                  e.binary(BinaryFn::kEq, x, e.constant(2.0)));  // exactly 0 there, as CPU's
+    const int32_t v = e.select(root, e.constant(0.0), e.select(low, reflected, l));
     return e.select(e.unary(UnaryFn::kIsInf, x), e.constant(INFINITY), v);
   });
   t["digamma"] = row({"self"}, Types::kToFloat, [](E& e, const Refs& in, const Call&) { return digamma(e, in[0]); });
