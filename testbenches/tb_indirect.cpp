@@ -119,14 +119,17 @@ TEST_CASE("SCATTER overwrites the rows an index vector names and no other byte")
   }
 }
 
-TEST_CASE("SCATTER with kScatterAdd and kScatterMul: f32, f16 rounded once per element, i32 wrapping, bool or/and") {
+TEST_CASE(
+    "SCATTER with kScatterAdd, kScatterMul, kScatterMax and kScatterMin: f32, f16 rounded once per element, i32 "
+    "wrapping, bool or/and") {
   const uint32_t rows = 6, cols = 5;
   const std::vector<int64_t> idx = {5, 2, 5, 0, 5, 3, 2};  // rows 1 and 4 untouched, 5 three times
   const auto n = static_cast<uint32_t>(idx.size());
   for (const DType t : {DType::kF32, DType::kF16, DType::kI32, DType::kBool}) {
-    for (const uint8_t fn : {hw::kScatterAdd, hw::kScatterMul}) {
+    for (const uint8_t fn : {hw::kScatterAdd, hw::kScatterMul, hw::kScatterMax, hw::kScatterMin}) {
       for (const bool async : {false, true}) {
-        const bool add = fn == hw::kScatterAdd;
+        const bool max = fn == hw::kScatterMax, min = fn == hw::kScatterMin;
+        const bool add = fn == hw::kScatterAdd || max || min;  // max and min take add's values
         CAPTURE(std::string(hw::dtype_name(t)));
         CAPTURE(add);
         CAPTURE(async);
@@ -172,7 +175,9 @@ TEST_CASE("SCATTER with kScatterAdd and kScatterMul: f32, f16 rounded once per e
           for (uint32_t c = 0; c < cols; ++c) {
             double& w = want[idx[j] * cols + c];
             const double x = rows_in[j * cols + c];
-            if (t == DType::kBool) {
+            if (max || min) {
+              w = max ? std::max(w, x) : std::min(w, x);  // bool: or and and
+            } else if (t == DType::kBool) {
               w = add ? (w != 0 || x != 0) : (w != 0 && x != 0);
             } else if (t == DType::kI32) {
               const auto a = static_cast<int64_t>(w), b = static_cast<int64_t>(x);
@@ -231,6 +236,9 @@ TEST_CASE("an index outside [0, r[rb]) faults at the instruction before any byte
       {"GATHER rows past the scratchpad", Op::kGather, 0, {0, 1}, lx - row_bytes},
       {"SCATTER index vector past the scratchpad", Op::kScatter, 0, {0, 1}, kD, lx - 8},
       {"SCATTER with both add and multiply", Op::kScatter, hw::kScatterAdd | hw::kScatterMul, {0, 1}},
+      {"SCATTER with both add and max", Op::kScatter, hw::kScatterAdd | hw::kScatterMax, {0, 1}},
+      {"SCATTER with add, multiply and max", Op::kScatter, hw::kScatterAdd | hw::kScatterMin, {0, 1}},
+      {"SCATTER-MAX with an invalid dtype", Op::kScatter, hw::kScatterMax, {0, 1}, kD, kZ, DType::kCount},
       {"SCATTER-ADD rows not a whole number of f32", Op::kScatter, hw::kScatterAdd, {0, 1}, kD, kZ, DType::kF32, 30},
       {"SCATTER-MUL with an invalid dtype", Op::kScatter, hw::kScatterMul, {0, 1}, kD, kZ, DType::kCount},
   };

@@ -58,6 +58,50 @@ at::Tensor one_d(const at::Tensor& t) {
   return t.dim() == 0 ? t.view({1}) : t;
 }
 
+// The reductions of scatter_reduce and index_reduce: the SCATTER that combines each row with the
+// table's, and the value a position starts from when the table's own is left out (include_self).
+struct Reduction {
+  Kind kind;
+  bool mean;
+};
+
+std::optional<Reduction> reduction(const std::string& reduce) {
+  if (reduce == "sum") return Reduction{Kind::kScatterAdd, false};
+  if (reduce == "mean") return Reduction{Kind::kScatterAdd, true};
+  if (reduce == "prod") return Reduction{Kind::kScatterMul, false};
+  if (reduce == "amax") return Reduction{Kind::kScatterMax, false};
+  if (reduce == "amin") return Reduction{Kind::kScatterMin, false};
+  return std::nullopt;
+}
+
+at::Scalar identity(Kind kind, at::ScalarType t) {
+  switch (kind) {
+    case Kind::kScatterMul:
+      return 1;
+    case Kind::kScatterMax:
+      return t == at::kBool ? at::Scalar(false)
+             : at::isFloatingType(t)
+                 ? at::Scalar(-std::numeric_limits<double>::infinity())
+                 : at::Scalar(std::numeric_limits<int64_t>::min() >> (64 - 8 * c10::elementSize(t)));
+    case Kind::kScatterMin:
+      return t == at::kBool ? at::Scalar(true)
+             : at::isFloatingType(t)
+                 ? at::Scalar(std::numeric_limits<double>::infinity())
+                 : at::Scalar(std::numeric_limits<int64_t>::max() >> (64 - 8 * c10::elementSize(t)));
+    default:
+      return 0;
+  }
+}
+
+// A mean's division by its count, in place: integers round down, as CPU's.
+void divide_by_count(at::Tensor& result, const at::Tensor& count) {
+  if (at::isFloatingType(result.scalar_type())) {
+    result.div_(count);
+  } else {
+    result.div_(count, "floor");
+  }
+}
+
 void finish(BoxedCall& c, Launch& l, const at::Tensor& result) {
   if (run_or_fall_back(l, c)) c.finish(result);
 }
@@ -191,6 +235,9 @@ void element_kernel(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
   const bool gather = base == "gather";
   std::string reduce = base == "scatter_add" ? "add" : "";
   if (const c10::IValue* r = c.get("reduce")) reduce = r->toStringRef();
+  const bool reducing = base == "scatter_reduce";  // sum, prod, mean, amax, amin; include_self
+  Reduction how{Kind::kScatter, false};
+  const bool include_self = !c.get("include_self") || c.get("include_self")->toBool();
   TORCH_CHECK(index.is_privateuseone(),
               "Expected all tensors to be on the same device, but found at least two "
               "devices, ",
@@ -198,8 +245,15 @@ void element_kernel(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
   if (!device_dtype(self.scalar_type()) || (c.get("sparse_grad") && c.get("sparse_grad")->toBool())) {
     return c.fall_back();
   }
-  TORCH_CHECK(reduce.empty() || reduce == "add" || reduce == "multiply", base,
-              "(): reduce argument must be either add or multiply, got ", reduce);
+  if (reducing) {
+    const std::optional<Reduction> r = reduction(reduce);
+    TORCH_CHECK(r, "reduce argument must be either sum, prod, mean, amax or amin, got ", reduce);
+    how = *r;
+    if (how.mean && self.scalar_type() == at::kBool) return c.fall_back();
+  } else {
+    TORCH_CHECK(reduce.empty() || reduce == "add" || reduce == "multiply", base,
+                "(): reduce argument must be either add or multiply, got ", reduce);
+  }
   TORCH_CHECK(index.numel() == 0 || one_d(index).dim() == one_d(self).dim(), base,
               "(): Index tensor must have the same number of dimensions as input tensor");
   // The table view takes its batch sizes from the index: an index wider than self (or src) there
@@ -238,6 +292,7 @@ void element_kernel(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
     }
   }
   if (index.numel() == 0) return c.finish(out);
+  if (reducing && !include_self) out.scatter_(dim, index, identity(how.kind, out.scalar_type()));
   Launch l;
   const at::Tensor idx = int64_indices(l, one_d(index)).movedim(dim, -1);
   const at::Tensor table = one_d(gather ? self : out).movedim(dim, -1);
@@ -254,28 +309,49 @@ void element_kernel(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
   const auto [ts, tt] = with_unit(table, table_sizes);
   const auto [rs, rt] = with_unit(rows, idx.sizes());
   const Kind kind = gather                 ? Kind::kGather
+                    : reducing             ? how.kind
                     : reduce == "add"      ? Kind::kScatterAdd
                     : reduce == "multiply" ? Kind::kScatterMul
                                            : Kind::kScatter;
   index_op(l, kind, l.view(table, ts, tt), l.view(idx), l.view(rows, rs, rt));
-  finish(c, l, out);
+  if (!reducing || !how.mean) return finish(c, l, out);
+  if (!run_or_fall_back(l, c)) return;
+  at::Tensor count = include_self ? at::ones_like(out) : at::zeros_like(out);
+  count.scatter_add_(dim, index, at::ones(index.sizes(), out.options()));
+  divide_by_count(out, count.clamp_min_(1));
+  c.finish(out);
 }
 
 // index_add(self, dim, index, source, alpha): self[..., index[i], ...] += alpha * source[..., i, ...].
+// index_reduce(self, dim, index, source, reduce, include_self): the rows combined by prod, mean,
+// amax or amin instead (from the reduction's identity where include_self is false).
 void index_add_kernel(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
   BoxedCall c(op, stack);
   const at::Tensor self = c.at(0).toTensor();
   const int64_t dim = at::maybe_wrap_dim(c.at(1).toInt(), std::max<int64_t>(self.dim(), 1));
   const at::Tensor index = c.at(2).toTensor();
   at::Tensor source = c.at(3).toTensor();
-  const double alpha = c.scalar("alpha", 1.0);
+  const bool reducing = c.base() == "index_reduce";
+  const double alpha = reducing ? 1.0 : c.scalar("alpha", 1.0);
+  Reduction how{Kind::kScatterAdd, false};
+  bool include_self = true;
+  if (reducing) {
+    const std::string reduce = c.at(4).toStringRef();
+    const std::optional<Reduction> r = reduce == "sum" ? std::nullopt : reduction(reduce);
+    TORCH_CHECK(r, "index_reduce(): Expected reduce to be one of prod, mean, amax or amin but got ", reduce, ".");
+    how = *r;
+    include_self = !c.get("include_self") || c.get("include_self")->toBool();
+    if (how.mean && self.scalar_type() == at::kBool) return c.fall_back();
+  }
   TORCH_CHECK(index.is_privateuseone() && source.is_privateuseone(),
               "Expected all tensors to be on the same device, "
               "but found at least two devices, ",
               self.device(), " and ", (index.is_privateuseone() ? source : index).device(), "! (index_add)");
   if (!device_dtype(self.scalar_type())) return c.fall_back();
-  TORCH_CHECK(source.scalar_type() == self.scalar_type(), "index_add_(): self and source must have the same dtype");
-  const at::Tensor result = c.inplace() ? self : (c.out() ? *c.out() : self.clone());
+  TORCH_CHECK(source.scalar_type() == self.scalar_type(),
+              reducing ? "index_reduce_(): self and source must have the same scalar type"
+                       : "index_add_(): self and source must have the same dtype");
+  at::Tensor result = c.inplace() ? self : (c.out() ? *c.out() : self.clone());
   if (!c.inplace() && c.out()) {
     at::native::resize_output(result, self.sizes());
     result.copy_(self);
@@ -288,6 +364,7 @@ void index_add_kernel(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
     TORCH_CHECK_INDEX(size > 0 || index.numel() == 0, "index_add_(): index out of range for a dim of size 0");
     return c.finish(result);
   }
+  if (!include_self) result.index_fill_(dim, index, identity(how.kind, result.scalar_type()));
   const at::Tensor dest = one_d(result);
   // Rows are scattered whole: a destination whose rows are not contiguous (a transposed one) is
   // added into a contiguous copy, which is copied back.
@@ -313,9 +390,17 @@ void index_add_kernel(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
   std::vector<int64_t> is(ts.begin(), ts.end() - 2), it(is.size(), 0);
   is.push_back(idx.numel());
   it.push_back(idx.stride(0));
-  index_op(l, Kind::kScatterAdd, l.view(out, ts, tt), l.view(idx, is, it), l.view(source, rs, rt));
+  index_op(l, how.kind, l.view(out, ts, tt), l.view(idx, is, it), l.view(source, rs, rt));
   if (!run_or_fall_back(l, c)) return;
   if (!out.is_same(dest)) dest.copy_(out);
+  if (how.mean) {  // each row's count (1 more with self), broadcast along dim
+    at::Tensor count = at::full({result.dim() == 0 ? 1 : result.size(dim)}, include_self ? 1 : 0, result.options());
+    count.index_add_(0, index.reshape({-1}), at::ones({index.numel()}, result.options()));
+    std::vector<int64_t> shape(std::max<int64_t>(result.dim(), 1), 1);
+    shape[dim] = count.numel();
+    at::Tensor r = one_d(result);
+    divide_by_count(r, count.clamp_min_(1).view(shape));
+  }
   c.finish(result);
 }
 
@@ -760,7 +845,8 @@ const bool g_registered = [] {
       with_inplace({"scatter", "scatter_add"}),
       {"", "src", "value", "src_out", "value_out", "out", "reduce", "value_reduce", "reduce_out", "value_reduce_out"},
       &element_kernel);
-  register_boxed(with_inplace({"index_add"}), {"", "out"}, &index_add_kernel);
+  register_boxed(with_inplace({"index_add", "index_reduce"}), {"", "out"}, &index_add_kernel);
+  register_boxed(with_inplace({"scatter_reduce"}), {"two", "two_out"}, &element_kernel);
   register_boxed({"embedding_dense_backward"}, {""}, &embedding_backward_kernel);
   register_boxed({"embedding_renorm_"}, {""}, &embedding_renorm_kernel);
   return true;

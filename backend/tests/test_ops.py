@@ -43,6 +43,8 @@ NATIVE = {
     "cumsum", "cumprod", "isin", "flip", "topk", "sort", "argsort", "msort", "masked_select", "nonzero",
     # indexing
     "index_select", "gather", "scatter", "scatter_add", "index_add", "nn.functional.embedding", "take", "put",
+    "scatter_reduce.sum", "scatter_reduce.prod", "scatter_reduce.mean", "scatter_reduce.amax", "scatter_reduce.amin",
+    "index_reduce.prod", "index_reduce.mean", "index_reduce.amax", "index_reduce.amin",
     # derived math (expressions of the SFP's functions)
     "tan", "sinh", "cosh", "log10", "sinc", "frac", "nan_to_num", "xlogy", "special.xlog1py", "special.entr",
     "logit", "heaviside", "angle", "fmax", "fmin", "logaddexp", "logaddexp2", "hypot",

@@ -269,7 +269,7 @@ uint8_t allowed_flags(hw::Op op) {
     case hw::Op::kLoadMulticast:
       return hw::kDmaAsync | 0xf0;
     case hw::Op::kScatter:
-      return hw::kDmaAsync | hw::kScatterAdd | hw::kScatterMul | 0xf0;
+      return hw::kDmaAsync | hw::kScatterAdd | hw::kScatterMul | hw::kScatterMax | 0xf0;
     case hw::Op::kMatmul:
       return hw::kMatmulAccumulate;
     case hw::Op::kUnary:
@@ -495,8 +495,9 @@ bool Core::indirect(const hw::Instr& in) {
   const uint64_t rows = in.d, row_bytes = in.e, stride = in.c & 0xffffffffu;
   uint8_t* buf = scratchpad(in.a, rows * row_bytes);
   const uint8_t* idx = scratchpad(in.c >> 32, rows * 8);
-  const bool add = in.op == hw::Op::kScatter && (in.flags & (hw::kScatterAdd | hw::kScatterMul));
-  if ((in.flags & hw::kScatterAdd) && (in.flags & hw::kScatterMul)) return false;
+  const hw::ScatterReduce reduce = in.op == hw::Op::kScatter ? hw::scatter_reduce(in.flags) : hw::ScatterReduce::kNone;
+  if (reduce == hw::ScatterReduce::kInvalid) return false;
+  const bool add = reduce != hw::ScatterReduce::kNone;
   if (rows == 0 || row_bytes == 0 || !buf || !idx) return false;
   if (add && (in.dtype >= hw::DType::kCount || row_bytes % hw::dtype_size(in.dtype))) {
     return false;
@@ -577,7 +578,11 @@ bool Core::transfer(const hw::Instr& in, const std::vector<uint64_t>& addrs, uin
       return false;
     }
     const uint64_t n = row_bytes / hw::dtype_size(in.dtype);
-    const hw::BinaryFn fn = (in.flags & hw::kScatterMul) ? hw::BinaryFn::kMul : hw::BinaryFn::kAdd;
+    const hw::ScatterReduce reduce = hw::scatter_reduce(in.flags);
+    const hw::BinaryFn fn = reduce == hw::ScatterReduce::kMul   ? hw::BinaryFn::kMul
+                            : reduce == hw::ScatterReduce::kMax ? hw::BinaryFn::kMax
+                            : reduce == hw::ScatterReduce::kMin ? hw::BinaryFn::kMin
+                                                                : hw::BinaryFn::kAdd;
     sfp_binary(fn, in.dtype, row.data(), row.data(), hw::Bcast::kFull, data, hw::Bcast::kFull, 0, 1, n);
     if (!tlm_access(mem, tlm::TLM_WRITE_COMMAND, addrs[r], row.data(), row_bytes, write_delay, stop_)) return false;
     mem_delay = std::max({mem_delay, read_delay, write_delay});

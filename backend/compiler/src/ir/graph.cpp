@@ -101,7 +101,8 @@ std::string Graph::name() const {
     return fmt::format("scan {} [{}]", hw::dtype_name(v.dtype), fmt::join(v.sizes, ","));
   }
   if (op.family == Op::Family::kIndex) {
-    static const char* const kinds[] = {"gather", "scatter", "scatter_add", "scatter_mul"};
+    static const char* const kinds[] = {"gather",      "scatter",     "scatter_add",
+                                        "scatter_mul", "scatter_max", "scatter_min"};
     const View& v = views.at(op.index.rows);
     return fmt::format("{} {} [{}]", kinds[static_cast<int>(op.index.kind)], hw::dtype_name(v.dtype),
                        fmt::join(v.sizes, ","));

@@ -201,7 +201,7 @@ Graph graph_from_json(std::string_view text) {
       const json& x = o.at("index");
       const std::string wx = w + ".index";
       op.family = Op::Family::kIndex;
-      op.index.kind = static_cast<Index::Kind>(index(field(x, "kind", wx), 4, wx + ".kind"));
+      op.index.kind = static_cast<Index::Kind>(index(field(x, "kind", wx), 6, wx + ".kind"));
       op.index.table = index(field(x, "table", wx), nv, wx + ".table");
       op.index.index = index(field(x, "index", wx), nv, wx + ".index");
       op.index.rows = index(field(x, "rows", wx), nv, wx + ".rows");

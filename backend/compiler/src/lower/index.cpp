@@ -145,10 +145,12 @@ std::optional<Kernel> lower_index(const ir::Graph& g, const ir::Index& x, const 
       b.emit(emit::dma(hw::Op::kStore, operand_reg(2), 0, row_buf, 0, static_cast<uint64_t>(s_rows) * es, cnt,
                        row_bytes, true, kTagOut));
     } else {
-      in.flags =
-          static_cast<uint8_t>(hw::dma_flags(true, kTagOut) | (kind == ir::Index::Kind::kScatterAdd   ? hw::kScatterAdd
-                                                               : kind == ir::Index::Kind::kScatterMul ? hw::kScatterMul
-                                                                                                      : 0));
+      const uint8_t reduce = kind == ir::Index::Kind::kScatterAdd   ? hw::kScatterAdd
+                             : kind == ir::Index::Kind::kScatterMul ? hw::kScatterMul
+                             : kind == ir::Index::Kind::kScatterMax ? hw::kScatterMax
+                             : kind == ir::Index::Kind::kScatterMin ? hw::kScatterMin
+                                                                    : 0;
+      in.flags = static_cast<uint8_t>(hw::dma_flags(true, kTagOut) | reduce);
       b.emit(in);
     }
   };

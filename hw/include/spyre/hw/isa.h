@@ -209,10 +209,34 @@ constexpr uint32_t dma_tag(uint8_t flags) {
 // regs = rd | rb << 4 (scratchpad addresses are absolute: no rl). Fields: a scratchpad rows (d rows
 // of e bytes, packed), c = stride (bits 31..0) | scratchpad address of the index vector (63..32).
 // SCATTER with kScatterAdd adds each row into the table in `dtype` (rounding once per element; rows
-// named twice accumulate in index order) instead of overwriting it; kScatterMul multiplies. On bool
-// rows they are logical or and and.
+// named twice accumulate in index order) instead of overwriting it; kScatterMul multiplies,
+// kScatterMax keeps the larger and kScatterMin the smaller (a NaN wins, as torch.maximum's). On
+// bool rows add and max are logical or, multiply and min logical and. Any other combination of
+// bits 3..1 faults.
 inline constexpr uint8_t kScatterAdd = 1u << 1;
 inline constexpr uint8_t kScatterMul = 1u << 2;
+inline constexpr uint8_t kScatterMax = 1u << 3;
+inline constexpr uint8_t kScatterMin = kScatterMax | kScatterMul;
+
+enum class ScatterReduce : uint8_t { kNone, kAdd, kMul, kMax, kMin, kInvalid };
+
+/// What a SCATTER's flags do with the table's element: overwrite it (kNone) or combine with it.
+constexpr ScatterReduce scatter_reduce(uint8_t flags) {
+  switch (flags & (kScatterAdd | kScatterMul | kScatterMax)) {
+    case 0:
+      return ScatterReduce::kNone;
+    case kScatterAdd:
+      return ScatterReduce::kAdd;
+    case kScatterMul:
+      return ScatterReduce::kMul;
+    case kScatterMax:
+      return ScatterReduce::kMax;
+    case kScatterMin:
+      return ScatterReduce::kMin;
+    default:
+      return ScatterReduce::kInvalid;
+  }
+}
 
 // LOAD_MULTICAST: the fields and flags of LOAD, but regs = rd | rs << 4 (the scratchpad address
 // is absolute: no rl) and r[rs] names the cores of the launch that receive the rows, by rank: the

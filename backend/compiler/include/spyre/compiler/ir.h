@@ -186,9 +186,17 @@ struct Matmul {
 ///   kScatter:    table[b, index[b, i]] = rows[b, i]   (a row named twice gets one of its values)
 ///   kScatterAdd: table[b, index[b, i]] += rows[b, i]  (in table's type, in index order per core)
 ///   kScatterMul: table[b, index[b, i]] *= rows[b, i]
+///   kScatterMax, kScatterMin: table[b, index[b, i]] = max (min) of itself and rows[b, i] (NaN wins)
 /// An index outside [0, R) faults the core (the launch fails; nothing is written).
 struct Index {
-  enum class Kind : uint8_t { kGather, kScatter, kScatterAdd, kScatterMul } kind = Kind::kGather;
+  enum class Kind : uint8_t {
+    kGather,
+    kScatter,
+    kScatterAdd,
+    kScatterMul,
+    kScatterMax,
+    kScatterMin
+  } kind = Kind::kGather;
   uint32_t table = 0, index = 0, rows = 0;
 };
 
