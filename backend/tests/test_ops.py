@@ -7,6 +7,8 @@ with the operator's name. The default run takes the first samples of each op and
 
 from __future__ import annotations
 
+from functools import partial
+
 import pytest
 import torch
 import torch_spyre
@@ -72,7 +74,8 @@ NATIVE = {
     "nn.functional.cosine_similarity", "nn.functional.normalize",
     "norm", "norm.fro", "norm.inf", "linalg.norm", "linalg.vector_norm", "dist", "vdot", "linalg.vecdot",
     "cross", "linalg.cross", "aminmax", "std_mean", "var_mean", "cov", "corrcoef", "equal",
-    "kthvalue", "index_copy", "narrow_copy", "round.decimals_0", "round.decimals_3", "round.decimals_neg_3",
+    "kthvalue", "median", "nanmedian", "index_copy", "narrow_copy", "round.decimals_0", "round.decimals_3",
+    "round.decimals_neg_3",
     # special functions (expressions of the SFP's functions)
     "atan", "asin", "acos", "asinh", "acosh", "atanh", "erfc", "special.erfcx", "erfinv", "lgamma", "digamma",
     "polygamma.polygamma_n_0", "polygamma.polygamma_n_1", "polygamma.polygamma_n_2", "polygamma.polygamma_n_3",
@@ -190,13 +193,16 @@ def _as_close_as_cpu(op, sample, actual, expected):
         assert ((a.double() - x).abs() <= bound).all(), f"{op.name}: farther from float64 than CPU"
 
 
-def _same_kth(actual, expected, sample):
-    """kthvalue: the values must match; among equal values CPU's index is its selection
-    algorithm's, so the device's index is checked by what it selects."""
+def _same_kth(actual, expected, sample, first=1):
+    """kthvalue, median: the values must match; among equal values CPU's index is its selection
+    algorithm's, so the device's index is checked by what it selects. `first`: the position of
+    `dim` among the sample's arguments."""
+    if isinstance(expected, torch.Tensor):  # median() of the whole tensor: a value only
+        return _compare(actual, expected, None)
     values, indices = actual
     _compare(values, expected[0], None)
-    dim = sample.args[1] if len(sample.args) > 1 else sample.kwargs.get("dim", -1)
-    keep = sample.args[2] if len(sample.args) > 2 else sample.kwargs.get("keepdim", False)
+    dim = sample.args[first] if len(sample.args) > first else sample.kwargs.get("dim", -1)
+    keep = sample.args[first + 1] if len(sample.args) > first + 1 else sample.kwargs.get("keepdim", False)
     source = sample.input if sample.input.dim() else sample.input.view(1)
     idx = indices.cpu() if keep or not sample.input.dim() else indices.cpu().unsqueeze(dim)
     picked = torch.gather(source, dim if sample.input.dim() else 0, idx.view(-1) if not sample.input.dim() else idx)
@@ -204,7 +210,8 @@ def _same_kth(actual, expected, sample):
 
 
 # Ops whose result may rightly differ from CPU's: how to check them instead.
-SPECIAL_CHECKS = {"topk": _same_selection, "sort": _same_order, "argsort": _same_argsort, "kthvalue": _same_kth}
+SPECIAL_CHECKS = {"topk": _same_selection, "sort": _same_order, "argsort": _same_argsort, "kthvalue": _same_kth,
+                  "median": partial(_same_kth, first=0), "nanmedian": partial(_same_kth, first=0)}
 
 
 @pytest.mark.parametrize("op,dtype", CASES)

@@ -338,8 +338,15 @@ def _eye(n, m=None, *, dtype=None, layout=None, device=None, pin_memory=None, ou
     return out
 
 
+def _nonempty_dim(name: str, x, dim: int) -> None:
+    """CPU's check that a selection along dim has something to select."""
+    if x.dim() > 0 and x.shape[dim] == 0:
+        raise IndexError(f"{name}(): Expected reduction dim {dim % x.dim()} to have non-zero size.")
+
+
 def _kthvalue(x, k, dim=-1, keepdim=False, *, values=None, indices=None):
     """The k-th smallest along dim from the device's stable sort (NaN sorts last, as CPU's)."""
+    _nonempty_dim("kthvalue", x, dim)
     shape = torch.ops.aten.kthvalue.default(_meta(x), k, dim, keepdim)[0].shape
     if x.dim() == 0:
         v, i = x.clone(), torch.zeros((), dtype=torch.int64, device=x.device)
@@ -356,6 +363,53 @@ def _kthvalue(x, k, dim=-1, keepdim=False, *, values=None, indices=None):
     values.resize_(shape).copy_(v)
     indices.resize_(shape).copy_(i)
     return values, indices
+
+
+def _median(ignore_nan: bool, reduce_all: bool):
+    """median and nanmedian from the device's stable sort (NaN last): the lower median; median of
+    a row with a NaN is its first NaN, nanmedian the lower median of the row's numbers."""
+    name = "nanmedian" if ignore_nan else "median"
+
+    def pick(x, dim, keepdim):
+        if x.dim() == 0:
+            return x.clone(), torch.zeros((), dtype=torch.int64, device=x.device)
+        n = x.shape[dim]
+        ordered, order = torch.sort(x, dim=dim, stable=True)
+        nans = torch.isnan(x).sum(dim, keepdim=True)
+        if ignore_nan:
+            m = n - nans
+            k = torch.where(m > 0, torch.div(m - 1, 2, rounding_mode="floor"), (n - 1) // 2)
+        else:
+            k = torch.where(nans > 0, n - nans, (n - 1) // 2)
+        v, i = ordered.gather(dim, k), order.gather(dim, k)
+        return (v, i) if keepdim else (v.squeeze(dim), i.squeeze(dim))
+
+    if reduce_all:
+        meta = getattr(torch.ops.aten, name).default
+
+        def whole(x, *, out=None):
+            meta(_meta(x))
+            if x.numel() == 0:
+                v = torch.full((), float("nan"), dtype=x.dtype, device=x.device)
+            else:
+                v = pick(x.reshape(-1), 0, False)[0]
+            return v if out is None else out.resize_(()).copy_(v)
+
+        return whole
+    meta = getattr(torch.ops.aten, name).dim
+
+    def along(x, dim, keepdim=False, *, values=None, indices=None):
+        shape = meta(_meta(x), dim, keepdim)[0].shape
+        _nonempty_dim(name, x, dim)
+        v, i = pick(x, dim if dim >= 0 else dim + max(x.dim(), 1), keepdim)
+        v, i = v.reshape(shape), i.reshape(shape)
+        if values is None:
+            return v, i
+        if values.dtype != x.dtype or indices.dtype != torch.int64:
+            raise RuntimeError(f"{name}(): the out tensors must have the input's dtype and int64 indices")
+        return values.resize_(shape).copy_(v), indices.resize_(shape).copy_(i)
+
+    return along
 
 
 def _equal(a, b):
@@ -410,6 +464,14 @@ OWN = {
     "eye.out": _eye,
     "eye.m_out": _eye,
     "kthvalue": _kthvalue,
+    "median": _median(False, True),
+    "median.out": _median(False, True),
+    "median.dim": _median(False, False),
+    "median.dim_values": _median(False, False),
+    "nanmedian": _median(True, True),
+    "nanmedian.out": _median(True, True),
+    "nanmedian.dim": _median(True, False),
+    "nanmedian.dim_values": _median(True, False),
     "kthvalue.values": _kthvalue,
 }
 
