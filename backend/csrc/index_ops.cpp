@@ -5,6 +5,7 @@
 // take (other dtypes, options it does not model) run on the CPU fallback.
 #include <ATen/ATen.h>
 #include <ATen/Context.h>
+#include <ATen/Dispatch.h>
 #include <ATen/MemoryOverlap.h>
 #include <ATen/TensorIterator.h>
 #include <ATen/WrapDimUtils.h>
@@ -75,22 +76,14 @@ std::optional<Reduction> reduction(const std::string& reduce) {
 }
 
 at::Scalar identity(Kind kind, at::ScalarType t) {
-  switch (kind) {
-    case Kind::kScatterMul:
-      return 1;
-    case Kind::kScatterMax:
-      return t == at::kBool ? at::Scalar(false)
-             : at::isFloatingType(t)
-                 ? at::Scalar(-std::numeric_limits<double>::infinity())
-                 : at::Scalar(std::numeric_limits<int64_t>::min() >> (64 - 8 * c10::elementSize(t)));
-    case Kind::kScatterMin:
-      return t == at::kBool ? at::Scalar(true)
-             : at::isFloatingType(t)
-                 ? at::Scalar(std::numeric_limits<double>::infinity())
-                 : at::Scalar(std::numeric_limits<int64_t>::max() >> (64 - 8 * c10::elementSize(t)));
-    default:
-      return 0;
-  }
+  const bool max = kind == Kind::kScatterMax;
+  if (kind != Kind::kScatterMax && kind != Kind::kScatterMin) return kind == Kind::kScatterMul ? 1 : 0;
+  if (t == at::kBool) return !max;
+  if (at::isFloatingType(t))
+    return max ? -std::numeric_limits<double>::infinity() : std::numeric_limits<double>::infinity();
+  return AT_DISPATCH_INTEGRAL_TYPES(t, "identity", [&] {
+    return at::Scalar(max ? std::numeric_limits<scalar_t>::lowest() : std::numeric_limits<scalar_t>::max());
+  });
 }
 
 // A mean's division by its count, in place: integers round down, as CPU's.

@@ -215,9 +215,11 @@ def _cpu(fn, sample):
 
 
 def _widened(sample):
+    """The sample with its floating tensors in float64 (requires_grad kept): the exact answer."""
     return sample.transform(
-        lambda t: t.detach().double() if isinstance(t, torch.Tensor) and t.dtype == torch.float32 else t
-    )
+        lambda t: t.detach().double().requires_grad_(t.requires_grad)
+        if isinstance(t, torch.Tensor) and t.is_floating_point() else t
+    )  # fmt: skip
 
 
 def compare_or_closer(got, want, name: str, fn, sample, where: str = "result", check_values: bool = True):
@@ -370,10 +372,7 @@ def check_backward(op, sample):
 
 def _float64_grads(op, sample, weights):
     """The gradients of a float32 sample computed in float64 on the CPU (None if CPU cannot)."""
-    wide = sample.transform(
-        lambda t: t.detach().double().requires_grad_(t.requires_grad) if isinstance(t, torch.Tensor) and
-        t.is_floating_point() else t
-    )  # fmt: skip
+    wide = _widened(sample)
     try:
         outs = _call(op.op, wide)
         outs = [t for t in (outs if isinstance(outs, (tuple, list)) else [outs]) if isinstance(t, torch.Tensor)]

@@ -210,8 +210,14 @@ def _same_kth(actual, expected, sample, first=1):
 
 
 # Ops whose result may rightly differ from CPU's: how to check them instead.
-SPECIAL_CHECKS = {"topk": _same_selection, "sort": _same_order, "argsort": _same_argsort, "kthvalue": _same_kth,
-                  "median": partial(_same_kth, first=0), "nanmedian": partial(_same_kth, first=0)}
+SPECIAL_CHECKS = {
+    "topk": _same_selection,
+    "sort": _same_order,
+    "argsort": _same_argsort,
+    "kthvalue": _same_kth,
+    "median": partial(_same_kth, first=0),
+    "nanmedian": partial(_same_kth, first=0),
+}
 
 
 @pytest.mark.parametrize("op,dtype", CASES)

@@ -115,11 +115,11 @@ def _pool_geometry(x, kernel, stride, padding, ceil_mode, dims):
     return k, st, p, out, extra
 
 
-def _pads(p, extra, right=True):
+def _pads(p, extra):
     """F.pad's list (last dim first) for `p` on the left and `p` plus the overhang on the right."""
     pads = []
     for pp, e in zip(reversed(p), reversed(extra), strict=True):
-        pads += [pp, pp + e] if right else [pp, pp]
+        pads += [pp, pp + e]
     return pads
 
 
@@ -174,11 +174,15 @@ def _avg_pool_backward(dims):
     return backward
 
 
+def _adaptive_spans(n: int, o: int) -> list[tuple[int, int]]:
+    """[start, end) of each of the o adaptive windows over n positions (torch's rule)."""
+    return [((i * n) // o, -(-((i + 1) * n) // o)) for i in range(o)]
+
+
 def _adaptive_windows(n: int, o: int, device) -> torch.Tensor:
-    """[n, o]: 1/len where input position h is in adaptive window i (torch's start/end rule)."""
+    """[n, o]: 1/len where input position h is in adaptive window i."""
     m = torch.zeros(n, o)
-    for i in range(o):
-        start, end = (i * n) // o, -(-((i + 1) * n) // o)
+    for i, (start, end) in enumerate(_adaptive_spans(n, o)):
         m[start:end, i] = 1.0 / (end - start)
     return m.to(device)
 
@@ -186,7 +190,7 @@ def _adaptive_windows(n: int, o: int, device) -> torch.Tensor:
 def _adaptive_windows_index(n: int, o: int) -> torch.Tensor:
     """[o, longest window]: the input positions of each adaptive window, the last repeated to
     fill the row (a repeat changes neither a maximum nor the first position holding it)."""
-    spans = [((i * n) // o, -(-((i + 1) * n) // o)) for i in range(o)]
+    spans = _adaptive_spans(n, o)
     longest = max(end - start for start, end in spans)
     return torch.tensor([[min(start + j, end - 1) for j in range(longest)] for start, end in spans])
 
@@ -268,8 +272,9 @@ def _upsample_backward(name: str, dims: int, align: bool):
     [out, in] matrix, read off CPU's forward of a basis (a function of the sizes alone), so the
     input's gradient is the output's gradient contracted with each matrix on the device."""
 
+    forward = getattr(torch.ops.aten, name).default
+
     def backward(grad, output_size, input_size, *rest):
-        forward = getattr(torch.ops.aten, name).default
         align_corners = (rest[0],) if align else ()
         scales = [*(rest[1:] if align else rest), *[None] * dims][:dims]
         mats = []
@@ -344,6 +349,19 @@ def _nonempty_dim(name: str, x, dim: int) -> None:
         raise IndexError(f"{name}(): Expected reduction dim {dim % x.dim()} to have non-zero size.")
 
 
+def _selection(v, i, shape, x, values, indices, wrong_values: str, wrong_indices: str):
+    """A selection's (values, indices) of `shape`, or written into the out= tensors after CPU's
+    dtype checks (their messages given)."""
+    v, i = v.reshape(shape), i.reshape(shape)
+    if values is None:
+        return v, i
+    if values.dtype != x.dtype:
+        raise RuntimeError(wrong_values)
+    if indices.dtype != torch.int64:
+        raise RuntimeError(wrong_indices)
+    return values.resize_(shape).copy_(v), indices.resize_(shape).copy_(i)
+
+
 def _kthvalue(x, k, dim=-1, keepdim=False, *, values=None, indices=None):
     """The k-th smallest along dim from the device's stable sort (NaN sorts last, as CPU's)."""
     _nonempty_dim("kthvalue", x, dim)
@@ -352,17 +370,9 @@ def _kthvalue(x, k, dim=-1, keepdim=False, *, values=None, indices=None):
         v, i = x.clone(), torch.zeros((), dtype=torch.int64, device=x.device)
     else:
         ordered, order = torch.sort(x, dim=dim, stable=True)
-        v, i = ordered.narrow(dim, k - 1, 1), order.narrow(dim, k - 1, 1)
-    v, i = v.reshape(shape), i.reshape(shape)
-    if values is None:
-        return v.clone(), i.clone()
-    if values.dtype != x.dtype:
-        raise RuntimeError("output values must be of same type as input")
-    if indices.dtype != torch.int64:
-        raise RuntimeError("output indices must be of scalar type Long")
-    values.resize_(shape).copy_(v)
-    indices.resize_(shape).copy_(i)
-    return values, indices
+        v, i = ordered.narrow(dim, k - 1, 1).clone(), order.narrow(dim, k - 1, 1).clone()
+    return _selection(v, i, shape, x, values, indices, "output values must be of same type as input",
+                      "output indices must be of scalar type Long")  # fmt: skip
 
 
 def _median(ignore_nan: bool, reduce_all: bool):
@@ -402,12 +412,8 @@ def _median(ignore_nan: bool, reduce_all: bool):
         shape = meta(_meta(x), dim, keepdim)[0].shape
         _nonempty_dim(name, x, dim)
         v, i = pick(x, dim if dim >= 0 else dim + max(x.dim(), 1), keepdim)
-        v, i = v.reshape(shape), i.reshape(shape)
-        if values is None:
-            return v, i
-        if values.dtype != x.dtype or indices.dtype != torch.int64:
-            raise RuntimeError(f"{name}(): the out tensors must have the input's dtype and int64 indices")
-        return values.resize_(shape).copy_(v), indices.resize_(shape).copy_(i)
+        wrong = f"{name}(): the out tensors must have the input's dtype and int64 indices"
+        return _selection(v, i, shape, x, values, indices, wrong, wrong)
 
     return along
 
