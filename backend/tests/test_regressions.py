@@ -24,6 +24,20 @@ def test_unfold_is_a_view_whose_writes_reach_its_base():
     assert torch.equal(x.to(S).repeat(2, 3).cpu(), x.repeat(2, 3))
 
 
+@pytest.mark.parametrize("dtype", [torch.int64, torch.int32, torch.float32])
+def test_linspace_and_logspace_of_integers_truncate_as_cpu(dtype):
+    """Found by the conformance sweep in int dtypes: the float32 decomposition put points of
+    linspace(-9.5, 4.2, 50) on the other side of an integer from CPU's double arithmetic."""
+    for start, end, steps in [(-9.5, 4.2, 50), (0, 7, 50), (-3, 10, 50)]:
+        want = torch.linspace(start, end, steps, dtype=dtype)
+        torch.testing.assert_close(torch.linspace(start, end, steps, dtype=dtype, device=S).cpu(), want)  # ints: exact
+        out = torch.empty(0, dtype=dtype, device=S)
+        torch.linspace(start, end, steps, out=out)
+        torch.testing.assert_close(out.cpu(), want)
+        got = torch.logspace(0, 2, 7, dtype=dtype, device=S).cpu()
+        torch.testing.assert_close(got, torch.logspace(0, 2, 7, dtype=dtype))
+
+
 def test_writes_through_real_and_imag_reach_a_complex_tensor():
     c = torch.zeros(3, dtype=torch.complex64, device=S)
     c.real.fill_(2)

@@ -72,7 +72,7 @@ OPS = (
     "aminmax", "aminmax.out", "linalg_cross", "linalg_cross.out", "linalg_vector_norm", "linalg_vector_norm.out",
     "dist", "renorm", "renorm.out", "std_mean.correction", "var_mean.correction",
     "tril_indices", "triu_indices",
-    "linspace", "linspace.out", "logspace", "logspace.out", "bucketize.Tensor", "bucketize.Scalar",
+    "bucketize.Tensor", "bucketize.Scalar",
     "norm.Scalar", "norm.ScalarOpt_dim", "norm.ScalarOpt_dim_dtype", "norm.ScalarOpt_dtype", "norm.out",
     "norm.dtype_out", "norm.Scalar_out", "norm.ScalarOpt_dtype_out",
     "vdot", "vdot.out", "round.decimals", "round.decimals_out", "mvlgamma.out",
@@ -418,6 +418,25 @@ def _median(ignore_nan: bool, reduce_all: bool):
     return along
 
 
+def _float_only(name: str):
+    """torch's decomposition of a factory, for a floating result only: for an integer one it
+    computes in float32 on the device and truncates points that CPU's double arithmetic puts on
+    the other side of an integer (linspace(-9.5, 4.2, 50) in int64), so those decline."""
+    packet, _, overload = name.partition(".")
+    op = getattr(getattr(torch.ops.aten, packet), overload or "default")
+
+    def run(*args, **kwargs):
+        from torch._decomp import decomposition_table
+
+        out = kwargs.get("out")
+        dtype = out.dtype if out is not None else kwargs.get("dtype") or torch.get_default_dtype()
+        if not dtype.is_floating_point:
+            return NotImplemented
+        return decomposition_table[op](*args, **kwargs)
+
+    return run
+
+
 def _equal(a, b):
     return a.shape == b.shape and bool((a == b).all())
 
@@ -465,6 +484,7 @@ OWN = {
         for overload in ("", ".grad_input")
     },
     "equal": _equal,
+    **{name: _float_only(name) for name in ("linspace", "linspace.out", "logspace", "logspace.out")},
     "eye": _eye,
     "eye.m": _eye,
     "eye.out": _eye,
