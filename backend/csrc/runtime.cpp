@@ -211,9 +211,10 @@ void DeviceRuntime::wait(driver::Queue& q, uint64_t seq) {
     }
   }
   if (skipped == 0) check_status(s, "wait");
-  TORCH_CHECK(false, s.message(), "; ", skipped,
-              " later command(s) on this device were not executed, so the tensors they would have written "
-              "hold undefined data");
+  check_status(driver::Status(s.code(), c10::str(s.message(), "; ", skipped,
+                                                 " later command(s) on this device were not executed, so the "
+                                                 "tensors they would have written hold undefined data")),
+               "wait");
 }
 
 // Host copies move in pieces of at most this many bytes, each through its own staging buffer: a

@@ -149,6 +149,7 @@ def test_functional_mode_gives_the_same_results_without_timing(tmp_path, timed):
     "config, message",
     [
         ({"sim": {"mode": "fast"}}, "sim.mode"),
+        ({"sim": {"host_memory_bytes": 4096}}, "sim.host_memory_bytes"),
         ({"memory": {"channels": 12}}, "memory.channel_hash"),
         ({"memory": {"interleave_bytes": 100}}, "memory.interleave_bytes"),
         ({"memory": {"controllers": 32}}, "memory.controllers"),

@@ -107,6 +107,51 @@ for dev in ("spyre:1", "spyre:0", "spyre:1"):
     assert lines[2].startswith("spyre:1 error:")  # lost for good, and says so again
 
 
+# Writes more device memory than sim.host_memory_bytes lets the simulator back, by a copy or by a
+# kernel, after a first round of the small work that follows it (so that its memory is backed).
+HOST_MEMORY = """
+import sys, torch, torch_spyre
+def small():
+    return (torch.ones(4).to("spyre") + 1).cpu().tolist()
+print("before:", small())
+try:
+    if sys.argv[-1] == "copy":
+        big = torch.ones(16 << 20).to("spyre")  # 64 MiB
+    else:
+        big = torch.empty(16 << 20, device="spyre")
+        big.fill_(1.0)
+    torch.spyre.synchronize()
+    print("no error")
+except torch.OutOfMemoryError as e:
+    print("out of memory:", e)
+big = None
+print("after:", small())
+"""
+
+
+@pytest.mark.parametrize("how, blamed", [("copy", "copy.dst"), ("kernel", "launch.program")])
+def test_device_memory_the_host_cannot_back_is_an_out_of_memory_error(tmp_path, how, blamed):
+    """The card has 112 GB, the host may have less: a write the simulator cannot back raises
+    torch.OutOfMemoryError naming why (the fuzzer found a 70 GB tensor that got the process killed),
+    and the device goes on."""
+    script = tmp_path / "work.py"
+    script.write_text(HOST_MEMORY)
+    config = tmp_path / "config.json"
+    config.write_text(json.dumps({"chip": {"fp16_format": "ieee"}, "sim": {"host_memory_bytes": 32 << 20}}))
+    proc = run_script(script, env={"SPYRE_CONFIG": str(config)}, args=[how])
+    assert proc.returncode == 0, proc.stderr
+    before, error, after = proc.stdout.splitlines()
+    assert before == "before: [2.0, 2.0, 2.0, 2.0]"
+    assert error.startswith("out of memory:")
+    assert f"the simulator's host has no memory left to back device memory in field {blamed}" in error
+    assert "sim.host_memory_bytes" in error
+    assert after == "after: [2.0, 2.0, 2.0, 2.0]"
+    # The same work with room for it: no error.
+    config.write_text(json.dumps({"chip": {"fp16_format": "ieee"}, "sim": {"host_memory_bytes": 256 << 20}}))
+    proc = run_script(script, env={"SPYRE_CONFIG": str(config)}, args=[how])
+    assert proc.stdout.splitlines()[1] == "no error", proc.stderr
+
+
 @pytest.mark.parametrize(
     "faults, message",
     [

@@ -77,12 +77,19 @@ void Queue::poll_locked() {
       std::string what = fmt::format("{} queue {}: command {} ({}) failed: {}", dev_.name(), id_, p.seq,
                                      hw::opcode_name(p.opcode), hw::error_name(c.error));
       if (c.field != hw::Field::kNone) what += fmt::format(" in field {}", hw::field_name(c.field));
+      const bool memory = c.error == hw::ErrorCode::kEccError || c.error == hw::ErrorCode::kHostMemory;
       if (c.error == hw::ErrorCode::kCoreFault || c.error == hw::ErrorCode::kWatchdog ||
-          (c.error == hw::ErrorCode::kEccError && p.opcode == hw::Opcode::kLaunch)) {
+          (memory && p.opcode == hw::Opcode::kLaunch)) {
         what += fmt::format(" (core {} at instruction {})", c.detail >> 24, c.detail & 0xffffff);
       }
       log("driver").warn("{}", what);
-      error_ = Status(StatusCode::kDeviceError, what);
+      // The emulator's host ran out of memory for the card's: the caller's out-of-memory, not a fault.
+      if (c.error == hw::ErrorCode::kHostMemory) {
+        error_ = Status(StatusCode::kOutOfMemory,
+                        what + "; free device tensors, or run on a host with more memory (sim.host_memory_bytes)");
+      } else {
+        error_ = Status(StatusCode::kDeviceError, what);
+      }
     }
     recent_[p.seq] = c;
     if (recent_.size() > kRecentCompletions) recent_.erase(recent_.begin());

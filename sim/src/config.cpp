@@ -19,7 +19,8 @@ json to_tree(const Config& c) {
               {"host_quantum_ns", c.sim.host_quantum_ns},
               {"async_compute", c.sim.async_compute},
               {"mode", c.sim.mode},
-              {"host_paced", c.sim.host_paced}};
+              {"host_paced", c.sim.host_paced},
+              {"host_memory_bytes", c.sim.host_memory_bytes}};
   j["chip"] = {{"cores", c.chip.cores},
                {"corelets_per_core", c.chip.corelets_per_core},
                {"clock_mhz", c.chip.clock_mhz},
@@ -108,6 +109,7 @@ Config from_tree(const json& j) {
   get(j, "sim", "async_compute", c.sim.async_compute);
   get(j, "sim", "mode", c.sim.mode);
   get(j, "sim", "host_paced", c.sim.host_paced);
+  get(j, "sim", "host_memory_bytes", c.sim.host_memory_bytes);
   get(j, "chip", "cores", c.chip.cores);
   get(j, "chip", "corelets_per_core", c.chip.corelets_per_core);
   get(j, "chip", "clock_mhz", c.chip.clock_mhz);
@@ -175,6 +177,8 @@ void require(bool ok, const char* key, const std::string& why) {
 void validate(const Config& c) {
   require(c.sim.devices >= 1 && c.sim.devices <= 16, "sim.devices", "must be 1..16");
   require(c.sim.host_quantum_ns >= 1, "sim.host_quantum_ns", "must be at least 1");
+  require(c.sim.host_memory_bytes == 0 || c.sim.host_memory_bytes >= (1u << 20), "sim.host_memory_bytes",
+          "must be 0 (as much as the host has) or at least 1 MiB");
   require(c.chip.cores >= 1 && c.chip.cores <= 64, "chip.cores", "must be 1..64");
   require(c.chip.corelets_per_core >= 1, "chip.corelets_per_core", "must be at least 1");
   require(c.chip.clock_mhz >= 1, "chip.clock_mhz", "must be at least 1");

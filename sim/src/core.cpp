@@ -164,7 +164,7 @@ fw::Verdict Core::run() {
     list.book = !(launch_ && launch_->fetched(addr, n, &done));
     tlm::tlm_response_status status = tlm::TLM_OK_RESPONSE;
     const bool ok = tlm_access_rows(mem, tlm::TLM_READ_COMMAND, list, static_cast<uint8_t*>(dst), delay, &status);
-    if (status == kEccErrorResponse) fault_code_ = hw::ErrorCode::kEccError;  // the code itself is lost
+    fault_code_ = memory_error(status, fault_code_);  // the code itself is lost
     if (list.book) {
       done = sc_core::sc_time_stamp() + delay;
       if (launch_) launch_->note_fetch(addr, n, done);
@@ -551,7 +551,7 @@ bool Core::transfer(const hw::Instr& in, const std::vector<uint64_t>& addrs, uin
     tlm::tlm_response_status status = tlm::TLM_OK_RESPONSE;
     if (!tlm_access_rows(mem, move == Move::kRead ? tlm::TLM_READ_COMMAND : tlm::TLM_WRITE_COMMAND, list, buf,
                          mem_delay, &status)) {
-      if (status == kEccErrorResponse) fault_code_ = hw::ErrorCode::kEccError;
+      fault_code_ = memory_error(status, fault_code_);
       return false;
     }
     if (deferred) {
@@ -574,7 +574,7 @@ bool Core::transfer(const hw::Instr& in, const std::vector<uint64_t>& addrs, uin
     sc_core::sc_time read_delay = issue, write_delay = issue;
     tlm::tlm_response_status status = tlm::TLM_OK_RESPONSE;
     if (!tlm_access(mem, tlm::TLM_READ_COMMAND, addrs[r], row.data(), row_bytes, read_delay, stop_, &status)) {
-      if (status == kEccErrorResponse) fault_code_ = hw::ErrorCode::kEccError;
+      fault_code_ = memory_error(status, fault_code_);
       return false;
     }
     const uint64_t n = row_bytes / hw::dtype_size(in.dtype);
@@ -584,7 +584,10 @@ bool Core::transfer(const hw::Instr& in, const std::vector<uint64_t>& addrs, uin
                             : reduce == hw::ScatterReduce::kMin ? hw::BinaryFn::kMin
                                                                 : hw::BinaryFn::kAdd;
     sfp_binary(fn, in.dtype, row.data(), row.data(), hw::Bcast::kFull, data, hw::Bcast::kFull, 0, 1, n);
-    if (!tlm_access(mem, tlm::TLM_WRITE_COMMAND, addrs[r], row.data(), row_bytes, write_delay, stop_)) return false;
+    if (!tlm_access(mem, tlm::TLM_WRITE_COMMAND, addrs[r], row.data(), row_bytes, write_delay, stop_, &status)) {
+      fault_code_ = memory_error(status, fault_code_);
+      return false;
+    }
     mem_delay = std::max({mem_delay, read_delay, write_delay});
   }
   const bool load = move == Move::kRead;

@@ -2,12 +2,48 @@
 
 #include <algorithm>
 #include <cstring>
+#include <fstream>
+#include <string>
 
 namespace spyre::sim {
 
 DeviceMemory::DeviceMemory(const sc_core::sc_module_name& name, const Config& config, Fabric& fabric)
-    : sc_core::sc_module(name), socket("socket"), size_(config.memory.usable_bytes), fabric_(fabric) {
+    : sc_core::sc_module(name),
+      socket("socket"),
+      size_(config.memory.usable_bytes),
+      host_limit_(config.sim.host_memory_bytes),
+      fabric_(fabric) {
   socket.register_b_transport(this, &DeviceMemory::b_transport);
+}
+
+namespace {
+/// MemAvailable and MemTotal of /proc/meminfo in bytes; {0, 0} when they cannot be read.
+std::pair<uint64_t, uint64_t> host_memory() {
+  std::ifstream in("/proc/meminfo");
+  uint64_t available = 0, total = 0;
+  std::string key, unit;
+  uint64_t kib = 0;
+  while (in >> key >> kib >> unit) {
+    if (key == "MemAvailable:") available = kib << 10;
+    if (key == "MemTotal:") total = kib << 10;
+  }
+  return {available, total};
+}
+}  // namespace
+
+bool DeviceMemory::may_grow() {
+  if (host_limit_ != 0) return (pages_.size() + 1) * kPageBytes <= host_limit_;
+  if (headroom_ > 0) {
+    --headroom_;
+    return true;
+  }
+  const auto [available, total] = host_memory();
+  if (total == 0) return true;  // no /proc: nothing to go by
+  // Keep a sixteenth of the host (at least 256 MiB) for everything else the process and the host run.
+  const uint64_t reserve = std::max<uint64_t>(total / 16, uint64_t{256} << 20);
+  if (available <= reserve + kPageBytes) return false;
+  headroom_ = std::min<uint64_t>(kLookPages, (available - reserve) / kPageBytes) - 1;
+  return true;
 }
 
 void DeviceMemory::read(uint64_t addr, void* dst, uint64_t n) const {
@@ -45,20 +81,24 @@ void DeviceMemory::locate(uint64_t addr, uint64_t n, std::vector<std::pair<const
   }
 }
 
-void DeviceMemory::write(uint64_t addr, const void* src, uint64_t n) {
+bool DeviceMemory::write(uint64_t addr, const void* src, uint64_t n) {
   if (guard_) guard_(addr, n);
   const auto* in = static_cast<const uint8_t*>(src);
   while (n > 0) {
     const uint64_t page = addr / kPageBytes;
     const uint64_t off = addr % kPageBytes;
     const uint64_t len = std::min(n, kPageBytes - off);
-    auto& slot = pages_[page];
-    if (!slot) slot = std::make_unique<uint8_t[]>(kPageBytes);  // value-initialised: zero
-    std::memcpy(slot.get() + off, in, len);
+    auto it = pages_.find(page);
+    if (it == pages_.end()) {
+      if (!may_grow()) return false;
+      it = pages_.emplace(page, std::make_unique<uint8_t[]>(kPageBytes)).first;  // value-initialised: zero
+    }
+    std::memcpy(it->second.get() + off, in, len);
     in += len;
     addr += len;
     n -= len;
   }
+  return true;
 }
 
 void DeviceMemory::scrub(uint64_t addr, uint64_t n) {
@@ -113,8 +153,9 @@ void DeviceMemory::transport_rows(const RowList& list, tlm::tlm_generic_payload&
       locate(list.addrs[r], n, *list.deferred);
     } else if (gp.is_read()) {
       read(list.addrs[r], data, n);
-    } else {
-      write(list.addrs[r], data, n);
+    } else if (!write(list.addrs[r], data, n)) {
+      gp.set_response_status(kHostMemoryResponse);
+      return;
     }
   }
   gp.set_response_status(tlm::TLM_OK_RESPONSE);

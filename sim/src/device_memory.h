@@ -1,6 +1,8 @@
 // Device memory (LPDDR5): a sparse backing store whose accesses are timed by the fabric's channels
 // and ring links. All of the card's 112 GB are addressable; host memory grows only with the 64 KiB
-// pages that are written.
+// pages that are written, and only while the host can give it (sim.host_memory_bytes): a write that
+// would need more fails with kHostMemoryResponse instead of the host's out-of-memory killer ending
+// the process.
 #pragma once
 
 #include <cstdint>
@@ -30,7 +32,8 @@ class DeviceMemory : public sc_core::sc_module {
   uint64_t size() const { return size_; }
   /// Untimed functional access for loaders and tests; the range must lie inside memory.
   void read(uint64_t addr, void* dst, uint64_t n) const;
-  void write(uint64_t addr, const void* src, uint64_t n);
+  /// False when a page it needs could not be backed (see may_grow): the pages before it are written.
+  bool write(uint64_t addr, const void* src, uint64_t n);
   uint64_t resident_bytes() const { return pages_.size() * kPageBytes; }
   /// Zeroes [addr, addr + n) (clipped to memory) and releases the pages it wholly covers.
   void scrub(uint64_t addr, uint64_t n);
@@ -45,12 +48,18 @@ class DeviceMemory : public sc_core::sc_module {
 
  private:
   static constexpr uint64_t kPageBytes = 64 * 1024;
+  /// Whether one more page may be backed: below sim.host_memory_bytes when it is set, else while
+  /// the host keeps kHostReserve available (looked up once per kLookPages pages).
+  bool may_grow();
+  static constexpr uint64_t kLookPages = 1024;
   void b_transport(int id, tlm::tlm_generic_payload& gp, sc_core::sc_time& delay);
   void transport_rows(const RowList& list, tlm::tlm_generic_payload& gp, sc_core::sc_time& delay);
   /// Appends where the n bytes at addr are (never-written pages read from a page of zeros).
   void locate(uint64_t addr, uint64_t n, std::vector<std::pair<const uint8_t*, uint64_t>>& out) const;
 
   uint64_t size_;
+  uint64_t host_limit_;    // sim.host_memory_bytes: 0 = what the host has
+  uint64_t headroom_ = 0;  // pages that may still be backed before the host is looked at again
   Fabric& fabric_;
   std::unordered_map<uint64_t, std::unique_ptr<uint8_t[]>> pages_;
   std::function<void(uint64_t, uint64_t)> guard_;

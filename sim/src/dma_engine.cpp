@@ -48,20 +48,21 @@ fw::Verdict DmaEngine::run(uint32_t channel, const hw::CopyArgs& args, uint8_t f
   auto chunk_bytes = [&](uint64_t i) { return std::min(kChunkBytes, args.size - i * kChunkBytes); };
   uint8_t* const base = buffers_[channel].data();
   auto buffer = [&](uint64_t i) { return base + (i % (kReadAhead + 1)) * kChunkBytes; };
+  tlm::tlm_response_status write_status = tlm::TLM_OK_RESPONSE;
   auto write = [&](uint64_t i) {
     sc_core::sc_time t = arrived[i];
     const uint64_t at = args.dst + i * kChunkBytes;
-    const bool ok =
-        dst_host ? endpoint_.host_write(at, buffer(i), chunk_bytes(i), t)
-                 : tlm_access(mem, tlm::TLM_WRITE_COMMAND, at, buffer(i), chunk_bytes(i), t, Fabric::pcie_stop());
+    const bool ok = dst_host ? endpoint_.host_write(at, buffer(i), chunk_bytes(i), t)
+                             : tlm_access(mem, tlm::TLM_WRITE_COMMAND, at, buffer(i), chunk_bytes(i), t,
+                                          Fabric::pcie_stop(), &write_status);
     done = std::max(done, t);
     return ok;
   };
-  // Why a transfer failed: the link, the IOMMU, or an ECC error in device memory.
+  // Why a transfer failed: the link, the IOMMU, an ECC error in device memory, or a host that cannot
+  // back the written memory.
   const auto failed = [&](bool host, tlm::tlm_response_status status, hw::Field field) {
     if (host && endpoint_.link_down()) return fw::Verdict{hw::ErrorCode::kLinkDown, field, 0};
-    if (!host && status == kEccErrorResponse) return fw::Verdict{hw::ErrorCode::kEccError, field, 0};
-    return fw::Verdict{hw::ErrorCode::kDmaFault, field, 0};
+    return fw::Verdict{host ? hw::ErrorCode::kDmaFault : memory_error(status, hw::ErrorCode::kDmaFault), field, 0};
   };
   for (uint64_t i = 0; i < chunks + kReadAhead; ++i) {
     if (i < chunks) {
@@ -74,7 +75,7 @@ fw::Verdict DmaEngine::run(uint32_t channel, const hw::CopyArgs& args, uint8_t f
       if (!ok) return failed(src_host, status, hw::Field::kCopySrc);
       arrived[i] = t;
     }
-    if (i >= kReadAhead && !write(i - kReadAhead)) return failed(dst_host, tlm::TLM_OK_RESPONSE, hw::Field::kCopyDst);
+    if (i >= kReadAhead && !write(i - kReadAhead)) return failed(dst_host, write_status, hw::Field::kCopyDst);
   }
   wait(done);
   const char* kind = src_host ? "copy h2d" : (dst_host ? "copy d2h" : "copy d2d");

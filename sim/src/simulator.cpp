@@ -174,8 +174,7 @@ class SimulatorImpl final : public Simulator {
 
   bool peer_write(uint32_t card, uint64_t offset, const void* src, uint64_t n) override {
     DeviceMemory* m = peer_window(card, offset, n);
-    if (m) m->write(offset, src, n);
-    return m != nullptr;
+    return m != nullptr && m->write(offset, src, n);
   }
 
   Reports flush_reports() override {

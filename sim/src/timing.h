@@ -13,6 +13,8 @@
 #include <systemc>
 #include <tlm>
 
+#include "spyre/hw/errors.h"
+
 namespace spyre::sim {
 
 /// Converts between device cycles and SystemC time for one clock.
@@ -98,6 +100,16 @@ struct RowList : tlm::tlm_extension<RowList> {
 /// The response that marks a read of device memory with an uncorrectable ECC error (an address
 /// outside memory answers TLM_ADDRESS_ERROR_RESPONSE).
 inline constexpr tlm::tlm_response_status kEccErrorResponse = tlm::TLM_GENERIC_ERROR_RESPONSE;
+/// The response that marks a write the simulator could not back with host memory (not a fault of
+/// the modelled card: see sim.host_memory_bytes).
+inline constexpr tlm::tlm_response_status kHostMemoryResponse = tlm::TLM_COMMAND_ERROR_RESPONSE;
+
+/// The error code a failed access of device memory reports: what its response names, else `other`.
+inline hw::ErrorCode memory_error(tlm::tlm_response_status status, hw::ErrorCode other) {
+  if (status == kEccErrorResponse) return hw::ErrorCode::kEccError;
+  if (status == kHostMemoryResponse) return hw::ErrorCode::kHostMemory;
+  return other;
+}
 
 /// The rows of `list` (see RowList) in one blocking access: `data` holds them back to back.
 /// `status`, when given, receives the target's response.

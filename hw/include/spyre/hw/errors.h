@@ -24,6 +24,7 @@ enum class ErrorCode : uint16_t {
   kDmaError = 15,        // a DMA transfer failed on the link (not an IOMMU refusal)
   kEccError = 16,        // a read hit an uncorrectable ECC error in device memory
   kLinkDown = 17,        // the PCIe link is down: the card is lost to the host
+  kHostMemory = 18,      // emulator only: the host has no memory left to back a written page of device memory
   kCount
 };
 
@@ -85,6 +86,8 @@ constexpr const char* error_name(ErrorCode e) {
       return "uncorrectable ECC error in device memory";
     case ErrorCode::kLinkDown:
       return "PCIe link down";
+    case ErrorCode::kHostMemory:
+      return "the simulator's host has no memory left to back device memory";
     default:
       return "unknown";
   }

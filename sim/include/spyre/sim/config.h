@@ -91,6 +91,7 @@ struct SimConfig {
   bool async_compute = true;         // tile arithmetic on a worker thread beside SystemC (same results)
   std::string mode = "timed";        // "functional": the same programs and results, no timing
   bool host_paced = true;            // time advances only while the host waits: host speed cannot change it
+  uint64_t host_memory_bytes = 0;    // host memory a card's written pages may take; 0 = while the host has it
 };
 
 struct OutputConfig {
