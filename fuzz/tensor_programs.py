@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import random
 import subprocess
@@ -98,6 +99,7 @@ class Var:
     dtype: str
     grad: bool = False
     storage: int = 0  # which memory it is (views share their base's)
+    distinct: bool = False  # no two values equal (nor NaN): a selection among ties is each library's own choice
 
 
 @dataclass
@@ -343,7 +345,14 @@ def step(g: Gen) -> str | None:
         f"torch.full_like({x.name}, {g.scalar()})",
         f"torch.clamp({x.name}, {g.scalar()}, {g.scalar()})",
         f"torch.sort({x.name}, {g.dim(x)}, descending={rng.random() < 0.5})[0]",
-        f"torch.topk({x.name}.reshape(-1), min(3, {x.name}.numel()), largest={rng.random() < 0.5})[0]",
+        f"torch.topk({x.name}.reshape(-1), min(3, {x.name}.numel()), largest={rng.random() < 0.5})[0]"
+        if x.distinct
+        else f"torch.sort({x.name}.reshape(-1), stable=True)[0]",
+        f"torch.kthvalue({x.name}.reshape(-1), {1 + rng.randrange(max(1, math.prod(x.shape)))})[0]"
+        if x.distinct
+        else f"{x.name}.flip(0)"
+        if x.shape
+        else f"{x.name}.clone()",
         f"torch.tril({x.name})" if len(x.shape) >= 2 else f"torch.roll({x.name}, 1)",
         f"torch.lerp({x.name}, {y.name}, 0.3)",
         f"torch.addcmul({x.name}, {y.name}, {y.name}, value=0.5)",
@@ -373,7 +382,7 @@ def program(seed: int, index: int, length: int = 12) -> list:
                 pass
         done = len(g.lines)
         g.vars = [Var(k, tuple(v.shape), str(v.dtype).removeprefix("torch."), bool(v.requires_grad),
-                      v.untyped_storage().data_ptr() if v.layout == torch.strided else 0)
+                      v.untyped_storage().data_ptr() if v.layout == torch.strided else 0, _distinct(v))
                   for k, v in env.items() if isinstance(v, torch.Tensor) and k.startswith("v")]  # fmt: skip
     if any(v.grad for v in g.vars) and g.rng.random() < 0.7:
         tensors = "(t for t in list(globals().values()) if isinstance(t, torch.Tensor))"
@@ -383,6 +392,20 @@ def program(seed: int, index: int, length: int = 12) -> list:
         g.lines.append(f"grads = torch.autograd.grad(loss, {leaves}, allow_unused=True)"
                        " if isinstance(loss, torch.Tensor) and loss.requires_grad else ()")  # fmt: skip
     return g.lines
+
+
+def _distinct(v) -> bool:
+    """Whether no two of v's values are equal and none is NaN. Which of several tied values topk or
+    kthvalue returns is each implementation's own (CPU's comes from libstdc++'s introselect, CUDA's
+    differs again), and the gradient follows it: the generator selects from distinct values only."""
+    import torch
+
+    if v.layout != torch.strided or v.is_complex() or v.numel() > 100_000:
+        return False
+    flat = v.detach().reshape(-1)
+    if flat.is_floating_point() and bool(flat.isnan().any()):
+        return False
+    return torch.unique(flat).numel() == flat.numel()
 
 
 # ---- running ------------------------------------------------------------------------------------------

@@ -38,6 +38,26 @@ def test_linspace_and_logspace_of_integers_truncate_as_cpu(dtype):
         torch.testing.assert_close(got, torch.logspace(0, 2, 7, dtype=dtype))
 
 
+@pytest.mark.parametrize(
+    "op",
+    [
+        lambda t: torch.kthvalue(t, 1),
+        lambda t: t.median(),
+        lambda t: t.median(0),
+        lambda t: t.nanmedian(),
+        lambda t: t.nanmedian(0),
+        lambda t: torch.bucketize(t, t),
+    ],
+)
+def test_selections_of_bool_raise_as_cpu(op):
+    """Found by the fuzzer's kthvalue: CPU has no bool kernel for these, the decompositions ran."""
+    x = torch.tensor([True, False, True])
+    with pytest.raises(NotImplementedError, match="not implemented for 'Bool'"):
+        op(x)
+    with pytest.raises(NotImplementedError, match="not implemented for 'Bool'"):
+        op(x.to(S))
+
+
 def test_writes_through_real_and_imag_reach_a_complex_tensor():
     c = torch.zeros(3, dtype=torch.complex64, device=S)
     c.real.fill_(2)

@@ -501,6 +501,11 @@ OWN = {
     "kthvalue.values": _kthvalue,
 }
 
+# Ops that CPU has no bool kernel for: a bool input goes to CPU, which raises its own error.
+_NO_BOOL = frozenset(
+    name for name in (*OPS, *OWN) if name.partition(".")[0] in ("kthvalue", "median", "nanmedian", "bucketize")
+)
+
 _lib: torch.library.Library | None = None
 _active = threading.local()  # the decomposed ops running on this thread
 
@@ -518,6 +523,8 @@ def _kernel(name: str):
             from torch._decomp import decomposition_table
 
             decomposition = OWN[name] if name in OWN else decomposition_table[op]
+        if name in _NO_BOOL and any(isinstance(a, torch.Tensor) and a.dtype == torch.bool for a in args):
+            return _C._run_on_cpu(qualified, *args, **kwargs)
         if name not in running:
             running.add(name)
             try:

@@ -326,12 +326,14 @@ float unary_f(hw::UnaryFn f, float x) {
       return 1.0f / (1.0f + std::exp(-x));
     case UnaryFn::kErf:
       return std::erf(x);
-    // The forms without 1 + f(x), which cancels to 0 for large negative x.
+    // The forms with 1 + f(x) in fp32, as PyTorch's CPU kernels compute them: the sum cancels to
+    // an exact 0 for large negative x (below about -5.5 for erf, -9 for tanh), where the forms
+    // without it would give a denormal that CPU does not (and nonzero() would count it).
     case UnaryFn::kGeluErf:
-      return 0.5f * x * std::erfc(-x * 0.70710678118654752f);
-    case UnaryFn::kGeluTanh: {  // 0.5 x (1 + tanh(u)) = x * sigmoid(2u)
+      return 0.5f * x * (1.0f + std::erf(x * 0.70710678118654752f));
+    case UnaryFn::kGeluTanh: {
       const float inner = 0.79788456080286536f * (x + 0.044715f * x * x * x);
-      return x / (1.0f + std::exp(-2.0f * inner));
+      return 0.5f * x * (1.0f + std::tanh(inner));
     }
     case UnaryFn::kSilu:
       return x / (1.0f + std::exp(-x));
