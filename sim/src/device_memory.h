@@ -49,7 +49,8 @@ class DeviceMemory : public sc_core::sc_module {
  private:
   static constexpr uint64_t kPageBytes = 64 * 1024;
   /// Whether one more page may be backed: below sim.host_memory_bytes when it is set, else while
-  /// the host keeps kHostReserve available (looked up once per kLookPages pages).
+  /// the host keeps a sixteenth of its memory, at least 256 MiB, available (/proc/meminfo, read
+  /// once per kLookPages pages).
   bool may_grow();
   static constexpr uint64_t kLookPages = 1024;
   void b_transport(int id, tlm::tlm_generic_payload& gp, sc_core::sc_time& delay);
