@@ -507,12 +507,8 @@ TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
   m.impl("set_.source_Storage", TORCH_FN(at::native::set_));
   m.impl("set_.source_Storage_storage_offset", TORCH_FN(set_source_storage_offset));
   // Views torch has no generic kernel for: metadata over the same storage, never a fallback (a
-  // CPU copy would lose writes through the view).
-  // Ops whose generic kernel calls a per-device stub spyre has none of: the CPU fallback (complex
-  // numbers are not device types).
-  for (const char* name : {"_conj_physical", "conj_physical_", "conj_physical.out"}) {
-    m.impl(name, torch::CppFunction::makeFromBoxedFunction<&cpu_fallback>());
-  }
+  // CPU copy would lose writes through the view). (The physical conjugate, whose generic kernel
+  // calls a per-device stub, is torch_spyre/_fft.py's.)
   m.impl("unfold", TORCH_FN(unfold));
   m.impl("view_as_real", TORCH_FN(view_as_real));
   m.impl("view_as_complex", TORCH_FN(view_as_complex));

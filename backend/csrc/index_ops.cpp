@@ -404,11 +404,16 @@ void embedding_renorm_kernel(const c10::OperatorHandle& op, torch::jit::Stack* s
   const at::Tensor self = c.at(0).toTensor();
   const at::Tensor indices = c.at(1).toTensor();
   const double max_norm = c.at(2).toDouble(), p = c.at(3).toDouble();
-  if (!at::isFloatingType(self.scalar_type()) || !device_dtype(self.scalar_type()) || self.dim() != 2 ||
-      !rows_view(self, 0)) {
+  if (!at::isFloatingType(self.scalar_type()) || !device_dtype(self.scalar_type()) || self.dim() != 2) {
     return c.fall_back();
   }
   if (indices.numel() == 0) return c.finish(self);
+  if (!rows_view(self, 0)) {  // rows the gather cannot address: renorm a packed copy, then write it back
+    at::Tensor packed = self.contiguous();
+    at::embedding_renorm_(packed, indices, max_norm, p);
+    self.copy_(packed);
+    return c.finish(self);
+  }
   Launch l;
   const at::Tensor idx = int64_indices(l, indices.reshape({-1}));
   const int64_t n = idx.numel(), D = self.size(1);

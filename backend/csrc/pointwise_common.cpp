@@ -6,6 +6,7 @@
 #include <ATen/TensorIterator.h>
 #include <ATen/native/Resize.h>
 
+#include <algorithm>
 #include <mutex>
 #include <stdexcept>
 #include <string>
@@ -119,6 +120,22 @@ std::vector<int64_t> broadcast_shape(const std::vector<const Value*>& values) {
   return shape;
 }
 
+// Whether two elements of t may share memory: its dims of more than one element, by stride, each
+// step past everything the smaller ones reach (a sufficient test; strides below 0 count as shared).
+bool may_share(const at::Tensor& t) {
+  std::vector<std::pair<int64_t, int64_t>> dims;  // (stride, size)
+  for (int64_t d = 0; d < t.dim(); ++d) {
+    if (t.size(d) > 1) dims.emplace_back(t.stride(d), t.size(d));
+  }
+  std::sort(dims.begin(), dims.end());
+  int64_t reach = 0;  // the furthest offset the smaller dims reach
+  for (const auto& [stride, size] : dims) {
+    if (stride <= reach) return true;
+    reach += stride * (size - 1);
+  }
+  return false;
+}
+
 namespace {
 
 // The strides CPU gives a new output of `shape` from these inputs (TensorIterator's layout: the
@@ -153,6 +170,59 @@ std::vector<int64_t> output_strides(const BoxedCall& c, c10::IntArrayRef shape,
   return out.strides().vec();
 }
 
+// The storage offsets of t's elements, in the row-major order of t's indices (CPU int64).
+at::Tensor element_offsets(const at::Tensor& t) {
+  at::Tensor offsets = at::full({1}, t.storage_offset(), at::kLong);
+  for (int64_t d = 0; d < t.dim(); ++d) {
+    const at::Tensor steps = at::arange(t.size(d), at::kLong) * t.stride(d);
+    offsets = (offsets.unsqueeze(1) + steps.unsqueeze(0)).reshape({-1});
+  }
+  return offsets;
+}
+
+// An output whose elements share memory where torch's check cannot see it (an unfolded view: only
+// stride 0 reads as overlap there): CPU then writes, and reads back, each location in its loop order,
+// so the result depends on that order (an exp_ of overlapping windows exponentiates the shared
+// elements twice); refused with torch's own error for the overlap it sees.
+void assert_no_hidden_internal_overlap(const at::Tensor& out) {
+  if (!may_share(out)) return;
+  const at::Tensor offsets = element_offsets(out);
+  TORCH_CHECK(std::get<0>(at::_unique(offsets)).numel() == offsets.numel(),
+              "unsupported operation: more than one element of the written-to tensor refers to a single memory "
+              "location. Please clone() the tensor before performing the operation.");
+}
+
+// CPU's overlap check gives up on layouts it cannot reason about (non-contiguous views: TOO_HARD)
+// and then computes in its loop order, reading elements it has already written; the device reads
+// its inputs tile by tile, so such an op has no answer both would agree on. It is refused with the
+// error CPU gives the overlaps it can see. An input that is the output element for element, or
+// that only interleaves with it (x[:, 0] and x[:, 1]), is fine.
+void assert_no_hidden_overlap(const at::Tensor& out, const at::Tensor& in) {
+  if (out.numel() == 0 || in.numel() == 0 || !out.storage().is_alias_of(in.storage())) return;
+  if (!at::is_expandable_to(in.sizes(), out.sizes())) return;
+  const at::Tensor wide = in.expand(out.sizes());
+  const auto bytes = [](const at::Tensor& t, int64_t n) { return n * static_cast<int64_t>(t.element_size()); };
+  bool same = wide.storage_offset() == out.storage_offset() && wide.element_size() == out.element_size();
+  for (int64_t d = 0; same && d < out.dim(); ++d) same = out.size(d) == 1 || wide.stride(d) == out.stride(d);
+  if (same) return;
+  const auto span = [&](const at::Tensor& t) {  // [first, last] byte the view touches
+    int64_t lo = bytes(t, t.storage_offset()), hi = lo;
+    for (int64_t d = 0; d < t.dim(); ++d) (t.stride(d) < 0 ? lo : hi) += bytes(t, (t.size(d) - 1) * t.stride(d));
+    return std::pair{lo, hi + static_cast<int64_t>(t.element_size()) - 1};
+  };
+  const auto [a0, a1] = span(out);
+  const auto [b0, b1] = span(wide);
+  if (a1 < b0 || b1 < a0) return;
+  constexpr int64_t kExactUpTo = int64_t{1} << 24;  // elements; past that, crossing spans count as overlap
+  if (out.element_size() == wide.element_size() && out.numel() <= kExactUpTo) {
+    const at::Tensor written = element_offsets(out), read = element_offsets(wide);
+    if (!at::isin(read, written).any().item<bool>()) return;
+  }
+  TORCH_CHECK(false,
+              "unsupported operation: some elements of the input tensor and the written-to tensor refer to a single "
+              "memory location. Please clone() the tensor before performing the operation.");
+}
+
 }  // namespace
 
 std::optional<at::Tensor> output(const BoxedCall& c, const at::Tensor& like, c10::IntArrayRef shape,
@@ -178,8 +248,12 @@ std::optional<at::Tensor> output(const BoxedCall& c, const at::Tensor& like, c10
               " can't be cast to the desired output type ", out.scalar_type());
   if (!device_dtype(out.scalar_type())) return std::nullopt;
   at::assert_no_internal_overlap(out);
+  assert_no_hidden_internal_overlap(out);
   for (const Value* v : inputs) {
-    if (v->tensor) at::assert_no_partial_overlap(out, *v->tensor);
+    if (v->tensor) {
+      at::assert_no_partial_overlap(out, *v->tensor);
+      assert_no_hidden_overlap(out, *v->tensor);
+    }
   }
   return out;
 }

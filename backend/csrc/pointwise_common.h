@@ -36,6 +36,8 @@ at::ScalarType promote(const Value& a, const Value& b);
 bool on_device(std::initializer_list<at::ScalarType> types);
 /// The broadcast shape of the tensor operands.
 std::vector<int64_t> broadcast_shape(const std::vector<const Value*>& values);
+/// Whether two elements of t may share memory (a sufficient test: false means they cannot).
+bool may_share(const at::Tensor& t);
 /// Where a result goes: a new tensor like `like` (functional), the first argument (in-place) or
 /// out= (resized), with torch's checks (shape, cast, overlap). Nullopt when the output's dtype is
 /// not a device type (the caller falls back).

@@ -8,6 +8,7 @@
 #include <ATen/Dispatch.h>
 #include <ATen/ExpandUtils.h>
 #include <ATen/MemoryOverlap.h>
+#include <ATen/native/Resize.h>
 #include <torch/library.h>
 
 #include <cmath>
@@ -62,22 +63,6 @@ at::ScalarType result_type(const BoxedCall& c, const ops::PointwiseOp& row, at::
 // any of its aliases: with only expanded dims (stride 0) the mask reduces with any() over them and
 // fills the tensor seen without them; otherwise the true positions' memory offsets are computed
 // and written through an index_put_ into the span of memory. nullopt: no element is shared.
-// Whether two elements of t may share memory: its dims of more than one element, by stride, each
-// step past everything the smaller ones reach (a sufficient test; strides below 0 count as shared).
-bool may_share(const at::Tensor& t) {
-  std::vector<std::pair<int64_t, int64_t>> dims;  // (stride, size)
-  for (int64_t d = 0; d < t.dim(); ++d) {
-    if (t.size(d) > 1) dims.emplace_back(t.stride(d), t.size(d));
-  }
-  std::sort(dims.begin(), dims.end());
-  int64_t reach = 0;  // the furthest offset the smaller dims reach
-  for (const auto& [stride, size] : dims) {
-    if (stride <= reach) return true;
-    reach += stride * (size - 1);
-  }
-  return false;
-}
-
 std::optional<at::Tensor> masked_fill_overlapping(const BoxedCall& c, const at::Tensor& self) {
   if (!c.get("mask")->isTensor() || !may_share(self)) return std::nullopt;
   bool negative = false;
@@ -112,6 +97,54 @@ std::optional<at::Tensor> masked_fill_overlapping(const BoxedCall& c, const at::
   return self;
 }
 
+// An operand of a complex product as float32 [..., 2] (real, imaginary) on `device`: a complex64
+// tensor's view_as_real, a real tensor with a zero imaginary half, a number as one such pair.
+// Nullopt for what the card does not hold in float32 (complex128, float64).
+std::optional<at::Tensor> complex_parts(const Value& v, c10::Device device) {
+  if (!v.tensor) {
+    const c10::complex<double> z = (v.host ? v.host->item() : v.scalar).toComplexDouble();
+    return at::tensor({z.real(), z.imag()}, at::dtype(at::kFloat)).to(device);
+  }
+  const at::Tensor& t = *v.tensor;
+  if (t.scalar_type() == at::kComplexFloat) return at::view_as_real(t.resolve_conj());
+  if (t.is_complex() || !device_dtype(t.scalar_type())) return std::nullopt;
+  const at::Tensor re = t.to(at::kFloat);
+  return at::stack({re, at::zeros_like(re)}, -1);
+}
+
+// mul of complex64 operands, which the card has no arithmetic for: (ac - bd, ad + bc) over the
+// float32 halves, as CPU multiplies (a real operand is x + 0i there too), written through
+// view_as_real of the result. False when it cannot (the caller falls back).
+bool complex_mul(BoxedCall& c, const std::vector<Value>& values) {
+  if (c.base() != "mul" || values.size() != 2) return false;
+  const at::Tensor& like = values[0].tensor ? *values[0].tensor : *values[1].tensor;
+  const std::optional<at::Tensor> a = complex_parts(values[0], like.device());
+  const std::optional<at::Tensor> b = complex_parts(values[1], like.device());
+  if (!a || !b) return false;
+  std::vector<const Value*> inputs;
+  for (const Value& v : values) inputs.push_back(&v);
+  const std::vector<int64_t> shape = broadcast_shape(inputs);
+  at::Tensor out;
+  if (c.inplace()) {
+    out = c.at(0).toTensor();
+    if (out.sizes() != c10::IntArrayRef(shape)) return false;  // CPU's error, through the fallback
+  } else if (const std::optional<at::Tensor> o = c.out()) {
+    out = *o;
+    if (out.scalar_type() != at::kComplexFloat) return false;
+    at::native::resize_output(out, shape);
+  } else {
+    out = at::empty(shape, like.options().dtype(at::kComplexFloat));
+  }
+  if (out.scalar_type() != at::kComplexFloat || out.is_conj()) return false;
+  if (out.numel() > 0) {
+    const at::Tensor ar = a->select(-1, 0), ai = a->select(-1, 1), br = b->select(-1, 0), bi = b->select(-1, 1);
+    const at::Tensor re = ar * br - ai * bi, im = ar * bi + ai * br;
+    at::view_as_real(out).copy_(at::stack({re.expand(shape), im.expand(shape)}, -1));
+  }
+  c.finish(out);
+  return true;
+}
+
 void pointwise_kernel(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
   BoxedCall c(op, stack);
   check_types_as_cpu(c);  // torch's refusals for these types (round of bool, an int alpha, ...)
@@ -140,6 +173,7 @@ void pointwise_kernel(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
       o && row.inputs.size() == 1 && (row.types == Types::kPromote || row.types == Types::kIntegral)) {
     TORCH_CHECK(o->scalar_type() == common, "Found dtype ", o->scalar_type(), " but expected ", common);
   }
+  if (result == at::kComplexFloat && complex_mul(c, values)) return;
   for (const Value& v : values) {
     if (v.tensor && !device_dtype(v.tensor->scalar_type())) return c.fall_back();
   }
@@ -217,11 +251,59 @@ void pointwise_kernel(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
   c.finish(*out);
 }
 
+// The integer type of the card whose elements are `bytes` wide, if it has one.
+std::optional<at::ScalarType> same_width_int(int64_t bytes) {
+  switch (bytes) {
+    case 1:
+      return at::kChar;
+    case 4:
+      return at::kInt;
+    case 8:
+      return at::kLong;
+    default:
+      return std::nullopt;
+  }
+}
+
+// A fill of a type the card has no arithmetic for (float64, complex, unsigned): such a tensor is
+// still bytes on the card, so the value's bit pattern, converted by CPU's own fill (its range
+// checks and rounding included), is written through an integer view of the same width; a complex
+// value is two patterns, one per component. False when no integer type has that width.
+bool fill_bit_pattern(BoxedCall& c, const at::Tensor& self) {
+  at::Tensor one = at::empty({1}, self.options().device(at::kCPU));
+  if (c.base() == "zero") {
+    one.zero_();
+  } else if (c.at(1).isTensor()) {
+    const at::Tensor& v = c.at(1).toTensor();
+    if (v.is_privateuseone()) return false;
+    one.fill_(v);
+  } else {
+    one.fill_(c.at(1).toScalar());
+  }
+  if (self.numel() == 0) return true;
+  const bool complex = self.is_complex();
+  const at::Tensor cells = complex ? at::view_as_real(self) : self;
+  const std::optional<at::ScalarType> as_int = same_width_int(cells.element_size());
+  if (!as_int) return false;
+  const at::Tensor bits = (complex ? at::view_as_real(one) : one).view(*as_int).reshape({-1});
+  const at::Tensor target = cells.view(*as_int);
+  if (!complex) {
+    target.fill_(bits.item());
+  } else {
+    target.select(-1, 0).fill_(bits[0].item());
+    target.select(-1, 1).fill_(bits[1].item());
+  }
+  return true;
+}
+
 // fill_(self, value), zero_(self): a fill of the value, or a broadcast copy of a 0-dim spyre tensor.
 void fill_kernel(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
   BoxedCall c(op, stack);
   const at::Tensor self = c.at(0).toTensor();
-  if (!device_dtype(self.scalar_type())) return c.fall_back();
+  if (!device_dtype(self.scalar_type())) {
+    if (fill_bit_pattern(c, self)) return c.finish(self);
+    return c.fall_back();
+  }
   // torch's check: the value fits the type. CPU's one-element fast path skips it for half (a
   // fill of 2**33 gives inf there), and so do we.
   if (c.base() == "fill" && !c.at(1).isTensor() && !(self.numel() == 1 && self.scalar_type() == at::kHalf)) {
@@ -266,6 +348,7 @@ void arange_kernel(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
   TORCH_CHECK((step > 0 && end >= start) || (step < 0 && end <= start),
               "upper bound and larger bound inconsistent with step sign");
   if (!device_dtype(out.scalar_type())) return c.fall_back();
+  TORCH_CHECK_NOT_IMPLEMENTED(out.scalar_type() != at::kBool, "\"arange_cpu\" not implemented for 'Bool'");
   const auto n = static_cast<int64_t>(std::ceil((end - start) / step));
   if (out.numel() != n) out.resize_({n});
   if (n == 0) return c.finish(out);
@@ -306,6 +389,22 @@ const bool g_registered = [] {
                  {"Tensor", "Scalar_Self", "Scalar_Other", "OutTensor", "OutScalar_Self", "OutScalar_Other", "", "out"},
                  &pointwise_kernel);
   register_boxed({"fmax", "fmin", "logaddexp", "logaddexp2", "special_entr", "angle"}, {"", "out"}, &pointwise_kernel);
+  // The special functions of backend/compiler/src/ops/special.cpp.
+  register_boxed(
+      {"special_bessel_j0", "special_bessel_j1", "special_bessel_y0", "special_bessel_y1", "special_modified_bessel_i0",
+       "special_modified_bessel_i1", "special_modified_bessel_k0", "special_modified_bessel_k1",
+       "special_scaled_modified_bessel_k0", "special_scaled_modified_bessel_k1", "special_spherical_bessel_j0",
+       "special_airy_ai", "special_ndtri"},
+      {"", "out"}, &pointwise_kernel);
+  register_boxed(with_inplace({"igamma", "igammac"}), {"", "out"}, &pointwise_kernel);
+  register_boxed({"special_zeta"}, {"", "self_scalar", "other_scalar", "out", "self_scalar_out", "other_scalar_out"},
+                 &pointwise_kernel);
+  register_boxed(
+      {"special_chebyshev_polynomial_t", "special_chebyshev_polynomial_u", "special_chebyshev_polynomial_v",
+       "special_chebyshev_polynomial_w", "special_shifted_chebyshev_polynomial_t",
+       "special_shifted_chebyshev_polynomial_u", "special_shifted_chebyshev_polynomial_v",
+       "special_shifted_chebyshev_polynomial_w", "special_hermite_polynomial_h", "special_hermite_polynomial_he"},
+      {"", "x_scalar", "n_scalar", "out", "x_scalar_out", "n_scalar_out"}, &pointwise_kernel);
   register_boxed(with_inplace({"logit", "heaviside"}), {"", "out"}, &pointwise_kernel);
   register_boxed({"logit_backward"}, {"", "grad_input"}, &pointwise_kernel);
   register_boxed({"special_xlog1py"}, {"", "self_scalar", "other_scalar", "out", "self_scalar_out", "other_scalar_out"},

@@ -361,7 +361,62 @@ FUZZ_FINDINGS = {
     "a half sum of int64 casts its input first": [
         "v = torch.tensor([70000, -69999], device=dev)",
         "r = torch.sum(v, 0, out=torch.empty((), dtype=torch.float16, device=dev))"],
+    "a negative base to an odd power past 2^24 keeps its sign, and so does the gradient": [
+        "v = torch.tensor([-1.0, -0.5, 0.5, -0.0], device=dev, requires_grad=True)",
+        "r = torch.pow(v.detach(), 8589934591)", "s = torch.pow(v.detach(), -8589934591)",
+        "g = torch.autograd.grad(torch.pow(v, 8589934592).sum(), [v])[0]"],
+    "remainder by a divisor the quotient overflows for is exact, as CPU's portable kernel": [
+        "v2 = (torch.randint(-100, 100, (8, 16, 1), generator=torch.Generator().manual_seed(573588902),"
+        " dtype=torch.int32)).to(dev)",
+        "v3 = torch.exp(v2, out=torch.empty(0, dtype=torch.float32, device=dev))", "v4 = v3.neg_()",
+        "v5 = torch.sort(v3.reshape(-1), stable=True)[0]", "v10 = torch.remainder(v4, v5)"],
+    "an in-place division by a matmul that cancels is CPU's quotient of spyre's operands": [
+        "v2 = ((torch.randn((16, 8, 8), generator=torch.Generator().manual_seed(330264554)) * 1)"
+        ".to(torch.float32)).to(dev)",
+        "v6 = torch.matmul(v2, torch.randn((16, 8, 8), generator=torch.Generator().manual_seed(824448035))"
+        ".to(v2.dtype).to(dev))", "v7 = v2.div_(v6)"],
+    "a split view whose base was written in place is unusable on both devices alike": [
+        "v2 = ((torch.randn((7, 8, 2, 2), generator=torch.Generator().manual_seed(482180299)) * 100)"
+        ".to(torch.float32)).to(dev).requires_grad_()",
+        "v4 = torch.square(v2)", "v6 = v4.transpose(-1, 2)", "v8 = v6.split(2, 1)[0]", "v6[...] = 2",
+        "v4[torch.tensor([0, -1], device=dev)] = v4.reshape(-1)[:1].reshape(())"],
+    "nonzero counts a denormal that CPU's vector loop flushes, as CPU's scalar loop does": [
+        "v1 = ((torch.randn((5, 2, 8), generator=torch.Generator().manual_seed(975739829)) * 100)"
+        ".to(torch.float32)).to(dev).requires_grad_()",
+        "v4 = torch.nn.functional.softplus(v1)", "v4[torch.tensor([0, -1], device=dev)] = 0", "v10 = v4.nonzero()"],
+    "a gradient gathered from many rows is nearer the float64 one than CPU's": [
+        "v1 = ((torch.randn((3, 4), generator=torch.Generator().manual_seed(472120947)) * 1)"
+        ".to(torch.float32)).to(dev).requires_grad_()",
+        "v2 = ((torch.randn((8,), generator=torch.Generator().manual_seed(161775454)) * 0.001)"
+        ".to(torch.float32)).to(dev)",
+        "v3 = (torch.randint(-100, 100, (), generator=torch.Generator().manual_seed(233123621),"
+        " dtype=torch.int32)).to(dev)",
+        "v4 = torch.sum(v2, -1, out=v1)", "v5 = torch.arange(1, 1048579, 3, device=dev)",
+        "v6 = v1[v5.clamp(-3, 2)]", "v7 = v6.narrow(0, 0, 270604)", "v8 = torch.remainder(v7, v5, out=v3)",
+        "v9 = v3.mul_(v6)", "v7[-70948] = v2.reshape(-1)[:1].reshape(())", "v11 = v2.squeeze()",
+        "v12 = torch.cumprod(v6, 1)",
+        "loss = sum((t.float() * 0.5).sum() for t in (t for t in list(globals().values())"
+        " if isinstance(t, torch.Tensor)) if t.requires_grad and t.is_floating_point() and not t.is_leaf)",
+        "grads = torch.autograd.grad(loss, [t for t in (t for t in list(globals().values())"
+        " if isinstance(t, torch.Tensor)) if t.is_leaf and t.requires_grad], allow_unused=True)"
+        " if isinstance(loss, torch.Tensor) and loss.requires_grad else ()"],
+    "an input that interleaves with the output without sharing an element is fine": [
+        "v = torch.arange(12.0, device=dev).view(3, 4)", "v[:, 0].add_(v[:, 1])", "v[:, ::2].mul_(v[:, 1::2])"],
 }  # fmt: skip
+
+
+def test_an_in_place_input_overlapping_the_output_where_cpu_cannot_see_it_raises():
+    """CPU's overlap check gives up on non-contiguous views and then reads elements it has already
+    written, in its loop order; the device reads tile by tile, so no answer would agree: spyre
+    refuses the op with CPU's own overlap error (fuzz seed 500)."""
+    for dev in ("cpu", "spyre"):
+        v = torch.arange(12.0, device=dev).view(3, 4).t()
+        if dev == "cpu":
+            v.add_(v[0])  # CPU computes it: the rows after the first read the updated first row
+            continue
+        with pytest.raises(RuntimeError, match="refer to a single memory location"):
+            v.add_(v[0])
+        assert torch.equal(v.cpu(), torch.arange(12.0).view(3, 4).t())  # and nothing was written
 
 
 @pytest.mark.parametrize("name", sorted(FUZZ_FINDINGS))
@@ -373,3 +428,61 @@ def test_a_program_the_fuzzer_found_runs_like_cpu(name):
     import tensor_programs
 
     assert tensor_programs.run(FUZZ_FINDINGS[name]) is None
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64], ids=["native", "fallback"])
+@pytest.mark.parametrize("op", ["det", "slogdet", "logdet"])
+def test_determinant_gradients_of_a_non_contiguous_matrix_are_not_transposed(op, dtype):
+    """linalg.det, slogdet and logdet backward of a transposed (non-contiguous) input gave the
+    transposed gradient through the CPU fallback; float64 still takes the fallback."""
+    f = {"det": torch.linalg.det, "slogdet": lambda x: torch.linalg.slogdet(x)[1], "logdet": torch.logdet}[op]
+    a = torch.randn(3, 4, 4, dtype=dtype, generator=torch.Generator().manual_seed(3))
+    a = a @ a.mT + 4 * torch.eye(4, dtype=dtype)  # positive definite: every log is defined
+    grads = []
+    for dev in ("cpu", S):
+        x = a.to(dev).mT.detach().requires_grad_()
+        assert not x.is_contiguous()
+        grads.append(torch.autograd.grad(f(x).sum(), [x])[0].cpu())
+    torch.testing.assert_close(grads[1], grads[0], rtol=1e-4, atol=1e-5)
+
+
+def test_exp_below_minus_104_is_zero_as_cpu():
+    """The SFP's vectorised exp floored at a denormal (2.9e-39) below about -104, -inf included, so
+    exp(-inf) and masked softmax rows were not exactly 0 (found by the logcumsumexp kernel)."""
+    x = torch.tensor([-float("inf"), -1e4, -200.0, -104.5, -103.0, -90.0, -87.5, 0.0, 88.0])
+    for f in (torch.exp, torch.sigmoid, F.silu, lambda t: torch.logaddexp(t, torch.zeros_like(t))):
+        torch.testing.assert_close(f(x.to(S)).cpu(), f(x), rtol=0, atol=0, equal_nan=True)
+    assert torch.softmax(torch.tensor([0.0, -float("inf")], device=S), 0).cpu().tolist() == [1.0, 0.0]
+
+
+def test_int64_division_of_the_smallest_value_by_minus_one_wraps_as_cpu():
+    """floor_divide(INT64_MIN, -1) wraps to INT64_MIN on CPU; the device gave 0."""
+    a = torch.tensor([-(2**63), 7, -(2**63)])
+    b = torch.tensor([-1, -1, 3])
+    assert torch.equal(torch.floor_divide(a.to(S), b.to(S)).cpu(), torch.floor_divide(a, b))
+    assert torch.equal((a.to(S) // -1).cpu(), a // -1)
+
+
+def test_an_in_place_op_on_an_output_overlapping_itself_raises():
+    """exp_ of an unfolded tensor whose windows share elements: CPU's overlap check cannot see the
+    sharing and exponentiates the shared elements twice, in its loop order (fuzz seed 701); spyre
+    refuses it with torch's error for the overlap it sees. A fill that reads nothing still works."""
+    cpu = torch.arange(10.0)
+    cpu.unfold(0, 3, 2).exp_()
+    assert cpu[2] == torch.exp(torch.exp(torch.tensor(2.0)))  # CPU's answer depends on its loop order
+    v = torch.arange(10.0, device=S)
+    with pytest.raises(RuntimeError, match="more than one element of the written-to tensor"):
+        v.unfold(0, 3, 2).exp_()
+    assert torch.equal(v.cpu(), torch.arange(10.0))
+    v.unfold(0, 3, 2).masked_fill_(v.unfold(0, 3, 2) > 4, 0)
+    assert v.cpu().tolist() == [0, 1, 2, 3, 4, 0, 0, 0, 0, 9]
+
+
+def test_indexing_a_row_of_a_huge_permuted_view_moves_only_that_row():
+    """x[i] of a permuted unfold (43,271 x 153,128 elements, 53 GB were it packed): the gather
+    packed the whole view first and ran out of host memory (fuzz seed 701); the selected row's
+    elements are gathered where they lie."""
+    v = torch.arange(1, 1048579, 3)
+    view = v.unfold(0, 43271, 2).permute(1, 0)
+    got = v.to(S).unfold(0, 43271, 2).permute(1, 0)[torch.tensor([-31487], device=S)]
+    assert torch.equal(got.cpu(), view[torch.tensor([-31487])])

@@ -115,3 +115,19 @@ def test_a_bad_wait_timeout_is_named():
     proc = run_python("import torch_spyre\ntorch_spyre.set_wait_timeout(-1)\n")
     assert proc.returncode != 0
     assert "ValueError" in proc.stderr and "a wait timeout is a number of seconds" in proc.stderr
+
+
+def test_the_default_watchdog_lets_a_long_memory_bound_kernel_finish():
+    """The watchdog's default budget was 300 M cycles (0.2 s): an amax over a large unfolded view
+    (7.5e9 elements read, about 440 M cycles of LPDDR5 traffic) was stopped as a hung program (fuzz
+    seed 700). Now 15 G cycles (10 s of device time)."""
+    import torch
+    import torch_spyre
+
+    v = torch.arange(1, 1048579, 3)
+    u = v.to("spyre").unfold(0, 50000, 2)
+    torch.spyre.synchronize()
+    start = torch_spyre.device_cycles()
+    got = torch.amax(u, 1).cpu()
+    assert torch_spyre.device_cycles() - start > 300_000_000  # past the old budget
+    assert torch.equal(got, torch.amax(v.unfold(0, 50000, 2), 1))

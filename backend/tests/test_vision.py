@@ -136,3 +136,23 @@ def test_batch_norm_statistics_take_cpu_dtypes():
         for g, w in zip(got, want, strict=True):
             assert (g.dtype, g.shape) == (w.dtype, w.shape)
         _close(got[0].float(), want[0].float(), "normalized")
+
+
+@pytest.mark.parametrize("name,extra", [("upsample_nearest2d", ()), ("upsample_bilinear2d", (False,))])
+def test_interpolation_backward_writes_its_grad_input_out(name, extra):
+    """The .grad_input overload (an out= tensor not named "out") runs on the device and writes CPU's
+    gradient into an empty out or one it resizes; an out of another dtype raises CPU's error."""
+    torch_spyre.set_cpu_fallback("error")
+    op = getattr(torch.ops.aten, f"{name}_backward").grad_input
+    grad = torch.randn(2, 3, 8, 6, generator=torch.Generator().manual_seed(3))
+    args = ([8, 6], [2, 3, 4, 3], *extra)
+    want = op(grad, *args, grad_input=torch.empty(0))
+    for shape in ((0,), (2, 3, 4, 3)):
+        out = torch.empty(shape, device=S)
+        assert op(grad.to(S), *args, grad_input=out) is out
+        _close(out, want, f"{name}_backward.grad_input into {list(shape)}")
+    with pytest.raises(RuntimeError) as cpu:
+        op(grad, *args, grad_input=torch.empty(0, dtype=torch.int64))
+    with pytest.raises(RuntimeError) as dev:
+        op(grad.to(S), *args, grad_input=torch.empty(0, dtype=torch.int64, device=S))
+    assert str(dev.value) == str(cpu.value)

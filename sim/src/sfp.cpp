@@ -456,7 +456,8 @@ int64_t binary_i(hw::BinaryFn f, int64_t a, int64_t b) {
     case BinaryFn::kMul:
       return static_cast<int64_t>(ua * ub);
     case BinaryFn::kDiv:  // integer division by zero gives 0 (the compiler checks divisors)
-      return b == 0 || (a == INT64_MIN && b == -1) ? 0 : a / b;
+      if (b == -1) return static_cast<int64_t>(0 - ua);  // INT64_MIN / -1 wraps, as CPU's floor_divide
+      return b == 0 ? 0 : a / b;
     case BinaryFn::kMax:
       return std::max(a, b);
     case BinaryFn::kMin:
@@ -471,7 +472,8 @@ int64_t binary_i(hw::BinaryFn f, int64_t a, int64_t b) {
     case BinaryFn::kFmod:
       return b == 0 || b == -1 ? 0 : a % b;
     case BinaryFn::kFloorDiv: {
-      if (b == 0 || (a == INT64_MIN && b == -1)) return 0;
+      if (b == -1) return static_cast<int64_t>(0 - ua);
+      if (b == 0) return 0;
       const int64_t q = a / b;
       return (a % b != 0 && ((a < 0) != (b < 0))) ? q - 1 : q;
     }
@@ -658,7 +660,8 @@ bool binary_f32_fast(hw::BinaryFn f, void* dst, const void* src0, Bcast b0, cons
 // element's result is the same wherever it sits. (An Eigen array expression computes the elements
 // before the destination's first aligned address with the scalar function, which rounds
 // differently: results would depend on where the host allocated the scratchpad.) Where Eigen's
-// exp of `sign` * x is off (near overflow, and where the result is subnormal) the element takes
+// exp of `sign` * x is off (near overflow, and below -87, where it is subnormal and then floors at
+// a denormal instead of 0, even for -inf) the element takes
 // `scalar` instead; infinities and NaN come out right either way.
 template <typename F, typename S>
 void exp_map(float* out, const float* in, uint64_t n, float sign, F f, S scalar) {
@@ -667,7 +670,7 @@ void exp_map(float* out, const float* in, uint64_t n, float sign, F f, S scalar)
   constexpr uint64_t kLanes = ei::unpacket_traits<P>::size;
   const auto off = [sign](float x) {
     const float e = sign * x;
-    return (e > 88.3f && e < INFINITY) || (e < -87.0f && e > -104.0f);
+    return (e > 88.3f && e < INFINITY) || e < -87.0f;  // below -104 Eigen's floor is a denormal, not 0
   };
   uint32_t wild = 0;
   for (uint64_t i = 0; i < n; ++i) wild |= off(in[i]);

@@ -431,13 +431,18 @@ std::optional<Kernel> lower_pointwise(const ir::Graph& g, const ir::Pointwise& p
           break;
         }
         case ir::PointwiseKind::kFma: {
-          // a * b, then + c: two SFP instructions, so that b and c may be broadcast or immediate.
           const Value a = full(j, 0, fetch(j, 0, compute, false));
           const Value bb = fetch(j, 1, compute, true);
+          const Value c = fetch(j, 2, compute, true);
+          if (bc(bb) == Bcast::kFull && bc(c) == Bcast::kFull) {
+            // Three whole tiles: the SFP's fused multiply-add, rounded once (as CPU's compiled loops).
+            sfp(hw::Op::kFma, compute, dst, emit::pack2(a.addr, bb.addr), c.addr, rows, cols);
+            break;
+          }
+          // Else a * b, then + c: two SFP instructions, so that b and c may be broadcast or immediate.
           sfp(hw::Op::kBinary, compute, dst, emit::pack2(a.addr, bb.addr),
               static_cast<uint64_t>(hw::BinaryFn::kMul) | uint64_t{bb.imm.value_or(0)} << 32, rows, cols,
               hw::bcast_flags(Bcast::kFull, bc(bb)));
-          const Value c = fetch(j, 2, compute, true);
           sfp(hw::Op::kBinary, compute, dst, emit::pack2(dst, c.addr),
               static_cast<uint64_t>(hw::BinaryFn::kAdd) | uint64_t{c.imm.value_or(0)} << 32, rows, cols,
               hw::bcast_flags(Bcast::kFull, bc(c)));

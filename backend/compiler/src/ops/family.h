@@ -2,6 +2,7 @@
 // and the small view and op helpers their lowerings are written with.
 #pragma once
 
+#include <initializer_list>
 #include <map>
 #include <optional>
 #include <string>
@@ -30,6 +31,21 @@ const Table& conv_ops();
 
 /// The pointwise op's expression written into `out` (in its compute type).
 void lower_pointwise(Builder& b, const Call& c);
+
+// ---- the special functions' rows (special.cpp) ----------------------------------------------------
+
+using PointwiseTable = std::map<std::string, PointwiseOp, std::less<>>;
+/// Adds the Bessel, Airy, normal-quantile, zeta, incomplete-gamma and orthogonal-polynomial rows.
+void add_special_functions(PointwiseTable& t);
+/// c[0] + t (c[1] + t (c[2] + ...)) in `e`: a polynomial in t by Horner's rule; the result's ref.
+int32_t horner(ir::Expr& e, int32_t t, std::initializer_list<double> c);
+/// log(Gamma(x)) for x >= 0.5 (Lanczos, g = 7, nine terms; relative error near 1e-7 in fp32).
+int32_t lanczos_lgamma(ir::Expr& e, int32_t x);
+/// erfc(z) for z >= 0 to a relative 1.2e-7; with `scaled`, erfcx(z) = exp(z^2) erfc(z).
+int32_t erfc_positive(ir::Expr& e, int32_t z, bool scaled);
+/// The modified Bessel function I0 or I1 (`order`) of x, relative error below 2.2e-7; with
+/// `scaled`, exp(-|x|) times it.
+int32_t bessel_i(ir::Expr& e, int32_t x, int order, bool scaled);
 /// Every pointwise op's name.
 std::vector<std::string> pointwise_names();
 

@@ -58,9 +58,34 @@ uint32_t as_rows(Builder& b, uint32_t v, size_t dim) {
   return b.derive(v, r->sizes, r->strides);
 }
 
+// `v` as [its dims but `dim`..., size(dim), 1]: rows of one element, the other dims in front.
+uint32_t as_elements(Builder& b, uint32_t v, size_t dim) {
+  const ir::View x = b.view(v);
+  std::vector<int64_t> sizes, strides;
+  for (size_t d = 0; d < x.sizes.size(); ++d) {
+    if (d == dim) continue;
+    sizes.push_back(x.sizes[d]);
+    strides.push_back(x.strides[d]);
+  }
+  sizes.insert(sizes.end(), {x.sizes[dim], 1});
+  strides.insert(strides.end(), {x.strides[dim], 1});
+  return b.derive(v, sizes, strides);
+}
+
 // out[..., i, ...] = table[..., index[i], ...] along `dim`, with a 1-d index vector.
 void select_rows(Builder& b, uint32_t table, size_t dim, uint32_t index, uint32_t out) {
   const ir::View o = b.view(out);
+  if (!rows_of(b.view(table), dim) && o.numel() < b.view(table).numel()) {
+    // Rows that are not runs in memory (an unfolded or permuted table): gathered one element a row,
+    // so only what is selected moves; packing the table first could take more than the card holds.
+    const uint32_t t = as_elements(b, table, dim), r = as_elements(b, out, dim);
+    const ir::View tv = b.view(t);
+    std::vector<int64_t> is(tv.sizes.begin(), tv.sizes.end() - 2), it(is.size(), 0);
+    is.push_back(b.view(index).sizes[0]);
+    it.push_back(1);
+    index_op(b, Kind::kGather, t, b.derive(index, is, it), r);
+    return;
+  }
   const bool direct = rows_of(o, dim).has_value();
   const uint32_t target = direct ? out : b.temp(o.sizes, o.dtype);
   const uint32_t t = as_rows(b, table, dim), r = as_rows(b, target, dim);

@@ -83,6 +83,15 @@ int32_t div(Expr& e, const Refs& in, const Call& c) {
   return q;
 }
 
+// Whether float x's sign bit is set: below 0, or a zero whose reciprocal is -inf (-0.0). A NaN's
+// sign bit reads as clear.
+int32_t sign_bit(Expr& e, int32_t x) {
+  const int32_t minus_zero =
+      e.binary(BinaryFn::kLogicalAnd, e.binary(BinaryFn::kEq, x, e.constant(0)),
+               e.binary(BinaryFn::kLt, e.binary(BinaryFn::kDiv, e.constant(1.0), x), e.constant(0)));
+  return e.binary(BinaryFn::kLogicalOr, e.binary(BinaryFn::kLt, x, e.constant(0)), minus_zero);
+}
+
 // pow(self, exponent): the exponents torch's CPU kernels compute by multiplication or a root exactly
 // are computed so here too, in float types.
 int32_t pow(Expr& e, const Refs& in, const Call& c) {
@@ -96,6 +105,12 @@ int32_t pow(Expr& e, const Refs& in, const Call& c) {
     if (x == -0.5) return e.unary(UnaryFn::kRsqrt, in[0]);
     if (x == -1) return e.unary(UnaryFn::kReciprocal, in[0]);
     if (x == -2) return e.unary(UnaryFn::kReciprocal, e.binary(BinaryFn::kMul, in[0], in[0]));
+    // An odd integer past 2^24 rounds to an even float: the power takes the base's sign back
+    // (-0 included), as CPU's double exponent keeps it.
+    if (std::fabs(x) > 16777216.0 && std::fabs(x) < 9007199254740992.0 && std::fmod(x, 2.0) != 0) {
+      const int32_t p = e.binary(BinaryFn::kPow, in[0], in[1]);
+      return e.select(sign_bit(e, in[0]), e.unary(UnaryFn::kNeg, p), p);
+    }
   }
   return e.binary(BinaryFn::kPow, in[0], in[1]);
 }
@@ -287,76 +302,9 @@ void add_derived_math(std::map<std::string, PointwiseOp, std::less<>>& t) {
   });
 }
 
-// c[0] + t (c[1] + t (c[2] + ...)): a polynomial in t, by Horner's rule.
-int32_t horner(Expr& e, int32_t t, std::initializer_list<double> c) {
-  const double* it = std::rbegin(c).base() - 1;
-  int32_t acc = e.constant(*it);
-  while (it != c.begin()) {
-    --it;
-    acc = e.binary(BinaryFn::kAdd, e.constant(*it), e.binary(BinaryFn::kMul, acc, t));
-  }
-  return acc;
-}
-
-// log(Gamma(x)) for x >= 0.5 by Lanczos' approximation (g = 7, nine terms; relative error near
-// 1e-7 in fp32 arithmetic).
-int32_t lanczos_lgamma(Expr& e, int32_t x) {
-  static constexpr double kP[] = {0.99999999999980993,  676.5203681218851,     -1259.1392167224028,
-                                  771.32342877765313,   -176.61502916214059,   12.507343278686905,
-                                  -0.13857109526572012, 9.9843695780195716e-6, 1.5056327351493116e-7};
-  const int32_t z = e.binary(BinaryFn::kSub, x, e.constant(1.0));
-  int32_t a = e.constant(kP[0]);
-  for (int i = 1; i < 9; ++i) {
-    a = e.binary(BinaryFn::kAdd, a,
-                 e.binary(BinaryFn::kDiv, e.constant(kP[i]), e.binary(BinaryFn::kAdd, z, e.constant(i))));
-  }
-  const int32_t t = e.binary(BinaryFn::kAdd, z, e.constant(7.5));
-  const int32_t lead =
-      e.binary(BinaryFn::kMul, e.binary(BinaryFn::kAdd, z, e.constant(0.5)), e.unary(UnaryFn::kLog, t));
-  return e.binary(BinaryFn::kAdd, e.binary(BinaryFn::kSub, lead, t),
-                  e.binary(BinaryFn::kAdd, e.constant(0.5 * std::log(2 * M_PI)), e.unary(UnaryFn::kLog, a)));
-}
-
 // x - round(x): sin(pi x) and tan(pi x) of the remainder have the magnitude of the whole.
 int32_t remainder_of_integer(Expr& e, int32_t x) {
   return e.binary(BinaryFn::kSub, x, e.unary(UnaryFn::kRound, x));
-}
-
-// t exp(p(t) - z^2) with t = 1 / (1 + z/2): erfc(z) for z >= 0 to a relative 1.2e-7 (Numerical
-// Recipes' Chebyshev fit); without the -z^2, erfcx(z).
-int32_t erfc_positive(Expr& e, int32_t z, bool scaled) {
-  const int32_t t = e.binary(BinaryFn::kDiv, e.constant(1.0),
-                             e.binary(BinaryFn::kAdd, e.constant(1.0), e.binary(BinaryFn::kMul, z, e.constant(0.5))));
-  int32_t p = horner(e, t,
-                     {-1.26551223, 1.00002368, 0.37409196, 0.09678418, -0.18628806, 0.27886807, -1.13520398, 1.48851587,
-                      -0.82215223, 0.17087277});
-  if (!scaled) p = e.binary(BinaryFn::kSub, p, e.binary(BinaryFn::kMul, z, z));
-  return e.binary(BinaryFn::kMul, t, e.unary(UnaryFn::kExp, p));
-}
-
-// Modified Bessel functions of order 0 and 1 (Abramowitz and Stegun 9.8.1 to 9.8.4, relative error
-// below 2.2e-7): I(x), or with `scaled` exp(-|x|) I(x).
-int32_t bessel_i(Expr& e, int32_t x, int order, bool scaled) {
-  const int32_t ax = e.unary(UnaryFn::kAbs, x);
-  const int32_t q = e.binary(BinaryFn::kDiv, ax, e.constant(3.75));
-  const int32_t q2 = e.binary(BinaryFn::kMul, q, q);
-  int32_t small =
-      order == 0
-          ? horner(e, q2, {1.0, 3.5156229, 3.0899424, 1.2067492, 0.2659732, 0.0360768, 0.0045813})
-          : e.binary(BinaryFn::kMul, ax,
-                     horner(e, q2, {0.5, 0.87890594, 0.51498869, 0.15084934, 0.02658733, 0.00301532, 0.00032411}));
-  if (scaled) small = e.binary(BinaryFn::kMul, small, e.unary(UnaryFn::kExp, e.unary(UnaryFn::kNeg, ax)));
-  const int32_t r = e.binary(BinaryFn::kDiv, e.constant(3.75), ax);
-  const int32_t tail = order == 0 ? horner(e, r,
-                                           {0.39894228, 0.01328592, 0.00225319, -0.00157565, 0.00916281, -0.02057706,
-                                            0.02635537, -0.01647633, 0.00392377})
-                                  : horner(e, r,
-                                           {0.39894228, -0.03988024, -0.00362018, 0.00163801, -0.01031555, 0.02282967,
-                                            -0.02895312, 0.01787654, -0.00420059});
-  int32_t large = e.binary(BinaryFn::kDiv, tail, e.unary(UnaryFn::kSqrt, ax));
-  if (!scaled) large = e.binary(BinaryFn::kMul, large, e.unary(UnaryFn::kExp, ax));  // inf past 88.7, as CPU's
-  const int32_t v = e.select(e.binary(BinaryFn::kLt, ax, e.constant(3.75)), small, large);
-  return order == 1 ? e.select(e.binary(BinaryFn::kLt, x, e.constant(0)), e.unary(UnaryFn::kNeg, v), v) : v;
 }
 
 // digamma: six steps of the recurrence, then the asymptotic series from y + 6; below 0.5 the
@@ -587,23 +535,13 @@ void add_special_math(std::map<std::string, PointwiseOp, std::less<>>& t) {
       row({"self"}, Types::kToFloat, [](E& e, const Refs& in, const Call&) { return bessel_i(e, in[0], 1, false); });
   t["special_i1e"] =
       row({"self"}, Types::kToFloat, [](E& e, const Refs& in, const Call&) { return bessel_i(e, in[0], 1, true); });
-  // signbit: below 0, or a zero whose reciprocal is -inf (-0.0). A NaN's sign bit reads as clear.
   t["signbit"] = row({"self"}, Types::kToBool, [](E& e, const Refs& in, const Call& c) {
-    const int32_t x = in[0], neg = e.binary(BinaryFn::kLt, x, e.constant(0));
-    if (!is_float(c.common)) return neg;
-    const int32_t minus_zero =
-        e.binary(BinaryFn::kLogicalAnd, e.binary(BinaryFn::kEq, x, e.constant(0)),
-                 e.binary(BinaryFn::kLt, e.binary(BinaryFn::kDiv, e.constant(1.0), x), e.constant(0)));
-    return e.binary(BinaryFn::kLogicalOr, neg, minus_zero);
+    return is_float(c.common) ? sign_bit(e, in[0]) : e.binary(BinaryFn::kLt, in[0], e.constant(0));
   });
   // copysign(a, b) = |a| with b's sign (signbit's reading of b).
   t["copysign"] = row({"self", "other"}, Types::kToFloat, [](E& e, const Refs& in, const Call&) {
-    const int32_t b = in[1], aa = e.unary(UnaryFn::kAbs, in[0]);
-    const int32_t minus_zero =
-        e.binary(BinaryFn::kLogicalAnd, e.binary(BinaryFn::kEq, b, e.constant(0)),
-                 e.binary(BinaryFn::kLt, e.binary(BinaryFn::kDiv, e.constant(1.0), b), e.constant(0)));
-    const int32_t neg = e.binary(BinaryFn::kLogicalOr, e.binary(BinaryFn::kLt, b, e.constant(0)), minus_zero);
-    return e.select(neg, e.unary(UnaryFn::kNeg, aa), aa);
+    const int32_t aa = e.unary(UnaryFn::kAbs, in[0]);
+    return e.select(sign_bit(e, in[1]), e.unary(UnaryFn::kNeg, aa), aa);
   });
 }
 
@@ -892,6 +830,7 @@ std::map<std::string, PointwiseOp, std::less<>> make_table() {
   t["zero"] = row({}, Types::kSelf, [](Expr& e, const Refs&, const Call&) { return e.constant(0); });
   add_derived_math(t);
   add_special_math(t);
+  add_special_functions(t);
   add_activations(t);
   // arange(start, end, step): start + i * step over a 1-d result.
   t["arange"] = row({}, Types::kSelf, [](Expr& e, const Refs&, const Call& c) {

@@ -69,8 +69,9 @@ struct FirmwareConfig {
   uint32_t queues = 16;
   uint32_t command_cycles = 300;  // control-processor work per descriptor
   // A core still running this many cycles after its launch started is stopped (kWatchdog, with
-  // its core and pc); 0 turns the watchdog off. 300 M cycles = 0.2 s at 1.5 GHz.
-  uint64_t watchdog_cycles = 300'000'000;
+  // its core and pc); 0 turns the watchdog off. 15 G cycles = 10 s at 1.5 GHz: a memory-bound
+  // kernel over tens of GB (an amax over a large unfolded view) runs for most of a second.
+  uint64_t watchdog_cycles = 15'000'000'000;
 };
 
 /// Faults to inject, to test what a host does with them. All off by default; each hits the card
