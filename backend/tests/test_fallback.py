@@ -10,31 +10,32 @@ import torch_spyre
 from conftest import ROOT, run_python, run_script
 
 
+# General eigenvalues fall back by decision (complex results in LAPACK's own order).
 def test_fallback_computes_on_cpu_and_warns_once_per_op():
-    x = torch.arange(5.0)
+    x = torch.tensor([[2.0, 1.0], [0.5, 3.0]])
     d = x.to("spyre")
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
-        y = torch.special.bessel_j0(d)
-        z = torch.special.bessel_j0(d)
-    messages = [str(w.message) for w in caught if "aten::special_bessel_j0" in str(w.message)]
+        y = torch.linalg.eigvals(d)
+        z = torch.linalg.eigvals(d)
+    messages = [str(w.message) for w in caught if "aten::_linalg_eigvals" in str(w.message)]
     assert len(messages) == 1, messages
     assert y.device.type == "spyre"
-    assert torch.allclose(z.cpu(), torch.special.bessel_j0(x))
+    assert torch.allclose(z.cpu(), torch.linalg.eigvals(x))
 
 
 def test_allow_is_silent():
     torch_spyre.set_cpu_fallback("allow")
     with warnings.catch_warnings():
         warnings.simplefilter("error")
-        assert torch.equal(torch.special.bessel_j0(torch.zeros(3).to("spyre")).cpu(), torch.ones(3))
+        assert torch.equal(torch.linalg.eigvals(torch.eye(3).to("spyre")).cpu(), torch.ones(3, dtype=torch.cfloat))
 
 
 def test_error_mode_names_the_operator():
     torch_spyre.set_cpu_fallback("error")
     assert torch_spyre.get_cpu_fallback() == "error"
-    with pytest.raises(NotImplementedError, match=r"operator 'aten::special_bessel_j0.out' has no Spyre kernel"):
-        torch.special.bessel_j0(torch.ones(2).to("spyre"))
+    with pytest.raises(NotImplementedError, match=r"operator 'aten::_linalg_eigvals' has no Spyre kernel"):
+        torch.linalg.eigvals(torch.eye(2).to("spyre"))
 
 
 def test_bad_mode_is_rejected():
@@ -43,10 +44,10 @@ def test_bad_mode_is_rejected():
 
 
 def test_environment_variable_sets_error_mode():
-    code = "import torch; torch.special.bessel_j0(torch.ones(2).to('spyre'))"
+    code = "import torch; torch.linalg.eigvals(torch.eye(2).to('spyre'))"
     proc = run_python(code, env={"TORCH_SPYRE_CPU_FALLBACK": "error"})
     assert proc.returncode != 0
-    assert "aten::special_bessel_j0.out' has no Spyre kernel" in proc.stderr
+    assert "aten::_linalg_eigvals' has no Spyre kernel" in proc.stderr
 
 
 def test_demo_runs_natively_with_fallback_forbidden(tmp_path):

@@ -14,6 +14,7 @@ import torch
 import torch_spyre
 from conftest import run_python
 from torch.testing._internal.common_methods_invocations import op_db
+from torch_spyre import _decomposed
 
 # OpInfo names (and variant names) that run natively on spyre.
 NATIVE = {
@@ -81,12 +82,24 @@ NATIVE = {
     "polygamma.polygamma_n_0", "polygamma.polygamma_n_1", "polygamma.polygamma_n_2", "polygamma.polygamma_n_3",
     "polygamma.polygamma_n_4", "mvlgamma.mvlgamma_p_1", "mvlgamma.mvlgamma_p_3", "i0", "special.i0e",
     "special.i1", "special.i1e", "special.log_ndtr", "signbit", "copysign",
+    # more special functions (backend/compiler/src/ops/special.cpp; Laguerre and Legendre in _special.py)
+    *(SPECIAL_FUNCTIONS := (
+        "special.bessel_j0", "special.bessel_j1", "special.bessel_y0", "special.bessel_y1",
+        "special.modified_bessel_i0", "special.modified_bessel_i1", "special.modified_bessel_k0",
+        "special.modified_bessel_k1", "special.scaled_modified_bessel_k0", "special.scaled_modified_bessel_k1",
+        "special.spherical_bessel_j0", "special.airy_ai", "special.ndtri", "special.zeta", "igamma", "igammac",
+        "special.chebyshev_polynomial_t", "special.chebyshev_polynomial_u", "special.chebyshev_polynomial_v",
+        "special.chebyshev_polynomial_w", "special.shifted_chebyshev_polynomial_t",
+        "special.shifted_chebyshev_polynomial_u", "special.shifted_chebyshev_polynomial_v",
+        "special.shifted_chebyshev_polynomial_w", "special.hermite_polynomial_h", "special.hermite_polynomial_he",
+        "special.laguerre_polynomial_l", "special.legendre_polynomial_p",
+    )),
 }  # fmt: skip
 FLOAT_ONLY = {"mm", "bmm", "addmm", "baddbmm", "mv", "dot", "matmul", "nn.functional.linear", "einsum", "inner",
               "addmv", "addbmm", "vdot", "linalg.vecdot"}  # fmt: skip
 # Ops the device computes as a truncated series in fp32 (CPU's kernel works in double): fp32 is
 # held to the summation tolerance.
-SERIES = {"polygamma", "mvlgamma"}
+SERIES = {"polygamma", "mvlgamma", *SPECIAL_FUNCTIONS}
 # Ops whose fp16 and bf16 CPU kernels round intermediate products (cross) or compute weights in
 # the narrow type (interpolation, norms): the device rounds once, so it is held to being at
 # least as close as CPU to the float64 answer, not to CPU's rounding.
@@ -523,13 +536,20 @@ def test_no_kernel_hides_an_autograd_decomposition():
     """A spyre kernel on a CompositeImplicitAutograd op would run without autograd (no gradient):
     such ops must reach the device through their decomposition."""
     has = torch._C._dispatch_has_kernel_for_dispatch_key
-    returns_no_tensor = {"aten::_has_compatible_shallow_copy_type"}  # a bool: nothing to differentiate
+    # Results with nothing to differentiate: a bool, and matrix_rank's int64 counts (whose composite
+    # computes its cutoff in float64).
+    no_gradient = {"aten::_has_compatible_shallow_copy_type"} | {"aten::" + n for n in _decomposed._OVER_COMPOSITE}
     clash = [
         name
         for name in torch._C._dispatch_get_all_op_names()
-        if has(name, "PrivateUse1") and has(name, "CompositeImplicitAutograd") and name not in returns_no_tensor
+        if has(name, "PrivateUse1") and has(name, "CompositeImplicitAutograd") and name not in no_gradient
     ]
     assert clash == []
+    # The exempted ones really give no gradient: an integer result, and its input's gradient is None.
+    a = torch.randn(3, 3, requires_grad=True)
+    rank = torch.linalg.matrix_rank(a.to("spyre"))
+    assert rank.dtype == torch.int64 and not rank.requires_grad
+    assert rank.cpu() == torch.linalg.matrix_rank(a)
 
 
 def test_sort_is_stable_puts_nan_last_and_topk_past_64_uses_it(cpu_gen):

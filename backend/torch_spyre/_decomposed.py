@@ -21,7 +21,8 @@ import threading
 import torch
 import torch.nn.functional as F
 
-from . import _C
+from . import _C, _counting, _fft, _linalg, _nn_ops, _scans, _special, _spectral
+from ._composite import meta, structured, with_out
 
 # Overloads, grouped by what they are; each must be in torch._decomp.decomposition_table.
 OPS = (
@@ -94,11 +95,6 @@ _STATS = {
 
 
 # Ops torch has no decomposition for, decomposed here the same way: into native ops of the device.
-def _meta(t):
-    """A meta tensor of t's shape, strides and dtype: for torch's own argument checks, no data."""
-    return torch.empty_strided(t.shape, t.stride(), dtype=t.dtype, device="meta")
-
-
 def _pool_geometry(x, kernel, stride, padding, ceil_mode, dims):
     """(kernel, stride, padding, output sizes, right-hand overhang) per spatial dim of an average pool."""
     k = list(kernel) * dims if len(kernel) == 1 else list(kernel)
@@ -138,12 +134,12 @@ def _pool_divisors(x, k, st, p, out, extra, count_include_pad, divisor_override,
 
 
 def _avg_pool(dims):
-    meta = (torch.ops.aten.avg_pool2d, torch.ops.aten.avg_pool3d)[dims - 2].default
+    check = (torch.ops.aten.avg_pool2d, torch.ops.aten.avg_pool3d)[dims - 2].default
     conv = (F.conv2d, F.conv3d)[dims - 2]
 
     def avg_pool(x, kernel_size, stride=(), padding=0, ceil_mode=False, count_include_pad=True, divisor_override=None):
         padding = [padding] if isinstance(padding, int) else padding
-        shape = meta(_meta(x), kernel_size, stride, padding, ceil_mode, count_include_pad, divisor_override).shape
+        shape = check(meta(x), kernel_size, stride, padding, ceil_mode, count_include_pad, divisor_override).shape
         k, st, p, out, extra = _pool_geometry(x, kernel_size, stride, padding, ceil_mode, dims)
         rows = x.reshape(-1, 1, *x.shape[-dims:]).float()
         summed = conv(F.pad(rows, _pads(p, extra)), torch.ones(1, 1, *k, device=x.device), stride=st)
@@ -155,11 +151,11 @@ def _avg_pool(dims):
 
 
 def _avg_pool_backward(dims):
-    meta = (torch.ops.aten.avg_pool2d_backward, torch.ops.aten.avg_pool3d_backward)[dims - 2].default
+    check = (torch.ops.aten.avg_pool2d_backward, torch.ops.aten.avg_pool3d_backward)[dims - 2].default
     conv_t = (F.conv_transpose2d, F.conv_transpose3d)[dims - 2]
 
     def backward(grad, x, kernel_size, stride, padding, ceil_mode, count_include_pad, divisor_override):
-        meta(_meta(grad), _meta(x), kernel_size, stride, padding, ceil_mode, count_include_pad,
+        check(meta(grad), meta(x), kernel_size, stride, padding, ceil_mode, count_include_pad,
              divisor_override)  # fmt: skip
         k, st, p, out, extra = _pool_geometry(x, kernel_size, stride, padding, ceil_mode, dims)
         div = _pool_divisors(x, k, st, p, out, extra, count_include_pad, divisor_override, dims)
@@ -198,17 +194,17 @@ def _adaptive_windows_index(n: int, o: int) -> torch.Tensor:
 def _adaptive_avg_pool(dims: int, backward: bool):
     """The adaptive average pool over `dims` spatial dims (or its backward): each dim's windows
     are an [n, o] matrix of 1/len, contracted with the input (or with the output's gradient)."""
-    meta = getattr(torch.ops.aten, f"_adaptive_avg_pool{dims}d" + ("_backward" if backward else "")).default
+    check = getattr(torch.ops.aten, f"_adaptive_avg_pool{dims}d" + ("_backward" if backward else "")).default
 
     def pool(*args):
         if backward:
             grad, x = args
-            meta(_meta(grad), _meta(x))
+            check(meta(grad), meta(x))
             src, shape, out = grad, x.shape, grad.shape[-dims:]
         else:
             x, size = args
             src = x
-            shape = meta(_meta(x), size).shape
+            shape = check(meta(x), size).shape
             out = shape[-dims:]
         mats = [_adaptive_windows(n, o, x.device) for n, o in zip(x.shape[-dims:], out, strict=True)]
         ins, outs = "xyz"[:dims], "abc"[:dims]
@@ -222,10 +218,10 @@ def _adaptive_avg_pool(dims: int, backward: bool):
 def _adaptive_max_pool(dims: int):
     """Adaptive max pooling over `dims` spatial dims: each window's elements gathered into a row
     (torch's scanning order), its maximum and the flat input position of the first one."""
-    meta = getattr(torch.ops.aten, f"adaptive_max_pool{dims}d").default
+    check = getattr(torch.ops.aten, f"adaptive_max_pool{dims}d").default
 
     def pool(x, output_size):
-        shape = meta(_meta(x), output_size)[0].shape
+        shape = check(meta(x), output_size)[0].shape
         n, out = list(x.shape[-dims:]), list(shape[-dims:])
         if x.numel() == 0 or 0 in out:
             return x.new_empty(shape), torch.empty(shape, dtype=torch.int64, device=x.device)
@@ -254,7 +250,7 @@ def _replication_pad_backward(dims: int):
     element it copies, one spatial dim at a time (index_add of torch's clamp of positions)."""
 
     def backward(grad, x, padding):
-        getattr(torch.ops.aten, f"replication_pad{dims}d_backward").default(_meta(grad), _meta(x), padding)
+        getattr(torch.ops.aten, f"replication_pad{dims}d_backward").default(meta(grad), meta(x), padding)
         g = grad.float()
         for d in range(dims):
             axis = g.dim() - dims + d
@@ -267,6 +263,23 @@ def _replication_pad_backward(dims: int):
     return backward
 
 
+def _interpolation_matrices(forward, input_size, output_size, align_corners: tuple, scales, device) -> list:
+    """The [in, out] matrix of a separable interpolation along each spatial dim: CPU's `forward`
+    applied to a basis (a function of the sizes alone), moved to `device`. The other dims are 2
+    wide, mapped to 2 (the identity): CPU's anti-aliased kernel mishandles a 1-wide one."""
+    dims = len(output_size)
+    mats = []
+    for d in range(dims):
+        n, o = input_size[2 + d], output_size[d]
+        basis = torch.eye(n).reshape(n, 1, *[n if e == d else 1 for e in range(dims)])
+        basis = basis.expand(n, 1, *[n if e == d else 2 for e in range(dims)]).contiguous()
+        size = [o if e == d else 2 for e in range(dims)]
+        scale = [scales[d] if e == d else None for e in range(dims)]
+        y = forward(basis, size, *align_corners, *scale)
+        mats.append(y[(slice(None), 0, *[slice(None) if e == d else 0 for e in range(dims)])].reshape(n, o).to(device))
+    return mats
+
+
 def _upsample_backward(name: str, dims: int, align: bool):
     """The backward of a separable interpolation: along each spatial dim the forward is a fixed
     [out, in] matrix, read off CPU's forward of a basis (a function of the sizes alone), so the
@@ -277,13 +290,7 @@ def _upsample_backward(name: str, dims: int, align: bool):
     def backward(grad, output_size, input_size, *rest):
         align_corners = (rest[0],) if align else ()
         scales = [*(rest[1:] if align else rest), *[None] * dims][:dims]
-        mats = []
-        for d in range(dims):
-            n, o = input_size[2 + d], output_size[d]
-            basis = torch.eye(n).reshape(n, 1, *[n if e == d else 1 for e in range(dims)])
-            size = [o if e == d else 1 for e in range(dims)]
-            scale = [scales[d] if e == d else None for e in range(dims)]
-            mats.append(forward(basis, size, *align_corners, *scale).reshape(n, o).to(grad.device))
+        mats = _interpolation_matrices(forward, input_size, output_size, align_corners, scales, grad.device)
         outs, ins = "abc"[:dims], "xyz"[:dims]
         equation = f"...{outs}," + ",".join(ins[d] + outs[d] for d in range(dims)) + f"->...{ins}"
         return torch.einsum(equation, grad.float(), *mats).to(grad.dtype).reshape(input_size)
@@ -313,7 +320,7 @@ def _max_unpool(dims: int):
     def unpool(x, indices, output_size, *rest):
         from torch._decomp import decomposition_table
 
-        op(_meta(x), _meta(indices), output_size, *rest)
+        op(meta(x), meta(indices), output_size, *rest)
         plane = 1
         for s in output_size:
             plane *= s
@@ -365,7 +372,7 @@ def _selection(v, i, shape, x, values, indices, wrong_values: str, wrong_indices
 def _kthvalue(x, k, dim=-1, keepdim=False, *, values=None, indices=None):
     """The k-th smallest along dim from the device's stable sort (NaN sorts last, as CPU's)."""
     _nonempty_dim("kthvalue", x, dim)
-    shape = torch.ops.aten.kthvalue.default(_meta(x), k, dim, keepdim)[0].shape
+    shape = torch.ops.aten.kthvalue.default(meta(x), k, dim, keepdim)[0].shape
     if x.dim() == 0:
         v, i = x.clone(), torch.zeros((), dtype=torch.int64, device=x.device)
     else:
@@ -395,10 +402,10 @@ def _median(ignore_nan: bool, reduce_all: bool):
         return (v, i) if keepdim else (v.squeeze(dim), i.squeeze(dim))
 
     if reduce_all:
-        meta = getattr(torch.ops.aten, name).default
+        check = getattr(torch.ops.aten, name).default
 
         def whole(x, *, out=None):
-            meta(_meta(x))
+            check(meta(x))
             if x.numel() == 0:
                 v = torch.full((), float("nan"), dtype=x.dtype, device=x.device)
             else:
@@ -406,10 +413,10 @@ def _median(ignore_nan: bool, reduce_all: bool):
             return v if out is None else out.resize_(()).copy_(v)
 
         return whole
-    meta = getattr(torch.ops.aten, name).dim
+    check = getattr(torch.ops.aten, name).dim
 
     def along(x, dim, keepdim=False, *, values=None, indices=None):
-        shape = meta(_meta(x), dim, keepdim)[0].shape
+        shape = check(meta(x), dim, keepdim)[0].shape
         _nonempty_dim(name, x, dim)
         v, i = pick(x, dim if dim >= 0 else dim + max(x.dim(), 1), keepdim)
         wrong = f"{name}(): the out tensors must have the input's dtype and int64 indices"
@@ -451,17 +458,11 @@ _INTERPOLATIONS = (
 )  # fmt: skip
 
 
-def _with_out(fn, *names):
-    from torch._prims_common.wrappers import out_wrapper  # torch's out= rules: dtype checks, resize
-
-    return out_wrapper(*names)(fn)
-
-
 OWN = {
     "avg_pool2d": _avg_pool(2),
     "avg_pool3d": _avg_pool(3),
-    "avg_pool2d.out": _with_out(_avg_pool(2)),
-    "avg_pool3d.out": _with_out(_avg_pool(3)),
+    "avg_pool2d.out": with_out(_avg_pool(2), ("out",), structured),
+    "avg_pool3d.out": with_out(_avg_pool(3), ("out",), structured),
     "avg_pool2d_backward": _avg_pool_backward(2),
     "avg_pool3d_backward": _avg_pool_backward(3),
     "_adaptive_avg_pool2d_backward": _adaptive_avg_pool(2, backward=True),
@@ -478,7 +479,8 @@ OWN = {
     "adaptive_max_pool2d_backward": _max_pool_backward(2),
     "adaptive_max_pool3d_backward": _max_pool_backward(3),
     **{
-        f"{name}_backward{overload}": (_with_out(fn, "grad_input") if overload else fn)
+        # CPU's backward kernels are structured: grad_input takes the result's dtype alone.
+        f"{name}_backward{overload}": (with_out(fn, ("grad_input",), structured) if overload else fn)
         for name, dims, align in _INTERPOLATIONS
         for fn in [_upsample_backward(name, dims, align)]
         for overload in ("", ".grad_input")
@@ -499,11 +501,23 @@ OWN = {
     "nanmedian.dim": _median(True, False),
     "nanmedian.dim_values": _median(True, False),
     "kthvalue.values": _kthvalue,
+    **_linalg.KERNELS,
+    **_spectral.KERNELS,
+    **_fft.KERNELS,
+    **_counting.KERNELS,
+    **_scans.KERNELS,
+    **_nn_ops.KERNELS,
+    **_special.KERNELS,
 }
 
 # Ops that CPU has no bool kernel for: a bool input goes to CPU, which raises its own error.
 _NO_BOOL = frozenset(
     name for name in (*OPS, *OWN) if name.partition(".")[0] in ("kthvalue", "median", "nanmedian", "bucketize")
+)
+
+# Composite ops with an integer result whose composite would compute in float64.
+_OVER_COMPOSITE = frozenset(
+    f"linalg_matrix_rank.atol_rtol_{kind}{out}" for kind in ("tensor", "float") for out in ("", "_out")
 )
 
 _lib: torch.library.Library | None = None
@@ -559,9 +573,8 @@ def install() -> None:
     _lib = torch.library.Library("aten", "IMPL")
     for name in (*OPS, *OWN):
         qualified = "aten::" + name
-        # A composite op keeps its own definition: its autograd formula lives there.
-        if not any(
-            torch._C._dispatch_has_kernel_for_dispatch_key(qualified, key)
-            for key in ("PrivateUse1", "CompositeImplicitAutograd")
-        ):
+        # A composite op keeps its own definition, where its autograd formula lives, unless it has
+        # no gradient and computes in a type the card lacks (matrix_rank's float64 cutoff).
+        keys = ("PrivateUse1",) if name in _OVER_COMPOSITE else ("PrivateUse1", "CompositeImplicitAutograd")
+        if not any(torch._C._dispatch_has_kernel_for_dispatch_key(qualified, key) for key in keys):
             _lib.impl(name, _kernel(name), "PrivateUse1")
