@@ -580,7 +580,11 @@ def _gradient_nearer_exact(lines: list, envs: dict, diff: str) -> bool:
     """Whether a loss or gradient that differs is nearer the float64 answer than CPU's: the whole
     program run again on CPU with float32 made float64. A gradient that gathers many rows into few
     (the backward of indexing) sums thousands of float32 terms, whose order changes the last digits:
-    CPU adds them one by one, spyre in blocks."""
+    CPU adds them one by one, spyre in blocks. Where CPU's own answer is outside the tolerance of the
+    float64 one, float32 does not determine the value (a cancellation: the backward of log_softmax
+    under pow(x, -3) subtracts two products of 1e26 whose last bits differ with the order of
+    rounding): any two float32 implementations then differ by the order of CPU's own error, and
+    spyre's is accepted within four times that distance."""
     import torch
 
     name = diff.split(":", 1)[0]
@@ -589,7 +593,7 @@ def _gradient_nearer_exact(lines: list, envs: dict, diff: str) -> bool:
     env = {"torch": torch, "dev": "cpu"}
     for line in lines:
         try:
-            exec(line.replace("torch.float32", "torch.float64"), env)  # noqa: S102 - our own program
+            exec(line.replace("torch.float32", "torch.float64").replace(".float()", ".double()"), env)  # noqa: S102
         except Exception:  # noqa: BLE001 - a line both devices refused: the program goes on, as in run()
             pass
     exact = _values(env).get(name)
@@ -598,7 +602,10 @@ def _gradient_nearer_exact(lines: list, envs: dict, diff: str) -> bool:
         return False
     rtol, atol = TOL.get(str(got.dtype).removeprefix("torch."), (0, 0))
     x, g, w = exact.detach().double(), got.detach().cpu().double(), want.detach().double()
-    return bool(((g - x).abs() <= (w - x).abs() + atol + rtol * x.abs()).all())
+    cpu_error, tol = (w - x).abs(), atol + rtol * x.abs()
+    bound = torch.where(cpu_error > tol, 4 * cpu_error, cpu_error + tol)
+    same = torch.isclose(g, w, rtol=0, atol=0, equal_nan=True)  # where CPU's answer is spyre's (NaN, inf)
+    return bool(((g - x).abs() <= bound).logical_or(same).all())
 
 
 def _cpu_layout_dependent(line: str, envs: dict, diff: str, before: dict) -> bool:
@@ -799,6 +806,7 @@ class Worker:
 
     def close(self):
         self.p.kill()
+        self.p.wait()  # reaped: no zombie per replaced worker
 
     def rss(self) -> int:
         """The worker's resident memory in bytes."""
@@ -838,6 +846,7 @@ def main() -> None:
     for i in range(args.programs):
         res = worker.ask({"seed": args.seed, "index": i, "length": args.length, "id": i})
         if res is None:  # the program killed the worker
+            worker.close()
             worker = Worker(args.mode)
             lines = program(args.seed, i, args.length)
             findings.append(_minimise_crash(lines, args.mode, f"seed {args.seed} program {i}"))

@@ -407,6 +407,9 @@ const bool g_registered = [] {
       {"", "x_scalar", "n_scalar", "out", "x_scalar_out", "n_scalar_out"}, &pointwise_kernel);
   register_boxed(with_inplace({"logit", "heaviside"}), {"", "out"}, &pointwise_kernel);
   register_boxed({"logit_backward"}, {"", "grad_input"}, &pointwise_kernel);
+  // CompositeImplicitAutograd for non-CPU devices, but run only where grad mode is off (their
+  // autograd formulas differentiate other ops): kernels of their own, as CPU has.
+  register_boxed({"silu_backward", "mish_backward"}, {""}, &pointwise_kernel);
   register_boxed({"special_xlog1py"}, {"", "self_scalar", "other_scalar", "out", "self_scalar_out", "other_scalar_out"},
                  &pointwise_kernel);
   register_boxed({"leaky_relu_backward", "hardtanh_backward", "elu_backward", "hardsigmoid_backward",

@@ -151,6 +151,15 @@ def write_out(out: torch.Tensor, result: torch.Tensor) -> torch.Tensor:
     return out.copy_(result)
 
 
+def two_sum(a, b):
+    """(a + b rounded, its rounding error) with s + e = a + b exactly: Knuth's error-free sum, valid
+    in any order of magnitude (the double-float arithmetic of _linalg's matrix_exp and _scans's
+    logcumsumexp)."""
+    s = a + b
+    b_part = s - a
+    return s, (a - (s - b_part)) + (b - b_part)
+
+
 def with_out(fn, names: tuple = ("out",), rule=None):
     """The out= overload of the functional kernel `fn`, whose out tensors the ATen schema calls
     `names` (keyword arguments). It runs fn on the other arguments (NotImplemented, fn declining the

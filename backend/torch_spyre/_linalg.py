@@ -23,7 +23,7 @@ import math
 
 import torch
 
-from ._composite import castable, computable, meta, same_scalar_type, structured, with_out
+from ._composite import castable, computable, meta, same_scalar_type, structured, two_sum, with_out
 
 _aten = torch.ops.aten
 
@@ -325,15 +325,8 @@ def _sytrs(ld: torch.Tensor, pivots: torch.Tensor, b: torch.Tensor) -> torch.Ten
 # is not accurate enough.
 
 
-def _two_sum(a, b):
-    """(s, e) with s = fl(a + b) and s + e = a + b exactly."""
-    s = a + b
-    bb = s - a
-    return s, (a - (s - bb)) + (b - bb)
-
-
 def _fast_two_sum(a, b):
-    """_two_sum for |a| >= |b| (or a = 0)."""
+    """two_sum for |a| >= |b| (or a = 0)."""
     s = a + b
     return s, b - (s - a)
 
@@ -355,13 +348,13 @@ def _two_prod(a, b, split_a=None, split_b=None):
 
 def _dd_add(x, y):
     """The double-float sum of two double-float values."""
-    s, e = _two_sum(x[0], y[0])
+    s, e = two_sum(x[0], y[0])
     return _fast_two_sum(s, e + (x[1] + y[1]))
 
 
 def _dd_sum(hi, lo, dim):
     """The double-float sum of (hi, lo) over `dim`, kept (size 1): pairwise, the halves added with
-    _two_sum (zeros pad the length to a power of two)."""
+    two_sum (zeros pad the length to a power of two)."""
     k = 1
     while k < hi.shape[dim]:
         k *= 2
@@ -371,7 +364,7 @@ def _dd_sum(hi, lo, dim):
         hi, lo = (torch.cat([t, t.new_zeros(pad)], dim) for t in (hi, lo))
     while k > 1:
         k //= 2
-        s, e = _two_sum(hi.narrow(dim, 0, k), hi.narrow(dim, k, k))
+        s, e = two_sum(hi.narrow(dim, 0, k), hi.narrow(dim, k, k))
         hi, lo = s, lo.narrow(dim, 0, k) + lo.narrow(dim, k, k) + e
     return _fast_two_sum(hi, lo)
 

@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import torch
 
-from ._composite import cpp_name, meta, scalar_name, with_out, write_out
+from ._composite import cpp_name, meta, scalar_name, two_sum, with_out, write_out
 
 _INTEGERS = (torch.int8, torch.int16, torch.int32, torch.int64, torch.uint8)  # what CPU's integer kernels take
 _NATIVE_INTEGERS = (torch.int8, torch.int32, torch.int64)  # what the device computes in
@@ -94,13 +94,6 @@ def _inplace(fn):
 
 
 # --------------------------------------------------------------------------------------------- scans
-def _two_sum(a, b):
-    """(a + b rounded, its rounding error): Knuth's error-free sum, valid in any order of magnitude."""
-    s = a + b
-    b_part = s - a
-    return s, (a - (s - b_part)) + (b - b_part)
-
-
 def _log_add_exp_pairs(earlier, later):
     """logaddexp of two numbers held as unevaluated float32 sums hi + lo (finite): the larger plus
     log1p(exp(-distance)), the sum kept as hi + lo again, so each step adds an error near float32's
@@ -112,7 +105,7 @@ def _log_add_exp_pairs(earlier, later):
     d = (small_h - big_h) + (small_l - big_l)
     # exp(d) is below float32's smallest denormal there: 0 exactly (the device's exp is not).
     tail = torch.where(d > -110.0, torch.log1p(torch.exp(d)), 0.0)
-    return _two_sum(big_h, big_l + tail)
+    return two_sum(big_h, big_l + tail)
 
 
 def logcumsumexp(self, dim):

@@ -650,10 +650,25 @@ void add_activations(std::map<std::string, PointwiseOp, std::less<>>& t) {
   }
   t["hardshrink_backward"].inputs = {"grad_out", "self"};
   t["hardshrink_backward"].promoted = {"grad_out", "self"};
-  // mish(x) = x tanh(softplus(x)); its backward is torch's composite of native ops.
+  // mish(x) = x tanh(softplus(x)).
   t["mish"] = row({"self"}, Types::kFloatOnly, [](E& e, const Refs& in, const Call&) {
     const int32_t sp = e.unary(UnaryFn::kLog1p, e.unary(UnaryFn::kExp, in[0]));
     return e.binary(BinaryFn::kMul, in[0], e.unary(UnaryFn::kTanh, sp));
+  });
+  // The backwards of silu and mish as CPU's kernels compute them, in float32 with one rounding (for
+  // other devices torch composes them of ops, each rounding to an fp16 or bf16 result).
+  t["silu_backward"] = row({"grad_output", "self"}, Types::kFloatOnly, [](E& e, const Refs& in, const Call&) {
+    const int32_t x = in[1], s = e.unary(UnaryFn::kSigmoid, x);
+    const int32_t slope = e.binary(BinaryFn::kAdd, e.constant(1.0),
+                                   e.binary(BinaryFn::kMul, x, e.binary(BinaryFn::kSub, e.constant(1.0), s)));
+    return e.binary(BinaryFn::kMul, e.binary(BinaryFn::kMul, in[0], s), slope);
+  });
+  t["mish_backward"] = row({"grad_output", "self"}, Types::kFloatOnly, [](E& e, const Refs& in, const Call&) {
+    const int32_t x = in[1], s = e.unary(UnaryFn::kSigmoid, x);
+    const int32_t t = e.unary(UnaryFn::kTanh, e.unary(UnaryFn::kLog1p, e.unary(UnaryFn::kExp, x)));
+    const int32_t sech2 = e.binary(BinaryFn::kSub, e.constant(1.0), e.binary(BinaryFn::kMul, t, t));
+    return e.binary(BinaryFn::kMul, in[0],
+                    e.binary(BinaryFn::kAdd, t, e.binary(BinaryFn::kMul, e.binary(BinaryFn::kMul, x, s), sech2)));
   });
 }
 
