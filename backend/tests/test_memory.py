@@ -138,6 +138,19 @@ def test_out_of_memory_is_a_python_exception_after_one_retry():
     assert torch.ones(3, device="spyre").sum().item() == 3.0
 
 
+def test_empty_cache_gives_back_the_fft_tables_too():
+    # Regression: the FFT's cached cos/sin tables stayed reserved after empty_cache(), so a later
+    # allocation was served from their segment instead of a new one.
+    fresh_state()
+    start = torch.spyre.memory_reserved()
+    x = torch.randn(64, device="spyre")
+    spectrum = torch.fft.fft(x)
+    torch.testing.assert_close(spectrum.cpu(), torch.fft.fft(x.cpu()), atol=1e-4, rtol=1e-4)
+    del x, spectrum
+    fresh_state()
+    assert torch.spyre.memory_reserved() == start
+
+
 def test_a_memory_pool_serves_its_own_reservation():
     fresh_state()
     start = torch.spyre.memory_reserved()

@@ -28,6 +28,7 @@ import math
 import torch
 
 from ._composite import scalar_name, with_out, write_out
+from ._memory import register_backend_cache
 
 # ATen's fft_norm_mode (the `normalization` argument of the _fft_* ops) -> the scale of an
 # n-point transform: none, 1/sqrt(n), 1/n.
@@ -41,6 +42,7 @@ _LONGEST_UNSPLIT = 2048
 _CACHE_BYTES = 256 << 20
 
 _tables: collections.OrderedDict = collections.OrderedDict()  # (what, n, forward, scale, conj, device) -> table
+register_backend_cache(_tables.clear)
 
 
 def _cached(key, build) -> torch.Tensor:

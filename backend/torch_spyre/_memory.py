@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import collections as _collections
 import contextlib as _contextlib
+from collections.abc import Callable as _Callable
 from collections.abc import Iterator as _Iterator
 from typing import Any as _Any
 
@@ -79,12 +80,25 @@ def reset_accumulated_memory_stats(device: _Device | None = None) -> None:
     _C._reset_accumulated_memory_stats(_index(device))
 
 
+# Clearers of the device tensors the backend itself keeps between calls (FFT tables, ...): empty_cache
+# drops them first, so that what stays reserved is what the user's tensors need.
+_backend_caches: list[_Callable[[], None]] = []
+
+
+def register_backend_cache(clear: _Callable[[], None]) -> None:
+    """Has empty_cache() call clear(), which drops device tensors the backend keeps for reuse."""
+    _backend_caches.append(clear)
+
+
 def empty_cache() -> None:
     """Gives every cached segment that no tensor uses back to the driver, on every device.
 
-    Tensors keep their memory; memory_reserved() drops to what they (and blocks freed while other
-    streams may still read them) need. Blocks of live memory pools stay with their pools.
+    The backend's own caches of device tensors (the FFT's tables) are dropped first. Tensors keep
+    their memory; memory_reserved() drops to what they (and blocks freed while other streams may
+    still read them) need. Blocks of live memory pools stay with their pools.
     """
+    for clear in _backend_caches:
+        clear()
     _C._empty_cache()
 
 
