@@ -548,8 +548,23 @@ def _host_copy(v):
 
 
 def _small_tensors(env: dict) -> dict:
-    """Host copies of env's tensors, but for views too large to copy (an unfold's 10^10 elements)."""
-    return {k: _host_copy(v) for k, v in _tensors(env, lambda v: v).items() if v.numel() <= 1 << 22}
+    """Host copies of env's tensors that share memory as the originals do (a replayed write through
+    a view reaches its base), but for tensors too large to copy (an unfold's 10^10 elements)."""
+    import torch
+
+    storages, copies = {}, {}
+    for k, v in _tensors(env, lambda v: v).items():
+        if v.layout != torch.strided or v.is_conj() or v.is_neg() or v.untyped_storage().nbytes() > 1 << 26:
+            if v.numel() <= 1 << 22:
+                copies[k] = _host_copy(v)  # a clone, which resolves the conjugate and negative bits
+            continue
+        key = (str(v.device), v.untyped_storage().data_ptr())
+        if key not in storages:
+            whole = torch.empty(0, dtype=torch.uint8, device=v.device).set_(v.untyped_storage())
+            storages[key] = whole.cpu().clone().untyped_storage()
+        x = torch.empty(0, dtype=v.dtype).set_(storages[key], v.storage_offset(), v.shape, v.stride())
+        copies[k] = x.requires_grad_(v.requires_grad) if v.is_leaf and (x.is_floating_point() or x.is_complex()) else x
+    return copies
 
 
 def _amplified(line: str, envs: dict, diff: str, before: dict) -> bool:
@@ -559,7 +574,7 @@ def _amplified(line: str, envs: dict, diff: str, before: dict) -> bool:
     if "values differ" not in diff and ": shape" not in diff:
         return False
     name = diff.split(":", 1)[0]
-    values = _tensors({k: v for k, v in before["spyre"].items() if k != "loss"}, _host_copy)
+    values = _small_tensors({k: v for k, v in before["spyre"].items() if k != "loss"})
     return _close(envs["spyre"].get(name), _replay(line, values, name))
 
 

@@ -477,6 +477,10 @@ struct LinearIndex {
   int64_t dim = 0, span = 0;
   at::Tensor lin;
   std::vector<int64_t> shape;
+  // The index tensors as torch's indexing iterator takes them, as meta tensors of `shape` with
+  // their strides (integer indices broadcast together; a mask's nonzero columns): the result's
+  // layout follows from them.
+  std::vector<at::Tensor> as_torch;
 };
 
 // The linear index of an index list: integer tensors, broadcast together, on adjacent dims
@@ -522,10 +526,15 @@ std::optional<LinearIndex> linear_index(const at::Tensor& self, const c10::IValu
     }
     r.lin = at::nonzero(mask->reshape({-1})).reshape({-1});
     r.shape = {r.lin.numel()};
+    const at::TensorOptions meta = at::TensorOptions().device(c10::kMeta).dtype(at::kLong);
+    r.as_torch.assign(static_cast<size_t>(r.span), at::empty_strided(r.shape, {r.span}, meta));
     return r;
   }
   r.span = static_cast<int64_t>(ints.size());
   for (const at::Tensor& t : ints) r.shape = at::infer_size(r.shape, t.sizes());
+  for (const at::Tensor& t : ints) {
+    r.as_torch.push_back(at::empty_strided(t.sizes(), t.strides(), t.options().device(c10::kMeta)).expand(r.shape));
+  }
   if (r.span == 1) {
     r.lin = wrapped(ints[0].to(at::kLong), self.size(r.dim));
     return r;
@@ -576,31 +585,30 @@ std::vector<int64_t> indexed_shape(const at::Tensor& self, const LinearIndex& ix
 }
 
 // The layout torch gives an indexing result: its iterator's over self restrided to the result's
-// shape (stride 0 along the index's dims) and the index (stride 0 along self's other dims).
+// shape (stride 0 along the index's dims) and each index reshaped to the result's rank (size 1
+// along self's other dims, with the strides reshape gives them: they count where self's size is 1).
 std::vector<int64_t> index_result_strides(const at::Tensor& self, const LinearIndex& ix, c10::IntArrayRef shape) {
-  std::vector<int64_t> src, idx;
-  for (int64_t d = 0; d < ix.dim; ++d) {
-    src.push_back(self.stride(d));
-    idx.push_back(0);
-  }
-  for (int64_t k = 0; k < ix.lin.dim(); ++k) {
-    src.push_back(0);
-    idx.push_back(ix.lin.size(k) == 1 ? 0 : ix.lin.stride(k));
-  }
-  for (int64_t d = ix.dim + ix.span; d < self.dim(); ++d) {
-    src.push_back(self.stride(d));
-    idx.push_back(0);
-  }
+  std::vector<int64_t> src;
+  for (int64_t d = 0; d < ix.dim; ++d) src.push_back(self.stride(d));
+  src.insert(src.end(), ix.shape.size(), 0);
+  for (int64_t d = ix.dim + ix.span; d < self.dim(); ++d) src.push_back(self.stride(d));
   if (src.size() != shape.size() || shape.size() < 2) {
     const c10::DimVector s = c10::contiguous_strides(shape);
     return {s.begin(), s.end()};
   }
+  std::vector<int64_t> padded(static_cast<size_t>(ix.dim), 1);
+  padded.insert(padded.end(), ix.shape.begin(), ix.shape.end());
+  padded.resize(shape.size(), 1);
   const at::TensorOptions meta = at::TensorOptions().device(c10::kMeta);
   at::TensorIteratorConfig config;
   config.check_all_same_dtype(false).set_check_mem_overlap(false);
   config.add_owned_output(at::Tensor());
   config.add_owned_const_input(at::empty_strided(shape, src, meta.dtype(self.scalar_type())));
-  config.add_owned_const_input(at::empty_strided(shape, idx, meta.dtype(self.scalar_type())));
+  for (const at::Tensor& index : ix.as_torch) {
+    const at::Tensor reshaped = index.reshape(padded);  // in self's dtype: only the layout counts here
+    config.add_owned_const_input(
+        at::empty_strided(reshaped.sizes(), reshaped.strides(), meta.dtype(self.scalar_type())));
+  }
   const at::TensorIterator iter = config.build();
   return iter.output().strides().vec();
 }

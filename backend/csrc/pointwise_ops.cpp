@@ -246,9 +246,26 @@ void pointwise_kernel(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
   Launch l;
   ops::Call call = library_call(c, l, {target}, common, wide_scalar ? at::kFloat : result);
   for (const auto& [name, i] : replaced) call.args[name] = ops::Arg::tensor(l.view(converted[i]));
+  // CPU's pow reads a 0-dim host tensor operand converted to the common type, as any tensor (a
+  // Python number it reads exact): x ** torch.tensor(2**40 - 1) in fp32 is x ** 2**40, even.
+  for (const char* name : {"self", "exponent"}) {
+    const c10::IValue* v = c.base() == "pow" ? c.get(name) : nullptr;
+    if (!v || !v->isTensor() || !v->toTensor().defined() || v->toTensor().is_privateuseone()) continue;
+    const c10::Scalar x = v->toTensor().to(common).item();
+    call.args[name] = at::isFloatingType(common) ? ops::Arg::num(x.toDouble()) : ops::Arg::whole(x.toLong());
+  }
   if (!lower_or_fall_back(l, call, c)) return;
   if (round_result) out->copy_(target);
   c.finish(*out);
+}
+
+// isinf: of an integer tensor, as CPU, a zeros_like(self, bool) that keeps self's exact strides
+// (size-1 dims' too, where the elementwise path lays the result out as its iterator does).
+void isinf_kernel(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
+  const at::Tensor self = stack->back().toTensor();  // isinf(Tensor self): its one argument
+  if (!c10::isIntegralType(self.scalar_type(), /*includeBool=*/true)) return pointwise_kernel(op, stack);
+  BoxedCall c(op, stack);
+  c.finish(at::zeros_like(self, at::kBool, at::MemoryFormat::Preserve));
 }
 
 // The integer type of the card whose elements are `bytes` wide, if it has one.
@@ -417,7 +434,9 @@ const bool g_registered = [] {
                  {"", "grad_input", "out"}, &pointwise_kernel);
   register_boxed(with_inplace({"addcmul", "addcdiv", "lerp"}),
                  {"", "out", "Scalar", "Tensor", "Scalar_out", "Tensor_out"}, &pointwise_kernel);
-  register_boxed({"isinf", "isposinf", "isneginf"}, {"", "out"}, &pointwise_kernel);
+  register_boxed({"isinf"}, {""}, &isinf_kernel);
+  register_boxed({"isinf"}, {"out"}, &pointwise_kernel);
+  register_boxed({"isposinf", "isneginf"}, {"", "out"}, &pointwise_kernel);
   register_boxed({"native_dropout_backward"}, {""}, &pointwise_kernel);
   register_boxed({"where"}, {"self", "self_out"}, &pointwise_kernel);
   register_boxed({"masked_fill_"}, {"Scalar", "Tensor"}, &pointwise_kernel);

@@ -51,3 +51,19 @@ def test_a_line_this_host_cannot_allocate_is_not_kept():
             exec(line, env)  # noqa: S102 - the fuzzer's own generated program
         except Exception as e:  # noqa: BLE001 - refusals are fine, running out of host memory is not
             assert not tensor_programs._host_out_of_memory(e), line
+
+
+def test_host_copies_for_a_replay_keep_views_aliased():
+    """A replay of a line that writes through a view (out=v7, v7 = v2.view(-1)) on CPU must see the
+    write in the base too: the copies share memory as the originals did (seed 901 program 47755)."""
+    import torch
+
+    sys.path.insert(0, str(ROOT / "fuzz"))
+    import tensor_programs
+
+    base = torch.arange(6.0, device="spyre").view(2, 3)
+    copies = tensor_programs._small_tensors({"v2": base, "v7": base.view(-1)[1:], "v9": base.conj()})
+    assert all(t.device.type == "cpu" for t in copies.values())
+    copies["v7"].fill_(-1.0)
+    assert copies["v2"].tolist() == [[0.0, -1.0, -1.0], [-1.0, -1.0, -1.0]]
+    assert base.cpu().tolist() == [[0.0, 1.0, 2.0], [3.0, 4.0, 5.0]]  # the originals are untouched

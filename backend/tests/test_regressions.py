@@ -423,7 +423,58 @@ FUZZ_FINDINGS = {
         "grads = torch.autograd.grad(loss, [t for t in (t for t in list(globals().values())"
         " if isinstance(t, torch.Tensor)) if t.is_leaf and t.requires_grad], allow_unused=True)"
         " if isinstance(loss, torch.Tensor) and loss.requires_grad else ()"],
+    "pow by a 0-dim host tensor converts it to the common type first, as CPU (2**40 - 1 is even in fp32)": [
+        "v = torch.tensor([-2.0, -0.5, -1.0, 3.0], device=dev)",
+        "r = torch.pow(v, torch.tensor(2**40 - 1))", "s = torch.pow(v, torch.tensor(2**24 + 1))",
+        "t = torch.pow(v.half(), torch.tensor(2.1, dtype=torch.float64))",
+        "u = torch.pow(torch.tensor(2**24 + 1), v)"],
+    "the gradient of pow by a host int64 tensor (seed 901 program 22209)": [
+        "v1 = ((torch.randn((8, 5), generator=torch.Generator().manual_seed(1034600447)) * 1)"
+        ".to(torch.float32)).to(dev).requires_grad_()",
+        "v3 = v1.squeeze()", "v4 = torch.pow(v3, torch.tensor(2**40, dtype=torch.int64))",
+        "loss = sum((t.float() * 0.5).sum() for t in (t for t in list(globals().values())"
+        " if isinstance(t, torch.Tensor)) if t.requires_grad and t.is_floating_point() and not t.is_leaf)",
+        "grads = torch.autograd.grad(loss, [t for t in (t for t in list(globals().values())"
+        " if isinstance(t, torch.Tensor)) if t.is_leaf and t.requires_grad], allow_unused=True)"
+        " if isinstance(loss, torch.Tensor) and loss.requires_grad else ()"],
+    "an indexing result lays out a size-1 dim as CPU's iterator does (seed 901 program 38403)": [
+        "v2 = (torch.randint(-5, 6, (7, 4, 1, 2), generator=torch.Generator().manual_seed(832119934),"
+        " dtype=torch.int32)).to(dev)",
+        "v3 = v2.diagonal()", "v8 = v3[v3.clamp(-1, 0)]", "v10 = v8.unsqueeze(5)",
+        "w = torch.arange(6.0, device=dev).view(1, 2, 3)", "m = w[torch.tensor([[True, False]], device=dev)]",
+        "n = w[:, torch.tensor([[1]], device=dev)].unsqueeze(0)"],
+    "isinf of an integer tensor keeps its strides, as CPU's zeros_like (seed 901 program 46938)": [
+        "v2 = (torch.randint(-5, 6, (3, 1, 16), generator=torch.Generator().manual_seed(971504684),"
+        " dtype=torch.int32)).to(dev)",
+        "v8 = v2.transpose(2, -2)", "v9 = torch.isinf(v8)", "v11 = v9.permute((2, 1, 0))"],
+    # prod rounds once (to -0.0), CPU's fp16 loop to the smallest denormal; remainder by 1 turns that
+    # into 1.0 and writes it through a view: the replay that tells so must keep the view's aliasing.
+    "a difference amplified through an out= view is judged on aliased copies (seed 901 program 47755)": [
+        "v1 = (torch.rand((2, 4), generator=torch.Generator().manual_seed(777366795)) > 0.5).to(dev)",
+        "v2 = ((torch.randn((4, 7), generator=torch.Generator().manual_seed(208347528)) * 1)"
+        ".to(torch.float16)).to(dev)",
+        "v7 = v2.view(-1)", "v8 = torch.prod(v7)", "v12 = torch.remainder(v8, v1, out=v7)"],
+    # cos of a tiny number is 1 - 6e-8, whose bin (x + 1) * 5 / 2 rounds up to 5, one past the last.
+    "histc counts an element just below max in the last bin (seed 900 program 792)": [
+        "v1 = ((torch.randn((7,), generator=torch.Generator().manual_seed(115965692)) * 0.001)"
+        ".to(torch.float32)).to(dev)",
+        "v4 = torch.cos(v1)", "v7 = torch.histc(v4.float(), 5, -1, 1)"],
 }  # fmt: skip
+
+
+def test_histc_bins_as_cpu_at_the_edges():
+    """An element just below max whose quotient rounds up to the bin count counts in the last bin,
+    and the range's ends are rounded to the input's type first (as CPU's bin edges are)."""
+    just_below = torch.tensor([0.99999994, 1.0, -1.0, 0.59999996, 0.6, float("nan"), 1.0000001])
+    # 0.702 is 0.703125 in bfloat16, so that element is in range.
+    for t, lo, hi in ((just_below, -1, 1), (torch.tensor([0.1, 0.703125]).bfloat16(), 0, 0.702)):
+        got = torch.histc(t.to("spyre"), 5, lo, hi)
+        assert torch.equal(got.cpu(), torch.histc(t, 5, lo, hi)), (got, torch.histc(t, 5, lo, hi))
+    # CPU has no integer histogram; spyre counts integers as CUDA does (transformers' MoE path
+    # calls histc on int32 expert ids off the CPU): as CPU counts them in float.
+    ids = torch.tensor([0, 3, 3, 1, 7, -1, 2], dtype=torch.int32)
+    got = torch.histc(ids.to("spyre"), 4, 0, 3)
+    assert got.dtype == torch.int32 and torch.equal(got.cpu(), torch.histc(ids.float(), 4, 0, 3).int())
 
 
 def test_an_in_place_input_overlapping_the_output_where_cpu_cannot_see_it_raises():

@@ -49,6 +49,10 @@ int32_t bessel_i(ir::Expr& e, int32_t x, int order, bool scaled);
 /// Every pointwise op's name.
 std::vector<std::string> pointwise_names();
 
+/// x rounded to the nearest value of type t (ties to even), as torch rounds a Scalar to a tensor's
+/// type; x itself for fp32 and wider.
+double rounded_to(double x, hw::DType t);
+
 [[noreturn]] void reject(const Call& c, const std::string& why);
 
 /// Row-major strides of `sizes`.

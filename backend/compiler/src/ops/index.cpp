@@ -178,20 +178,21 @@ void embedding_backward(Builder& b, const Call& c) {
 }
 
 // histc(self, bins, min, max): counts of the elements in `bins` equal bins over [min, max]; an
-// element equal to max counts in the last bin, one outside the range (or NaN) in none. The bin of
-// each element as CUDA computes it, (x - min) * bins / (max - min) in the input's type (integers
-// exactly, in int64); then ones added at those bins into a zero table with one more bin for the
-// elements that count nowhere.
+// element equal to max counts in the last bin, one outside the range (or NaN) in none. As CPU: the
+// range's ends rounded to the input's type, the bin of each element in range
+// floor((x - min) * bins / (max - min)) in fp32 (integers exactly, in int64), and a bin past the
+// last (x just below max, where the quotient rounds up to bins) is the last; then ones added at
+// those bins into a zero table with one more bin for the elements that count nowhere.
 void histc(Builder& b, const Call& c) {
   const uint32_t out = c.out();
   const ir::View o = b.view(out);
   const int64_t bins = c.integer("bins", 100);
-  const double lo = c.number("min", 0), hi = c.number("max", 0);
+  const uint32_t x = c.tensor("self");
+  const ir::View xv = b.view(x);
+  const double lo = rounded_to(c.number("min", 0), xv.dtype), hi = rounded_to(c.number("max", 0), xv.dtype);
   if (bins <= 0 || o.numel() != bins) reject(c, "the result must have one element per bin");
   if (!(lo < hi)) reject(c, "the range comes from the data when min >= max: the front door finds it first");
   fill(b, out, 0);
-  const uint32_t x = c.tensor("self");
-  const ir::View xv = b.view(x);
   const int64_t n = xv.numel();
   if (n == 0) return;
   const bool is_float = hw::dtype_is_float(xv.dtype);
@@ -207,7 +208,7 @@ void histc(Builder& b, const Call& c) {
                  e.binary(BinaryFn::kMul, e.binary(BinaryFn::kSub, v, mn), e.constant(static_cast<double>(bins))),
                  e.binary(BinaryFn::kSub, mx, mn));
     const int32_t bin = is_float ? e.unary(hw::UnaryFn::kFloor, scaled) : scaled;
-    const int32_t last = e.select(e.binary(BinaryFn::kEq, v, mx), e.constant(static_cast<double>(bins - 1)), bin);
+    const int32_t last = e.binary(BinaryFn::kMin, bin, e.constant(static_cast<double>(bins - 1)));
     const int32_t inside =
         e.binary(BinaryFn::kLogicalAnd, e.binary(BinaryFn::kGe, v, mn), e.binary(BinaryFn::kLe, v, mx));
     e.select(inside, last, e.constant(static_cast<double>(bins)));  // NaN compares false: no bin

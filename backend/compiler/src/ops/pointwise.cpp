@@ -155,18 +155,6 @@ double largest(DType t) {
   }
 }
 
-// x rounded to the nearest value of type t (ties to even), as torch rounds a Scalar to a tensor's
-// type before computing with it.
-double rounded_to(double x, DType t) {
-  if (x == 0 || !std::isfinite(x) || !narrow(t)) return x;
-  const int mantissa = t == DType::kF16 ? 10 : 7, min_exponent = t == DType::kF16 ? -14 : -126;
-  int e = 0;
-  std::frexp(x, &e);  // x = m 2^e with 0.5 <= |m| < 1
-  const double quantum = std::ldexp(1.0, std::max(e - 1, min_exponent) - mantissa);
-  const double r = std::nearbyint(x / quantum) * quantum;
-  return std::fabs(r) > largest(t) ? std::copysign(INFINITY, r) : r;  // past the largest: overflow
-}
-
 // The trigonometric and hyperbolic functions the SFP has no instruction for, from those it has,
 // each within a few ulps of the C library's in fp32.
 void add_derived_math(std::map<std::string, PointwiseOp, std::less<>>& t) {
@@ -911,6 +899,18 @@ int32_t steps_of(Expr& e, const Call& c, std::map<uint32_t, int32_t>& memo) {
 }
 
 }  // namespace
+
+// x rounded to the nearest value of type t (ties to even), as torch rounds a Scalar to a tensor's
+// type before computing with it.
+double rounded_to(double x, DType t) {
+  if (x == 0 || !std::isfinite(x) || !narrow(t)) return x;
+  const int mantissa = t == DType::kF16 ? 10 : 7, min_exponent = t == DType::kF16 ? -14 : -126;
+  int e = 0;
+  std::frexp(x, &e);  // x = m 2^e with 0.5 <= |m| < 1
+  const double quantum = std::ldexp(1.0, std::max(e - 1, min_exponent) - mantissa);
+  const double r = std::nearbyint(x / quantum) * quantum;
+  return std::fabs(r) > largest(t) ? std::copysign(INFINITY, r) : r;  // past the largest: overflow
+}
 
 const PointwiseOp* pointwise_op(std::string_view op) {
   const auto it = table().find(op);
