@@ -7,6 +7,7 @@
 #include <ATen/native/Resize.h>
 
 #include <algorithm>
+#include <cstdlib>
 #include <mutex>
 #include <stdexcept>
 #include <string>
@@ -141,8 +142,8 @@ namespace {
 // The strides CPU gives a new output of `shape` from these inputs (TensorIterator's layout: the
 // inputs' dim order, so the sum of two transposed tensors is transposed), or none when that is
 // the contiguous layout. TensorIterator answers it over meta stand-ins, which hold no memory.
-std::vector<int64_t> output_strides(const BoxedCall& c, c10::IntArrayRef shape,
-                                    const std::vector<const Value*>& inputs) {
+std::vector<int64_t> output_strides(const BoxedCall& c, c10::IntArrayRef shape, const std::vector<const Value*>& inputs,
+                                    const std::vector<bool>& converted) {
   if (shape.size() < 2) return {};
   // Torch's masked_fill clones self contiguously, and pow of a number makes a contiguous result.
   const std::string& op = c.base();
@@ -156,11 +157,16 @@ std::vector<int64_t> output_strides(const BoxedCall& c, c10::IntArrayRef shape,
   config.add_owned_output(at::Tensor());
   bool any = false;
   // 0-dim tensors (on the device or the host) take part, as in torch.
-  for (const Value* v : inputs) {
-    const std::optional<at::Tensor>& t = v->tensor ? v->tensor : v->host;
+  for (size_t i = 0; i < inputs.size(); ++i) {
+    const std::optional<at::Tensor>& t = inputs[i]->tensor ? inputs[i]->tensor : inputs[i]->host;
     if (!t && !numbers) continue;
     const at::TensorOptions meta = at::TensorOptions().device(c10::kMeta);
-    config.add_owned_const_input(t ? at::empty_strided(t->sizes(), t->strides(), meta) : at::empty({}, meta));
+    at::Tensor stand_in = t ? at::empty_strided(t->sizes(), t->strides(), meta) : at::empty({}, meta);
+    // CPU's converted copy (Tensor.to): a non-dense input's dims packed in their order, a size-1
+    // dim's stride that of its neighbour (a diagonal of shape (1, 7) and strides (1, 9) becomes
+    // (1, 1), whose result is then (7, 1)).
+    if (t && i < converted.size() && converted[i]) stand_in = stand_in.to(at::kDouble).to(at::kFloat);
+    config.add_owned_const_input(stand_in);
     any = any || (t && t->dim() > 0);
   }
   if (!any) return {};
@@ -169,6 +175,9 @@ std::vector<int64_t> output_strides(const BoxedCall& c, c10::IntArrayRef shape,
   if (out.sizes() != shape) return {};
   return out.strides().vec();
 }
+
+// The most elements whose offsets an overlap check lists one by one (128 MiB of int64).
+constexpr int64_t kListedUpTo = int64_t{1} << 24;
 
 // The storage offsets of t's elements, in the row-major order of t's indices (CPU int64).
 at::Tensor element_offsets(const at::Tensor& t) {
@@ -184,10 +193,18 @@ at::Tensor element_offsets(const at::Tensor& t) {
 // stride 0 reads as overlap there): CPU then writes, and reads back, each location in its loop order,
 // so the result depends on that order (an exp_ of overlapping windows exponentiates the shared
 // elements twice); refused with torch's own error for the overlap it sees.
+// More elements than the locations their span covers share some (an unfold of 10^10 windows over
+// 10^5 elements), and a view too large to list its elements' offsets counts as shared.
 void assert_no_hidden_internal_overlap(const at::Tensor& out) {
   if (!may_share(out)) return;
-  const at::Tensor offsets = element_offsets(out);
-  TORCH_CHECK(std::get<0>(at::_unique(offsets)).numel() == offsets.numel(),
+  int64_t locations = 1;
+  for (int64_t d = 0; d < out.dim(); ++d) locations += std::abs(out.stride(d)) * (out.size(d) - 1);
+  bool shared = out.numel() > locations || out.numel() > kListedUpTo;
+  if (!shared) {
+    const at::Tensor offsets = element_offsets(out);
+    shared = std::get<0>(at::_unique(offsets)).numel() != offsets.numel();
+  }
+  TORCH_CHECK(!shared,
               "unsupported operation: more than one element of the written-to tensor refers to a single memory "
               "location. Please clone() the tensor before performing the operation.");
 }
@@ -213,8 +230,8 @@ void assert_no_hidden_overlap(const at::Tensor& out, const at::Tensor& in) {
   const auto [a0, a1] = span(out);
   const auto [b0, b1] = span(wide);
   if (a1 < b0 || b1 < a0) return;
-  constexpr int64_t kExactUpTo = int64_t{1} << 24;  // elements; past that, crossing spans count as overlap
-  if (out.element_size() == wide.element_size() && out.numel() <= kExactUpTo) {
+  // Past kListedUpTo elements, crossing spans count as overlap.
+  if (out.element_size() == wide.element_size() && out.numel() <= kListedUpTo) {
     const at::Tensor written = element_offsets(out), read = element_offsets(wide);
     if (!at::isin(read, written).any().item<bool>()) return;
   }
@@ -226,7 +243,8 @@ void assert_no_hidden_overlap(const at::Tensor& out, const at::Tensor& in) {
 }  // namespace
 
 std::optional<at::Tensor> output(const BoxedCall& c, const at::Tensor& like, c10::IntArrayRef shape,
-                                 at::ScalarType result, const std::vector<const Value*>& inputs) {
+                                 at::ScalarType result, const std::vector<const Value*>& inputs,
+                                 const std::vector<bool>& converted) {
   at::Tensor out;
   if (c.inplace()) {
     out = c.at(0).toTensor();
@@ -236,11 +254,11 @@ std::optional<at::Tensor> output(const BoxedCall& c, const at::Tensor& like, c10
     if (!device_dtype(out.scalar_type())) return std::nullopt;
     at::assert_no_internal_overlap(out);          // as torch, before out= is resized
     if (at::native::resize_output(out, shape)) {  // a resized out= takes the layout a new output would
-      const std::vector<int64_t> strides = output_strides(c, shape, inputs);
+      const std::vector<int64_t> strides = output_strides(c, shape, inputs, converted);
       if (!strides.empty()) out.as_strided_(shape, strides);
     }
   } else {
-    const std::vector<int64_t> strides = output_strides(c, shape, inputs);
+    const std::vector<int64_t> strides = output_strides(c, shape, inputs, converted);
     if (strides.empty()) return at::empty(shape, like.options().dtype(result));
     return at::empty_strided(shape, strides, like.options().dtype(result));
   }

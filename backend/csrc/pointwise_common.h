@@ -40,8 +40,10 @@ std::vector<int64_t> broadcast_shape(const std::vector<const Value*>& values);
 bool may_share(const at::Tensor& t);
 /// Where a result goes: a new tensor like `like` (functional), the first argument (in-place) or
 /// out= (resized), with torch's checks (shape, cast, overlap). Nullopt when the output's dtype is
-/// not a device type (the caller falls back).
+/// not a device type (the caller falls back). `converted[i]` says that CPU's iterator converts
+/// inputs[i] to its common type before it lays the result out (the copy's strides then count).
 std::optional<at::Tensor> output(const BoxedCall& c, const at::Tensor& like, c10::IntArrayRef shape,
-                                 at::ScalarType result, const std::vector<const Value*>& inputs);
+                                 at::ScalarType result, const std::vector<const Value*>& inputs,
+                                 const std::vector<bool>& converted);
 
 }  // namespace spyre::backend

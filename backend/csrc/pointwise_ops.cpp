@@ -213,7 +213,17 @@ void pointwise_kernel(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
                 c.get("mask")->toTensor().sizes(), " does not broadcast to the tensor's shape ", self.sizes());
     shape = self.sizes().vec();
   }
-  const std::optional<at::Tensor> out = output(c, like, shape, result, inputs);
+  // The inputs CPU's iterator converts first: promoted ones not of its common type (an integer
+  // input of a float op converts to the float result type).
+  const at::ScalarType iterated = at::isFloatingType(result) && !at::isFloatingType(common) ? result : common;
+  std::vector<bool> cpu_converts;
+  for (const std::string& name : row.inputs) {
+    const c10::IValue* v = c.get(name);
+    if (!v) continue;
+    const bool promotes = std::find(row.promoted.begin(), row.promoted.end(), name) != row.promoted.end();
+    cpu_converts.push_back(promotes && v->isTensor() && v->toTensor().scalar_type() != iterated);
+  }
+  const std::optional<at::Tensor> out = output(c, like, shape, result, inputs, cpu_converts);
   if (!out) return c.fall_back();
   if (out->numel() == 0) return c.finish(*out);
   // In fp16 and bf16 torch rounds every operand to the common type first and the result to it
@@ -235,11 +245,14 @@ void pointwise_kernel(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
   std::vector<std::pair<std::string, size_t>> replaced;
   for (const std::string& name : narrow ? row.promoted : std::vector<std::string>{}) {
     const c10::IValue* v = c.get(name);
-    if (!v || !v->isTensor() || !v->toTensor().is_privateuseone() || v->toTensor().scalar_type() == common) continue;
+    if (!v || !v->isTensor() || !v->toTensor().is_privateuseone()) continue;
+    // Of any type, the common one too: CPU's kernel then computes in fp32 and rounds once (a bf16
+    // div by a one-element tensor with rounding_mode="trunc" truncates the fp32 quotient).
     if (exact(name, v->toTensor())) {
       wide_scalar = wide_scalar || row.types != Types::kToBool;
       continue;
     }
+    if (v->toTensor().scalar_type() == common) continue;
     converted.push_back(v->toTensor().to(common));
     replaced.emplace_back(name, converted.size() - 1);
   }

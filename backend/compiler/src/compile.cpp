@@ -23,7 +23,7 @@ Program compile(const ir::Graph& g, const Target& t) {
     std::optional<lower::Kernel> k;
     switch (op.family) {
       case ir::Op::Family::kPointwise:
-        k = lower::lower_pointwise(g, op.pointwise, t);
+        for (lower::Kernel& part : lower::lower_pointwise(g, op.pointwise, t)) kernels.push_back(std::move(part));
         break;
       case ir::Op::Family::kReduce:
         k = lower::lower_reduce(g, op.reduce, t);

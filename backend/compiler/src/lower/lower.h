@@ -3,6 +3,7 @@
 #pragma once
 
 #include <optional>
+#include <vector>
 
 #include "../schedule/nest.h"
 #include "spyre/compiler/ir.h"
@@ -17,7 +18,9 @@ struct Kernel {
 
 /// nullopt when the op has nothing to do (an empty output). Throws std::invalid_argument naming
 /// the problem when the op cannot be lowered (the front door then takes another path).
-std::optional<Kernel> lower_pointwise(const ir::Graph& g, const ir::Pointwise& p, const Target& t);
+/// Pointwise ops may take several kernels (a space of more dims than a nest holds runs per slice);
+/// none when the output is empty.
+std::vector<Kernel> lower_pointwise(const ir::Graph& g, const ir::Pointwise& p, const Target& t);
 std::optional<Kernel> lower_reduce(const ir::Graph& g, const ir::Reduce& r, const Target& t);
 std::optional<Kernel> lower_matmul(const ir::Graph& g, const ir::Matmul& m, const Target& t);
 std::optional<Kernel> lower_index(const ir::Graph& g, const ir::Index& x, const Target& t);

@@ -122,9 +122,46 @@ size_t arity(ir::PointwiseKind k) {
   }
 }
 
+// The most dims an iteration space keeps in one nest: its outer dims are a level each, and the
+// row and column tiles two more. A deeper space runs as a kernel per slice of its outermost dim.
+constexpr size_t kMaxSpaceDims = schedule::kMaxLevels;
+// The most kernels one op is sliced into (16^3: a space of 8 dims of 16 that do not merge).
+constexpr size_t kMaxSlices = 4096;
+
+// p over a space of more than kMaxSpaceDims dims: one op per index of the outermost dim, each over
+// views of that slice (added to a copy of the graph), lowered in turn.
+std::vector<Kernel> lower_slices(const ir::Graph& g, const ir::Pointwise& p, const Target& t,
+                                 const std::vector<const ir::View*>& views, const Space& space,
+                                 const std::vector<Input>& in) {
+  const auto slices = static_cast<uint64_t>(space.sizes[0]);
+  std::vector<Kernel> kernels;
+  for (uint64_t i = 0; i < slices; ++i) {
+    ir::Graph sliced = g;
+    const auto slice = [&](size_t slot) {
+      const ir::View& v = *views[slot];
+      const std::vector<int64_t>& st = space.strides[slot];
+      return sliced.add_view(ir::View{v.arg, v.offset + static_cast<int64_t>(i) * st[0],
+                                      std::vector<int64_t>(space.sizes.begin() + 1, space.sizes.end()),
+                                      std::vector<int64_t>(st.begin() + 1, st.end()), v.dtype});
+    };
+    ir::Pointwise part = p;
+    for (size_t j = 0; j < in.size(); ++j) {
+      if (in[j].view) part.inputs[j] = ir::Operand::of(slice(in[j].slot));
+    }
+    part.out = slice(views.size() - 1);
+    for (Kernel& k : lower_pointwise(sliced, part, t)) kernels.push_back(std::move(k));
+    if (kernels.size() > kMaxSlices) {
+      throw std::invalid_argument(
+          fmt::format("compiler: a pointwise op over {} dims that do not merge needs more than {} kernels",
+                      space.sizes.size(), kMaxSlices));
+    }
+  }
+  return kernels;
+}
+
 }  // namespace
 
-std::optional<Kernel> lower_pointwise(const ir::Graph& g, const ir::Pointwise& p, const Target& t) {
+std::vector<Kernel> lower_pointwise(const ir::Graph& g, const ir::Pointwise& p, const Target& t) {
   const std::vector<ir::Step> steps = p.expression();
   for (size_t j = 0; j < steps.size(); ++j) {
     if (steps[j].args.size() != arity(steps[j].kind)) {
@@ -140,7 +177,7 @@ std::optional<Kernel> lower_pointwise(const ir::Graph& g, const ir::Pointwise& p
   if (steps.empty()) throw std::invalid_argument("compiler: a pointwise op needs a step");
   const ir::View& out = g.views.at(p.out);
   for (int64_t s : out.sizes) {
-    if (s == 0) return std::nullopt;
+    if (s == 0) return {};
   }
   // An expression of several instructions keeps fp16 and bf16 intermediates in fp32 and rounds
   // once at the end, as torch's CPU kernels do; a single instruction already computes in fp32.
@@ -181,6 +218,7 @@ std::optional<Kernel> lower_pointwise(const ir::Graph& g, const ir::Pointwise& p
     space.sizes.push_back(1);
     for (auto& s : space.strides) s.push_back(1);
   }
+  if (space.sizes.size() > kMaxSpaceDims) return lower_slices(g, p, t, views, space, in);
   const size_t nd = space.sizes.size();
   // Elements are independent, so any dim can be the tile's row dim: when the inner one is short
   // (under 64), take the longest outer one instead, so that a permuted copy such as [b, l, h, d]
@@ -495,7 +533,9 @@ std::optional<Kernel> lower_pointwise(const ir::Graph& g, const ir::Pointwise& p
                        cols * es, true, kStoreTag));
     }
   };
-  return k;
+  std::vector<Kernel> kernels;
+  kernels.push_back(std::move(k));
+  return kernels;
 }
 
 }  // namespace spyre::compiler::lower

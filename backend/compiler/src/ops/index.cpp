@@ -182,7 +182,7 @@ void embedding_backward(Builder& b, const Call& c) {
 // range's ends rounded to the input's type, the bin of each element in range
 // floor((x - min) * bins / (max - min)) in fp32 (integers exactly, in int64), and a bin past the
 // last (x just below max, where the quotient rounds up to bins) is the last; then ones added at
-// those bins into a zero table with one more bin for the elements that count nowhere.
+// those bins into a zero int64 table with one more bin for the elements that count nowhere.
 void histc(Builder& b, const Call& c) {
   const uint32_t out = c.out();
   const ir::View o = b.view(out);
@@ -214,7 +214,8 @@ void histc(Builder& b, const Call& c) {
     e.select(inside, last, e.constant(static_cast<double>(bins)));  // NaN compares false: no bin
     b.add(e.done(at));
   }
-  const uint32_t ones = b.temp({n, 1}, o.dtype), table = b.temp({bins + 1, 1}, o.dtype);
+  // Counted in int64 and converted once: fp32 ones stop adding at 2^24.
+  const uint32_t ones = b.temp({n, 1}, hw::DType::kI64), table = b.temp({bins + 1, 1}, hw::DType::kI64);
   fill(b, ones, 1);
   fill(b, table, 0);
   index_op(b, Kind::kScatterAdd, table, at, ones);
