@@ -189,6 +189,8 @@ at::Tensor element_offsets(const at::Tensor& t) {
   return offsets;
 }
 
+}  // namespace
+
 // An output whose elements share memory where torch's check cannot see it (an unfolded view: only
 // stride 0 reads as overlap there): CPU then writes, and reads back, each location in its loop order,
 // so the result depends on that order (an exp_ of overlapping windows exponentiates the shared
@@ -208,6 +210,8 @@ void assert_no_hidden_internal_overlap(const at::Tensor& out) {
               "unsupported operation: more than one element of the written-to tensor refers to a single memory "
               "location. Please clone() the tensor before performing the operation.");
 }
+
+namespace {
 
 // CPU's overlap check gives up on layouts it cannot reason about (non-contiguous views: TOO_HARD)
 // and then computes in its loop order, reading elements it has already written; the device reads

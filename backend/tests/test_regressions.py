@@ -488,6 +488,29 @@ FUZZ_FINDINGS = {
         "v1 = (torch.randint(-100, 100, (16, 16, 16, 2), generator=torch.Generator().manual_seed(583609812),"
         " dtype=torch.int32)).to(dev)",
         "v4 = v1.permute((3, 2, 1, 0))", "v10 = v4[v4.clamp(-2, 1)]"],
+    "softplus's gradient through a denormal slope keeps an infinite gradient (seed 905 program 2777)": [
+        "v1 = ((torch.randn((8, 5, 1), generator=torch.Generator().manual_seed(462303019)) * 100)"
+        ".to(torch.float32)).to(dev).requires_grad_()",
+        "v3 = torch.nn.functional.softplus(v1)", "v8 = torch.reciprocal(v3)",
+        "grads = torch.autograd.grad(v8.sum(), [v1])",
+        "x = torch.tensor([-90.0, -104.0, 19.0, 21.0, 0.0], device=dev)",
+        "g = torch.ops.aten.softplus_backward(torch.full_like(x, -float('inf')), x, 1, 20)",
+        "h = torch.ops.aten.softplus_backward(torch.full_like(x, 3.0), x, 2, 5)"],
+    # CPU writes the overlapping windows in its loop order, the last write wins; spyre refuses.
+    "a copy into an unfolded view whose windows overlap raises (seed 904 program 20184)": [
+        "v1 = ((torch.randn((3, 16, 1), generator=torch.Generator().manual_seed(920217268)) * 1)"
+        ".to(torch.float32)).to(dev)",
+        "v2 = ((torch.randn((2,), generator=torch.Generator().manual_seed(496001827)) * 0.001)"
+        ".to(torch.float32)).to(dev).requires_grad_()",
+        "v3 = v1.unfold(0, 2, 1)", "v6 = v3.copy_(v2)"],
+    # 1.5e38 * 2.2 overflows CPU's partial sum before its -inf term (NaN); spyre's sum meets the
+    # -5e36 term first and ends at the -inf of the exact result.
+    "a matmul whose exact result is infinite (seed 905 program 14033)": [
+        "v1 = ((torch.randn((16, 7, 16), generator=torch.Generator().manual_seed(20614353)) * 100)"
+        ".to(torch.float32)).to(dev)",
+        "v4 = torch.exp(v1, out=torch.empty(0, dtype=torch.float32, device=dev))",
+        "v6 = torch.matmul(v4, torch.randn((16, 16, 1), generator=torch.Generator().manual_seed(302738930))"
+        ".to(v4.dtype).to(dev))"],
     # cos of a tiny number is 1 - 6e-8, whose bin (x + 1) * 5 / 2 rounds up to 5, one past the last.
     "histc counts an element just below max in the last bin (seed 900 program 792)": [
         "v1 = ((torch.randn((7,), generator=torch.Generator().manual_seed(115965692)) * 0.001)"
@@ -509,6 +532,17 @@ def test_histc_bins_as_cpu_at_the_edges():
     ids = torch.tensor([0, 3, 3, 1, 7, -1, 2], dtype=torch.int32)
     got = torch.histc(ids.to("spyre"), 4, 0, 3)
     assert got.dtype == torch.int32 and torch.equal(got.cpu(), torch.histc(ids.float(), 4, 0, 3).int())
+
+
+def test_a_copy_into_overlapping_windows_raises_and_writes_nothing():
+    """CPU's copy_ into an unfold whose windows overlap writes each shared element twice, the last
+    write (in its loop order) winning; the device refuses it with torch's overlap error."""
+    v = torch.arange(6.0, device="spyre")
+    with pytest.raises(RuntimeError, match="refers to a single memory location"):
+        v.unfold(0, 2, 1).copy_(torch.tensor([10.0, 20.0], device="spyre"))
+    assert torch.equal(v.cpu(), torch.arange(6.0))
+    v.unfold(0, 2, 2).copy_(torch.tensor([10.0, 20.0], device="spyre"))  # windows apart: fine
+    assert v.cpu().tolist() == [10.0, 20.0, 10.0, 20.0, 10.0, 20.0]
 
 
 def test_an_in_place_op_on_a_huge_overlapping_view_raises_without_listing_its_elements():

@@ -768,10 +768,13 @@ std::map<std::string, PointwiseOp, std::less<>> make_table() {
   });
   t["softplus_backward"] = row({"grad_output", "self"}, Types::kFloatOnly, [](Expr& e, const Refs& in, const Call& c) {
     const double beta = c.number("beta", 1), threshold = c.number("threshold", 20);
+    // As CPU: grad * z / (z + 1) with z = exp(beta x), in that order, so that an infinite gradient
+    // through a denormal z (x = -90) stays infinite where grad * sigmoid(x) would be inf * 0.
     const int32_t bx = e.binary(BinaryFn::kMul, in[1], e.constant(beta));
-    const int32_t slope =
-        e.select(e.binary(BinaryFn::kGt, bx, e.constant(threshold)), e.constant(1.0), e.unary(UnaryFn::kSigmoid, bx));
-    return e.binary(BinaryFn::kMul, in[0], slope);
+    const int32_t z = e.unary(UnaryFn::kExp, bx);
+    const int32_t scaled =
+        e.binary(BinaryFn::kDiv, e.binary(BinaryFn::kMul, in[0], z), e.binary(BinaryFn::kAdd, z, e.constant(1.0)));
+    return e.select(e.binary(BinaryFn::kGt, bx, e.constant(threshold)), in[0], scaled);
   });
   // As torch's CPU kernel: self + (value * t1) * t2, in that order (t1 * t2 first could overflow).
   t["addcmul"] = row({"self", "tensor1", "tensor2"}, Types::kPromote, [](Expr& e, const Refs& in, const Call& c) {
