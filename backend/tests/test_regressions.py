@@ -503,6 +503,12 @@ FUZZ_FINDINGS = {
         "v2 = ((torch.randn((2,), generator=torch.Generator().manual_seed(496001827)) * 0.001)"
         ".to(torch.float32)).to(dev).requires_grad_()",
         "v3 = v1.unfold(0, 2, 1)", "v6 = v3.copy_(v2)"],
+    "an fp16 copy into overlapping windows raises (seed 905 program 43902)": [
+        "v1 = ((torch.randn((3,), generator=torch.Generator().manual_seed(189729611)) * 100)"
+        ".to(torch.float16)).to(dev)",
+        "v2 = ((torch.randn((7, 4), generator=torch.Generator().manual_seed(982800904)) * 0.001)"
+        ".to(torch.float32)).to(dev)",
+        "v3 = v1.exp_()", "v6 = v2.unfold(1, 3, 1)", "v9 = v6.copy_(v1)"],
     # 1.5e38 * 2.2 overflows CPU's partial sum before its -inf term (NaN); spyre's sum meets the
     # -5e36 term first and ends at the -inf of the exact result.
     "a matmul whose exact result is infinite (seed 905 program 14033)": [
