@@ -26,7 +26,6 @@
 
 #include "aten_util.h"
 #include "compute.h"
-#include "pointwise_common.h"
 #include "runtime.h"
 #include "spyre/hw/dlfloat16.h"
 
@@ -235,7 +234,6 @@ at::Tensor copy_from(const at::Tensor& src, const at::Tensor& dst, bool non_bloc
                          dst.is_neg() == src.is_neg();
   if (same_view) return dst;
   at::assert_no_internal_overlap(dst);
-  if (dst.is_privateuseone()) assert_no_hidden_internal_overlap(dst);  // an unfold written in CPU's loop order
   const bool expanded = std::find(src.strides().begin(), src.strides().end(), 0) != src.strides().end();
   if (src.device() == dst.device() && !expanded) at::assert_no_partial_overlap(dst, src);
   if (src.is_conj() || src.is_neg() || dst.is_conj() || dst.is_neg()) {
