@@ -145,6 +145,14 @@ bool complex_mul(BoxedCall& c, const std::vector<Value>& values) {
   return true;
 }
 
+// A 0-dim host tensor as the number it is once converted to `type`, as CPU converts a tensor
+// operand (2**40 - 1 in fp32 is 2**40; in bf16 a fill of 2**40 is int32's indefinite value). The
+// device types only: the callers fall back for complex and float64 first.
+ops::Arg host_number(const at::Tensor& t, at::ScalarType type) {
+  const c10::Scalar x = t.to(type).item();
+  return at::isFloatingType(type) ? ops::Arg::num(x.toDouble()) : ops::Arg::whole(x.toLong());
+}
+
 void pointwise_kernel(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
   BoxedCall c(op, stack);
   check_types_as_cpu(c);  // torch's refusals for these types (round of bool, an int alpha, ...)
@@ -264,8 +272,7 @@ void pointwise_kernel(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
   for (const char* name : {"self", "exponent"}) {
     const c10::IValue* v = c.base() == "pow" ? c.get(name) : nullptr;
     if (!v || !v->isTensor() || !v->toTensor().defined() || v->toTensor().is_privateuseone()) continue;
-    const c10::Scalar x = v->toTensor().to(common).item();
-    call.args[name] = at::isFloatingType(common) ? ops::Arg::num(x.toDouble()) : ops::Arg::whole(x.toLong());
+    call.args[name] = host_number(v->toTensor(), common);
   }
   if (!lower_or_fall_back(l, call, c)) return;
   if (round_result) out->copy_(target);
@@ -360,9 +367,7 @@ void fill_kernel(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
   ops::Call call = library_call(c, l, {target}, self.scalar_type(), self.scalar_type());
   if (c.base() == "fill" && c.at(1).isTensor() && !c.at(1).toTensor().is_privateuseone()) {
     // A host value converts as a tensor does (2**40 in bf16 is int32's indefinite value, not 0).
-    const c10::Scalar v = c.at(1).toTensor().to(self.scalar_type()).item();
-    call.args["value"] =
-        at::isFloatingType(self.scalar_type()) ? ops::Arg::num(v.toDouble()) : ops::Arg::whole(v.toLong());
+    call.args["value"] = host_number(c.at(1).toTensor(), self.scalar_type());
   }
   if (lower_or_fall_back(l, call, c)) c.finish(self);
 }
