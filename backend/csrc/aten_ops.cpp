@@ -26,6 +26,7 @@
 
 #include "aten_util.h"
 #include "compute.h"
+#include "pointwise_common.h"
 #include "runtime.h"
 #include "spyre/hw/dlfloat16.h"
 
@@ -224,6 +225,56 @@ at::Tensor stored(const at::Tensor& t) {
   return p;
 }
 
+// The last storage element a view reaches (torch's strides are never negative).
+int64_t last_element(const at::Tensor& t) {
+  int64_t at = t.storage_offset();
+  for (int64_t d = 0; d < t.dim(); ++d) at += t.stride(d) * (t.size(d) - 1);
+  return at;
+}
+
+// A device tensor on the host with its own strides: the storage it spans is read, and viewed there
+// as the device views it.
+at::Tensor host_with_strides(const at::Tensor& t) {
+  if (!t.is_privateuseone()) return t;
+  const at::Tensor span = t.as_strided({last_element(t) - t.storage_offset() + 1}, {1}, t.storage_offset());
+  return span.cpu().as_strided(t.sizes(), t.strides(), 0);
+}
+
+// A copy into a view whose elements share memory (overlapping unfold windows): CPU writes each shared
+// location more than once, the last write in its loop order winning, and that order follows the sizes
+// and strides of both tensors. Such a copy runs as CPU's own copy_: the storage the destination spans
+// (and the source's, when it shares it) goes to the host, the copy runs on views with the same
+// strides there, and the span is written back. Internal copies of torch's linear algebra take this
+// path too, so it cannot be refused.
+void copy_in_cpu_order(const at::Tensor& src, const at::Tensor& dst) {
+  const bool shared = src.is_privateuseone() && src.device() == dst.device() && src.numel() > 0 &&
+                      src.storage().is_alias_of(dst.storage());
+  TORCH_CHECK(!shared || src.element_size() == dst.element_size(),
+              "unsupported operation: some elements of the input tensor and the written-to tensor refer to a single "
+              "memory location. Please clone() the tensor before performing the operation.");
+  int64_t first = dst.storage_offset(), last = last_element(dst);
+  if (shared) {
+    first = std::min(first, src.storage_offset());
+    last = std::max(last, last_element(src));
+  }
+  const at::Tensor span = dst.as_strided({last - first + 1}, {1}, first);
+  const at::Tensor host = span.cpu();
+  const at::Tensor host_src = shared ? host.view(src.scalar_type())
+                                           .as_strided(src.sizes(), src.strides(), src.storage_offset() - first)
+                                     : host_with_strides(src);
+  host.as_strided(dst.sizes(), dst.strides(), dst.storage_offset() - first).copy_(host_src);
+  span.copy_(host);
+}
+
+// The values of src into dst, in CPU's order where dst's elements share memory.
+void copy_values(const at::Tensor& src, const at::Tensor& dst, bool non_blocking) {
+  if (dst.is_privateuseone() && has_hidden_internal_overlap(dst)) {
+    copy_in_cpu_order(src, dst);
+  } else {
+    copy_between(src, dst, non_blocking);
+  }
+}
+
 at::Tensor copy_from(const at::Tensor& src, const at::Tensor& dst, bool non_blocking) {
   // What torch's copy_ does after this hook, for the devices it copies itself: nothing when dst
   // and src are the same view, else its iterator's overlap checks. A source with an expanded dim
@@ -240,12 +291,12 @@ at::Tensor copy_from(const at::Tensor& src, const at::Tensor& dst, bool non_bloc
     // The math bits (torch's lazy conj() and negation): the stored values move, then the
     // destination takes the difference of the bits, as torch's own copy kernels do.
     const at::Tensor d = stored(dst);
-    copy_between(stored(src), d, false);
+    copy_values(stored(src), d, false);
     if (src.is_conj() != dst.is_conj()) d.conj_physical_();
     if (src.is_neg() != dst.is_neg()) d.neg_();
     return dst;
   }
-  copy_between(src, dst, non_blocking);
+  copy_values(src, dst, non_blocking);
   if (src.is_privateuseone() && dst.is_privateuseone()) carry_backend_meta(src, dst);  // clone() and to()
   return dst;
 }

@@ -124,6 +124,7 @@ std::vector<int64_t> broadcast_shape(const std::vector<const Value*>& values) {
 // Whether two elements of t may share memory: its dims of more than one element, by stride, each
 // step past everything the smaller ones reach (a sufficient test; strides below 0 count as shared).
 bool may_share(const at::Tensor& t) {
+  if (t.numel() <= 1) return false;  // an empty tensor's strides place nothing
   std::vector<std::pair<int64_t, int64_t>> dims;  // (stride, size)
   for (int64_t d = 0; d < t.dim(); ++d) {
     if (t.size(d) > 1) dims.emplace_back(t.stride(d), t.size(d));
@@ -197,16 +198,17 @@ at::Tensor element_offsets(const at::Tensor& t) {
 // elements twice); refused with torch's own error for the overlap it sees.
 // More elements than the locations their span covers share some (an unfold of 10^10 windows over
 // 10^5 elements), and a view too large to list its elements' offsets counts as shared.
-void assert_no_hidden_internal_overlap(const at::Tensor& out) {
-  if (!may_share(out)) return;
+bool has_hidden_internal_overlap(const at::Tensor& out) {
+  if (!may_share(out)) return false;
   int64_t locations = 1;
   for (int64_t d = 0; d < out.dim(); ++d) locations += std::abs(out.stride(d)) * (out.size(d) - 1);
-  bool shared = out.numel() > locations || out.numel() > kListedUpTo;
-  if (!shared) {
-    const at::Tensor offsets = element_offsets(out);
-    shared = std::get<0>(at::_unique(offsets)).numel() != offsets.numel();
-  }
-  TORCH_CHECK(!shared,
+  if (out.numel() > locations || out.numel() > kListedUpTo) return true;
+  const at::Tensor offsets = element_offsets(out);
+  return std::get<0>(at::_unique(offsets)).numel() != offsets.numel();
+}
+
+void assert_no_hidden_internal_overlap(const at::Tensor& out) {
+  TORCH_CHECK(!has_hidden_internal_overlap(out),
               "unsupported operation: more than one element of the written-to tensor refers to a single memory "
               "location. Please clone() the tensor before performing the operation.");
 }

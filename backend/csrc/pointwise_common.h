@@ -38,9 +38,11 @@ bool on_device(std::initializer_list<at::ScalarType> types);
 std::vector<int64_t> broadcast_shape(const std::vector<const Value*>& values);
 /// Whether two elements of t may share memory (a sufficient test: false means they cannot).
 bool may_share(const at::Tensor& t);
-/// Raises torch's overlap error for an output whose elements share memory where torch's own check
-/// cannot see it (an unfolded view): CPU writes such an output in its loop order, the device tile
-/// by tile, so no answer would agree.
+/// Whether elements of `out` share memory where torch's own check cannot see it (an unfolded view
+/// of overlapping windows). A view too large to list its elements' offsets counts as shared.
+bool has_hidden_internal_overlap(const at::Tensor& out);
+/// Raises torch's overlap error for such an output: CPU writes it in its loop order, the device
+/// tile by tile, so no answer would agree.
 void assert_no_hidden_internal_overlap(const at::Tensor& out);
 /// Where a result goes: a new tensor like `like` (functional), the first argument (in-place) or
 /// out= (resized), with torch's checks (shape, cast, overlap). Nullopt when the output's dtype is

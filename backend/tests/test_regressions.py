@@ -496,6 +496,19 @@ FUZZ_FINDINGS = {
         "x = torch.tensor([-90.0, -104.0, 19.0, 21.0, 0.0], device=dev)",
         "g = torch.ops.aten.softplus_backward(torch.full_like(x, -float('inf')), x, 1, 20)",
         "h = torch.ops.aten.softplus_backward(torch.full_like(x, 3.0), x, 2, 5)"],
+    # CPU writes the overlapping windows in its loop order, the last write winning; so does spyre.
+    "a copy into an unfolded view whose windows overlap writes as CPU (seed 904 program 20184)": [
+        "v1 = ((torch.randn((3, 16, 1), generator=torch.Generator().manual_seed(920217268)) * 1)"
+        ".to(torch.float32)).to(dev)",
+        "v2 = ((torch.randn((2,), generator=torch.Generator().manual_seed(496001827)) * 0.001)"
+        ".to(torch.float32)).to(dev).requires_grad_()",
+        "v3 = v1.unfold(0, 2, 1)", "v6 = v3.copy_(v2)"],
+    "an fp16 copy into overlapping windows writes as CPU (seed 905 program 43902)": [
+        "v1 = ((torch.randn((3,), generator=torch.Generator().manual_seed(189729611)) * 100)"
+        ".to(torch.float16)).to(dev)",
+        "v2 = ((torch.randn((7, 4), generator=torch.Generator().manual_seed(982800904)) * 0.001)"
+        ".to(torch.float32)).to(dev)",
+        "v3 = v1.exp_()", "v6 = v2.unfold(1, 3, 1)", "v9 = v6.copy_(v1)"],
     # 1.5e38 * 2.2 overflows CPU's partial sum before its -inf term (NaN); spyre's sum meets the
     # -5e36 term first and ends at the -inf of the exact result.
     "a matmul whose exact result is infinite (seed 905 program 14033)": [
@@ -525,6 +538,26 @@ def test_histc_bins_as_cpu_at_the_edges():
     ids = torch.tensor([0, 3, 3, 1, 7, -1, 2], dtype=torch.int32)
     got = torch.histc(ids.to("spyre"), 4, 0, 3)
     assert got.dtype == torch.int32 and torch.equal(got.cpu(), torch.histc(ids.float(), 4, 0, 3).int())
+
+
+@pytest.mark.parametrize(
+    "write",
+    [
+        lambda v: v.unfold(0, 2, 1).copy_(torch.tensor([10.0, 20.0], device=v.device)),
+        lambda v: v.unfold(0, 4, 2).copy_(torch.arange(20.0, device=v.device).reshape(5, 4).t().contiguous().t()),
+        lambda v: v.unfold(0, 4, 2).copy_(v[:4]),  # the source is part of the windows
+        lambda v: v.unfold(0, 4, 2).copy_(v[1:5].view(torch.int32)),  # ... and read as another type
+        lambda v: v.unfold(0, 3, 1).copy_(torch.arange(3.0).half()),  # from the host, converted
+    ],
+)
+def test_a_copy_into_overlapping_windows_writes_in_cpus_order(write):
+    """CPU's copy_ into an unfold whose windows overlap writes each shared element more than once,
+    the last write in its loop order winning; the device's copy had the tiles' order instead."""
+    cpu = torch.arange(12.0)
+    spyre = cpu.to("spyre")
+    write(cpu)
+    write(spyre)
+    assert torch.equal(spyre.cpu(), cpu)
 
 
 def test_an_in_place_op_on_a_huge_overlapping_view_raises_without_listing_its_elements():
