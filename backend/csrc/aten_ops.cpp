@@ -259,9 +259,9 @@ void copy_in_cpu_order(const at::Tensor& src, const at::Tensor& dst) {
   }
   const at::Tensor span = dst.as_strided({last - first + 1}, {1}, first);
   const at::Tensor host = span.cpu();
-  const at::Tensor host_src = shared ? host.view(src.scalar_type())
-                                           .as_strided(src.sizes(), src.strides(), src.storage_offset() - first)
-                                     : host_with_strides(src);
+  const at::Tensor host_src =
+      shared ? host.view(src.scalar_type()).as_strided(src.sizes(), src.strides(), src.storage_offset() - first)
+             : host_with_strides(src);
   host.as_strided(dst.sizes(), dst.strides(), dst.storage_offset() - first).copy_(host_src);
   span.copy_(host);
 }

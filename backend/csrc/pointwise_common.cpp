@@ -124,7 +124,7 @@ std::vector<int64_t> broadcast_shape(const std::vector<const Value*>& values) {
 // Whether two elements of t may share memory: its dims of more than one element, by stride, each
 // step past everything the smaller ones reach (a sufficient test; strides below 0 count as shared).
 bool may_share(const at::Tensor& t) {
-  if (t.numel() <= 1) return false;  // an empty tensor's strides place nothing
+  if (t.numel() <= 1) return false;               // an empty tensor's strides place nothing
   std::vector<std::pair<int64_t, int64_t>> dims;  // (stride, size)
   for (int64_t d = 0; d < t.dim(); ++d) {
     if (t.size(d) > 1) dims.emplace_back(t.stride(d), t.size(d));
