@@ -466,13 +466,11 @@ def ops(names=None) -> list:
 
 # ---- modules ---------------------------------------------------------------------------------------
 
-MODULE_SKIP = ("nn.FractionalMaxPool", "nn.RReLU", "nn.Dropout", "nn.AlphaDropout", "nn.FeatureAlphaDropout")
-
 
 def modules(names=None) -> list:
     from torch.testing._internal.common_modules import module_db
 
-    return [m for m in module_db if not m.name.startswith(MODULE_SKIP) and (names is None or m.name in names)]
+    return [m for m in module_db if names is None or m.name in names]
 
 
 def check_module(info, module_input, training: bool):
@@ -480,7 +478,11 @@ def check_module(info, module_input, training: bool):
     and inputs, on spyre against a copy on CPU."""
     import copy
 
-    args, kwargs = module_input.constructor_input.args, module_input.constructor_input.kwargs
+    args, kwargs = module_input.constructor_input.args, dict(module_input.constructor_input.kwargs)
+    # A fractional pooling is given its draws (so both sides pool alike), in float64 in module_db.
+    samples = kwargs.get("_random_samples")
+    if isinstance(samples, torch.Tensor):
+        kwargs["_random_samples"] = samples.to(torch.float32)
     torch.manual_seed(0)
     try:
         cpu_module = info.module_cls(*args, **kwargs)
@@ -492,6 +494,8 @@ def check_module(info, module_input, training: bool):
     if isinstance(cpu_module, LazyModuleMixin) and cpu_module.has_uninitialized_params():
         cpu_module._infer_parameters(cpu_module, tuple(cpu_in), cpu_kw)  # same weights on both sides
     dev_module = copy.deepcopy(cpu_module).to(S)
+    if isinstance(samples, torch.Tensor):  # a plain attribute, which Module.to leaves behind
+        dev_module._random_samples = dev_module._random_samples.to(S)
     cpu_module.train(training), dev_module.train(training)
     try:
         want = cpu_module(*cpu_in, **cpu_kw)

@@ -80,3 +80,6 @@ def test_a_module_of_module_db_matches_cpu_forward_and_backward(module):
     results = c.run_module(info, "allow")
     bad = [f"{o}: {d}" for o, d in results if o not in ("pass", "skip")]
     assert not bad, f"{module}: " + "; ".join(bad[:3])
+    assert any(o == "pass" for o, _ in results), f"{module}: no input was compared: " + "; ".join(
+        sorted({d for _, d in results})
+    )
