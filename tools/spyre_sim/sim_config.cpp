@@ -18,10 +18,11 @@ json read_file(const std::string& file) {
   std::stringstream text;
   text << in.rdbuf();
   try {
-    return json::parse(text.str());
-  } catch (const json::parse_error& e) {
-    throw std::invalid_argument(fmt::format("config: '{}' is not valid JSON ({})", file, e.what()));
+    sim::check_config_text(text.str());  // valid JSON, no key given twice
+  } catch (const std::invalid_argument& e) {
+    throw std::invalid_argument(fmt::format("{} (in '{}')", e.what(), file));
   }
+  return json::parse(text.str());
 }
 
 // Sets `tree`'s entry at dotted `key` to `value`, creating the objects on the way.

@@ -127,6 +127,10 @@ struct Config {
 /// Throws std::invalid_argument naming the key on an unknown key, a wrong type or a bad value.
 Config parse_config(const std::string& json_text);
 
+/// Throws std::invalid_argument when `json_text` is not valid JSON or an object in it names a key
+/// twice (JSON parsers keep the last silently; a config must say each figure once).
+void check_config_text(const std::string& json_text);
+
 /// Loads the run's config: defaults, then the file named by $SPYRE_CONFIG (if set), then the
 /// faults of $SPYRE_FAULTS, then $SPYRE_TRACE / $SPYRE_STATS / $SPYRE_CAPTURE for the output paths. Throws
 /// std::invalid_argument on errors.
