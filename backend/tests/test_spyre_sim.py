@@ -79,3 +79,16 @@ def test_a_bad_argument_fails_with_a_clear_message():
     p = subprocess.run([str(BINARY), "gemm", "--m", "0"], capture_output=True, text=True, timeout=60)
     assert p.returncode == 2
     assert p.stderr.startswith("spyre-sim: --m: Value 0 not in range 1 to")
+
+
+def test_the_watchdog_counts_a_short_program_of_long_waits():
+    """A GEMM of a few instructions per core whose memory waits outlast firmware.watchdog_cycles is
+    stopped by the watchdog: the budget counts waits as well as instructions (it was looked at only
+    every 256 instructions, so this program ran 569k cycles past a 20k budget)."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("SPYRE_", "TORCH_SPYRE_"))}
+    slow = ["--set", "memory.bandwidth_gbps=0.1", "gemm", "--m", "64", "--k", "64", "--n", "64", "--no-check"]
+    p = subprocess.run([str(BINARY), "--set", "firmware.watchdog_cycles=20000", *slow], capture_output=True,
+                       text=True, env=env, timeout=120)  # fmt: skip
+    assert p.returncode != 0 and "watchdog: program ran past its cycle budget" in p.stderr, p.stderr
+    q = subprocess.run([str(BINARY), *slow], capture_output=True, text=True, env=env, timeout=120)
+    assert q.returncode == 0, q.stderr  # the default budget lets the same run finish

@@ -188,31 +188,35 @@ fw::Verdict Core::run() {
   std::fill(std::begin(regs_), std::end(regs_), 0);
   std::fill(std::begin(tag_done_), std::end(tag_done_), sc_core::SC_ZERO_TIME);
   uint32_t pc = entry;
-  // Every 256 instructions: the firmware's watchdog (a program still running `watchdog_cycles`
-  // after its launch began is stopped; it needs no better aim), and a core that has run ahead on
-  // its own for a host quantum hands control back to SystemC, so that a long stretch of scalar or
-  // compute instructions cannot keep the simulator from answering the host.
+  // The firmware's watchdog: a program still running `watchdog_cycles` after its launch began is
+  // stopped, whatever its own time went to (its instructions, or waits on memory or tags; a wait
+  // at a barrier is the late core's): the check comes before each instruction and at END, so a
+  // short program of long waits is caught too. Every 256 instructions, a core that has run ahead
+  // on its own for a host quantum hands control back to SystemC, so that a long stretch of scalar
+  // or compute instructions cannot keep the simulator from answering the host.
   const uint64_t budget = config_.firmware.watchdog_cycles;
-  const uint64_t deadline = budget == 0 ? UINT64_MAX : launched_ + budget;
+  uint64_t deadline = budget == 0 ? UINT64_MAX : launched_ + budget;
   const sc_core::sc_time quantum(static_cast<double>(config_.sim.host_quantum_ns), sc_core::SC_NS);
   uint32_t since_look = 0;
   ++programs_run_;
   if (hang_in_ != 0 && programs_run_ == hang_in_) return hang(entry, deadline, quantum);
   while (pc < code_.size()) {
     const hw::Instr& in = code_[pc];
+    const uint64_t before = now();
+    if (before > deadline) return {hw::ErrorCode::kWatchdog, hw::Field::kNone, id_ << 24 | (pc & 0xffffff)};
     if (in.op == hw::Op::kEnd) return {};
     if (++since_look == 256) {
       since_look = 0;
-      if (now() > deadline) return {hw::ErrorCode::kWatchdog, hw::Field::kNone, id_ << 24 | (pc & 0xffffff)};
       if (local_ >= quantum) sync();
     }
     const uint32_t at = pc++;
-    const uint64_t before = now();
     stall_ = Stall::kIssue;
     issue_ = 0;
     const bool ok = execute(in, pc);
     account(before);
     if (!ok) return fault(at);
+    // Time at a barrier is the late core's to answer for: the watchdog stops that one.
+    if (stall_ == Stall::kSync && budget != 0) deadline += now() - before;
   }
   return fault(pc);  // ran off the end without END
 }
