@@ -5,6 +5,7 @@
 
 #include <deque>
 #include <mutex>
+#include <set>
 
 #include "aten_util.h"
 
@@ -132,6 +133,11 @@ struct Functor final : c10::OperatorKernel {
 
 }  // namespace
 
+std::vector<std::string>& unknown_names() {
+  static std::vector<std::string> names;
+  return names;
+}
+
 void register_boxed(const std::vector<std::string>& names, const std::vector<std::string>& overloads,
                     BoxedKernel* kernel) {
   // Libraries must outlive the registrations they hold.
@@ -139,12 +145,27 @@ void register_boxed(const std::vector<std::string>& names, const std::vector<std
   static std::deque<torch::Library> libs;
   const std::lock_guard lock(mu);
   auto& lib = libs.emplace_back(torch::Library::IMPL, "aten", c10::DispatchKey::PrivateUse1, __FILE__, __LINE__);
+  std::vector<std::string> missing;
+  std::set<std::string> present;
   for (const std::string& name : names) {
+    bool found = false;
     for (const std::string& overload : overloads) {
       if (!c10::Dispatcher::singleton().findSchema({"aten::" + name, overload})) continue;
+      found = true;
       const std::string full = overload.empty() ? name : name + "." + overload;
       lib.impl(full.c_str(), torch::CppFunction::makeFromBoxedFunctor(std::make_unique<Functor>(kernel)));
     }
+    if (found) {
+      present.insert(name);
+    } else {
+      missing.push_back(name);
+    }
+  }
+  // with_inplace's names: an op without an in-place form (isnan) is fine.
+  for (const std::string& name : missing) {
+    const bool inplace_of_present =
+        name.size() > 1 && name.back() == '_' && present.count(name.substr(0, name.size() - 1));
+    if (!inplace_of_present) unknown_names().push_back(name);
   }
 }
 

@@ -63,9 +63,12 @@ class BoxedCall {
 using BoxedKernel = void(const c10::OperatorHandle&, torch::jit::Stack*);
 
 /// Registers `kernel` for PrivateUse1 for each overload in `overloads` of each op in `names`,
-/// skipping those torch does not have. `overloads` uses "" for the default overload.
+/// skipping those torch does not have. `overloads` uses "" for the default overload. A name none
+/// of whose overloads torch has (a typo, or an op torch renamed) is kept in unknown_names().
 void register_boxed(const std::vector<std::string>& names, const std::vector<std::string>& overloads,
                     BoxedKernel* kernel);
+/// The names register_boxed found no op for: the extension's import fails on any (module.cpp).
+std::vector<std::string>& unknown_names();
 /// The names and their in-place forms: {"add"} -> {"add", "add_"}.
 std::vector<std::string> with_inplace(const std::vector<std::string>& names);
 

@@ -1,6 +1,7 @@
 // The Python extension torch_spyre._C: its module initialiser (device-memory functions are bound
 // in memory_bindings.cpp). Loading it registers the device (guard, hooks, allocator, kernels)
 // through static initialisers in the other files.
+#include <c10/util/StringUtil.h>
 #include <torch/csrc/Exceptions.h>
 #include <torch/csrc/Generator.h>
 #include <torch/csrc/jit/python/pybind_utils.h>
@@ -16,6 +17,7 @@
 #include <cstring>
 
 #include "aten_util.h"
+#include "boxed.h"
 #include "compiled_graph.h"
 #include "graph.h"
 #include "memory_bindings.h"
@@ -232,6 +234,10 @@ std::vector<double> empty_command_round_trips(int index, int count) {
 
 PYBIND11_MODULE(_C, m) {
   m.doc() = "torch_spyre native module: the Spyre PrivateUse1 device";
+  if (!spyre::backend::unknown_names().empty()) {  // kernels registered for ops torch does not have
+    throw py::import_error("torch_spyre: kernels are registered for ops this torch does not have: aten::" +
+                           c10::Join(", aten::", spyre::backend::unknown_names()));
+  }
   init_waits();
   m.def("_set_wait_timeout", [](double seconds) {
     HANDLE_TH_ERRORS
