@@ -85,9 +85,19 @@ std::map<std::string, double> compile_target(int device) {
   const compiler::Target t = DeviceRuntime::get(device).target();
   return {{"cores", t.cores},
           {"lx_bytes", static_cast<double>(t.lx_bytes)},
-          {"load_bytes_per_cycle", t.load_bytes_per_cycle},
-          {"pt_macs_per_cycle", t.pt_macs_per_cycle},
-          {"fp32_rate", t.fp32_rate}};
+          {"clock_mhz", t.clock_mhz},
+          {"corelets", t.corelets},
+          {"pt_rows", t.pt_rows},
+          {"pt_cols", t.pt_cols},
+          {"pt_simd", t.pt_simd},
+          {"fp32_rate", t.fp32_rate},
+          {"lx_read_bytes_per_cycle", t.lx_read_bytes_per_cycle},
+          {"sfp_lanes", t.sfp_lanes},
+          {"ring_bytes_per_cycle", t.ring_bytes_per_cycle},
+          {"memory_controllers", t.memory_controllers},
+          {"memory_mbps", static_cast<double>(t.memory_mbps)},
+          {"load_bytes_per_cycle", t.load_bytes_per_cycle()},
+          {"pt_macs_per_cycle", t.pt_macs_per_cycle()}};
 }
 
 std::map<std::string, std::pair<std::string, uint32_t>> op_catalogue() {

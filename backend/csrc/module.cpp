@@ -135,8 +135,8 @@ py::dict device_status(int index) {
   d["interface_version"] = st.interface_version;
   d["firmware_ready"] = st.firmware_ready;
   d["answers"] = st.answers;
-  d["cores"] = st.info.num_cores;
-  d["clock_mhz"] = st.info.clock_mhz;
+  d["cores"] = st.info.card.cores;
+  d["clock_mhz"] = st.info.card.clock_mhz;
   d["cycles"] = st.cycles;
   d["memory_total"] = st.memory.total;
   d["memory_used"] = st.memory.allocated;
@@ -170,12 +170,19 @@ py::dict device_info(int index) {
   d["transport"] = spyre::driver::Driver::instance().transport_name();
   d["vendor_id"] = i.vendor_id;
   d["device_id"] = i.device_id;
-  d["cores"] = i.num_cores;
+  d["cores"] = i.card.cores;
   d["queues"] = i.num_queues;
-  d["clock_mhz"] = i.clock_mhz;
+  d["clock_mhz"] = i.card.clock_mhz;
   d["memory_bytes"] = i.memory_bytes;
   d["memory_base"] = i.memory_base;  // the first usable address: 0, or this client's window on a shared card
-  d["lx_bytes"] = i.lx_bytes;
+  d["lx_bytes"] = i.card.lx_bytes;
+  d["corelets"] = i.card.corelets;
+  d["pt_array"] = py::make_tuple(i.card.pt_rows, i.card.pt_cols, i.card.pt_simd);  // rows, cols, fp16 lanes
+  d["fp32_rate"] = i.card.fp32_rate;
+  d["sfp_lanes"] = i.card.sfp_lanes;
+  d["ring_bytes_per_cycle"] = i.card.ring_bytes_per_cycle;
+  d["memory_controllers"] = i.card.memory_controllers;
+  d["memory_bandwidth_gbps"] = static_cast<double>(i.card.memory_mbps) / 1000;
   d["fp16_format"] = i.fp16_dlfloat ? "dlfloat16" : "ieee";
   return d;
 }

@@ -67,7 +67,7 @@ void anchor_devices() {
   for (int i = 0; i < DeviceRuntime::count(); ++i) {
     if (!DeviceRuntime::opened(i)) continue;
     DeviceRuntime& rt = DeviceRuntime::get(i);
-    g_anchors[i] = {c10::getTime(), rt.device().cycles(), static_cast<double>(rt.device().info().clock_mhz)};
+    g_anchors[i] = {c10::getTime(), rt.device().cycles(), static_cast<double>(rt.device().info().card.clock_mhz)};
   }
 }
 

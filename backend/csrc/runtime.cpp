@@ -713,7 +713,7 @@ double DeviceRuntime::elapsed_ms(const StreamEvent& a, const StreamEvent& b) {
   event_synchronize(b);
   const auto* slots = static_cast<const volatile uint64_t*>(timestamps_->data());
   const double cycles = static_cast<double>(slots[b.slot]) - static_cast<double>(slots[a.slot]);
-  return cycles / device_->info().clock_mhz / 1e3;
+  return cycles / device_->info().card.clock_mhz / 1e3;
 }
 
 void DeviceRuntime::release_event(const StreamEvent& ev) noexcept {

@@ -180,7 +180,7 @@ class DeviceRuntime {
   /// memory the card may still use is freed or unmapped. Errors stay for the user's next wait.
   void drain() noexcept;
 
-  compiler::Target target() const { return {device_->info().num_cores, device_->info().lx_bytes}; }
+  compiler::Target target() const { return compiler::Target(device_->info().card); }
 
   /// Held across a read-modify-write of device memory from the host (strided copies), so that
   /// two threads writing disjoint views of one storage do not undo each other's writes.

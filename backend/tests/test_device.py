@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 import pytest
 import torch
 import torch_spyre
@@ -300,3 +302,41 @@ def test_device_properties_are_the_configured_card():
     assert torch.spyre.get_device_name() == p.name == "IBM Spyre (simulated)"
     assert torch.spyre.get_device_capability()["supported_dtypes"] >= {torch.float32, torch.float16, torch.bfloat16}
     assert torch.float64 not in torch.spyre.get_device_capability()["supported_dtypes"]
+
+
+def test_the_compile_target_is_the_configured_card(tmp_path):
+    """The PT arrays, scratchpad, ring and memory of the config reach the device's properties, the
+    compiler's target and the compile cache's key (once, programs were planned for the default
+    card whatever the config said)."""
+    config = tmp_path / "card.json"
+    config.write_text(
+        '{"chip": {"pt_rows": 16, "pt_cols": 4, "pt_simd": 4, "corelets_per_core": 3, "lx_bytes": 4194304,'
+        ' "fp32_rate": 0.5, "sfp_lanes": 32, "lx_read_bytes_per_cycle": 256, "clock_mhz": 1000},'
+        ' "ring": {"bytes_per_cycle": 16}, "memory": {"bandwidth_gbps": 102.4, "controllers": 2}}'
+    )
+    code = (
+        "import json, torch\n"
+        "from torch_spyre import _C\n"
+        "from torch_spyre._compile import cache\n"
+        "p = torch.spyre.get_device_properties(0)\n"
+        "print(json.dumps([p.corelets, list(p.pt_array), p.sfp_lanes, p.ring_bytes_per_cycle,"
+        " p.memory_bandwidth_gbps, p.scratchpad_bytes, p.clock_rate_mhz]))\n"
+        "print(json.dumps(_C._compile_target(0)))\n"
+        "print(cache._target(0))\n"
+    )
+    proc = run_python(code, env={"SPYRE_CONFIG": str(config)})
+    assert proc.returncode == 0, proc.stderr
+    props, target, key = proc.stdout.splitlines()
+    assert json.loads(props) == [3, [16, 4, 4], 32, 16, 102.4, 4 << 20, 1000]
+    t = json.loads(target)
+    assert {k: t[k] for k in ("pt_rows", "pt_cols", "pt_simd", "corelets", "lx_bytes", "fp32_rate", "sfp_lanes")} == {
+        "pt_rows": 16, "pt_cols": 4, "pt_simd": 4, "corelets": 3, "lx_bytes": 4 << 20, "fp32_rate": 0.5, "sfp_lanes": 32
+    }
+    assert (t["ring_bytes_per_cycle"], t["memory_controllers"], t["memory_mbps"], t["clock_mhz"]) == (16, 2, 102400, 1000)
+    assert t["pt_macs_per_cycle"] == 3 * 16 * 4 * 4
+    # Loads into the cores: the slower of memory (102.4 GB/s at 1 GHz) and the ring (2 controllers'
+    # two outgoing links of 16 bytes).
+    assert t["load_bytes_per_cycle"] == pytest.approx(min(102.4, 16 * 4))
+    from torch_spyre._compile import cache
+
+    assert key != cache._target(0)  # this process's default card plans other programs

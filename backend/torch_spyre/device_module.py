@@ -147,10 +147,16 @@ class _DeviceProperties:
     scratchpad_bytes: int  # per core
     queues: int  # hardware queues: the default stream and the stream pools
     fp16_format: str  # "dlfloat16" (the silicon's) or "ieee"
+    # The figures the compiler plans with, as the card's capability registers report them.
+    corelets: int  # PT arrays per core
+    pt_array: tuple  # (rows, cols, fp16 multiply-add lanes per PE)
+    sfp_lanes: int
+    ring_bytes_per_cycle: int
+    memory_bandwidth_gbps: float
 
 
 def get_device_properties(device: _Device | None = None) -> _DeviceProperties:
-    """Name, memory, cores, clock, scratchpad and queues of ``device``."""
+    """Name, memory, cores, clock, scratchpad, queues and compute figures of ``device``."""
     info = _C._device_info(_index(device))
     return _DeviceProperties(
         name=info["name"],
@@ -160,6 +166,11 @@ def get_device_properties(device: _Device | None = None) -> _DeviceProperties:
         scratchpad_bytes=info["lx_bytes"],
         queues=info["queues"],
         fp16_format=info["fp16_format"],
+        corelets=info["corelets"],
+        pt_array=tuple(info["pt_array"]),
+        sfp_lanes=info["sfp_lanes"],
+        ring_bytes_per_cycle=info["ring_bytes_per_cycle"],
+        memory_bandwidth_gbps=info["memory_bandwidth_gbps"],
     )
 
 

@@ -73,19 +73,37 @@ Status Device::open(Transport& t, uint32_t index, std::unique_ptr<Device>* out) 
     return {StatusCode::kNotAvailable, fmt::format("driver: device {} firmware is not ready", index)};
   }
   info.num_queues = std::min(t.mmio_read(index, hw::kRegNumQueues), hw::kMaxQueues);
-  info.num_cores = t.mmio_read(index, hw::kRegNumCores);
-  info.clock_mhz = t.mmio_read(index, hw::kRegClockMhz);
   info.memory_bytes = t.mmio_read(index, hw::kRegMemSizeLo) | uint64_t{t.mmio_read(index, hw::kRegMemSizeHi)} << 32;
   info.memory_base = t.mmio_read(index, hw::kRegMemBaseLo) | uint64_t{t.mmio_read(index, hw::kRegMemBaseHi)} << 32;
   if (info.memory_bytes <= kReservedLow) {
     return {StatusCode::kNotAvailable,
             fmt::format("driver: device {} offers {} bytes of memory, too few to use", index, info.memory_bytes)};
   }
-  info.lx_bytes = t.mmio_read(index, hw::kRegLxBytes);
+  hw::CardFigures& card = info.card;
+  const auto reg = [&](uint32_t offset) { return t.mmio_read(index, offset); };
+  card.cores = reg(hw::kRegNumCores);
+  card.clock_mhz = reg(hw::kRegClockMhz);
+  card.lx_bytes = reg(hw::kRegLxBytes);
+  card.corelets = reg(hw::kRegCorelets);
+  card.pt_rows = reg(hw::kRegPtRows);
+  card.pt_cols = reg(hw::kRegPtCols);
+  card.pt_simd = reg(hw::kRegPtSimd);
+  card.fp32_rate = reg(hw::kRegFp32Rate) / 65536.0;
+  card.lx_read_bytes_per_cycle = reg(hw::kRegLxReadBytes);
+  card.sfp_lanes = reg(hw::kRegSfpLanes);
+  card.ring_bytes_per_cycle = reg(hw::kRegRingBytes);
+  card.memory_controllers = reg(hw::kRegMemControllers);
+  card.memory_mbps = reg(hw::kRegMemMBps);
+  if (card.cores == 0 || card.clock_mhz == 0 || card.corelets == 0 || card.pt_rows == 0 || card.pt_cols == 0 ||
+      card.pt_simd == 0 || card.fp32_rate <= 0 || card.ring_bytes_per_cycle == 0 || card.memory_controllers == 0 ||
+      card.memory_mbps == 0) {
+    return {StatusCode::kNotAvailable,
+            fmt::format("driver: device {} reports a zero capability (cores, clock, arrays or bandwidths)", index)};
+  }
   info.fp16_dlfloat = (t.mmio_read(index, hw::kRegNumerics) & hw::kNumericsFp16DlFloat) != 0;
   out->reset(new Device(t, index, info));
   log("driver").info("spyre:{} opened: {:04x}:{:04x} over {}, {} cores at {} MHz, {} of memory, {} queues", index,
-                     info.vendor_id, info.device_id, t.name(), info.num_cores, info.clock_mhz, gib(info.memory_bytes),
+                     info.vendor_id, info.device_id, t.name(), card.cores, card.clock_mhz, gib(info.memory_bytes),
                      info.num_queues);
   return {};
 }

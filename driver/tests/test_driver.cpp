@@ -85,7 +85,7 @@ TEST_CASE("device opens with the configured identity and limits") {
   const driver::DeviceInfo& info = dev0().info();
   CHECK(info.vendor_id == hw::kPciVendorId);
   CHECK(info.device_id == hw::kPciDeviceId);
-  CHECK(info.num_cores == 32);
+  CHECK(info.card.cores == 32);
   // In-process the driver owns the card; through spyre-simd it sees its slot: a quarter of the
   // queues and of the memory (the daemon's default of four clients), at a 1 MiB-aligned window.
   const char* transport = std::getenv("SPYRE_TRANSPORT");
@@ -98,9 +98,9 @@ TEST_CASE("device opens with the configured identity and limits") {
     CHECK(info.memory_base == 0);
     CHECK(info.num_queues == 16);
   }
-  CHECK(info.lx_bytes == 2u << 20);
+  CHECK(info.card.lx_bytes == 2u << 20);
   CHECK(info.fp16_dlfloat);  // the silicon's format is the default
-  CHECK(info.clock_mhz == 1500);
+  CHECK(info.card.clock_mhz == 1500);
 }
 
 TEST_CASE("opening a device that does not exist names the index") {
@@ -180,7 +180,7 @@ TEST_CASE("a matmul program runs on the cores and matches a CPU reference") {
         for (uint32_t j = 0; j < n; ++j) ref[i * n + j] += a[i * k + p] * b[p * n + j];
 
     compiler::MatmulSpec spec{m, k, n, type, type, k, n, n};
-    const compiler::Program prog = compiler::compile_matmul(spec, {dev0().info().num_cores, dev0().info().lx_bytes});
+    const compiler::Program prog = compiler::compile_matmul(spec, compiler::Target(dev0().info().card));
     const uint32_t es = hw::dtype_size(type);
     // fp16 in device memory: DLFloat16 (1-6-9, bias 31) on a default card, IEEE half (1-5-10,
     // bias 15) when the config says so; the driver reads which from the numerics register.
@@ -451,7 +451,7 @@ struct BusyProgram {
 BusyProgram busy_program(driver::Queue& q) {
   const uint32_t n = 1024;
   compiler::MatmulSpec spec{n, n, n, hw::DType::kF32, hw::DType::kF32, n, n, n};
-  const compiler::Program p = compiler::compile_matmul(spec, {dev0().info().num_cores, dev0().info().lx_bytes});
+  const compiler::Program p = compiler::compile_matmul(spec, compiler::Target(dev0().info().card));
   const uint64_t bytes = uint64_t{n} * n * 4;
   const uint64_t args[3] = {alloc(bytes), alloc(bytes), alloc(bytes)};
   BusyProgram b{alloc(p.image.size()), p.image.size(), alloc(sizeof args), p.core_mask};

@@ -1,5 +1,7 @@
 #include "endpoint.h"
 
+#include <algorithm>
+#include <cmath>
 #include <cstring>
 
 #include "spyre/hw/pci.h"
@@ -82,6 +84,26 @@ uint32_t Endpoint::reg_read(uint32_t offset) {
       return static_cast<uint32_t>(config_.chip.lx_bytes);
     case hw::kRegNumerics:
       return config_.chip.fp16_format == "dlfloat16" ? hw::kNumericsFp16DlFloat : 0;
+    case hw::kRegCorelets:
+      return config_.chip.corelets_per_core;
+    case hw::kRegPtRows:
+      return config_.chip.pt_rows;
+    case hw::kRegPtCols:
+      return config_.chip.pt_cols;
+    case hw::kRegPtSimd:
+      return config_.chip.pt_simd;
+    case hw::kRegFp32Rate:
+      return static_cast<uint32_t>(std::lround(config_.chip.fp32_rate * 65536));
+    case hw::kRegLxReadBytes:
+      return config_.chip.lx_read_bytes_per_cycle;
+    case hw::kRegSfpLanes:
+      return config_.chip.sfp_lanes;
+    case hw::kRegRingBytes:
+      return config_.ring.bytes_per_cycle;
+    case hw::kRegMemControllers:
+      return config_.memory.controllers;
+    case hw::kRegMemMBps:
+      return static_cast<uint32_t>(std::max(1.0, std::round(config_.memory.bandwidth_gbps * 1000)));
     default:
       return offset < hw::kBar0Size ? regs_[offset / 4] : 0;
   }

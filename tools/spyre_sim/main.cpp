@@ -190,7 +190,7 @@ int run(const CLI::App& app, const Options& o, const CLI::Option& check_flag,
 
   driver::Device& dev = open_device();
   BuildEnv build;
-  build.target = compiler::Target{dev.info().num_cores, dev.info().lx_bytes};  // as the PyTorch device's
+  build.target = compiler::Target(dev.info().card);  // as the PyTorch device's
   build.formats.fp16_dlfloat = dev.info().fp16_dlfloat;
   build.seed = o.seed;
   const hw::DType type = dtype_of(o.dtype);

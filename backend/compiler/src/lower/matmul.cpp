@@ -125,14 +125,14 @@ std::optional<Kernel> lower_matmul(const ir::Graph& g, const ir::Matmul& mm, con
   // and keep the fastest (the largest blocks on a tie).
   int64_t blocks = 1;
   for (int64_t s : batch) blocks *= s;
-  const double macs_per_cycle = t.pt_macs_per_cycle * (mm.compute == DType::kF32 ? t.fp32_rate : 1.0);
+  const double macs_per_cycle = t.pt_macs_per_cycle() * (mm.compute == DType::kF32 ? t.fp32_rate : 1.0);
   const auto estimate = [&](int64_t bm, int64_t bn) {
     const double m_tiles = static_cast<double>((M + bm - 1) / bm), n_tiles = static_cast<double>((N + bn - 1) / bn);
     const double tiles = static_cast<double>(blocks) * m_tiles * n_tiles;
     const double bytes =
         static_cast<double>(blocks) * static_cast<double>(K * es) * (m_tiles * n_tiles * static_cast<double>(bm + bn));
     const double per_core = std::ceil(tiles / t.cores) * static_cast<double>(bm * bn * K) / macs_per_cycle;
-    return std::max(bytes / t.load_bytes_per_cycle, per_core);
+    return std::max(bytes / t.load_bytes_per_cycle(), per_core);
   };
   double best = estimate(tm, tn);
   const int64_t fit_m = tm, fit_n = tn;
@@ -174,8 +174,8 @@ std::optional<Kernel> lower_matmul(const ir::Graph& g, const ir::Matmul& mm, con
           const double compute = static_cast<double>(bm * bn * tk) / macs_per_cycle;
           // Each step: the slower of its multicast loads and its PT work, plus a barrier; each
           // item: its first load, which nothing overlaps.
-          const double est = steps * (std::max(step_bytes / t.load_bytes_per_cycle, compute) + 64) +
-                             items * step_bytes / t.load_bytes_per_cycle;
+          const double est = steps * (std::max(step_bytes / t.load_bytes_per_cycle(), compute) + 64) +
+                             items * step_bytes / t.load_bytes_per_cycle();
           if (est < 0.9 * best) {
             best = est;
             grid = {gm, gn, bm, bn};

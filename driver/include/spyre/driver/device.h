@@ -16,6 +16,7 @@
 #include "spyre/driver/status.h"
 #include "spyre/driver/transport.h"
 #include "spyre/hw/commands.h"
+#include "spyre/hw/figures.h"
 #include "spyre/hw/regs.h"
 
 namespace spyre::driver {
@@ -25,12 +26,10 @@ struct DeviceInfo {
   uint16_t vendor_id = 0;
   uint16_t device_id = 0;
   uint32_t num_queues = 0;
-  uint32_t num_cores = 0;
-  uint32_t clock_mhz = 0;
   uint64_t memory_bytes = 0;  // usable device memory: [memory_base, memory_base + memory_bytes)
   uint64_t memory_base = 0;   // 0, unless the card is shared (spyre-simd gives each client a window)
-  uint64_t lx_bytes = 0;      // scratchpad per core
   bool fp16_dlfloat = false;  // fp16 in device memory is DLFloat16: copies convert (hw/dlfloat16.h)
+  hw::CardFigures card;       // cores, clock, scratchpad, arrays and bandwidths: what a compiler plans with
 };
 
 struct MemoryStats {

@@ -8,18 +8,24 @@
 #include <vector>
 
 #include "spyre/compiler/ir.h"
+#include "spyre/hw/figures.h"
 #include "spyre/hw/isa.h"
 
 namespace spyre::compiler {
 
 /// What the compiler needs to know about the device. Cores and scratchpad size decide what is
 /// legal; the rates (defaults: the public Spyre figures) only steer the choice of tile sizes.
-struct Target {
-  uint32_t cores = 32;
-  uint64_t lx_bytes = 2u << 20;
-  double load_bytes_per_cycle = 128;  // into the cores, all together (the ring, one direction)
-  double pt_macs_per_cycle = 1024;    // fp16 multiply-adds per cycle per core (2 corelets of 8x8x8)
-  double fp32_rate = 0.25;            // fp32 PT throughput relative to fp16
+/// The card a program is planned for: the figures it reports in its capability registers (the
+/// driver's DeviceInfo::card). Tile sizes follow its scratchpad; work division weighs its PT rate
+/// against hw::CardFigures::load_bytes_per_cycle (memory and ring). Defaults: the default card.
+struct Target : hw::CardFigures {
+  Target() = default;
+  explicit Target(const hw::CardFigures& card) : hw::CardFigures(card) {}
+  /// The default card with `cores` cores and `lx_bytes` of scratchpad each (for tests).
+  Target(uint32_t cores_, uint64_t lx_bytes_) {
+    cores = cores_;
+    lx_bytes = lx_bytes_;
+  }
 };
 
 /// Tensors one pointwise op (one fused expression) may read: its loop nest walks these and its output.
