@@ -252,7 +252,8 @@ struct ProfilerHooks final : torch::profiler::impl::ProfilerStubs {
       return;
     }
     DeviceRuntime& rt = DeviceRuntime::get(index);
-    *event = std::make_shared<double>(static_cast<double>(rt.device().cycles()) * 1e3 / rt.device().info().card.clock_mhz);
+    *event =
+        std::make_shared<double>(static_cast<double>(rt.device().cycles()) * 1e3 / rt.device().info().card.clock_mhz);
   }
   float elapsed(const torch::profiler::impl::ProfilerVoidEventStub* a,
                 const torch::profiler::impl::ProfilerVoidEventStub* b) const override {

@@ -159,8 +159,8 @@ def test_halving_memory_bandwidth_slows_the_forward(local_sweep):
 def test_sweep_writes_curves_per_parameter(workdir, local_sweep):
     folder = workdir / "local" / "plots"
     for name in NAMES:
-        check_png(folder / f"sweep_cycles_vs_{name}.png")
-        text = svg_text(folder / f"sweep_cycles_vs_{name}.svg")
+        check_png(folder / f"sweep_launch_cycles_vs_{name}.png")
+        text = svg_text(folder / f"sweep_launch_cycles_vs_{name}.svg")
         assert name in text and "cycles" in text
 
 
@@ -234,7 +234,7 @@ def test_ray_gives_the_local_table(workdir, local_sweep, ray_cluster):
     assert set(HOST_COLUMNS) <= set(on_ray.columns)
     pd.testing.assert_frame_equal(on_ray.drop(columns=list(HOST_COLUMNS)), table.drop(columns=list(HOST_COLUMNS)))
     for name in NAMES:
-        check_png(workdir / "ray" / "plots" / f"sweep_cycles_vs_{name}.png")
+        check_png(workdir / "ray" / "plots" / f"sweep_launch_cycles_vs_{name}.png")
 
 
 def test_plots_of_a_run_and_a_sweep(workdir, local_sweep, tmp_path):

@@ -38,7 +38,9 @@ def make_parser() -> argparse.ArgumentParser:
     b.add_argument("--top", type=int, default=20, help="ops shown before the rest are summed (default: 20)")
     s = add("sweep", "a metric against a swept parameter, one line per value of another", "TABLE.parquet")
     s.add_argument("--x", required=True, metavar="PARAM", help="the parameter on the x axis")
-    s.add_argument("--y", default="cycles", metavar="METRIC", help="the column on the y axis (default: cycles)")
+    s.add_argument(
+        "--y", default="launch_cycles", metavar="METRIC", help="the column on the y axis (default: launch_cycles)"
+    )
     s.add_argument("--hue", metavar="PARAM", help="one line per value of this parameter")
     s.add_argument("--where", action="append", default=[], metavar="KEY=VALUE", help="keep only these rows")
     s.add_argument("--logx", action="store_true", help="log x axis")

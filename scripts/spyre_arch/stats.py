@@ -15,7 +15,7 @@ from typing import Any
 
 # The stall categories the model reports, in the order plots stack them; any other category the
 # file names is kept too, after these.
-STALL_CATEGORIES = ("compute", "memory", "sync", "issue", "idle")
+STALL_CATEGORIES = ("compute", "memory", "ring", "sync", "issue", "idle")
 
 Number = int | float
 

@@ -45,7 +45,12 @@ def make_parser() -> argparse.ArgumentParser:
     p.add_argument("--timeout", type=float, metavar="SECONDS", help="kill a point's workload after this long")
     p.add_argument("--env", action="append", default=[], metavar="KEY=VALUE", help="a variable for every workload")
     p.add_argument("--plot", action="store_true", help="write sweep curves of --plot-metric to OUT/plots/")
-    p.add_argument("--plot-metric", default="cycles", metavar="COLUMN", help="the metric to plot (default: cycles)")
+    p.add_argument(
+        "--plot-metric",
+        default="launch_cycles",
+        metavar="COLUMN",
+        help="the metric to plot (default: launch_cycles, the kernels' own; cycles is the whole run, copies included)",
+    )
     p.add_argument("--dry-run", action="store_true", help="list the points and exit")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
     return p

@@ -187,6 +187,7 @@ fw::Verdict Core::run() {
   code_ready_ = sc_core::sc_time_stamp() + local_;
   std::fill(std::begin(regs_), std::end(regs_), 0);
   std::fill(std::begin(tag_done_), std::end(tag_done_), sc_core::SC_ZERO_TIME);
+  std::fill(std::begin(tag_ring_), std::end(tag_ring_), false);
   uint32_t pc = entry;
   // The firmware's watchdog: a program still running `watchdog_cycles` after its launch began is
   // stopped, whatever its own time went to (its instructions, or waits on memory or tags; a wait
@@ -405,7 +406,9 @@ bool Core::execute(const hw::Instr& in, uint32_t& pc) {
       stall_ = Stall::kMemory;
       sc_core::sc_time until = sc_core::sc_time_stamp() + local_ + clock_.cycles(issue_);
       for (uint32_t t = 0; t < hw::kNumDmaTags; ++t) {
-        if (in.a >> t & 1) until = std::max(until, tag_done_[t]);
+        if (!(in.a >> t & 1) || tag_done_[t] <= until) continue;
+        until = tag_done_[t];
+        stall_ = tag_ring_[t] ? Stall::kRing : Stall::kMemory;  // what held up the transfer waited for
       }
       local_ = until - sc_core::sc_time_stamp();
       const uint64_t end = now();
@@ -544,8 +547,10 @@ bool Core::transfer(const hw::Instr& in, const std::vector<uint64_t>& addrs, uin
   const sc_core::sc_time issue = clock_.cycles(issue_);
   const sc_core::sc_time now = sc_core::sc_time_stamp();
   sc_core::sc_time mem_delay = issue;
+  bool ring = false;                // whether a ring link rather than a memory channel set the arrival
   if (move != Move::kAccumulate) {  // every row in one transaction: all of them move, or none
     RowList list;
+    list.ring_bound = &ring;
     list.addrs = addrs.data();
     list.rows = addrs.size();
     list.row_bytes = row_bytes;
@@ -603,8 +608,9 @@ bool Core::transfer(const hw::Instr& in, const std::vector<uint64_t>& addrs, uin
                      : load                            ? "load"
                                                        : "store";
   if (in.flags & hw::kDmaAsync) {
-    sc_core::sc_time& tag = tag_done_[hw::dma_tag(in.flags)];
-    tag = std::max(tag, done);
+    const uint32_t t = hw::dma_tag(in.flags);
+    if (done > tag_done_[t]) tag_ring_[t] = ring;  // the tag waits for its latest transfer
+    tag_done_[t] = std::max(tag_done_[t], done);
     local_ += issue;  // booked at the true time (synced above); the rest is the core's own time
     if (trace_.instructions()) {
       trace_.slice(track_, std::string(name) + " issue", begin, this->now(),
@@ -614,7 +620,7 @@ bool Core::transfer(const hw::Instr& in, const std::vector<uint64_t>& addrs, uin
   }
   local_ += done - now;
   const uint64_t end = this->now();
-  stall_ = Stall::kMemory;
+  stall_ = ring ? Stall::kRing : Stall::kMemory;
   if (trace_.instructions()) trace_.slice(track_, name, begin, end, {{"bytes", total}});
   return true;
 }

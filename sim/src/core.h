@@ -173,6 +173,7 @@ class Core : public sc_core::sc_module {
   std::vector<hw::Instr> code_;
   uint64_t regs_[hw::kNumRegs] = {};
   sc_core::sc_time tag_done_[hw::kNumDmaTags] = {};  // when each tag's last transfer lands
+  bool tag_ring_[hw::kNumDmaTags] = {};              // whether the ring (not memory) set that time
   // Temporal decoupling: the time of what touches only the core's own state (compute, scalar
   // instructions, waiting for its own transfers to land, WAIT on its tags) accumulates here, and
   // the core waits it out (one SystemC switch) before anything another module sees: booking a

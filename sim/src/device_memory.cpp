@@ -161,7 +161,8 @@ void DeviceMemory::transport_rows(const RowList& list, tlm::tlm_generic_payload&
   gp.set_response_status(tlm::TLM_OK_RESPONSE);
   if (!list.book) return;
   const sc_core::sc_time now = sc_core::sc_time_stamp();
-  const uint64_t done = fabric_.transfer((now + delay).value(), list.stop, gp.is_read(), list.addrs, list.rows, n);
+  const uint64_t done =
+      fabric_.transfer((now + delay).value(), list.stop, gp.is_read(), list.addrs, list.rows, n, list.ring_bound);
   delay = sc_core::sc_time::from_value(done) - now;
 }
 

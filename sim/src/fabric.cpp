@@ -91,7 +91,8 @@ uint32_t Fabric::route(uint32_t from, uint32_t to, uint64_t bytes) {
 }
 
 uint64_t Fabric::transfer(uint64_t at_ps, uint32_t stop, bool to_stop, const uint64_t* addrs, uint64_t rows,
-                          uint64_t row_bytes) {
+                          uint64_t row_bytes, bool* ring_bound) {
+  if (ring_bound) *ring_bound = false;
   if (functional_ || rows == 0 || row_bytes == 0) return at_ps;
   for (uint64_t r = 0; r < rows; ++r) spread(addrs[r], row_bytes);
   uint64_t end = at_ps;
@@ -102,6 +103,7 @@ uint64_t Fabric::transfer(uint64_t at_ps, uint32_t stop, bool to_stop, const uin
     bytes_per_controller_[controller_of(c)] += b;
     b = 0;
   }
+  const uint64_t channels_end = end;
   uint32_t hops = 0;
   for (uint32_t mc = 0; mc < controllers_; ++mc) {
     uint64_t& b = bytes_per_controller_[mc];
@@ -120,6 +122,7 @@ uint64_t Fabric::transfer(uint64_t at_ps, uint32_t stop, bool to_stop, const uin
   }
   touched_cw_.clear();
   touched_ccw_.clear();
+  if (ring_bound) *ring_bound = end > channels_end;
   return end + memory_latency_ps_ + hops * hop_ps_;
 }
 

@@ -33,8 +33,10 @@ class Fabric {
   /// Books the rows [addrs[r], addrs[r] + row_bytes) moving between device memory and ring stop
   /// `stop` (towards the stop when `to_stop`), starting at `at_ps`. Returns the picosecond at which
   /// the last byte has arrived. In functional mode nothing is booked and the bytes arrive at once.
+  /// `ring_bound`, when given, says whether a ring link (rather than a memory channel) was the
+  /// busiest server of the transfer: the stall it causes is ring time.
   uint64_t transfer(uint64_t at_ps, uint32_t stop, bool to_stop, const uint64_t* addrs, uint64_t rows,
-                    uint64_t row_bytes);
+                    uint64_t row_bytes, bool* ring_bound = nullptr);
 
   struct Link {
     uint32_t from, to;  // neighbouring stops

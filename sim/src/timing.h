@@ -86,8 +86,9 @@ struct RowList : tlm::tlm_extension<RowList> {
   const uint64_t* addrs = nullptr;
   uint64_t rows = 0;
   uint64_t row_bytes = 0;
-  uint32_t stop = 0;  // the initiator's ring stop (Fabric::core_stop, Fabric::pcie_stop)
-  bool book = true;   // false: the bytes ride on a transfer already booked (a multicast on the ring)
+  uint32_t stop = 0;           // the initiator's ring stop (Fabric::core_stop, Fabric::pcie_stop)
+  bool book = true;            // false: the bytes ride on a transfer already booked (a multicast on the ring)
+  bool* ring_bound = nullptr;  // set by the target: whether a ring link, not a channel, limited it
   /// For a read: when set, the target books the time and checks the rows but moves no byte; it
   /// appends where the rows' bytes are now (host pointers and lengths, in order) for the initiator
   /// to copy later. Those bytes stay as they are until the copy is done or the target is told

@@ -60,11 +60,12 @@ class Trace {
 enum class Stall : uint8_t {
   kCompute,  // PT and SFP instructions at work
   kMemory,   // waiting for data: program fetch, synchronous loads and stores, WAIT on DMA tags
+  kRing,     // the same waits, when a ring link rather than the memory channels set the data's arrival
   kSync,     // waiting at a BARRIER for the other cores of the launch
   kIssue,    // decoding instructions; scalar and branch instructions
   kCount
 };
-inline constexpr const char* kStallNames[] = {"compute", "memory", "sync", "issue"};
+inline constexpr const char* kStallNames[] = {"compute", "memory", "ring", "sync", "issue"};
 
 /// Counters of one core.
 struct CoreStats {

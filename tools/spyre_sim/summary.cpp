@@ -6,13 +6,15 @@
 
 #include <fmt/format.h>
 
+#include "spyre/hw/figures.h"
+
 namespace spyre::simtool {
 namespace {
 
 using nlohmann::json;
 
 // The order stall categories are printed in; others the stats may add follow.
-constexpr const char* kStallOrder[] = {"compute", "memory", "sync", "issue", "idle"};
+constexpr const char* kStallOrder[] = {"compute", "memory", "ring", "sync", "issue", "idle"};
 
 // SFP results per cycle over every core for steps in `type` (docs/architect-guide.md, timing).
 double sfp_per_cycle(const sim::Config& c, hw::DType type) {
@@ -145,12 +147,21 @@ json make_summary(const RunFacts& f) {
   }
   const double compute_s = compute_cycles / hz;
   const double memory_s = static_cast<double>(w.min_bytes) / (c.memory.bandwidth_gbps * 1e9);
-  const double bound = std::max(compute_s, memory_s);
+  // The ring: the same bytes between the controllers and the cores, at what the ring carries when
+  // every controller serves every core alike (hw::CardFigures::ring_load_bytes_per_cycle).
+  hw::CardFigures card_figures;
+  card_figures.ring_bytes_per_cycle = c.ring.bytes_per_cycle;
+  card_figures.memory_controllers = c.memory.controllers;
+  const double ring_s = static_cast<double>(w.min_bytes) / (card_figures.ring_load_bytes_per_cycle() * hz);
+  const double bound = std::max({compute_s, memory_s, ring_s});
   s["roofline"] = {{"compute_seconds", compute_s},
                    {"memory_seconds", memory_s},
+                   {"ring_seconds", ring_s},
                    {"bound_seconds", bound},
                    {"bound_cycles", bound * hz},
-                   {"limit", compute_s >= memory_s ? "compute" : "memory"},
+                   {"limit", bound == compute_s  ? "compute"
+                             : bound == memory_s ? "memory"
+                                                 : "ring"},
                    {"fraction", t > 0 ? bound / t : 0.0}};
 
   const json* card = card0(f.stats);
@@ -205,10 +216,11 @@ std::string format_summary(const json& s) {
     bytes += fmt::format(", {} loaded and stored by the cores", si(b["moved"].get<double>(), "B"));
   line("memory", bytes + fmt::format("; intensity {:.1f} FLOP/B", s["intensity"].get<double>()));
   const json& r = s["roofline"];
-  line("roofline", fmt::format("{} ({:.0f} cycles, {}-bound: compute {}, memory {}); this run: {} of it",
+  line("roofline", fmt::format("{} ({:.0f} cycles, {}-bound: compute {}, memory {}, ring {}); this run: {} of it",
                                seconds(r["bound_seconds"].get<double>()), r["bound_cycles"].get<double>(),
                                r["limit"].get<std::string>(), seconds(r["compute_seconds"].get<double>()),
-                               seconds(r["memory_seconds"].get<double>()), pct(r["fraction"].get<double>())));
+                               seconds(r["memory_seconds"].get<double>()), seconds(r["ring_seconds"].get<double>()),
+                               pct(r["fraction"].get<double>())));
   if (s["stall"].is_object()) {
     const json& cy = s["stall"]["cycles"];
     double total = 0;

@@ -29,16 +29,16 @@ inline constexpr uint32_t kRegMemBaseLo = 0x0034;
 inline constexpr uint32_t kRegMemBaseHi = 0x0038;
 // Capability registers (ro): the figures of the card that a compiler plans tiles and work
 // division with (spyre/hw/figures.h gathers them; docs/hardware-interface.md).
-inline constexpr uint32_t kRegCorelets = 0x003c;       // corelets per core, each with one PT array
-inline constexpr uint32_t kRegPtRows = 0x0040;         // PT array rows
-inline constexpr uint32_t kRegPtCols = 0x0044;         // PT array columns
-inline constexpr uint32_t kRegPtSimd = 0x0048;         // fp16 multiply-add lanes per PE
-inline constexpr uint32_t kRegFp32Rate = 0x004c;       // fp32 PT throughput relative to fp16, 16.16 fixed point
-inline constexpr uint32_t kRegLxReadBytes = 0x0050;    // scratchpad read port feeding the PT arrays, bytes per cycle
-inline constexpr uint32_t kRegSfpLanes = 0x0054;       // SFP 16-bit lanes per core
-inline constexpr uint32_t kRegRingBytes = 0x0058;      // ring bytes per cycle, per link and direction
-inline constexpr uint32_t kRegMemControllers = 0x005c; // memory controllers (ring stops that serve the channels)
-inline constexpr uint32_t kRegMemMBps = 0x0060;        // device memory bandwidth, MB/s (10^6 bytes)
+inline constexpr uint32_t kRegCorelets = 0x003c;        // corelets per core, each with one PT array
+inline constexpr uint32_t kRegPtRows = 0x0040;          // PT array rows
+inline constexpr uint32_t kRegPtCols = 0x0044;          // PT array columns
+inline constexpr uint32_t kRegPtSimd = 0x0048;          // fp16 multiply-add lanes per PE
+inline constexpr uint32_t kRegFp32Rate = 0x004c;        // fp32 PT throughput relative to fp16, 16.16 fixed point
+inline constexpr uint32_t kRegLxReadBytes = 0x0050;     // scratchpad read port feeding the PT arrays, bytes per cycle
+inline constexpr uint32_t kRegSfpLanes = 0x0054;        // SFP 16-bit lanes per core
+inline constexpr uint32_t kRegRingBytes = 0x0058;       // ring bytes per cycle, per link and direction
+inline constexpr uint32_t kRegMemControllers = 0x005c;  // memory controllers (ring stops that serve the channels)
+inline constexpr uint32_t kRegMemMBps = 0x0060;         // device memory bandwidth, MB/s (10^6 bytes)
 
 // fp16 data in device memory (and the SFP and PT arrays' f16) is DLFloat16 (spyre/hw/dlfloat16.h),
 // not IEEE half: the host converts at the copy boundary.
