@@ -330,9 +330,16 @@ def test_the_compile_target_is_the_configured_card(tmp_path):
     assert json.loads(props) == [3, [16, 4, 4], 32, 16, 102.4, 4 << 20, 1000]
     t = json.loads(target)
     assert {k: t[k] for k in ("pt_rows", "pt_cols", "pt_simd", "corelets", "lx_bytes", "fp32_rate", "sfp_lanes")} == {
-        "pt_rows": 16, "pt_cols": 4, "pt_simd": 4, "corelets": 3, "lx_bytes": 4 << 20, "fp32_rate": 0.5, "sfp_lanes": 32
+        "pt_rows": 16,
+        "pt_cols": 4,
+        "pt_simd": 4,
+        "corelets": 3,
+        "lx_bytes": 4 << 20,
+        "fp32_rate": 0.5,
+        "sfp_lanes": 32,
     }
-    assert (t["ring_bytes_per_cycle"], t["memory_controllers"], t["memory_mbps"], t["clock_mhz"]) == (16, 2, 102400, 1000)
+    ring, controllers = t["ring_bytes_per_cycle"], t["memory_controllers"]
+    assert (ring, controllers, t["memory_mbps"], t["clock_mhz"]) == (16, 2, 102400, 1000)
     assert t["pt_macs_per_cycle"] == 3 * 16 * 4 * 4
     # Loads into the cores: the slower of memory (102.4 GB/s at 1 GHz) and the ring (2 controllers'
     # two outgoing links of 16 bytes).
