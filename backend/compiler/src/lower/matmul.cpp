@@ -174,8 +174,10 @@ std::optional<Kernel> lower_matmul(const ir::Graph& g, const ir::Matmul& mm, con
           const double compute = static_cast<double>(bm * bn * tk) / macs_per_cycle;
           // Each step: the slower of its multicast loads and its PT work, plus a barrier; each
           // item: its first load, which nothing overlaps.
+          // The last super-block's blocks are stored after its last step, with nothing to hide them.
+          const double tail = static_cast<double>(cores * bm * bn) * static_cast<double>(es_o);
           const double est = steps * (std::max(step_bytes / t.load_bytes_per_cycle(), compute) + 64) +
-                             items * step_bytes / t.load_bytes_per_cycle();
+                             (items * step_bytes + tail) / t.load_bytes_per_cycle();
           if (est < 0.9 * best) {
             best = est;
             grid = {gm, gn, bm, bn};
@@ -331,7 +333,10 @@ std::optional<Kernel> lower_matmul(const ir::Graph& g, const ir::Matmul& mm, con
       bld.emit(in);
     };
 
-    bld.emit(emit::sfp(hw::Op::kFill, DType::kF32, 0, acc, 0, emit::double_bits(0.0), mt, nt));
+    // The accumulator is cleared while the first step's tiles load.
+    const auto clear = [&] {
+      bld.emit(emit::sfp(hw::Op::kFill, DType::kF32, 0, acc, 0, emit::double_bits(0.0), mt, nt));
+    };
     if (shared) {
       // Grid row i = rank / gn, column j = rank % gn. Core (i, 0) multicasts A panel i along its
       // row, core (0, j) B panel j down its column.
@@ -365,6 +370,7 @@ std::optional<Kernel> lower_matmul(const ir::Graph& g, const ir::Matmul& mm, con
       const emit::Builder::Label loop = bld.label(), done = bld.label();
       bld.emit(emit::li(kSteps, static_cast<uint64_t>(full_steps)));
       load(0, kt);
+      clear();
       bld.bind(loop);
       for (int i = 0; i < 2; ++i) {
         const emit::Builder::Label last = bld.label();
@@ -400,6 +406,7 @@ std::optional<Kernel> lower_matmul(const ir::Graph& g, const ir::Matmul& mm, con
     }
     if (k_tail > 0) {
       load(0, static_cast<uint32_t>(k_tail));
+      if (full_steps == 0) clear();
       multiply(0, static_cast<uint32_t>(k_tail));
     }
 
