@@ -7,6 +7,7 @@
 
 #include "aten_util.h"
 #include "runtime.h"
+#include "spyre/compiler/errors.h"
 #include "spyre/compiler/program.h"
 
 namespace spyre::backend {
@@ -86,7 +87,7 @@ void Launch::run(const std::string& op) {
   TORCH_CHECK(device_ >= 0, "spyre: internal: a launch without device tensors");
   graph_.num_args = static_cast<uint32_t>(args_.size());
   if (args_.size() > hw::kMaxLaunchArgs) {  // a graph the compiler cannot take: callers fall back
-    throw std::invalid_argument(c10::str("spyre: a kernel needs ", args_.size(), " launch arguments, more than the ",
+    throw compiler::Unsupported(c10::str("spyre: a kernel needs ", args_.size(), " launch arguments, more than the ",
                                          hw::kMaxLaunchArgs, " a launch has"));
   }
   const c10::DeviceGuard guard(c10::Device(c10::DeviceType::PrivateUse1, static_cast<c10::DeviceIndex>(device_)));
@@ -105,7 +106,7 @@ bool try_run(Launch& l, const BoxedCall& c) {
   try {
     l.run(c.name());
     return true;
-  } catch (const std::invalid_argument& e) {
+  } catch (const compiler::Unsupported& e) {  // a compiler::Malformed is a bug: it raises
     note_rejection(e.what());
     return false;
   }
@@ -200,7 +201,7 @@ compiler::ops::Call library_call(const BoxedCall& c, Launch& l, const std::vecto
 bool try_lower(Launch& l, const compiler::ops::Call& call, const BoxedCall& c) {
   try {
     compiler::ops::lower(l, call);
-  } catch (const std::invalid_argument& e) {
+  } catch (const compiler::Unsupported& e) {
     note_rejection(e.what());
     return false;
   }

@@ -23,6 +23,7 @@
 #include "memory_bindings.h"
 #include "runtime.h"
 #include "spyre/compiler/ops.h"
+#include "spyre/compiler/errors.h"
 #include "spyre/compiler/program.h"
 #include "spyre/driver/driver.h"
 #include "spyre/hw/commands.h"
@@ -354,14 +355,13 @@ PYBIND11_MODULE(_C, m) {
   m.def("_device_opened", [](int index) { return DeviceRuntime::opened(index); });
   m.def("_init", [](int index) { (void)DeviceRuntime::get(index); });
   m.def("_register_graph_impl", [] { spyre::backend::register_graph_impl(); });
+  // The compiler's two refusals (spyre/compiler/errors.h) as two Python types: a call no lowering
+  // takes (the front door runs its ops one by one) and a malformed graph or document (a bug).
+  py::register_exception<spyre::compiler::Unsupported>(m, "Unsupported", PyExc_NotImplementedError);
+  py::register_exception<spyre::compiler::Malformed>(m, "Malformed", PyExc_ValueError);
   // The torch.compile front door (torch_spyre/_compile).
   m.def("_compile_graph", [](int device, const std::string& json) {
-    spyre::backend::ProgramBytes p;
-    try {
-      p = spyre::backend::compile_graph_json(device, json);
-    } catch (const std::invalid_argument& e) {
-      throw py::value_error(e.what());
-    }
+    const spyre::backend::ProgramBytes p = spyre::backend::compile_graph_json(device, json);
     return py::make_tuple(p.name, py::bytes(p.image), p.core_mask, p.num_args);
   });
   m.def("_install_program", [](const std::string& key, const std::string& name, const py::bytes& image,
@@ -384,33 +384,21 @@ PYBIND11_MODULE(_C, m) {
   });
   m.def("_program_listing", [](const py::bytes& image) {
     const std::string s(image);
-    try {
-      return spyre::compiler::listing(std::vector<uint8_t>(s.begin(), s.end()));
-    } catch (const std::invalid_argument& e) {
-      throw py::value_error(e.what());
-    }
+    return spyre::compiler::listing(std::vector<uint8_t>(s.begin(), s.end()));
   });
   m.def("_op_catalogue", [] { return spyre::backend::op_catalogue(); });
   m.def("_limits", [] { return spyre::backend::limits(); });
   m.def("_examine_segment", [](const std::string& json) {
-    try {
-      py::list out;
-      for (const spyre::compiler::ops::NodeInfo& n : spyre::compiler::ops::examine(json)) {
-        out.append(py::make_tuple(
-            n.temp_bytes, n.compute ? py::object(py::str(spyre::hw::dtype_name(*n.compute))) : py::object(py::none()),
-            n.args));
-      }
-      return out;
-    } catch (const std::invalid_argument& e) {
-      throw py::value_error(e.what());
+    py::list out;
+    for (const spyre::compiler::ops::NodeInfo& n : spyre::compiler::ops::examine(json)) {
+      out.append(py::make_tuple(
+          n.temp_bytes, n.compute ? py::object(py::str(spyre::hw::dtype_name(*n.compute))) : py::object(py::none()),
+          n.args));
     }
+    return out;
   });
   m.def("_graph_ir", [](const std::string& json) {
-    try {
-      return spyre::backend::graph_ir_json(json);
-    } catch (const std::invalid_argument& e) {
-      throw py::value_error(e.what());
-    }
+    return spyre::backend::graph_ir_json(json);
   });
   m.def("_submit_raw_descriptor", [](int index, const py::bytes& raw) {
     HANDLE_TH_ERRORS

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import copy
 import json
+import logging
 import os
 import subprocess
 import sys
@@ -225,20 +226,22 @@ def test_guards_recompile_for_a_new_dtype_and_not_for_the_same_input():
     torch.testing.assert_close(out.cpu(), f(x.half()), rtol=1e-3, atol=1e-3)
 
 
-def test_dynamic_shapes_plan_per_shape_up_to_the_limit(monkeypatch):
+def test_dynamic_shapes_plan_per_shape_up_to_the_limit(monkeypatch, caplog):
     monkeypatch.setenv("TORCH_SPYRE_RECOMPILE_LIMIT", "2")
 
     def f(x):
         return torch.relu(x) * x.sum(-1, keepdim=True)
 
     cf = torch.compile(f, backend="spyre", dynamic=True)
-    for n in (3, 5, 7, 5):
-        x = torch.randn(n, 4)
-        torch.testing.assert_close(cf(x.to("spyre")).cpu(), f(x), rtol=1e-5, atol=1e-5)
+    with caplog.at_level(logging.WARNING, logger="torch_spyre"):
+        for n in (3, 5, 7, 5, 9, 11):
+            x = torch.randn(n, 4)
+            torch.testing.assert_close(cf(x.to("spyre")).cpu(), f(x), rtol=1e-5, atol=1e-5)
     s = compile_stats()
     assert s["graphs"] == 1  # one symbolic graph from Dynamo
     assert s["plans"] == 2 and s["shape_recompiles"] == 1  # n = 3 and 5; then the limit
-    assert s["shape_limit_hits"] == 1  # n = 7 ran op by op
+    assert s["shape_limit_hits"] == 3  # n = 7, 9 and 11 ran op by op...
+    assert sum("more than 2 shapes" in r.getMessage() for r in caplog.records) == 1  # ...with one warning
 
 
 def test_an_nn_module_under_autocast_matches_cpu_autocast():
@@ -315,6 +318,30 @@ def test_compile_debug_dumps_the_graph_plan_and_programs(tmp_path, monkeypatch):
     assert json.loads((d / "s0.json").read_text())["ops"][0]["matmul"]
     listing = (d / "s0.txt").read_text()
     assert "MATMUL" in listing and "UNARY" in listing
+
+
+def test_unsupported_and_malformed_are_two_types():
+    """The front door runs a segment's ops one by one only on Unsupported; a Malformed graph is a
+    bug and raises (both were one std::invalid_argument, so a bad graph fell back quietly)."""
+    from torch_spyre import _C
+
+    assert issubclass(_C.Unsupported, NotImplementedError) and issubclass(_C.Malformed, ValueError)
+    assert not issubclass(_C.Unsupported, ValueError) and not issubclass(_C.Malformed, NotImplementedError)
+    view = {"offset": 0, "dtype": "f32"}
+    graph = {
+        "num_args": 3,
+        "views": [
+            {**view, "arg": 0, "sizes": [8, 8], "strides": [8, 1]},
+            {**view, "arg": 1, "sizes": [8, 8], "strides": [8, 1]},
+            {**view, "arg": 2, "sizes": [8, 8], "strides": [1, 8]},  # a column-major output
+        ],
+        "ops": [{"matmul": {"a": 0, "b": 1, "out": 2, "compute": "f32"}}],
+    }
+    with pytest.raises(_C.Unsupported, match="output rows not contiguous"):
+        _C._compile_graph(0, json.dumps(graph))
+    graph["views"][1]["sizes"] = [9, 8]
+    with pytest.raises(_C.Malformed, match="shapes do not agree"):
+        _C._compile_graph(0, json.dumps(graph))
 
 
 def test_a_malformed_graph_is_a_value_error_naming_the_field():

@@ -1,6 +1,7 @@
 #include <cstring>
 #include <stdexcept>
 
+#include "spyre/compiler/errors.h"
 #include "spyre/compiler/program.h"
 
 namespace spyre::compiler {
@@ -9,7 +10,7 @@ namespace {
 
 Program image(std::string name, const std::vector<uint32_t>& entry, const std::vector<hw::Instr>& code,
               uint32_t num_args) {
-  if (entry.empty() || entry.size() > 64) throw std::invalid_argument("assemble: need 1..64 cores");
+  if (entry.empty() || entry.size() > 64) throw Malformed("assemble: need 1..64 cores");
   hw::ProgramHeader h{};
   h.magic = hw::kProgramMagic;
   h.version = hw::kIsaVersion;

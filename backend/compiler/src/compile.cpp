@@ -7,6 +7,7 @@
 
 #include "emit/builder.h"
 #include "lower/lower.h"
+#include "spyre/compiler/errors.h"
 #include "spyre/compiler/program.h"
 
 namespace spyre::compiler {
@@ -14,8 +15,8 @@ namespace spyre::compiler {
 Program compile(const ir::Graph& g, const Target& t) {
   for (const ir::View& v : g.views) {
     if (v.arg >= g.num_args || v.sizes.size() != v.strides.size() || v.dtype >= hw::DType::kCount) {
-      throw std::invalid_argument(fmt::format("compiler: malformed view (arg {} of {}, {} sizes, {} strides)", v.arg,
-                                              g.num_args, v.sizes.size(), v.strides.size()));
+      throw Malformed(fmt::format("compiler: malformed view (arg {} of {}, {} sizes, {} strides)", v.arg, g.num_args,
+                                  v.sizes.size(), v.strides.size()));
     }
   }
   std::vector<lower::Kernel> kernels;
@@ -59,11 +60,11 @@ Program compile(const ir::Graph& g, const Target& t) {
 
 Program compile_matmul(const MatmulSpec& s, const Target& t) {
   if (s.m == 0 || s.k == 0 || s.n == 0) {
-    throw std::invalid_argument(fmt::format("compile_matmul: empty shape {}x{}x{}", s.m, s.k, s.n));
+    throw Malformed(fmt::format("compile_matmul: empty shape {}x{}x{}", s.m, s.k, s.n));
   }
   if (s.lda < s.k || s.ldb < s.n || s.ldc < s.n) {
-    throw std::invalid_argument(fmt::format("compile_matmul: row strides lda={} ldb={} ldc={} too small for {}x{}x{}",
-                                            s.lda, s.ldb, s.ldc, s.m, s.k, s.n));
+    throw Malformed(fmt::format("compile_matmul: row strides lda={} ldb={} ldc={} too small for {}x{}x{}", s.lda, s.ldb,
+                                s.ldc, s.m, s.k, s.n));
   }
   ir::Graph g;
   g.num_args = 3;

@@ -4,17 +4,18 @@
 
 #include <fmt/format.h>
 
+#include "spyre/compiler/errors.h"
 #include "spyre/compiler/program.h"
 
 namespace spyre::compiler {
 
 std::string listing(const std::vector<uint8_t>& image) {
   hw::ProgramHeader h{};
-  if (image.size() < sizeof h) throw std::invalid_argument("listing: an image shorter than its header");
+  if (image.size() < sizeof h) throw Malformed("listing: an image shorter than its header");
   std::memcpy(&h, image.data(), sizeof h);
-  if (h.magic != hw::kProgramMagic) throw std::invalid_argument("listing: not a program image");
+  if (h.magic != hw::kProgramMagic) throw Malformed("listing: not a program image");
   if (h.instr_offset + uint64_t{h.num_instrs} * sizeof(hw::Instr) > image.size()) {
-    throw std::invalid_argument("listing: instructions past the end of the image");
+    throw Malformed("listing: instructions past the end of the image");
   }
   std::string out = fmt::format("; {} instructions, {} cores\n", h.num_instrs, h.num_entries);
   for (uint32_t i = 0; i < h.num_instrs; ++i) {

@@ -101,17 +101,22 @@ TEST_CASE("every scratchpad size and core count the config accepts compiles") {
   }
 }
 
-TEST_CASE("malformed graphs are rejected with a message") {
+TEST_CASE("malformed graphs are rejected with a message, as Malformed: never a reason to fall back") {
   Graph g = matmul_graph(8, 8, 8, hw::DType::kF32);
   g.views[1].sizes = {9, 8};
-  CHECK_THROWS_WITH_AS(compiler::compile(g, {}), doctest::Contains("matmul shapes do not agree"),
-                       std::invalid_argument);
+  CHECK_THROWS_WITH_AS(compiler::compile(g, {}), doctest::Contains("matmul shapes do not agree"), compiler::Malformed);
   g = add_graph(10, hw::DType::kF32);
   g.views[0].arg = 5;
-  CHECK_THROWS_WITH_AS(compiler::compile(g, {}), doctest::Contains("malformed view"), std::invalid_argument);
+  CHECK_THROWS_WITH_AS(compiler::compile(g, {}), doctest::Contains("malformed view"), compiler::Malformed);
   g = add_graph(10, hw::DType::kF32);
   g.views[0].sizes = {3};
-  CHECK_THROWS_WITH_AS(compiler::compile(g, {}), doctest::Contains("does not broadcast"), std::invalid_argument);
+  CHECK_THROWS_WITH_AS(compiler::compile(g, {}), doctest::Contains("does not broadcast"), compiler::Malformed);
+}
+
+TEST_CASE("a well-formed graph no lowering takes is Unsupported, which callers may fall back from") {
+  Graph g = matmul_graph(8, 8, 8, hw::DType::kF32);
+  g.views[2].strides = {1, 8};  // a column-major output: rows not contiguous
+  CHECK_THROWS_WITH_AS(compiler::compile(g, {}), doctest::Contains("output rows not contiguous"), compiler::Unsupported);
 }
 
 TEST_CASE("a graph read from JSON is the graph built in C++") {
@@ -131,7 +136,7 @@ TEST_CASE("a malformed JSON graph names the field") {
   const auto error = [](const char* text) {
     try {
       compiler::ir::graph_from_json(text);
-    } catch (const std::invalid_argument& e) {
+    } catch (const compiler::Malformed& e) {
       return std::string(e.what());
     }
     return std::string("accepted");

@@ -110,6 +110,7 @@ class CompiledGraph:
     def __init__(self, gm: fx.GraphModule, name: str):
         self.gm, self.name = gm, name
         self.plans: dict = {}
+        self.told_limit = False  # the shape-limit warning was given
         self.static = _is_static(gm)
         if self.static:
             self.plans[None] = self._make_plan(gm)
@@ -132,7 +133,7 @@ class CompiledGraph:
                 s.key = cache.program_key(s.spec)
                 try:
                     cache.ensure_installed(s)
-                except ValueError as e:  # a shape the lowerings do not take: its ops run eagerly
+                except _C.Unsupported as e:  # a shape the lowerings do not take: its ops run eagerly
                     _stats["programs_not_compiled"] += 1
                     logger.warning(
                         "%s: program s%d does not compile (%s); its ops run one by one", self.name, s.index, e
@@ -165,7 +166,13 @@ class CompiledGraph:
         if runner is None:
             if len(self.plans) >= _recompile_limit():
                 _stats["shape_limit_hits"] += 1
-                logger.warning("%s: more than %d shapes; running its ops one by one", self.name, _recompile_limit())
+                if not self.told_limit:  # once per graph, not once per call
+                    self.told_limit = True
+                    logger.warning(
+                        "%s: more than %d shapes; running its ops one by one (for every further shape)",
+                        self.name,
+                        _recompile_limit(),
+                    )
                 return _eager(self.gm, args)
             if self.plans:
                 _stats["shape_recompiles"] += 1

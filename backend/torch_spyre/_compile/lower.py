@@ -256,7 +256,7 @@ class Planner:
         spec, operands = self._probe(n, name)
         try:
             ((temp_bytes, compute, args),) = _C._examine_segment(spec)
-        except ValueError:  # the library does not take this call: it runs eagerly
+        except _C.Unsupported:  # the library does not take this call: it runs eagerly (a Malformed raises)
             return None
         self.info[n] = (temp_bytes, compute)
         # What the lowering reads, and every tensor of a list argument (cat's empty inputs are read

@@ -9,13 +9,14 @@
 #include <fmt/format.h>
 
 #include "json_read.h"
+#include "spyre/compiler/errors.h"
 #include "spyre/compiler/ir.h"
 #include "spyre/hw/commands.h"
 
 namespace spyre::compiler::json_read {
 
 void bad(const std::string& where, const std::string& what) {
-  throw std::invalid_argument(fmt::format("graph json: {}: {}", where, what));
+  throw Malformed(fmt::format("graph json: {}: {}", where, what));
 }
 
 json parse(std::string_view text) {

@@ -11,6 +11,7 @@
 
 #include "layout.h"
 #include "lower.h"
+#include "spyre/compiler/errors.h"
 
 namespace spyre::compiler::lower {
 namespace {
@@ -27,18 +28,18 @@ std::optional<Kernel> lower_index(const ir::Graph& g, const ir::Index& x, const 
   const ir::View& table = g.views.at(x.table);
   const ir::View& index = g.views.at(x.index);
   const ir::View& rows = g.views.at(x.rows);
-  if (index.dtype != DType::kI64) throw std::invalid_argument("compiler: indices must be int64");
-  if (table.dtype != rows.dtype) throw std::invalid_argument("compiler: gathered rows must have the table's type");
+  if (index.dtype != DType::kI64) throw Malformed("compiler: indices must be int64");
+  if (table.dtype != rows.dtype) throw Malformed("compiler: gathered rows must have the table's type");
   const size_t nb = index.sizes.size() - 1;  // batch dims
   if (index.sizes.empty() || table.sizes.size() < nb + 1 || rows.sizes.size() != table.sizes.size()) {
-    throw std::invalid_argument("compiler: index, table and rows ranks do not agree");
+    throw Malformed("compiler: index, table and rows ranks do not agree");
   }
   const int64_t n = index.sizes.back(), R = table.sizes[nb];
-  if (rows.sizes[nb] != n) throw std::invalid_argument("compiler: rows and index lengths differ");
+  if (rows.sizes[nb] != n) throw Malformed("compiler: rows and index lengths differ");
   // The row: the trailing dims, contiguous in table and rows.
   int64_t C = 1;
   for (size_t d = nb + 1; d < table.sizes.size(); ++d) {
-    if (table.sizes[d] != rows.sizes[d]) throw std::invalid_argument("compiler: row shapes differ");
+    if (table.sizes[d] != rows.sizes[d]) throw Malformed("compiler: row shapes differ");
     C *= table.sizes[d];
   }
   const auto contiguous_row = [&](const ir::View& v) {
@@ -49,7 +50,7 @@ std::optional<Kernel> lower_index(const ir::Graph& g, const ir::Index& x, const 
     }
     return true;
   };
-  if (!contiguous_row(table) || !contiguous_row(rows)) throw std::invalid_argument("compiler: rows not contiguous");
+  if (!contiguous_row(table) || !contiguous_row(rows)) throw Unsupported("compiler: rows not contiguous");
   if (n == 0 || C == 0) return std::nullopt;
   const std::vector<int64_t> batch(rows.sizes.begin(), rows.sizes.begin() + static_cast<int64_t>(nb));
   for (int64_t s : batch) {

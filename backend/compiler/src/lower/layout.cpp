@@ -4,6 +4,8 @@
 
 #include <fmt/format.h>
 
+#include "spyre/compiler/errors.h"
+
 namespace spyre::compiler::lower {
 
 int64_t Space::numel() const {
@@ -15,7 +17,7 @@ int64_t Space::numel() const {
 std::vector<int64_t> broadcast_strides(const ir::View& v, const std::vector<int64_t>& shape) {
   const size_t n = shape.size(), k = v.sizes.size();
   if (k > n || v.strides.size() != k) {
-    throw std::invalid_argument(fmt::format("compiler: a {}-d operand does not broadcast to {} dims", k, n));
+    throw Malformed(fmt::format("compiler: a {}-d operand does not broadcast to {} dims", k, n));
   }
   std::vector<int64_t> out(n, 0);
   for (size_t j = n - k; j < n; ++j) {
@@ -23,7 +25,7 @@ std::vector<int64_t> broadcast_strides(const ir::View& v, const std::vector<int6
     if (v.sizes[jj] == shape[j]) {
       out[j] = v.strides[jj];
     } else if (v.sizes[jj] != 1) {
-      throw std::invalid_argument(
+      throw Malformed(
           fmt::format("compiler: operand size {} does not broadcast to {} in dim {}", v.sizes[jj], shape[j], j));
     }
   }

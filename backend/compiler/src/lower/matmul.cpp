@@ -13,6 +13,7 @@
 
 #include "layout.h"
 #include "lower.h"
+#include "spyre/compiler/errors.h"
 
 namespace spyre::compiler::lower {
 namespace {
@@ -50,12 +51,12 @@ struct Operand {
 Operand layout_of(int64_t rows, int64_t cols, int64_t s_rows, int64_t s_cols, const char* what) {
   if (s_cols == 1 || cols == 1) return {false, s_rows, s_cols};
   if (s_rows == 1 || rows == 1) return {true, s_rows, s_cols};
-  throw std::invalid_argument(fmt::format("compiler: matmul operand {} has no contiguous dim", what));
+  throw Unsupported(fmt::format("compiler: matmul operand {} has no contiguous dim", what));
 }
 
 Bcast bias_mode(int64_t s_rows, int64_t s_cols, int64_t rows, int64_t cols) {
   const bool same_row = s_rows == 0 || rows == 1, same_col = s_cols == 0 || cols == 1;
-  if (!same_col && s_cols != 1) throw std::invalid_argument("compiler: matmul bias columns are not contiguous");
+  if (!same_col && s_cols != 1) throw Unsupported("compiler: matmul bias columns are not contiguous");
   if (same_row && same_col) return Bcast::kScalar;
   if (same_row) return Bcast::kRow;
   if (same_col) return Bcast::kCol;
@@ -69,17 +70,17 @@ std::optional<Kernel> lower_matmul(const ir::Graph& g, const ir::Matmul& mm, con
   const ir::View& b = g.views.at(mm.b);
   const ir::View& out = g.views.at(mm.out);
   const size_t nd = out.sizes.size();
-  if (nd < 2 || a.sizes.size() < 2 || b.sizes.size() < 2) throw std::invalid_argument("compiler: matmul needs 2-d");
+  if (nd < 2 || a.sizes.size() < 2 || b.sizes.size() < 2) throw Malformed("compiler: matmul needs 2-d");
   if (!hw::dtype_is_float(mm.compute) || a.dtype != mm.compute || b.dtype != mm.compute) {
-    throw std::invalid_argument("compiler: matmul operands must both have the (float) compute type");
+    throw Malformed("compiler: matmul operands must both have the (float) compute type");
   }
   const int64_t M = out.sizes[nd - 2], N = out.sizes[nd - 1], K = a.sizes.back();
   if (a.sizes[a.sizes.size() - 2] != M || b.sizes[b.sizes.size() - 2] != K || b.sizes.back() != N) {
-    throw std::invalid_argument("compiler: matmul shapes do not agree");
+    throw Malformed("compiler: matmul shapes do not agree");
   }
   if (M == 0 || N == 0) return std::nullopt;
-  if (K == 0 && mm.bias < 0) throw std::invalid_argument("compiler: an empty matmul is a fill");
-  if (out.strides[nd - 1] != 1 && N != 1) throw std::invalid_argument("compiler: matmul output rows not contiguous");
+  if (K == 0 && mm.bias < 0) throw Unsupported("compiler: an empty matmul is a fill");
+  if (out.strides[nd - 1] != 1 && N != 1) throw Unsupported("compiler: matmul output rows not contiguous");
 
   // Batch dims: the output's leading ones; a, b and the bias broadcast to them.
   const std::vector<int64_t> batch(out.sizes.begin(), out.sizes.end() - 2);
@@ -116,7 +117,7 @@ std::optional<Kernel> lower_matmul(const ir::Graph& g, const ir::Matmul& mm, con
     } else if (tn > 8) {
       tn = (tn + 1) / 2;
     } else {
-      throw std::invalid_argument("compiler: scratchpad too small for a matmul tile");
+      throw Unsupported("compiler: scratchpad too small for a matmul tile");
     }
   }
 

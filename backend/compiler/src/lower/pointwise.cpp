@@ -14,6 +14,7 @@
 
 #include "layout.h"
 #include "lower.h"
+#include "spyre/compiler/errors.h"
 
 namespace spyre::compiler::lower {
 namespace {
@@ -151,7 +152,7 @@ std::vector<Kernel> lower_slices(const ir::Graph& g, const ir::Pointwise& p, con
     part.out = slice(views.size() - 1);
     for (Kernel& k : lower_pointwise(sliced, part, t)) kernels.push_back(std::move(k));
     if (kernels.size() > kMaxSlices) {
-      throw std::invalid_argument(
+      throw Unsupported(
           fmt::format("compiler: a pointwise op over {} dims that do not merge needs more than {} kernels",
                       space.sizes.size(), kMaxSlices));
     }
@@ -165,16 +166,16 @@ std::vector<Kernel> lower_pointwise(const ir::Graph& g, const ir::Pointwise& p, 
   const std::vector<ir::Step> steps = p.expression();
   for (size_t j = 0; j < steps.size(); ++j) {
     if (steps[j].args.size() != arity(steps[j].kind)) {
-      throw std::invalid_argument(fmt::format("compiler: pointwise step {} takes {} arguments, got {}", j,
-                                              arity(steps[j].kind), steps[j].args.size()));
+      throw Malformed(fmt::format("compiler: pointwise step {} takes {} arguments, got {}", j, arity(steps[j].kind),
+                                  steps[j].args.size()));
     }
     for (int32_t a : steps[j].args) {
       if ((a >= 0 && static_cast<size_t>(a) >= p.inputs.size()) || (a < 0 && static_cast<size_t>(-1 - a) >= j)) {
-        throw std::invalid_argument(fmt::format("compiler: pointwise step {} names a missing argument {}", j, a));
+        throw Malformed(fmt::format("compiler: pointwise step {} names a missing argument {}", j, a));
       }
     }
   }
-  if (steps.empty()) throw std::invalid_argument("compiler: a pointwise op needs a step");
+  if (steps.empty()) throw Malformed("compiler: a pointwise op needs a step");
   const ir::View& out = g.views.at(p.out);
   for (int64_t s : out.sizes) {
     if (s == 0) return {};
@@ -210,7 +211,7 @@ std::vector<Kernel> lower_pointwise(const ir::Graph& g, const ir::Pointwise& p, 
   views.push_back(&out);
   space.strides.push_back(out.strides);
   if (views.size() > schedule::kMaxOperands) {
-    throw std::invalid_argument(
+    throw Unsupported(
         fmt::format("compiler: a pointwise op of {} tensors exceeds {}", views.size(), schedule::kMaxOperands));
   }
   space = simplify(space);
@@ -243,7 +244,7 @@ std::vector<Kernel> lower_pointwise(const ir::Graph& g, const ir::Pointwise& p, 
   const auto col_stride = [&](uint32_t slot) { return space.strides[slot][nd - 1]; };
   const Move out_move = classify(row_stride(out_slot), col_stride(out_slot), rows_all, cols_all);
   if (out_move != Move::kBlock && out_move != Move::kElems) {
-    throw std::invalid_argument("compiler: the output of a pointwise op overlaps itself (a stride is 0)");
+    throw Unsupported("compiler: the output of a pointwise op overlaps itself (a stride is 0)");
   }
   bool elems = out_move == Move::kElems;
   for (Input& x : in) {
@@ -260,11 +261,11 @@ std::vector<Kernel> lower_pointwise(const ir::Graph& g, const ir::Pointwise& p, 
   }
   for (const ir::Step& st : steps) {
     if ((st.kind == ir::PointwiseKind::kIota || st.kind == ir::PointwiseKind::kRandom) && nd != 1) {
-      throw std::invalid_argument("compiler: iota and random need a 1-d output");
+      throw Malformed("compiler: iota and random need a 1-d output");
     }
     if (st.kind == ir::PointwiseKind::kRandom &&
         (p.rng_arg < 0 || static_cast<uint32_t>(p.rng_arg) + 1 >= g.num_args || !hw::dtype_is_float(p.compute))) {
-      throw std::invalid_argument("compiler: random numbers need a float type and a key and counter argument");
+      throw Malformed("compiler: random numbers need a float type and a key and counter argument");
     }
   }
 
@@ -278,7 +279,7 @@ std::vector<Kernel> lower_pointwise(const ir::Graph& g, const ir::Pointwise& p, 
   per_elem += steps.size() * 4 * es_c;
   const uint64_t half = t.lx_bytes / 2;
   const uint64_t slack = 128 * (2 * in.size() + 2 * steps.size() + 4);
-  if (half <= slack + 64 * per_elem) throw std::invalid_argument("compiler: scratchpad too small for a pointwise tile");
+  if (half <= slack + 64 * per_elem) throw Unsupported("compiler: scratchpad too small for a pointwise tile");
   uint64_t budget = (half - slack) / per_elem;
   if (budget >= 64) budget = budget / 64 * 64;
   // A transposed input moves tc rows of tr elements: keep the tile about square so both are long.

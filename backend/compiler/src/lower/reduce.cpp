@@ -10,6 +10,7 @@
 
 #include "layout.h"
 #include "lower.h"
+#include "spyre/compiler/errors.h"
 
 namespace spyre::compiler::lower {
 namespace {
@@ -65,29 +66,29 @@ std::optional<Kernel> lower_reduce(const ir::Graph& g, const ir::Reduce& r, cons
   const ir::View& in = g.views.at(r.in);
   const ir::View& out = g.views.at(r.out);
   const size_t nd = in.sizes.size();
-  if (out.sizes.size() != nd) throw std::invalid_argument("compiler: reduce output must keep the reduced dims");
+  if (out.sizes.size() != nd) throw Malformed("compiler: reduce output must keep the reduced dims");
   std::vector<bool> reduced(nd, false);
   for (int64_t d : r.dims) {
-    if (d < 0 || static_cast<size_t>(d) >= nd) throw std::invalid_argument(fmt::format("compiler: reduce dim {}", d));
+    if (d < 0 || static_cast<size_t>(d) >= nd) throw Malformed(fmt::format("compiler: reduce dim {}", d));
     reduced[static_cast<size_t>(d)] = true;
   }
   for (size_t d = 0; d < nd; ++d) {
     if (out.sizes[d] != (reduced[d] ? 1 : in.sizes[d])) {
-      throw std::invalid_argument("compiler: reduce output shape does not match the input");
+      throw Malformed("compiler: reduce output shape does not match the input");
     }
   }
   if (out.numel() == 0) return std::nullopt;
   if (in.numel() == 0 && (r.fn != hw::ReduceFn::kSum && r.fn != hw::ReduceFn::kProd)) {
-    throw std::invalid_argument("compiler: max, min and arg reductions of an empty dim have no identity");
+    throw Unsupported("compiler: max, min and arg reductions of an empty dim have no identity");
   }
-  if (in.numel() == 0) throw std::invalid_argument("compiler: empty reductions are fills");
+  if (in.numel() == 0) throw Unsupported("compiler: empty reductions are fills");
   const bool arg = r.fn == hw::ReduceFn::kArgMax || r.fn == hw::ReduceFn::kArgMin;
   const DType result = arg ? DType::kI64 : r.compute;
 
   const Space space = reduce_space(in, out, reduced);
   const size_t n = space.sizes.size();
   if (!merged(space)) {
-    throw std::invalid_argument("compiler: the reduced dims do not merge into one; make the input contiguous");
+    throw Unsupported("compiler: the reduced dims do not merge into one; make the input contiguous");
   }
   const int64_t red = space.sizes[n - 1], sr = space.strides[0][n - 1];
   const int64_t rows_all = n >= 2 ? space.sizes[n - 2] : 1;
@@ -101,7 +102,7 @@ std::optional<Kernel> lower_reduce(const ir::Graph& g, const ir::Reduce& r, cons
   const uint64_t half = t.lx_bytes / 2, slack = 1024;
   const uint64_t per_elem = es_i + 2 * es_c;
   const uint64_t per_row = es_r + es_c + es_o;
-  if (t.lx_bytes < 8 * slack) throw std::invalid_argument("compiler: scratchpad too small for a reduction");
+  if (t.lx_bytes < 8 * slack) throw Unsupported("compiler: scratchpad too small for a reduction");
   const uint64_t budget = half - slack;  // bytes of one tile's buffers
   int64_t tr = 1, tc = red;
   if (static_cast<uint64_t>(red) * per_elem + per_row <= budget) {

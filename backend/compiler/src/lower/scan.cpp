@@ -8,6 +8,7 @@
 
 #include "layout.h"
 #include "lower.h"
+#include "spyre/compiler/errors.h"
 
 namespace spyre::compiler::lower {
 namespace {
@@ -22,11 +23,11 @@ constexpr uint32_t kLoadTag = 0, kStoreTag = 1;
 std::optional<Kernel> lower_scan(const ir::Graph& g, const ir::Scan& s, const Target& t) {
   const ir::View& in = g.views.at(s.in);
   const ir::View& out = g.views.at(s.out);
-  if (in.sizes != out.sizes || in.sizes.empty()) throw std::invalid_argument("compiler: scan in and out differ");
-  if (s.compute == DType::kBool) throw std::invalid_argument("compiler: no scan in bool");
+  if (in.sizes != out.sizes || in.sizes.empty()) throw Malformed("compiler: scan in and out differ");
+  if (s.compute == DType::kBool) throw Unsupported("compiler: no scan in bool");
   const int64_t n = in.sizes.back();
   if ((in.strides.back() != 1 || out.strides.back() != 1) && n > 1) {
-    throw std::invalid_argument("compiler: the scanned dim must be contiguous");
+    throw Unsupported("compiler: the scanned dim must be contiguous");
   }
   if (in.numel() == 0) return std::nullopt;
   // The leading dims, simplified; the innermost of them is the tile's row dim.

@@ -8,6 +8,7 @@
 
 #include "layout.h"
 #include "lower.h"
+#include "spyre/compiler/errors.h"
 
 namespace spyre::compiler::lower {
 namespace {
@@ -24,11 +25,11 @@ std::optional<Kernel> lower_sort(const ir::Graph& g, const ir::Sort& s, const Ta
   const ir::View& indices = g.views.at(s.indices);
   if (in.sizes != values.sizes || in.sizes != indices.sizes || in.sizes.empty() || in.dtype != values.dtype ||
       indices.dtype != hw::DType::kI64) {
-    throw std::invalid_argument("compiler: sort needs in and values of one type and int64 indices of one shape");
+    throw Malformed("compiler: sort needs in and values of one type and int64 indices of one shape");
   }
   const int64_t n = in.sizes.back();
   for (const ir::View* v : {&in, &values, &indices}) {
-    if (v->strides.back() != 1 && n > 1) throw std::invalid_argument("compiler: the sorted dim must be contiguous");
+    if (v->strides.back() != 1 && n > 1) throw Unsupported("compiler: the sorted dim must be contiguous");
   }
   if (in.numel() == 0) return std::nullopt;
   Space space;
@@ -44,7 +45,7 @@ std::optional<Kernel> lower_sort(const ir::Graph& g, const ir::Sort& s, const Ta
   const uint64_t per_row = static_cast<uint64_t>(n) * (2 * es + 8);  // the row, its sorted copy, indices
   const uint64_t budget = t.lx_bytes - 2048;
   if (per_row > budget) {
-    throw std::invalid_argument(fmt::format("compiler: a sorted row of {} elements exceeds the scratchpad", n));
+    throw Unsupported(fmt::format("compiler: a sorted row of {} elements exceeds the scratchpad", n));
   }
   const int64_t tr = std::max<int64_t>(1, std::min<int64_t>(rows_all, static_cast<int64_t>(budget / per_row)));
 

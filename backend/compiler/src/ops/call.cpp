@@ -9,6 +9,7 @@
 #include "../lower/layout.h"
 #include "../lower/lower.h"
 #include "family.h"
+#include "spyre/compiler/errors.h"
 
 namespace spyre::compiler::ops {
 
@@ -134,7 +135,7 @@ uint32_t Builder::add_view(ir::View v) {
 
 uint32_t Builder::derive(uint32_t of, int64_t offset, std::vector<int64_t> sizes, std::vector<int64_t> strides) {
   const ir::View& base = view(of);
-  if (sizes.size() != strides.size()) throw std::invalid_argument("ops: a derived view's sizes and strides differ");
+  if (sizes.size() != strides.size()) throw Malformed("ops: a derived view's sizes and strides differ");
   ir::View v{base.arg, base.offset + offset, std::move(sizes), std::move(strides), base.dtype};
   return add_view(std::move(v));
 }
@@ -188,7 +189,7 @@ void Builder::add(ir::Sort s) {
 // ---- shared helpers ------------------------------------------------------------------------------
 
 void reject(const Call& c, const std::string& why) {
-  throw std::invalid_argument(fmt::format("ops: {}: {}", c.op, why));
+  throw Unsupported(fmt::format("ops: {}: {}", c.op, why));
 }
 
 std::vector<int64_t> contiguous_strides(const std::vector<int64_t>& sizes) {
@@ -234,7 +235,7 @@ std::vector<int64_t> wrap_dims(std::vector<int64_t> dims, size_t n) {
   }
   const auto nd = static_cast<int64_t>(std::max<size_t>(n, 1));
   for (int64_t& d : dims) {
-    if (d < -nd || d >= nd) throw std::invalid_argument(fmt::format("ops: dim {} out of range for {} dims", d, n));
+    if (d < -nd || d >= nd) throw Malformed(fmt::format("ops: dim {} out of range for {} dims", d, n));
     d = (d + nd) % nd;
   }
   std::sort(dims.begin(), dims.end());

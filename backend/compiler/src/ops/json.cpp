@@ -8,6 +8,7 @@
 
 #include "../ir/json_read.h"
 #include "family.h"
+#include "spyre/compiler/errors.h"
 
 namespace spyre::compiler::ops {
 namespace {
@@ -28,8 +29,8 @@ class RegionBuilder final : public Builder {
     ir::View v{arg_, static_cast<int64_t>(at_ / es), sizes, contiguous_strides(sizes), dtype};
     at_ += static_cast<uint64_t>(n) * es;
     if (used() > limit_) {
-      throw std::invalid_argument(
-          fmt::format("ops: temporaries of {} bytes overflow the region of {}", used(), limit_));
+      // The region is the size examine() asked for: a smaller one is the caller's bug.
+      throw Malformed(fmt::format("ops: temporaries of {} bytes overflow the region of {}", used(), limit_));
     }
     return add_view(std::move(v));
   }
@@ -123,10 +124,12 @@ const json& nodes_of(const json& doc) {
 void lower_node(RegionBuilder& b, const Call& c, size_t i) {
   try {
     lower(b, c);
-  } catch (const std::invalid_argument& e) {
-    throw std::invalid_argument(fmt::format("segment: nodes[{}] ({}): {}", i, c.op, e.what()));
+  } catch (const Unsupported& e) {
+    throw Unsupported(fmt::format("segment: nodes[{}] ({}): {}", i, c.op, e.what()));
+  } catch (const Malformed& e) {
+    throw Malformed(fmt::format("segment: nodes[{}] ({}): {}", i, c.op, e.what()));
   } catch (const std::out_of_range& e) {  // a view or result the call names that the segment lacks
-    throw std::invalid_argument(fmt::format("segment: nodes[{}] ({}): {}", i, c.op, e.what()));
+    throw Malformed(fmt::format("segment: nodes[{}] ({}): {}", i, c.op, e.what()));
   }
 }
 

@@ -5,6 +5,8 @@
 
 #include <fmt/format.h>
 
+#include "spyre/compiler/errors.h"
+
 namespace spyre::compiler::schedule {
 namespace {
 
@@ -44,8 +46,8 @@ void emit_nest(Builder& b, const Nest& nest, uint32_t cores, const Body& body) {
   const auto ops = static_cast<uint32_t>(nest.operands.size());
   const auto levels = static_cast<uint32_t>(nest.levels.size());
   if (ops > kMaxOperands || levels > kMaxLevels || nest.tail_levels.size() > kMaxTailLevels) {
-    throw std::invalid_argument(fmt::format("compiler: a loop nest of {} operands and {} levels exceeds {} and {}", ops,
-                                            levels, kMaxOperands, kMaxLevels));
+    throw Unsupported(fmt::format("compiler: a loop nest of {} operands and {} levels exceeds {} and {}", ops, levels,
+                                  kMaxOperands, kMaxLevels));
   }
   const uint64_t units = nest_units(nest), serial = serial_items(nest);
   const Builder::Label done = b.label(), loop = b.label();

@@ -9,6 +9,7 @@
 #include <string_view>
 #include <vector>
 
+#include "spyre/compiler/errors.h"
 #include "spyre/hw/isa.h"
 
 namespace spyre::compiler::ir {
@@ -251,7 +252,7 @@ struct Graph {
 /// 1 scatter, 2 scatter-add, 3 scatter-mul), "table", "index", "rows"}} | {"scan": {"fn", "compute",
 /// "in", "out"}} | {"sort": {"in", "values", "indices", "descending"}}]}; steps may also be "fma". Functions are the hw
 /// enum values; dtypes their names ("f32"); infinities and NaN the strings "inf", "-inf", "nan". Throws
-/// std::invalid_argument naming the first malformed field.
+/// Malformed naming the first malformed field.
 Graph graph_from_json(std::string_view text);
 /// The JSON form of a graph (what graph_from_json reads; also "scan", "sort" and "fma" steps).
 std::string graph_to_json(const Graph& g);

@@ -5,8 +5,9 @@
 //
 // No torch: a front door brings what torch decides (the shapes and types of the results, the
 // promoted type of the inputs) with the call, and checks what torch checks before it gets here.
-// A lowering that does not take a call throws std::invalid_argument; the front door then takes
-// another path (the CPU fallback, or the op run eagerly).
+// A lowering that does not take a call throws compiler::Unsupported; the front door then takes
+// another path (the CPU fallback, or the op run eagerly). A malformed call or segment throws
+// compiler::Malformed, which no front door falls back from (spyre/compiler/errors.h).
 #pragma once
 
 #include <cstdint>
@@ -58,13 +59,13 @@ struct Call {
 
   /// The argument `name`, or nullptr when the call has none or it is None.
   const Arg* get(std::string_view name) const;
-  /// The view of tensor argument `name`. Throws std::invalid_argument when it is not a tensor.
+  /// The view of tensor argument `name`. Throws Unsupported when it is not a tensor.
   uint32_t tensor(std::string_view name) const;
   double number(std::string_view name, double fallback) const;
   int64_t integer(std::string_view name, int64_t fallback) const;
   bool flag(std::string_view name, bool fallback) const;
   std::string text(std::string_view name, std::string fallback = "") const;
-  /// Result `i`'s view. Throws std::invalid_argument when the call has none there.
+  /// Result `i`'s view. Throws Unsupported when the call has none there.
   uint32_t out(size_t i = 0) const;
   bool wants(size_t i) const { return i < outs.size() && outs[i] >= 0; }
 };
@@ -151,7 +152,7 @@ struct Entry {
 /// Every op the library lowers (for the planner, through torch_spyre._C).
 std::map<std::string, Entry> catalogue();
 
-/// Appends the IR of call `c` to `b`. Throws std::invalid_argument when the library does not take it
+/// Appends the IR of call `c` to `b`. Throws Unsupported when the library does not take it
 /// (an op it does not know, an argument it does not model, a layout no lowering covers).
 void lower(Builder& b, const Call& c);
 
@@ -162,8 +163,8 @@ void lower(Builder& b, const Call& c);
 /// "result" (dtype names), "temp": {"arg": slot, "offset": bytes, "bytes": size}}. An argument is null, a number,
 /// a bool, a string, a list of ints, {"view": i}, {"views": [i, ...]}, {"float": "inf" | "-inf" |
 /// "nan"}, or {"node": call} (a fused pointwise producer). A node's temporaries go in order into
-/// its temp region. Throws std::invalid_argument naming the first malformed field, or the call a
-/// lowering does not take.
+/// its temp region. Throws Malformed naming the first malformed field, or Unsupported naming the
+/// call a lowering does not take.
 ir::Graph segment_from_json(std::string_view text);
 /// What the planner needs to know of a node before it places memory: the bytes of temporaries its
 /// lowering asks for (the temp region it must give the node) and, for a pointwise op, the type its

@@ -48,8 +48,8 @@ Program assemble_spmd(std::string name, std::vector<hw::Instr> code, uint32_t co
 std::string listing(const std::vector<uint8_t>& image);
 
 /// Compiles a graph into one program: its ops run in order, each split over the cores, with a
-/// barrier between consecutive ops. Throws std::invalid_argument naming the problem when an op
-/// cannot be compiled (a malformed graph, or a shape the lowering does not take).
+/// barrier between consecutive ops. Throws Malformed for a malformed graph and Unsupported for a
+/// shape, stride or size no lowering takes (spyre/compiler/errors.h), each naming the problem.
 Program compile(const ir::Graph& graph, const Target& target);
 
 /// C = A @ B with A: M x K, B: K x N, C: M x N, all row-major with row strides in elements
@@ -63,7 +63,7 @@ struct MatmulSpec {
 };
 
 /// Tiles the matmul for the scratchpad and divides output tiles over the cores.
-/// Throws std::invalid_argument naming the field when the spec is malformed.
+/// Throws Malformed naming the field when the spec is malformed.
 Program compile_matmul(const MatmulSpec& spec, const Target& target);
 
 }  // namespace spyre::compiler
