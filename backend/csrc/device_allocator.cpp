@@ -58,6 +58,9 @@ AllocatorHooks driver_hooks(DeviceRuntime* rt) {
       // The driver's memory map knows no streams: work still queued on any stream may use the
       // segment, so it goes back only once the card has caught up (as cudaFree waits).
       rt->drain();
+      // Zeroed while still ours (once freed, another thread may allocate it): the simulated card
+      // gives the host memory behind it back to the operating system.
+      rt->device().scrub(addr, bytes);
       rt->free(addr);
     } catch (const std::exception& e) {
       TORCH_WARN("spyre: could not free ", bytes, " bytes of device memory at ", reinterpret_cast<void*>(addr), ": ",

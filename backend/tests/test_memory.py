@@ -8,6 +8,7 @@ segment rounded to 2 MiB), not read back from the allocator.
 from __future__ import annotations
 
 import importlib
+import os
 import threading
 
 import pytest
@@ -73,6 +74,31 @@ def test_empty_cache_lowers_reserved_to_what_live_tensors_need():
     del tensors
     torch.accelerator.empty_cache()  # the same cache
     assert torch.spyre.memory_reserved() == start
+
+
+@pytest.mark.skipif(
+    os.environ.get("SPYRE_TRANSPORT") == "socket", reason="the card's memory lives in spyre-simd's process there"
+)
+def test_empty_cache_gives_the_host_memory_back_to_the_os():
+    """The simulated card's memory lives in this process: a segment given back by empty_cache is
+    scrubbed, and the host memory behind it returns to the operating system (once, it stayed)."""
+    code = (
+        "import torch, torch_spyre\n"
+        "def rss():\n"
+        "    return next(int(l.split()[1]) for l in open('/proc/self/status') if l.startswith('VmRSS')) >> 10\n"
+        "start = rss()\n"
+        "x = torch.empty(128 << 20, device='spyre'); x.fill_(1.0); torch.spyre.synchronize()\n"
+        "full = rss()\n"
+        "del x; torch.spyre.empty_cache()\n"
+        "y = torch.zeros(1 << 20, device='spyre')\n"  # memory given out again reads as zeros
+        "print(start, full, rss(), y.abs().sum().item())\n"
+    )
+    proc = run_python(code)
+    assert proc.returncode == 0, proc.stderr
+    start, full, emptied, rest = (float(v) for v in proc.stdout.split())
+    assert full - start > 400  # 512 MiB written
+    assert full - emptied > 400, (start, full, emptied)
+    assert rest == 0
 
 
 def pending_bytes() -> int:

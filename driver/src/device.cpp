@@ -162,6 +162,20 @@ Status Device::free(uint64_t addr) {
   return {};
 }
 
+void Device::scrub(uint64_t addr, uint64_t bytes) {
+  // Under the memory lock: the five writes of two scrubs must not interleave.
+  std::lock_guard lock(mem_mu_);
+  write64(hw::kMgmtScrubBaseLo, addr);
+  write64(hw::kMgmtScrubSizeLo, bytes);
+  transport_.mmio_write(index_, hw::kMgmtScrub, 1);
+  (void)transport_.mmio_read(index_, hw::kRegStatus);  // a read: the posted writes have landed
+}
+
+void Device::write64(uint32_t lo, uint64_t value) {
+  transport_.mmio_write(index_, lo, static_cast<uint32_t>(value));
+  transport_.mmio_write(index_, lo + 4, static_cast<uint32_t>(value >> 32));
+}
+
 MemoryStats Device::memory_stats() {
   std::lock_guard lock(mem_mu_);
   MemoryStats s = mem_stats_;

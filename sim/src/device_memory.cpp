@@ -1,8 +1,11 @@
 #include "device_memory.h"
 
+#include <malloc.h>
+
 #include <algorithm>
 #include <cstring>
 #include <fstream>
+#include <iterator>
 #include <string>
 
 namespace spyre::sim {
@@ -106,18 +109,27 @@ void DeviceMemory::scrub(uint64_t addr, uint64_t n) {
   n = std::min(n, size_ - addr);
   if (guard_) guard_(addr, n);
   const uint64_t end = addr + n;
-  for (auto it = pages_.begin(); it != pages_.end();) {
+  const auto clear = [&](decltype(pages_)::iterator it) {  // the page's part in range; the next page
     const uint64_t lo = it->first * kPageBytes, hi = lo + kPageBytes;
-    if (hi <= addr || lo >= end) {
-      ++it;
-    } else if (lo >= addr && hi <= end) {
-      it = pages_.erase(it);
-    } else {
-      const uint64_t from = std::max(lo, addr), to = std::min(hi, end);
-      std::memset(it->second.get() + (from - lo), 0, to - from);
-      ++it;
+    if (lo >= addr && hi <= end) return pages_.erase(it);
+    const uint64_t from = std::max(lo, addr), to = std::min(hi, end);
+    std::memset(it->second.get() + (from - lo), 0, to - from);
+    return std::next(it);
+  };
+  const uint64_t first = addr / kPageBytes, last = (end + kPageBytes - 1) / kPageBytes;
+  const size_t before = pages_.size();
+  if (last - first < pages_.size()) {  // a small range: look its pages up
+    for (uint64_t p = first; p < last; ++p) {
+      if (const auto it = pages_.find(p); it != pages_.end()) clear(it);
+    }
+  } else {
+    for (auto it = pages_.begin(); it != pages_.end();) {
+      it = it->first >= first && it->first < last ? clear(it) : std::next(it);
     }
   }
+  // Pages are heap blocks below malloc's mmap threshold: freed, they stay in the process until the
+  // heap is trimmed. Trimmed once a scrub has released a megabyte or more.
+  if ((before - pages_.size()) * kPageBytes >= (1u << 20)) malloc_trim(0);
 }
 
 void DeviceMemory::b_transport(int /*id*/, tlm::tlm_generic_payload& gp, sc_core::sc_time& delay) {

@@ -437,9 +437,12 @@ void Daemon::release(uint32_t client, int slot) {
           }
         }
       }
-      write64(sim_, card, hw::kMgmtScrubBaseLo, s.mem_base);
-      write64(sim_, card, hw::kMgmtScrubSizeLo, s.mem_bytes);
-      sim_.mmio_write(card, hw::kMgmtScrub, 1);
+      {
+        const std::lock_guard lock(scrub_mu_);
+        write64(sim_, card, hw::kMgmtScrubBaseLo, s.mem_base);
+        write64(sim_, card, hw::kMgmtScrubSizeLo, s.mem_bytes);
+        sim_.mmio_write(card, hw::kMgmtScrub, 1);
+      }
       (void)sim_.mmio_read(card, hw::kRegMagic);  // the resets and the scrub have landed
     }
   }
@@ -495,7 +498,7 @@ uint32_t Daemon::client_read(const Slot& s, uint32_t card, uint32_t offset) {
   return sim_.mmio_read(card, offset);
 }
 
-void Daemon::client_write(const Slot& s, uint32_t card, uint32_t offset, uint32_t value) {
+void Daemon::client_write(Slot& s, uint32_t card, uint32_t offset, uint32_t value) {
   if (offset == hw::kRegControl) {
     // A client's device reset is a reset of its own function: its queues, nobody else's.
     if (value & hw::kControlReset) reset_queues(s, card);
@@ -510,7 +513,24 @@ void Daemon::client_write(const Slot& s, uint32_t card, uint32_t offset, uint32_
     sim_.mmio_write(card, hw::queue_reg(phys, reg), reg == hw::kQMsixVector ? phys : value);
     return;
   }
-  // Every other register is read-only to a client; the management page is the daemon's.
+  if (offset >= hw::kMgmtScrubBaseLo && offset <= hw::kMgmtScrub && card < s.scrub_base.size()) {
+    // A client may scrub its own memory (its driver zeroes what it frees, which gives the card's
+    // host backing back); a range outside its window is dropped.
+    const auto set = [&](uint64_t& reg, bool hi) {
+      reg = hi ? (reg & 0xffffffffu) | uint64_t{value} << 32 : (reg & ~uint64_t{0xffffffffu}) | value;
+    };
+    if (offset == hw::kMgmtScrubBaseLo || offset == hw::kMgmtScrubBaseHi) set(s.scrub_base[card], offset & 4);
+    if (offset == hw::kMgmtScrubSizeLo || offset == hw::kMgmtScrubSizeHi) set(s.scrub_size[card], offset & 4);
+    if (offset == hw::kMgmtScrub && (value & 1) &&
+        hw::in_window(s.scrub_base[card], s.scrub_size[card], s.mem_base, s.mem_bytes)) {
+      const std::lock_guard lock(scrub_mu_);  // the card has one set of scrub registers
+      write64(sim_, card, hw::kMgmtScrubBaseLo, s.scrub_base[card]);
+      write64(sim_, card, hw::kMgmtScrubSizeLo, s.scrub_size[card]);
+      sim_.mmio_write(card, hw::kMgmtScrub, 1);
+    }
+    return;
+  }
+  // Every other register is read-only to a client; the rest of the management page is the daemon's.
 }
 
 std::string Daemon::status_json() {

@@ -6,6 +6,7 @@
 // docs/design-daemon.md.
 #pragma once
 
+#include <array>
 #include <atomic>
 #include <chrono>
 #include <cstdint>
@@ -42,6 +43,8 @@ class Daemon {
     uint32_t queues = 0;
     uint64_t mem_base = 0;
     uint64_t mem_bytes = 0;
+    // The client's scrub registers, per card: a scrub inside its own window goes to the card.
+    std::array<uint64_t, 16> scrub_base{}, scrub_size{};  // 16: the most cards sim.devices allows
   };
   void serve(int sock, uint32_t client);
   /// Gives the client a free slot and programs its windows on every card; -1 when none is free.
@@ -51,7 +54,7 @@ class Daemon {
   /// The client's BAR0 read or write, through its slot: its own queues renumbered from 0, its
   /// window as the card's memory; nothing of other clients or of the management page.
   uint32_t client_read(const Slot& s, uint32_t card, uint32_t offset);
-  void client_write(const Slot& s, uint32_t card, uint32_t offset, uint32_t value);
+  void client_write(Slot& s, uint32_t card, uint32_t offset, uint32_t value);
   /// Resets every queue of the slot on `card` (they drop what they hold).
   void reset_queues(const Slot& s, uint32_t card);
   std::string status_json();
@@ -64,6 +67,7 @@ class Daemon {
   std::atomic<bool> stopping_{false};
   std::vector<std::unique_ptr<CardLink>> links_;
   std::mutex mu_;
+  std::mutex scrub_mu_;  // the five writes of one scrub reach a card together
   uint32_t next_client_ = 1;
   uint32_t clients_ = 0;
   std::set<uint32_t> connected_;  // ids of the connected clients

@@ -206,6 +206,12 @@ class Device {
   Status alloc(uint64_t bytes, uint64_t* addr);
   /// Frees a block returned by alloc(). Freeing an unknown address is a kInvalidArgument.
   Status free(uint64_t addr);
+  /// Zeroes device memory that nothing uses any more (a block about to be freed, no work queued on
+  /// it) through the management page's scrub; on a shared card the daemon scrubs it when it lies
+  /// in this client's window, and drops it otherwise. Returns once the card has taken it. On the
+  /// simulated card a scrub also gives the host memory behind those pages back to the operating
+  /// system. Must not be called from a completion callback (it reads a register).
+  void scrub(uint64_t addr, uint64_t bytes);
   MemoryStats memory_stats();
 
   /// Allocates and maps host memory for DMA.
@@ -232,6 +238,8 @@ class Device {
   Transport& transport() { return transport_; }
   void on_irq(uint32_t vector);
   void release_queue(uint32_t id);
+  /// A 64-bit register pair (LO at `lo`, HI at `lo + 4`).
+  void write64(uint32_t lo, uint64_t value);
 
   Transport& transport_;
   uint32_t index_;
