@@ -3,9 +3,7 @@
 #include <ATen/ATen.h>
 #include <c10/core/DeviceGuard.h>
 
-#include <mutex>
 #include <stdexcept>
-#include <unordered_map>
 
 #include "aten_util.h"
 #include "runtime.h"
@@ -14,13 +12,6 @@
 #include "spyre/hw/commands.h"
 
 namespace spyre::backend {
-namespace {
-
-std::mutex g_mu;
-std::unordered_map<std::string, compiler::Program> g_installed;  // key -> program, for uploads on a miss
-
-}  // namespace
-
 namespace {
 
 compiler::ir::Graph graph_of(const std::string& json) {
@@ -40,26 +31,12 @@ std::string graph_ir_json(const std::string& json) {
   return compiler::ir::graph_to_json(graph_of(json));
 }
 
-void install_program(const std::string& key, ProgramBytes p) {
+std::shared_ptr<ProgramHandle> make_program(const std::string& key, ProgramBytes p) {
   TORCH_CHECK(p.num_args <= hw::kMaxLaunchArgs, "spyre: a program with ", p.num_args, " arguments");
-  compiler::Program program{std::move(p.name), std::vector<uint8_t>(p.image.begin(), p.image.end()), p.core_mask,
-                            p.num_args};
-  const std::lock_guard<std::mutex> lock(g_mu);
-  g_installed[key] = std::move(program);
+  return std::make_shared<ProgramHandle>(
+      ProgramHandle{key, compiler::Program{std::move(p.name), std::vector<uint8_t>(p.image.begin(), p.image.end()),
+                                           p.core_mask, p.num_args}});
 }
-
-namespace {
-
-compiler::Program installed(const std::string& key, size_t num_args) {
-  const std::lock_guard<std::mutex> lock(g_mu);
-  const auto it = g_installed.find(key);
-  TORCH_CHECK(it != g_installed.end(), "spyre: no compiled program under '", key, "'");
-  TORCH_CHECK(it->second.num_args == num_args, "spyre: the program under '", key, "' takes ", it->second.num_args,
-              " arguments, got ", num_args);
-  return it->second;
-}
-
-}  // namespace
 
 void launch_graphs(const std::vector<GraphLaunch>& launches) {
   if (launches.empty()) return;
@@ -74,8 +51,10 @@ void launch_graphs(const std::vector<GraphLaunch>& launches) {
                   "spyre: a compiled graph's tensors must all be on spyre:", device, ", got one on ", t.device());
       args.push_back(device_addr(t));
     }
-    const size_t n = args.size();
-    requests.push_back({g.key, [key = g.key, n] { return installed(key, n); }, std::move(args), g.label});
+    TORCH_CHECK(g.program && g.program->program.num_args == args.size(), "spyre: the program '",
+                g.program ? g.program->key : "(none)", "' takes ", g.program ? g.program->program.num_args : 0,
+                " arguments, got ", args.size());
+    requests.push_back({g.program->key, [p = g.program] { return p->program; }, std::move(args), g.label});
   }
   const c10::DeviceGuard guard(launches.front().tensors.front().device());
   DeviceRuntime::get(device).launch_sequence(requests);

@@ -1,13 +1,16 @@
 // The torch.compile front door's calls into the compiler and the runtime (bound in module.cpp):
-// compile a graph given as JSON for a device, keep the result under a key, launch it.
+// compile a graph given as JSON for a device, hold the result as a program handle, launch it.
 #pragma once
 
 #include <ATen/core/Tensor.h>
 
 #include <cstdint>
 #include <map>
+#include <memory>
 #include <string>
 #include <vector>
+
+#include "spyre/compiler/program.h"
 
 namespace spyre::backend {
 
@@ -21,17 +24,23 @@ struct ProgramBytes {
 
 /// Compiles a JSON document for device `device`'s target: a planner's segment (views and calls,
 /// compiler::ops::segment_from_json) when it has "nodes", else an IR graph
-/// (compiler::ir::graph_from_json). Throws std::invalid_argument (a ValueError) naming what the op
-/// library or the compiler does not take.
+/// (compiler::ir::graph_from_json). Throws compiler::Unsupported naming what the op library or the
+/// compiler does not take, compiler::Malformed for a malformed document.
 ProgramBytes compile_graph_json(int device, const std::string& json);
 /// The IR graph of a JSON document as compile_graph_json reads it, as JSON (for debug dumps).
 std::string graph_ir_json(const std::string& json);
-/// Keeps `p` under `key` for launch_graph (the runtime uploads it on first launch).
-void install_program(const std::string& key, ProgramBytes p);
-/// One launch of a kept program: argument slot i is tensors[i]'s address; `label` names the launch
-/// in traces and profiles.
-struct GraphLaunch {
+/// A compiled graph's program, held by the compiled graph that launches it (torch_spyre._compile):
+/// it lives as long as they do, so programs of graphs torch has dropped go too. `key` names it in
+/// the runtime's program cache (which uploads it on first launch, and again after an eviction).
+struct ProgramHandle {
   std::string key;
+  compiler::Program program;
+};
+std::shared_ptr<ProgramHandle> make_program(const std::string& key, ProgramBytes p);
+/// One launch of a program: argument slot i is tensors[i]'s address; `label` names the launch in
+/// traces and profiles.
+struct GraphLaunch {
+  std::shared_ptr<const ProgramHandle> program;
   std::vector<at::Tensor> tensors;
   std::string label;
 };

@@ -22,8 +22,8 @@
 #include "graph.h"
 #include "memory_bindings.h"
 #include "runtime.h"
-#include "spyre/compiler/ops.h"
 #include "spyre/compiler/errors.h"
+#include "spyre/compiler/ops.h"
 #include "spyre/compiler/program.h"
 #include "spyre/driver/driver.h"
 #include "spyre/hw/commands.h"
@@ -364,19 +364,24 @@ PYBIND11_MODULE(_C, m) {
     const spyre::backend::ProgramBytes p = spyre::backend::compile_graph_json(device, json);
     return py::make_tuple(p.name, py::bytes(p.image), p.core_mask, p.num_args);
   });
-  m.def("_install_program", [](const std::string& key, const std::string& name, const py::bytes& image,
-                               uint64_t core_mask, uint32_t num_args) {
+  using ProgramHandle = std::shared_ptr<spyre::backend::ProgramHandle>;
+  py::class_<spyre::backend::ProgramHandle, ProgramHandle>(m, "_Program")
+      .def_property_readonly("key", [](const spyre::backend::ProgramHandle& p) { return p.key; })
+      .def_property_readonly("name", [](const spyre::backend::ProgramHandle& p) { return p.program.name; });
+  m.def("_program", [](const std::string& key, const std::string& name, const py::bytes& image, uint64_t core_mask,
+                       uint32_t num_args) {
     HANDLE_TH_ERRORS
-    spyre::backend::install_program(key, {name, std::string(image), core_mask, num_args});
+    return spyre::backend::make_program(key, {name, std::string(image), core_mask, num_args});
     END_HANDLE_TH_ERRORS_PYBIND
   });
-  m.def("_launch_graphs", [](const std::vector<std::tuple<std::string, std::vector<at::Tensor>, std::string>>& items) {
-    HANDLE_TH_ERRORS
-    std::vector<spyre::backend::GraphLaunch> launches;
-    for (const auto& [key, tensors, label] : items) launches.push_back({key, tensors, label});
-    spyre::backend::launch_graphs(launches);
-    END_HANDLE_TH_ERRORS_PYBIND
-  });
+  m.def("_launch_graphs",
+        [](const std::vector<std::tuple<ProgramHandle, std::vector<at::Tensor>, std::string>>& items) {
+          HANDLE_TH_ERRORS
+          std::vector<spyre::backend::GraphLaunch> launches;
+          for (const auto& [program, tensors, label] : items) launches.push_back({program, tensors, label});
+          spyre::backend::launch_graphs(launches);
+          END_HANDLE_TH_ERRORS_PYBIND
+        });
   m.def("_compile_target", [](int device) {
     HANDLE_TH_ERRORS
     return spyre::backend::compile_target(device);
@@ -397,9 +402,7 @@ PYBIND11_MODULE(_C, m) {
     }
     return out;
   });
-  m.def("_graph_ir", [](const std::string& json) {
-    return spyre::backend::graph_ir_json(json);
-  });
+  m.def("_graph_ir", [](const std::string& json) { return spyre::backend::graph_ir_json(json); });
   m.def("_submit_raw_descriptor", [](int index, const py::bytes& raw) {
     HANDLE_TH_ERRORS
     return submit_raw_descriptor(index, raw);

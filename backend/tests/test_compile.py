@@ -283,6 +283,22 @@ def test_the_program_cache_works_across_processes(tmp_path):
     assert second["disk_misses"] == 0 and second["disk_hits"] == first["disk_misses"]
 
 
+def test_compiled_programs_are_held_by_their_graphs_and_the_recent_ones_are_bounded(monkeypatch):
+    """A compiled graph holds its programs; the process keeps only the last few besides (once every
+    program of every graph ever compiled stayed in a map for the life of the process)."""
+    from torch_spyre._compile import cache
+
+    monkeypatch.setattr(cache, "RECENT_PROGRAMS", 2)
+    cache._recent.clear()
+    f = torch.compile(lambda x: torch.exp(x) * 3, backend="spyre", dynamic=False)
+    xs = [torch.randn(n, 8) for n in (8, 16, 24, 32, 40)]  # a graph and a program per shape
+    for x in xs:
+        torch.testing.assert_close(f(x.to("spyre")).cpu(), torch.exp(x) * 3, rtol=1e-5, atol=1e-5)
+    assert len(cache._recent) == 2
+    for x in xs:  # evicted from the recent ones, still launchable by their graphs
+        torch.testing.assert_close(f(x.to("spyre")).cpu(), torch.exp(x) * 3, rtol=1e-5, atol=1e-5)
+
+
 def test_a_damaged_cache_file_is_compiled_again(tmp_path, monkeypatch):
     monkeypatch.setenv("TORCH_SPYRE_CACHE_DIR", str(tmp_path / "damaged"))
     from torch_spyre._compile import cache
@@ -296,7 +312,7 @@ def test_a_damaged_cache_file_is_compiled_again(tmp_path, monkeypatch):
     good = path.read_bytes()
     for damaged in (good[:-7], good[:-40] + bytes(40), b"not a program"):
         path.write_bytes(damaged)
-        cache._installed.clear()
+        cache._recent.clear()
         torch._dynamo.reset()
         compile_stats(reset=True)
         out = torch.compile(f, backend="spyre")(x.to("spyre"))

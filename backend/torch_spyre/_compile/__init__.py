@@ -132,7 +132,7 @@ class CompiledGraph:
             if kind == "segment":
                 s.key = cache.program_key(s.spec)
                 try:
-                    cache.ensure_installed(s)
+                    s.program = cache.program(s)
                 except _C.Unsupported as e:  # a shape the lowerings do not take: its ops run eagerly
                     _stats["programs_not_compiled"] += 1
                     logger.warning(
@@ -246,7 +246,7 @@ class _Runner:
                     env[node] = t.set_(storage, offset // t.element_size(), sizes, strides)
             if s.arena_slot >= 0:
                 tensors[s.arena_slot] = torch.empty(s.arena_bytes, dtype=torch.uint8, device=device)
-            pending.append((s.key, tensors, s.label))
+            pending.append((s.program, tensors, s.label))
         if pending:
             _C._launch_graphs(pending)
         return fx.node.map_aggregate(self.output.args[0], get)

@@ -15,6 +15,7 @@ import os
 import struct
 import tempfile
 import time
+from collections import OrderedDict
 from pathlib import Path
 
 import torch
@@ -22,7 +23,10 @@ import torch
 from .. import _C
 
 _MAGIC = b"SPYREPRG2\n"
-_installed: set[str] = set()
+# The programs this process used last, by key: a graph planned again (another compiled function
+# with the same segment) takes its program from here. Bounded; a compiled graph holds its own.
+_recent: OrderedDict[str, object] = OrderedDict()
+RECENT_PROGRAMS = 256
 _stats = {"hits": 0, "misses": 0, "in_memory": 0, "compile_seconds": 0.0}
 _build_id: str | None = None
 _targets: dict[int, str] = {}
@@ -138,14 +142,19 @@ def compile_program(spec: str, key: str, device: int | None = None):
     return program
 
 
-def ensure_installed(segment) -> None:
-    """Makes segment.key launchable in this process."""
-    if segment.key in _installed:
+def program(segment):
+    """The launchable program of segment (a ``_C._Program``): from the programs this process used
+    last, from disk, or compiled. The caller keeps it for as long as it launches it."""
+    handle = _recent.get(segment.key)
+    if handle is not None:
+        _recent.move_to_end(segment.key)
         _stats["in_memory"] += 1
-        return
-    program = compile_program(segment.spec, segment.key)
-    _C._install_program(segment.key, *program)
-    _installed.add(segment.key)
+        return handle
+    handle = _C._program(segment.key, *compile_program(segment.spec, segment.key))
+    _recent[segment.key] = handle
+    while len(_recent) > RECENT_PROGRAMS:
+        _recent.popitem(last=False)
+    return handle
 
 
 def pretty(spec: str) -> str:

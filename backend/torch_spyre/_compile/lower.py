@@ -180,6 +180,7 @@ class Segment:
     out_offsets: dict = field(default_factory=dict)  # node -> byte offset in the out block
     spec: str = ""
     key: str = ""
+    program: object = None  # the compiled program (a torch_spyre._C._Program), set when planned
     label: str = ""
 
 
