@@ -22,7 +22,7 @@ import logging  # noqa: E402
 
 import torch  # noqa: E402
 
-from . import _C, _decomposed, _exit, _modules, _printing, _save, smi  # noqa: E402
+from . import _C, _decomposed, _exit, _printing, _save, smi  # noqa: E402
 from . import device_module as _device_module  # noqa: E402
 from ._fallback import fallback_counts, get_cpu_fallback, set_cpu_fallback  # noqa: E402
 from ._waits import get_wait_timeout, set_wait_timeout  # noqa: E402
@@ -72,8 +72,6 @@ def _register() -> None:
         torch._register_device_module(BACKEND_NAME, _device_module)
     if not hasattr(torch.Tensor, "is_" + BACKEND_NAME):
         torch.utils.generate_methods_for_privateuse1_backend(for_storage=True)
-    # Module.to("spyre") keeps tied parameters tied (see _modules.py).
-    _modules.install()
     _exit.install()  # an exit right after backward() must not abort (see _exit.py)
     _printing.install()  # print(tensor) formats a host copy (see _printing.py)
     _save.install()  # torch.save of fp16 on a DLFloat16 card writes IEEE half (see _save.py)

@@ -6,6 +6,10 @@ on the CPU would read other numbers. Such tensors are pickled the way torch pick
 backends without host-readable storage (XLA, MTIA): as a host copy, converted at the copy
 boundary, that a load puts back on the card, or leaves on the CPU under ``map_location="cpu"``.
 Views of one such storage are saved apart (torch does the same for those backends).
+
+This replaces a torch attribute because torch 2.13 has no public point for it: the host-copy
+path is taken by hard-coded device types, and for PrivateUse1 only for tensors without storage.
+backend/tests/test_public_points.py fails the day torch lets a backend choose, and this file goes.
 """
 
 from __future__ import annotations
