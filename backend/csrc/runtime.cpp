@@ -1,5 +1,7 @@
 #include "runtime.h"
 
+#include <malloc.h>
+
 #include <atomic>
 #include <cstdlib>
 #include <cstring>
@@ -320,9 +322,27 @@ uint64_t DeviceRuntime::copy_in_pieces(driver::Queue& q, uint64_t src, uint64_t 
   return seq;
 }
 
+namespace {
+
+// Host tensors copied to and from the card come and go in large blocks; glibc keeps the freed
+// ones in its heaps (above its adaptive mmap threshold they are no longer unmapped), and a long
+// run of copies of changing sizes grew the process by gigabytes of free heap. After every GiB of
+// copies the heaps' free pages go back to the operating system (malloc_trim: milliseconds).
+void note_host_copy(uint64_t n) {
+  static std::atomic<uint64_t> since_trim{0};
+  constexpr uint64_t kTrimEvery = uint64_t{1} << 30;
+  if (since_trim.fetch_add(n) + n >= kTrimEvery) {
+    since_trim.store(0);
+    malloc_trim(0);
+  }
+}
+
+}  // namespace
+
 void DeviceRuntime::h2d(uint64_t dst, const void* src, uint64_t n, bool non_blocking) {
   check_not_capturing("a copy from the host");
   upload(dst, src, n, non_blocking);
+  note_host_copy(n);
 }
 
 void DeviceRuntime::upload(uint64_t dst, const void* src, uint64_t n, bool non_blocking) {
@@ -372,6 +392,7 @@ void DeviceRuntime::d2h(void* dst, uint64_t src, uint64_t n) {
     std::memcpy(static_cast<uint8_t*>(dst) + off, staging->data(), m);
     give_back(std::move(staging));
   }
+  note_host_copy(n);
 }
 
 void DeviceRuntime::d2d(uint64_t dst, uint64_t src, uint64_t n) {
