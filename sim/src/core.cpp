@@ -5,18 +5,13 @@
 
 #include <fmt/format.h>
 
+#include "latency.h"
 #include "sfp.h"
 #include "spyre/hw/commands.h"
 #include "spyre/hw/regs.h"
 #include "tile_math.h"
 
 namespace spyre::sim {
-
-namespace {
-uint64_t round_up(uint64_t v, uint64_t m) {
-  return (v + m - 1) / m * m;
-}
-}  // namespace
 
 void Launch::arrive() {
   const uint64_t generation = generation_;
@@ -102,29 +97,6 @@ void Core::start(uint64_t program, uint64_t args, uint64_t args_size, uint32_t r
   if (lx_.empty()) lx_.assign(config_.chip.lx_bytes, 0);
   busy_ = true;
   start_.notify(sc_core::SC_ZERO_TIME);
-}
-
-uint64_t Core::matmul_cycles(uint32_t m, uint32_t k, uint32_t n, hw::DType t) const {
-  const ChipConfig& c = config_.chip;
-  // Output-stationary: each output tile of pt_rows x (pt_cols x corelets) elements sits in the
-  // PEs while K streams through the SIMD lanes; partial tiles cost whole ones. The scratchpad feeds
-  // every tile its A block (pt_rows x K) and B block (K x its columns) through the read port.
-  const uint64_t rows = c.pt_rows, cols = uint64_t{c.pt_cols} * c.corelets_per_core;
-  const uint64_t tiles = (m + rows - 1) / rows * ((n + cols - 1) / cols);
-  const uint64_t k_padded = round_up(k, c.pt_simd);
-  const double rate = t == hw::DType::kF32 ? c.fp32_rate : 1.0;
-  const auto compute = static_cast<uint64_t>(static_cast<double>(tiles * (k_padded / c.pt_simd)) / rate + 0.999999);
-  const uint64_t feed_bytes = tiles * (rows + cols) * k_padded * hw::dtype_size(t);
-  const uint64_t feed = (feed_bytes + c.lx_read_bytes_per_cycle - 1) / c.lx_read_bytes_per_cycle;
-  return std::max(compute, feed) + tiles * c.pt_tile_cycles + c.pt_fill_cycles + c.pt_drain_cycles;
-}
-
-uint64_t Core::sfp_cycles(uint64_t elements, hw::DType t, uint32_t per_group) const {
-  // sfp_lanes 16-bit lanes: 32-bit elements go at half the rate, 64-bit at a quarter.
-  const uint64_t bytes = std::max<uint32_t>(hw::dtype_size(t), 2);
-  const uint64_t per_cycle = std::max<uint64_t>(uint64_t{config_.chip.sfp_lanes} * 2 / bytes, 1);
-  const uint64_t groups = (elements + per_cycle - 1) / per_cycle;
-  return groups * per_group + config_.chip.sfp_fill_cycles;
 }
 
 void Core::thread() {
@@ -301,7 +273,7 @@ bool type_ok(const hw::Instr& in) {
   if (in.op == hw::Op::kUnary) {
     const auto f = static_cast<hw::UnaryFn>(in.c);
     if (f == hw::UnaryFn::kBitwiseNot) return !is_float;
-    if (unary_is_transcendental(f)) return is_float;
+    if (latency::unary_is_transcendental(f)) return is_float;
   }
   if (in.op == hw::Op::kBinary) {
     const auto f = static_cast<hw::BinaryFn>(in.c & 0xff);
@@ -431,7 +403,7 @@ bool Core::execute(const hw::Instr& in, uint32_t& pc) {
       compute([=] { tile_matmul(reinterpret_cast<float*>(c), a, b, m, k, n, t, acc); },
               {{a, uint64_t{m} * k * es, false}, {b, uint64_t{k} * n * es, false}, {c, uint64_t{m} * n * 4, true}});
       stats_.flops += 2ull * m * k * n;
-      timed(begin, matmul_cycles(m, k, n, in.dtype), "matmul", uint64_t{m} * n);
+      timed(begin, latency::matmul(config_.chip, m, k, n, in.dtype), "matmul", uint64_t{m} * n);
       return true;
     }
     default:
@@ -650,11 +622,6 @@ bool Core::sfp(const hw::Instr& in) {
     return p;
   };
   const auto span = [&](Bcast b) { return b == Bcast::kImm ? 0 : hw::bcast_elements(b, rows, cols) * es; };
-  // Cycles per group of lanes by instruction class (config keys chip.sfp_*_cycles), and the type
-  // whose width sets how many elements a group holds.
-  uint32_t per_group = 1;
-  hw::DType width = t;
-  uint64_t sort_cycles = 0;  // SORT is timed by its network, not per element
   const char* name = "";
   switch (in.op) {
     case hw::Op::kConvert: {
@@ -665,8 +632,6 @@ bool Core::sfp(const hw::Instr& in) {
       if (!dst || !src) return false;
       compute([=] { sfp_convert(dst, t, src, from, n); },
               {{dst, n * es, true}, {src, n * hw::dtype_size(from), false}});
-      per_group = config_.chip.sfp_convert_cycles;
-      if (hw::dtype_size(from) > es) width = from;
       name = "convert";
       break;
     }
@@ -679,7 +644,6 @@ bool Core::sfp(const hw::Instr& in) {
       if (bad || !dst || b == Bcast::kImm) return false;
       compute([=] { sfp_unary(f, t, dst, src, b, rows, cols); },
               {{dst, n * (hw::unary_is_bool(f) ? 1 : es), true}, {src, span(b), false}});
-      if (unary_is_transcendental(f)) per_group = config_.chip.sfp_transcendental_cycles;
       name = "unary";
       break;
     }
@@ -694,7 +658,6 @@ bool Core::sfp(const hw::Instr& in) {
       const uint32_t imm = hi(in.c);
       compute([=] { sfp_binary(f, t, dst, s0, b0, s1, b1, imm, rows, cols); },
               {{dst, n * (hw::binary_is_compare(f) ? 1 : es), true}, {s0, span(b0), false}, {s1, span(b1), false}});
-      if (binary_is_transcendental(f)) per_group = config_.chip.sfp_transcendental_cycles;
       name = "binary";
       break;
     }
@@ -737,7 +700,6 @@ bool Core::sfp(const hw::Instr& in) {
       compute([=] { sfp_reduce(f, t, dst, src, rows, cols, acc, best, base); },
               {{dst, rows * (arg ? 8 : es), true}, {src, n * es, false}, {best, arg ? rows * es : 0, true}});
       name = "reduce";
-      per_group = config_.chip.sfp_reduce_cycles;
       break;
     }
     case hw::Op::kFill:
@@ -771,7 +733,6 @@ bool Core::sfp(const hw::Instr& in) {
       compute([=] { sfp_scan(f, t, dst, src, rows, cols, carry, acc); },
               {{dst, n * es, true}, {src, n * es, false}, {carry, carry ? rows * es : 0, true}});
       name = "scan";
-      per_group = config_.chip.sfp_reduce_cycles;
       break;
     }
     case hw::Op::kRandom: {
@@ -781,7 +742,6 @@ bool Core::sfp(const hw::Instr& in) {
       const uint64_t key = regs_[rd], counter = regs_[rd + 1];
       const bool normal = in.flags & 1;
       compute([=] { sfp_random(t, dst, key, counter, n, normal); }, {{dst, n * es, true}});
-      per_group = config_.chip.sfp_transcendental_cycles;
       name = "random";
       break;
     }
@@ -798,7 +758,6 @@ bool Core::sfp(const hw::Instr& in) {
       compute([=] { sfp_sort(t, dst, reinterpret_cast<int64_t*>(index), src, rows, cols, descending); },
               {{dst, n * es, true}, {src, n * es, false}, {index, n * 8, true}});
       name = "sort";
-      sort_cycles = sort_network_cycles(rows, cols, t);
       break;
     }
     case hw::Op::kTranspose: {
@@ -814,22 +773,8 @@ bool Core::sfp(const hw::Instr& in) {
       return false;
   }
   stats_.sfp_elements += n;
-  timed(begin, sort_cycles ? sort_cycles : sfp_cycles(n, width, per_group), name, n);
+  timed(begin, latency::sfp(config_.chip, in, rows, cols), name, n);
   return true;
-}
-
-uint64_t Core::sort_network_cycles(uint64_t rows, uint64_t cols, hw::DType t) const {
-  // A bitonic network over each row padded to a power of two p: log2(p) (log2(p) + 1) / 2
-  // compare-exchange stages, each one pass of the SFP over the rows (values and indices).
-  uint64_t p = 1, lg = 0;
-  while (p < cols) {
-    p <<= 1;
-    ++lg;
-  }
-  const uint64_t stages = std::max<uint64_t>(lg * (lg + 1) / 2, 1);
-  const uint64_t bytes = std::max<uint32_t>(hw::dtype_size(t), 2);
-  const uint64_t per_cycle = std::max<uint64_t>(uint64_t{config_.chip.sfp_lanes} * 2 / bytes, 1);
-  return stages * ((rows * p + per_cycle - 1) / per_cycle) + config_.chip.sfp_fill_cycles;
 }
 
 }  // namespace spyre::sim

@@ -102,9 +102,6 @@ class Core : public sc_core::sc_module {
   /// waits for the posted arithmetic that writes them (or, with `write`, that reads them too).
   void settle(const uint8_t* p, uint64_t n, bool write);
 
-  /// Cycles that one PT matmul instruction of this shape takes (the timing model, for tests).
-  uint64_t matmul_cycles(uint32_t m, uint32_t k, uint32_t n, hw::DType t) const;
-
  private:
   void thread();
   fw::Verdict run();
@@ -120,9 +117,6 @@ class Core : public sc_core::sc_module {
   bool sfp(const hw::Instr& in);
   /// Scratchpad pointer for `n` bytes at `addr` + r[rl] of `in`; nullptr when out of range.
   uint8_t* lx(const hw::Instr& in, uint64_t addr, uint64_t n);
-  /// Cycles of an SFP pass over `elements` of type t at `per_group` cycles per group of lanes.
-  uint64_t sfp_cycles(uint64_t elements, hw::DType t, uint32_t per_group) const;
-  uint64_t sort_network_cycles(uint64_t rows, uint64_t cols, hw::DType t) const;
   /// A compute instruction that started at `begin_cycle` and takes `cycles` after its issue.
   void timed(uint64_t begin_cycle, uint64_t cycles, const char* name, uint64_t elements);
   /// Attributes the cycles since `before` to the running instruction: its first issue_ cycles to

@@ -1166,15 +1166,6 @@ void sfp_transpose(uint32_t es, void* dst, const void* src, uint64_t rows, uint6
   }
 }
 
-bool unary_is_transcendental(hw::UnaryFn f) {
-  return f >= hw::UnaryFn::kExp && f <= hw::UnaryFn::kCos;
-}
-
-bool binary_is_transcendental(hw::BinaryFn f) {
-  return f == hw::BinaryFn::kDiv || f == hw::BinaryFn::kPow || f == hw::BinaryFn::kAtan2 ||
-         f == hw::BinaryFn::kRemainder || f == hw::BinaryFn::kFmod || f == hw::BinaryFn::kFloorDiv;
-}
-
 void set_fp16_dlfloat(bool dlfloat) {
   g_fp16_dlfloat = dlfloat;
 }

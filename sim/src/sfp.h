@@ -59,8 +59,4 @@ void sfp_fill(hw::DType t, void* dst, uint64_t bits, uint64_t count);
 void sfp_iota(hw::DType t, void* dst, double start, double step, uint64_t count);
 void sfp_transpose(uint32_t elem_bytes, void* dst, const void* src, uint64_t rows, uint64_t cols);
 
-/// The SFP cost class of a function: 1 for simple ops, the transcendental factor otherwise.
-bool unary_is_transcendental(hw::UnaryFn f);
-bool binary_is_transcendental(hw::BinaryFn f);
-
 }  // namespace spyre::sim

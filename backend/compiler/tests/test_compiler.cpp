@@ -116,7 +116,8 @@ TEST_CASE("malformed graphs are rejected with a message, as Malformed: never a r
 TEST_CASE("a well-formed graph no lowering takes is Unsupported, which callers may fall back from") {
   Graph g = matmul_graph(8, 8, 8, hw::DType::kF32);
   g.views[2].strides = {1, 8};  // a column-major output: rows not contiguous
-  CHECK_THROWS_WITH_AS(compiler::compile(g, {}), doctest::Contains("output rows not contiguous"), compiler::Unsupported);
+  CHECK_THROWS_WITH_AS(compiler::compile(g, {}), doctest::Contains("output rows not contiguous"),
+                       compiler::Unsupported);
 }
 
 TEST_CASE("a graph read from JSON is the graph built in C++") {
