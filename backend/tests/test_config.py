@@ -34,6 +34,8 @@ def spyre_sim(*args: str) -> subprocess.CompletedProcess:
         ("memory.latency_ns=4e9", "'memory.latency_ns' must be an integer in 0..1000000 (got 4000000000.0)"),
         ("memory.bandwidth_gbps=0", "'memory.bandwidth_gbps' must be a number in 0.001..100000 (got 0)"),
         ("faults.hang_core=-2", "'faults.hang_core' must be an integer in -1..63 (got -2)"),
+        ("chip.cores=-3", "'chip.cores' must be an integer in 1..64 (got -3)"),
+        ("memory.channels=-16", "'memory.channels' must be an integer in 1..1024 (got -16)"),
         ("sim.host_memory_bytes=1e30", "'sim.host_memory_bytes' must be an integer in 0..18446744073709551615"),
     ],
 )

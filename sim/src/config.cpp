@@ -97,9 +97,7 @@ void check_keys(const json& over, const json& base, const std::string& path) {
                want.is_boolean() != value.is_boolean()) {
       throw std::invalid_argument(
           fmt::format("config: '{}' must be a {} (got {})", name, want.type_name(), value.dump()));
-    } else if (want.is_number_unsigned() && value.is_number() && value.get<double>() < 0) {
-      throw std::invalid_argument(fmt::format("config: '{}' must not be negative (got {})", name, value.dump()));
-    }
+    }  // a number's range (negative ones included) is from_tree's to check, with the range named
   }
 }
 
