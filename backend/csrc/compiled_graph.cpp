@@ -51,9 +51,9 @@ void launch_graphs(const std::vector<GraphLaunch>& launches) {
                   "spyre: a compiled graph's tensors must all be on spyre:", device, ", got one on ", t.device());
       args.push_back(device_addr(t));
     }
-    TORCH_CHECK(g.program && g.program->program.num_args == args.size(), "spyre: the program '",
-                g.program ? g.program->key : "(none)", "' takes ", g.program ? g.program->program.num_args : 0,
-                " arguments, got ", args.size());
+    TORCH_CHECK(g.program, "spyre: a compiled graph launch without a program");
+    TORCH_CHECK(g.program->program.num_args == args.size(), "spyre: the program '", g.program->key, "' takes ",
+                g.program->program.num_args, " arguments, got ", args.size());
     requests.push_back({g.program->key, [p = g.program] { return p->program; }, std::move(args), g.label});
   }
   const c10::DeviceGuard guard(launches.front().tensors.front().device());

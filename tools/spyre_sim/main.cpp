@@ -222,6 +222,7 @@ int run(const CLI::App& app, const Options& o, const CLI::Option& check_flag,
   facts.kernel = &kernel;
   facts.run = &result;
   facts.config = &config;
+  facts.card = &dev.info().card;
   facts.repeat = o.repeat;
   facts.stats = &stats;
   facts.stats_path = stats_path;

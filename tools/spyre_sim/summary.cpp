@@ -6,8 +6,6 @@
 
 #include <fmt/format.h>
 
-#include "spyre/hw/figures.h"
-
 namespace spyre::simtool {
 namespace {
 
@@ -149,10 +147,7 @@ json make_summary(const RunFacts& f) {
   const double memory_s = static_cast<double>(w.min_bytes) / (c.memory.bandwidth_gbps * 1e9);
   // The ring: the same bytes between the controllers and the cores, at what the ring carries when
   // every controller serves every core alike (hw::CardFigures::ring_load_bytes_per_cycle).
-  hw::CardFigures card_figures;
-  card_figures.ring_bytes_per_cycle = c.ring.bytes_per_cycle;
-  card_figures.memory_controllers = c.memory.controllers;
-  const double ring_s = static_cast<double>(w.min_bytes) / (card_figures.ring_load_bytes_per_cycle() * hz);
+  const double ring_s = static_cast<double>(w.min_bytes) / (f.card->ring_load_bytes_per_cycle() * hz);
   const double bound = std::max({compute_s, memory_s, ring_s});
   s["roofline"] = {{"compute_seconds", compute_s},
                    {"memory_seconds", memory_s},

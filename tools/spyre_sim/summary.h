@@ -11,6 +11,7 @@
 #include "golden.h"
 #include "kernels.h"
 #include "runner.h"
+#include "spyre/hw/figures.h"
 #include "spyre/sim/config.h"
 
 namespace spyre::simtool {
@@ -19,6 +20,7 @@ struct RunFacts {
   const Kernel* kernel = nullptr;
   const RunResult* run = nullptr;
   const sim::Config* config = nullptr;
+  const hw::CardFigures* card = nullptr;  // what the card reports (its ring capacity for the roofline)
   uint32_t repeat = 1;
   std::optional<CheckResult> check;       // nullopt: not checked
   std::string check_skipped_why;          // when not checked
@@ -31,8 +33,8 @@ struct RunFacts {
 /// Keys: title, kernel, op, shape, dtype, config_hash, config {cores, clock_mhz,
 /// memory_bandwidth_gbps}, repeat, cycles (mean per launch), launch_cycles, span_cycles,
 /// device_seconds, cores_used, flops, matmul_flops, tflops, peak_tflops, peak_dtype,
-/// peak_fraction, roofline {compute_seconds, memory_seconds, bound_seconds, bound_cycles, limit,
-/// fraction}, bytes {compulsory, moved}, intensity, stall {scope, cycles} and energy_j (null when
+/// peak_fraction, roofline {compute_seconds, memory_seconds, ring_seconds, bound_seconds,
+/// bound_cycles, limit, fraction}, bytes {compulsory, moved}, intensity, stall {scope, cycles} and energy_j (null when
 /// the stats lack them), check {status, ...}, host {wall_seconds, launch_seconds}, stats_path,
 /// trace_path.
 nlohmann::json make_summary(const RunFacts& facts);
