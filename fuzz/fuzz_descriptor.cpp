@@ -282,7 +282,7 @@ class Card final : public fw::Hal {
   uint64_t dev_mem_size() override { return limits_.mem_size; }
   uint32_t num_cores() override { return limits_.num_cores; }
 
-  fw::Verdict copy(const hw::CopyArgs& args, uint8_t flags, uint32_t priority) override {
+  hw::Verdict copy(const hw::CopyArgs& args, uint8_t flags, uint32_t priority) override {
     FUZZ_CHECK(call_.executing, "a copy runs without ACTIVE");
     FUZZ_CHECK(call_.d.opcode == hw::Opcode::kCopy && std::memcmp(&args, &call_.d.copy, sizeof args) == 0 &&
                    flags == call_.d.flags,
@@ -291,11 +291,11 @@ class Card final : public fw::Hal {
     check_priority(priority);
     fuzz::check_copy_safe(args, flags, limits_);
     const uint8_t fate = in_.take<uint8_t>();
-    if (fate < 0xe0) return fate < 0xd0 ? fw::Verdict{} : reset_meanwhile();
-    return fw::Verdict{ErrorCode::kDmaFault, hw::Field::kCopySrc, 0};
+    if (fate < 0xe0) return fate < 0xd0 ? hw::Verdict{} : reset_meanwhile();
+    return hw::Verdict{ErrorCode::kDmaFault, hw::Field::kCopySrc, 0};
   }
 
-  fw::Verdict launch(uint64_t program, uint64_t args, uint64_t args_size, uint64_t core_mask, uint32_t priority,
+  hw::Verdict launch(uint64_t program, uint64_t args, uint64_t args_size, uint64_t core_mask, uint32_t priority,
                      const fw::Window& window) override {
     FUZZ_CHECK(call_.executing, "a launch runs without ACTIVE");
     FUZZ_CHECK(window.base == 0 && window.size == limits_.mem_size, "launch window 0x%llx + %llu",
@@ -310,9 +310,9 @@ class Card final : public fw::Hal {
     fuzz::check_launch_safe(l, limits_);
     fuzz::check_program_safe(program_, l);
     const uint8_t fate = in_.take<uint8_t>();
-    if (fate < 0xe0) return fate < 0xd0 ? fw::Verdict{} : reset_meanwhile();
-    if (fate < 0xf0) return fw::Verdict{ErrorCode::kCoreFault, hw::Field::kNone, fate};
-    return fw::Verdict{ErrorCode::kWatchdog, hw::Field::kNone, fate};
+    if (fate < 0xe0) return fate < 0xd0 ? hw::Verdict{} : reset_meanwhile();
+    if (fate < 0xf0) return hw::Verdict{ErrorCode::kCoreFault, hw::Field::kNone, fate};
+    return hw::Verdict{ErrorCode::kWatchdog, hw::Field::kNone, fate};
   }
 
   void raise_msix(uint32_t vector) override {
@@ -399,7 +399,7 @@ class Card final : public fw::Hal {
   }
 
   // The host resets the queue while its command runs: the command finishes, its result is dropped.
-  fw::Verdict reset_meanwhile() {
+  hw::Verdict reset_meanwhile() {
     reset(call_.q);
     return {};
   }
@@ -429,7 +429,7 @@ class Card final : public fw::Hal {
     } else if (c.error == ErrorCode::kOk) {
       fuzz::check_descriptor_safe(call_.d, limits_);
     } else if (c.field != hw::Field::kNone) {  // a validation error, not one the HAL returned
-      fuzz::check_descriptor_rejection(call_.d, fw::Verdict{c.error, c.field, c.detail});
+      fuzz::check_descriptor_rejection(call_.d, hw::Verdict{c.error, c.field, c.detail});
     }
   }
 
@@ -494,14 +494,14 @@ class Card final : public fw::Hal {
 
 // Part 1: the parsers alone.
 void check_parsers(const hw::Descriptor& d, const fw::Limits& limits, const hw::ProgramHeader& header) {
-  const fw::Verdict v = fw::validate_descriptor(d, limits);
+  const hw::Verdict v = fw::validate_descriptor(d, limits);
   if (v.ok()) {
     fuzz::check_descriptor_safe(d, limits);
   } else {
     fuzz::check_descriptor_rejection(d, v);
   }
   if (d.opcode != hw::Opcode::kLaunch) return;
-  const fw::Verdict p = fw::validate_program(header, d.launch);
+  const hw::Verdict p = fw::validate_program(header, d.launch);
   if (p.ok()) {
     fuzz::check_program_safe(header, d.launch);
   } else {

@@ -53,7 +53,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   limits.mem_size = in.take<uint64_t>();
   limits.num_cores = in.take<uint8_t>();
 
-  const fw::Verdict v = fw::validate_program(header, launch);
+  const hw::Verdict v = fw::validate_program(header, launch);
   if (!v.ok()) {
     fuzz::check_program_rejection(v);
     return 0;

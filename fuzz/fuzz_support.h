@@ -132,7 +132,7 @@ inline void check_descriptor_safe(const hw::Descriptor& d, const fw::Limits& lim
 }
 
 /// A rejection names a real error and a field of the descriptor's own kind.
-inline void check_descriptor_rejection(const hw::Descriptor& d, const fw::Verdict& v) {
+inline void check_descriptor_rejection(const hw::Descriptor& d, const hw::Verdict& v) {
   using F = hw::Field;
   FUZZ_CHECK(v.error != hw::ErrorCode::kOk && v.error < hw::ErrorCode::kCount, "error %u",
              static_cast<unsigned>(v.error));
@@ -203,7 +203,7 @@ inline void check_program_safe(const hw::ProgramHeader& h, const hw::LaunchArgs&
 }
 
 /// A verdict of validate_program() that is not kOk.
-inline void check_program_rejection(const fw::Verdict& v) {
+inline void check_program_rejection(const hw::Verdict& v) {
   FUZZ_CHECK(v.error == hw::ErrorCode::kBadProgram, "program error %u", static_cast<unsigned>(v.error));
   FUZZ_CHECK(v.field == hw::Field::kLaunchProgram || v.field == hw::Field::kLaunchProgramSize ||
                  v.field == hw::Field::kLaunchCoreMask,

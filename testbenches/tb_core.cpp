@@ -15,6 +15,7 @@
 #include "core.h"
 #include "device_memory.h"
 #include "spyre/compiler/program.h"
+#include "spyre/hw/commands.h"
 #include "trace.h"
 
 using namespace spyre;
@@ -147,7 +148,7 @@ TEST_CASE("a load is bound by the slower of the ring and LPDDR5") {
 TEST_CASE("an illegal scratchpad access faults with the core and program counter") {
   const auto bad = compiler::assemble("bad", {{arg(1, 0), load(1, 0, 1, 64), load(1, 2u << 20, 1, 64)}}, 1);
   h->run(bad);
-  const fw::Verdict v = h->core.result();
+  const hw::Verdict v = h->core.result();
   CHECK(v.error == hw::ErrorCode::kCoreFault);
   CHECK((v.detail >> 24) == 0);
   CHECK((v.detail & 0xffffff) == 2);

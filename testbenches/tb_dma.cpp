@@ -62,8 +62,8 @@ struct Harness {
   }
 
   // Runs one copy on a SystemC thread; returns its verdict and duration in cycles.
-  fw::Verdict copy(uint64_t src, uint64_t dst, uint64_t size, uint8_t flags, uint64_t* cycles = nullptr) {
-    fw::Verdict v;
+  hw::Verdict copy(uint64_t src, uint64_t dst, uint64_t size, uint8_t flags, uint64_t* cycles = nullptr) {
+    hw::Verdict v;
     const Clock clock(config.chip.clock_mhz);
     const uint64_t start = clock.now_cycles();
     sc_core::sc_spawn([&] { v = dma.copy(hw::CopyArgs{src, dst, size, {}}, flags, hw::kQPriorityNormal); });
@@ -116,7 +116,7 @@ TEST_CASE("a device-to-device copy reads and writes the same memory") {
 }
 
 TEST_CASE("unmapped host addresses fault and name the side") {
-  fw::Verdict v = h->copy(0x1000, 0x100000, 64, hw::kCopySrcHost);
+  hw::Verdict v = h->copy(0x1000, 0x100000, 64, hw::kCopySrcHost);
   CHECK(v.error == hw::ErrorCode::kDmaFault);
   CHECK(v.field == hw::Field::kCopySrc);
   v = h->copy(0x100000, kIova + h->host.mem.size() - 8, 64, hw::kCopyDstHost);  // runs off the window

@@ -8,8 +8,8 @@ namespace {
 using hw::ErrorCode;
 using hw::Field;
 
-constexpr Verdict fail(ErrorCode e, Field f, uint32_t detail = 0) {
-  return Verdict{e, f, detail};
+constexpr hw::Verdict fail(ErrorCode e, Field f, uint32_t detail = 0) {
+  return hw::Verdict{e, f, detail};
 }
 
 // True when [addr, addr + size) lies inside the queue's device-memory window.
@@ -22,7 +22,7 @@ constexpr bool in_host(uint64_t iova, uint64_t size, const Limits& lim) {
   return lim.iova_size == 0 || hw::in_window(iova, size, lim.iova_base, lim.iova_size);
 }
 
-Verdict validate_copy(const hw::Descriptor& d, const Limits& lim) {
+hw::Verdict validate_copy(const hw::Descriptor& d, const Limits& lim) {
   const hw::CopyArgs& c = d.copy;
   if ((d.flags & ~hw::kCopyFlagMask) != 0) return fail(ErrorCode::kBadFlags, Field::kFlags);
   if ((d.flags & hw::kCopySrcHost) && (d.flags & hw::kCopyDstHost)) {
@@ -45,7 +45,7 @@ Verdict validate_copy(const hw::Descriptor& d, const Limits& lim) {
   return {};
 }
 
-Verdict validate_launch(const hw::Descriptor& d, const Limits& lim) {
+hw::Verdict validate_launch(const hw::Descriptor& d, const Limits& lim) {
   const hw::LaunchArgs& l = d.launch;
   if (d.flags != 0) return fail(ErrorCode::kBadFlags, Field::kFlags);
   if (l.label != 0 && !in_device(l.label, 1, lim)) return fail(ErrorCode::kOutOfRange, Field::kLaunchLabel);
@@ -71,7 +71,7 @@ Verdict validate_launch(const hw::Descriptor& d, const Limits& lim) {
   return {};
 }
 
-Verdict validate_timestamp(const hw::Descriptor& d, const Limits& lim) {
+hw::Verdict validate_timestamp(const hw::Descriptor& d, const Limits& lim) {
   if (d.flags != 0) return fail(ErrorCode::kBadFlags, Field::kFlags);
   for (uint64_t r : d.timestamp.reserved) {
     if (r != 0) return fail(ErrorCode::kReservedNonZero, Field::kReserved);
@@ -81,7 +81,7 @@ Verdict validate_timestamp(const hw::Descriptor& d, const Limits& lim) {
   return {};
 }
 
-Verdict validate_semaphore(const hw::Descriptor& d, const Limits& lim) {
+hw::Verdict validate_semaphore(const hw::Descriptor& d, const Limits& lim) {
   if (d.flags != 0) return fail(ErrorCode::kBadFlags, Field::kFlags);
   for (uint64_t r : d.semaphore.reserved) {
     if (r != 0) return fail(ErrorCode::kReservedNonZero, Field::kReserved);
@@ -97,7 +97,7 @@ constexpr uint32_t qreg(uint32_t q, uint32_t r) {
 
 }  // namespace
 
-Verdict validate_descriptor(const hw::Descriptor& d, const Limits& limits) {
+hw::Verdict validate_descriptor(const hw::Descriptor& d, const Limits& limits) {
   if (d.reserved0 != 0 || d.reserved1 != 0) return fail(ErrorCode::kReservedNonZero, Field::kReserved);
   switch (d.opcode) {
     case hw::Opcode::kNop:
@@ -117,7 +117,7 @@ Verdict validate_descriptor(const hw::Descriptor& d, const Limits& limits) {
   }
 }
 
-Verdict validate_program(const hw::ProgramHeader& h, const hw::LaunchArgs& l) {
+hw::Verdict validate_program(const hw::ProgramHeader& h, const hw::LaunchArgs& l) {
   if (h.magic != hw::kProgramMagic || h.version != hw::kIsaVersion) {
     return fail(ErrorCode::kBadProgram, Field::kLaunchProgram);
   }
@@ -222,7 +222,7 @@ bool Firmware::service_queue(uint32_t q) {
   hw::Completion c{};
   c.seq = d.seq;
   c.start_cycle = hal_.now_cycles();
-  Verdict v;
+  hw::Verdict v;
   if (status & hw::kQStatusError) {
     v = fail(ErrorCode::kQueueInError, Field::kNone);
     // A signal still runs, so that a queue waiting on this one is not held forever.
@@ -281,7 +281,7 @@ Limits Firmware::limits(uint32_t q) {
   return lim;
 }
 
-Verdict Firmware::execute(uint32_t q, const hw::Descriptor& d, const Limits& limits) {
+hw::Verdict Firmware::execute(uint32_t q, const hw::Descriptor& d, const Limits& limits) {
   const uint32_t priority = hal_.reg_read(qreg(q, hw::kQPriority)) != 0 ? hw::kQPriorityHigh : hw::kQPriorityNormal;
   switch (d.opcode) {
     case hw::Opcode::kNop:
@@ -304,15 +304,15 @@ Verdict Firmware::execute(uint32_t q, const hw::Descriptor& d, const Limits& lim
   }
 }
 
-Verdict Firmware::run_launch(const hw::LaunchArgs& l, uint32_t priority, const Limits& limits) {
+hw::Verdict Firmware::run_launch(const hw::LaunchArgs& l, uint32_t priority, const Limits& limits) {
   hw::ProgramHeader h{};
   hal_.dev_read(l.program, &h, sizeof h);
-  const Verdict v = validate_program(h, l);
+  const hw::Verdict v = validate_program(h, l);
   if (!v.ok()) return v;
   return hal_.launch(l.program, l.args, l.args_size, l.core_mask, priority, Window{limits.mem_base, limits.mem_size});
 }
 
-Verdict Firmware::signal(const hw::SemaphoreArgs& s) {
+hw::Verdict Firmware::signal(const hw::SemaphoreArgs& s) {
   uint64_t now = 0;
   hal_.dev_read(s.addr, &now, sizeof now);
   if (s.value > now) {  // a timeline only moves forward

@@ -86,14 +86,14 @@ class FakeHal final : public fw::Hal {
   uint32_t num_cores() override { return kLimits.num_cores; }
   std::vector<uint32_t> priorities;  // of each copy and launch
   std::vector<uint32_t> active;      // queue 0's ACTIVE during each copy
-  fw::Verdict copy(const hw::CopyArgs& a, uint8_t, uint32_t priority) override {
+  hw::Verdict copy(const hw::CopyArgs& a, uint8_t, uint32_t priority) override {
     active.push_back(regs[hw::queue_reg(0, hw::kQActive)]);
     copies.push_back(a);
     priorities.push_back(priority);
     return {};
   }
   std::vector<fw::Window> windows;  // of each launch
-  fw::Verdict launch(uint64_t, uint64_t, uint64_t, uint64_t, uint32_t priority, const fw::Window& window) override {
+  hw::Verdict launch(uint64_t, uint64_t, uint64_t, uint64_t, uint32_t priority, const fw::Window& window) override {
     ++launches;
     windows.push_back(window);
     priorities.push_back(priority);
@@ -213,7 +213,7 @@ TEST_CASE("each malformed field is named") {
 
   for (size_t i = 0; i < cases.size(); ++i) {
     CAPTURE(i);
-    const fw::Verdict v = fw::validate_descriptor(cases[i].d, kLimits);
+    const hw::Verdict v = fw::validate_descriptor(cases[i].d, kLimits);
     CHECK(v.error == cases[i].e);
     CHECK(v.field == cases[i].f);
   }
@@ -496,7 +496,7 @@ TEST_CASE("a queue's windows bound the device memory and host memory its descrip
   };
   for (size_t i = 0; i < sizeof cases / sizeof cases[0]; ++i) {
     CAPTURE(i);
-    const fw::Verdict v = fw::validate_descriptor(cases[i].d, lim);
+    const hw::Verdict v = fw::validate_descriptor(cases[i].d, lim);
     CHECK(v.error == cases[i].error);
     CHECK(v.field == cases[i].field);
   }

@@ -43,7 +43,7 @@ bool ControlProcessor::host_write(uint64_t iova, const void* src, uint32_t n) {
   return ok;
 }
 
-fw::Verdict ControlProcessor::launch(uint64_t program, uint64_t args, uint64_t args_size, uint64_t core_mask,
+hw::Verdict ControlProcessor::launch(uint64_t program, uint64_t args, uint64_t args_size, uint64_t core_mask,
                                      uint32_t priority, const fw::Window& window) {
   core_arbiter_.acquire(core_mask, priority, /*any=*/false);
   std::unique_ptr<Launch> launch;
@@ -89,7 +89,7 @@ fw::Verdict ControlProcessor::launch(uint64_t program, uint64_t args, uint64_t a
   record.start = start;
   record.end = clock_.now_cycles();
   finished_launches_.emplace(std::make_pair(program, args), std::move(record));
-  fw::Verdict v;
+  hw::Verdict v;
   for (Core* core : ranks) {
     if (!core->result().ok()) {
       v = core->result();

@@ -33,10 +33,10 @@ class ControlProcessor : public sc_core::sc_module, private fw::Hal {
   void dev_write(uint64_t addr, const void* src, uint32_t n) override { memory_.write(addr, src, n); }
   uint64_t dev_mem_size() override { return memory_.size(); }
   uint32_t num_cores() override { return static_cast<uint32_t>(cores_.size()); }
-  fw::Verdict copy(const hw::CopyArgs& args, uint8_t flags, uint32_t priority) override {
+  hw::Verdict copy(const hw::CopyArgs& args, uint8_t flags, uint32_t priority) override {
     return dma_.copy(args, flags, priority);
   }
-  fw::Verdict launch(uint64_t program, uint64_t args, uint64_t args_size, uint64_t core_mask, uint32_t priority,
+  hw::Verdict launch(uint64_t program, uint64_t args, uint64_t args_size, uint64_t core_mask, uint32_t priority,
                      const fw::Window& window) override;
   void raise_msix(uint32_t vector) override { endpoint_.raise_msix(vector); }
   uint64_t now_cycles() override { return clock_.now_cycles(); }

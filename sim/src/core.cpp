@@ -118,7 +118,7 @@ void Core::thread() {
   }
 }
 
-fw::Verdict Core::run() {
+hw::Verdict Core::run() {
   // The firmware checked the header against the launch; the core checks what it executes.
   // Each fetch depends on the one before, so each is issued when the previous one has landed:
   // booking them ahead would make the memory server queue other cores' fetches behind them.
@@ -194,7 +194,7 @@ fw::Verdict Core::run() {
   return fault(pc);  // ran off the end without END
 }
 
-fw::Verdict Core::hang(uint32_t pc, uint64_t deadline, const sc_core::sc_time& quantum) {
+hw::Verdict Core::hang(uint32_t pc, uint64_t deadline, const sc_core::sc_time& quantum) {
   // Injected: the core stops making progress at its first instruction, as a core stuck on a bus
   // or in a livelock would. Only the watchdog gets it out; with the watchdog off, never.
   for (;;) {

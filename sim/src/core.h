@@ -11,7 +11,7 @@
 
 #include <tlm_utils/simple_initiator_socket.h>
 
-#include "spyre/firmware/hal.h"
+#include "spyre/hw/errors.h"
 #include "spyre/hw/isa.h"
 #include "spyre/sim/config.h"
 #include "timing.h"
@@ -90,7 +90,7 @@ class Core : public sc_core::sc_module {
   const sc_core::sc_event& done_event() const { return done_; }
   /// Outcome of the last program: kOk, or kCoreFault, kEccError (a read hit an ECC error) or
   /// kWatchdog, with detail = core << 24 | pc.
-  const fw::Verdict& result() const { return result_; }
+  const hw::Verdict& result() const { return result_; }
   /// Fault injection: the core hangs in its `program`-th program (from 1); 0: never.
   void hang_in(uint64_t program) { hang_in_ = program; }
   /// When the last program's code had arrived and its first instruction issued.
@@ -104,7 +104,7 @@ class Core : public sc_core::sc_module {
 
  private:
   void thread();
-  fw::Verdict run();
+  hw::Verdict run();
   /// Executes one instruction; a branch sets `pc`, anything else leaves it. False on a fault.
   bool execute(const hw::Instr& in, uint32_t& pc);
   bool dma(const hw::Instr& in);
@@ -135,8 +135,8 @@ class Core : public sc_core::sc_module {
   void compute(std::function<void()> task, std::initializer_list<Touch> touches);
   /// True when `n` bytes at `addr` lie in the window; otherwise sets the fault code to kDmaFault.
   bool in_window(uint64_t addr, uint64_t n);
-  fw::Verdict fault(uint32_t pc) const { return {fault_code_, hw::Field::kNone, id_ << 24 | (pc & 0xffffff)}; }
-  fw::Verdict hang(uint32_t pc, uint64_t deadline, const sc_core::sc_time& quantum);
+  hw::Verdict fault(uint32_t pc) const { return {fault_code_, hw::Field::kNone, id_ << 24 | (pc & 0xffffff)}; }
+  hw::Verdict hang(uint32_t pc, uint64_t deadline, const sc_core::sc_time& quantum);
 
   const Config& config_;
   uint64_t launched_ = 0;                                 // cycle the running program started at (for the watchdog)
@@ -190,7 +190,7 @@ class Core : public sc_core::sc_module {
   uint32_t rank_ = 0;
   Launch* launch_ = nullptr;
   bool busy_ = false;
-  fw::Verdict result_;
+  hw::Verdict result_;
   sc_core::sc_time code_ready_;
   sc_core::sc_event start_;
   sc_core::sc_event done_;

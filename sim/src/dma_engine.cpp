@@ -26,15 +26,15 @@ DmaEngine::DmaEngine(const sc_core::sc_module_name& name, const Config& config, 
   }
 }
 
-fw::Verdict DmaEngine::copy(const hw::CopyArgs& args, uint8_t flags, uint32_t priority) {
+hw::Verdict DmaEngine::copy(const hw::CopyArgs& args, uint8_t flags, uint32_t priority) {
   if (++copies_ == fail_copy_) return {hw::ErrorCode::kDmaError, hw::Field::kCopySrc, 0};
   const uint64_t granted = channels_.acquire(channels_.all(), priority, /*any=*/true);
-  const fw::Verdict v = run(static_cast<uint32_t>(__builtin_ctzll(granted)), args, flags);
+  const hw::Verdict v = run(static_cast<uint32_t>(__builtin_ctzll(granted)), args, flags);
   channels_.release(granted);
   return v;
 }
 
-fw::Verdict DmaEngine::run(uint32_t channel, const hw::CopyArgs& args, uint8_t flags) {
+hw::Verdict DmaEngine::run(uint32_t channel, const hw::CopyArgs& args, uint8_t flags) {
   const bool src_host = flags & hw::kCopySrcHost;
   const bool dst_host = flags & hw::kCopyDstHost;
   const uint64_t start = clock_.now_cycles();
@@ -61,8 +61,8 @@ fw::Verdict DmaEngine::run(uint32_t channel, const hw::CopyArgs& args, uint8_t f
   // Why a transfer failed: the link, the IOMMU, an ECC error in device memory, or a host that cannot
   // back the written memory.
   const auto failed = [&](bool host, tlm::tlm_response_status status, hw::Field field) {
-    if (host && endpoint_.link_down()) return fw::Verdict{hw::ErrorCode::kLinkDown, field, 0};
-    return fw::Verdict{host ? hw::ErrorCode::kDmaFault : memory_error(status, hw::ErrorCode::kDmaFault), field, 0};
+    if (host && endpoint_.link_down()) return hw::Verdict{hw::ErrorCode::kLinkDown, field, 0};
+    return hw::Verdict{host ? hw::ErrorCode::kDmaFault : memory_error(status, hw::ErrorCode::kDmaFault), field, 0};
   };
   for (uint64_t i = 0; i < chunks + kReadAhead; ++i) {
     if (i < chunks) {

@@ -12,8 +12,8 @@
 #include "arbiter.h"
 #include "endpoint.h"
 #include "fabric.h"
-#include "spyre/firmware/hal.h"
 #include "spyre/hw/commands.h"
+#include "spyre/hw/errors.h"
 #include "timing.h"
 #include "trace.h"
 
@@ -30,12 +30,12 @@ class DmaEngine : public sc_core::sc_module {
   /// lower-`priority` copies; must be called from a SystemC thread. Returns a DMA fault (naming
   /// copy.src or copy.dst) when the IOMMU refuses a host range, an ECC error when a device read
   /// hits one, and a link-down error when the PCIe link is down.
-  fw::Verdict copy(const hw::CopyArgs& args, uint8_t flags, uint32_t priority);
+  hw::Verdict copy(const hw::CopyArgs& args, uint8_t flags, uint32_t priority);
   /// Fault injection: the n-th copy (from 1) fails with a DMA transfer error before it moves a byte.
   void fail_copy(uint64_t n) { fail_copy_ = n; }
 
  private:
-  fw::Verdict run(uint32_t channel, const hw::CopyArgs& args, uint8_t flags);
+  hw::Verdict run(uint32_t channel, const hw::CopyArgs& args, uint8_t flags);
 
   Clock clock_;
   Endpoint& endpoint_;

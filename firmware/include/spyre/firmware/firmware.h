@@ -24,10 +24,10 @@ struct Limits {
 
 /// Checks every field of `d` that can be checked without touching memory.
 /// Returns kOk or the first error with the field to blame.
-Verdict validate_descriptor(const hw::Descriptor& d, const Limits& limits);
+hw::Verdict validate_descriptor(const hw::Descriptor& d, const Limits& limits);
 
 /// Checks a program header against its launch descriptor.
-Verdict validate_program(const hw::ProgramHeader& header, const hw::LaunchArgs& launch);
+hw::Verdict validate_program(const hw::ProgramHeader& header, const hw::LaunchArgs& launch);
 
 class Firmware {
  public:
@@ -49,9 +49,9 @@ class Firmware {
   /// Queue `q`'s limits: the device's, narrowed by its windows in the management page.
   Limits limits(uint32_t q);
   uint64_t reg64(uint32_t lo);
-  Verdict execute(uint32_t q, const hw::Descriptor& d, const Limits& limits);
-  Verdict run_launch(const hw::LaunchArgs& l, uint32_t priority, const Limits& limits);
-  Verdict signal(const hw::SemaphoreArgs& s);
+  hw::Verdict execute(uint32_t q, const hw::Descriptor& d, const Limits& limits);
+  hw::Verdict run_launch(const hw::LaunchArgs& l, uint32_t priority, const Limits& limits);
+  hw::Verdict signal(const hw::SemaphoreArgs& s);
   /// Holds queue `q` until the semaphore reaches its value; false when the queue was reset meanwhile.
   bool wait_semaphore(uint32_t q, const hw::SemaphoreArgs& s, uint32_t resets);
   void fail_queue(uint32_t q, hw::ErrorCode e);

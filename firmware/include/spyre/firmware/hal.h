@@ -10,15 +10,6 @@
 
 namespace spyre::fw {
 
-/// Outcome of a command or a check: kOk, or an error code and the descriptor field to blame.
-struct Verdict {
-  hw::ErrorCode error = hw::ErrorCode::kOk;
-  hw::Field field = hw::Field::kNone;
-  uint32_t detail = 0;
-
-  constexpr bool ok() const { return error == hw::ErrorCode::kOk; }
-};
-
 /// A range of device memory: a queue's window (hw/regs.h, the management page). size 0: no window,
 /// all of memory.
 struct Window {
@@ -49,12 +40,12 @@ class Hal {
 
   /// Runs a validated copy on a free DMA channel (waiting for one, ahead of lower `priority`
   /// waiters) and returns when it has finished.
-  virtual Verdict copy(const hw::CopyArgs& args, uint8_t flags, uint32_t priority) = 0;
+  virtual hw::Verdict copy(const hw::CopyArgs& args, uint8_t flags, uint32_t priority) = 0;
   /// Waits until every core in `core_mask` is free (ahead of lower `priority` waiters), starts the
   /// program on them with the `args_size`-byte argument block at `args`, and returns when all
   /// have stopped. The cores fault (kDmaFault) on any device access outside `window`.
-  virtual Verdict launch(uint64_t program, uint64_t args, uint64_t args_size, uint64_t core_mask, uint32_t priority,
-                         const Window& window) = 0;
+  virtual hw::Verdict launch(uint64_t program, uint64_t args, uint64_t args_size, uint64_t core_mask, uint32_t priority,
+                             const Window& window) = 0;
 
   virtual void raise_msix(uint32_t vector) = 0;
   virtual uint64_t now_cycles() = 0;

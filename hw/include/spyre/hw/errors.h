@@ -131,4 +131,15 @@ constexpr const char* field_name(Field f) {
   }
 }
 
+/// Outcome of a command, a check or a block of the card: kOk, or an error code, the descriptor field
+/// to blame and a detail word (what a completion record carries). The model's blocks return it and
+/// the firmware passes it on.
+struct Verdict {
+  ErrorCode error = ErrorCode::kOk;
+  Field field = Field::kNone;
+  uint32_t detail = 0;
+
+  constexpr bool ok() const { return error == ErrorCode::kOk; }
+};
+
 }  // namespace spyre::hw
