@@ -21,10 +21,10 @@
 #include <string>
 #include <vector>
 
-#include "../backend/compiler/src/emit/builder.h"
 #include "core.h"
 #include "device_memory.h"
 #include "fabric.h"
+#include "spyre/compiler/emit.h"
 #include "spyre/compiler/program.h"
 #include "trace.h"
 

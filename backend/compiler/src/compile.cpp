@@ -5,8 +5,8 @@
 
 #include <fmt/format.h>
 
-#include "emit/builder.h"
 #include "lower/lower.h"
+#include "spyre/compiler/emit.h"
 #include "spyre/compiler/errors.h"
 #include "spyre/compiler/program.h"
 

@@ -1,4 +1,4 @@
-#include "builder.h"
+#include "spyre/compiler/emit.h"
 
 #include <stdexcept>
 

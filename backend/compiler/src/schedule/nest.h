@@ -8,7 +8,7 @@
 #include <functional>
 #include <vector>
 
-#include "../emit/builder.h"
+#include "spyre/compiler/emit.h"
 
 namespace spyre::compiler::schedule {
 

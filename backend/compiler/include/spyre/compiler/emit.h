@@ -1,5 +1,5 @@
-// Instruction emission: one code buffer with forward and backward labels, and constructors for
-// each tile-ISA instruction so that the lowerings read like assembly.
+// The tile-ISA assembler: one code buffer with forward and backward labels, and a constructor for
+// each instruction, so that lowerings (and testbenches that hand-write programs) read like assembly.
 #pragma once
 
 #include <cstdint>
