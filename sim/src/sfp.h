@@ -2,7 +2,9 @@
 // conversions, fill, iota and transposes on packed rows x cols blocks of scratchpad bytes.
 // Float types compute in fp32 and round once to the destination type (as PyTorch's CPU kernels
 // do for fp16 and bf16); integer types compute in wrapping 64-bit arithmetic.
-// Pure functions of their inputs: no SystemC, no timing (see core.cpp for the latency).
+// Pure functions of their inputs: no SystemC, no timing (latency.cpp has the latency). One file
+// per job: sfp_convert.cpp, sfp_elementwise.cpp (its fast paths in sfp_vector.cpp), sfp_rows.cpp,
+// sfp_fill.cpp; the scalar arithmetic of every function is sfp_math.h.
 #pragma once
 
 #include <cstdint>
