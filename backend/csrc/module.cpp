@@ -27,6 +27,8 @@
 #include "spyre/compiler/program.h"
 #include "spyre/driver/driver.h"
 #include "spyre/hw/commands.h"
+#include "spyre/sim/inproc.h"
+#include "spyre/simd/channel.h"
 
 namespace py = pybind11;
 using spyre::backend::DeviceRuntime;
@@ -241,6 +243,8 @@ std::vector<double> empty_command_round_trips(int index, int count) {
 }  // namespace
 
 PYBIND11_MODULE(_C, m) {
+  // The card in this process is the default transport; the driver links no simulator of its own.
+  spyre::sim::register_inproc_transport();
   m.doc() = "torch_spyre native module: the Spyre PrivateUse1 device";
   if (!spyre::backend::unknown_names().empty()) {  // kernels registered for ops torch does not have
     throw py::import_error("torch_spyre: kernels are registered for ops this torch does not have: aten::" +
@@ -262,7 +266,8 @@ PYBIND11_MODULE(_C, m) {
   m.def("_daemon_status", [](const std::string& socket_path) {
     HANDLE_TH_ERRORS
     std::string json;
-    SPYRE_CHECK(spyre::driver::query_daemon_status(socket_path, &json));
+    const std::string why = spyre::simd::query_status(socket_path, &json);
+    TORCH_CHECK(why.empty(), "spyre-smi: ", why);
     return json;
     END_HANDLE_TH_ERRORS_PYBIND
   });
@@ -324,7 +329,10 @@ PYBIND11_MODULE(_C, m) {
   m.def("_write_reports", [] {
     HANDLE_TH_ERRORS
     std::string trace, stats;
-    SPYRE_CHECK(spyre::driver::Driver::instance().write_sim_reports(&trace, &stats));
+    TORCH_CHECK(!spyre::driver::Driver::forked_child(), "spyre: no simulator in a forked child");
+    spyre::driver::Driver& drv = spyre::driver::Driver::instance();
+    SPYRE_CHECK(drv.transport_status());
+    SPYRE_CHECK(drv.transport()->write_sim_reports(&trace, &stats));
     return py::make_tuple(trace, stats);
     END_HANDLE_TH_ERRORS_PYBIND
   });

@@ -109,6 +109,58 @@ def test_a_client_past_the_slots_and_another_config_are_refused_by_name(daemon, 
     )
     assert mismatch.returncode != 0
     assert "simulates config" in mismatch.stderr and "$SPYRE_SIMD_SOCKET" in mismatch.stderr
+    # The driver reads no config: the daemon parses the client's. The same config written
+    # otherwise (another file, keys reordered, spaced out) is the same card ...
+    same = tmp_path / "same.json"
+    same.write_text(json.dumps(dict(reversed(json.loads(IEEE_FP16.read_text()).items())), indent=4))
+    alike = subprocess.run(
+        [sys.executable, "-c", WORK, "1"],
+        env={**env, "SPYRE_CONFIG": str(same)},
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert alike.returncode == 0, alike.stderr
+    # ... and one that does not load is refused with the config's own reason.
+    bad = tmp_path / "bad.json"
+    bad.write_text(json.dumps({"chip": {"cores": 15.5}}))
+    refused = subprocess.run(
+        [sys.executable, "-c", WORK, "1"],
+        env={**env, "SPYRE_CONFIG": str(bad)},
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert refused.returncode != 0
+    assert "chip.cores" in refused.stderr and "15.5" in refused.stderr and str(bad) in refused.stderr
+
+
+def test_a_daemon_that_refuses_its_config_at_start_is_reported_at_once(tmp_path):
+    """The first client starts spyre-simd on its own; when the daemon stops at its start (here: a
+    config it refuses), the client says why from the daemon's log instead of waiting 30 s."""
+    bad = tmp_path / "bad.json"
+    bad.write_text(json.dumps({"chip": {"cores": 4294967297}}))
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("SPYRE_", "TORCH_SPYRE_"))}
+    env.update(
+        SPYRE_CONFIG=str(bad),
+        SPYRE_TRANSPORT="socket",
+        SPYRE_SIMD=str(SPYRE_SIMD),
+        SPYRE_SIMD_SOCKET=str(tmp_path / "auto.sock"),
+    )
+    start = time.monotonic()
+    r = subprocess.run(
+        [sys.executable, "-c", "import torch, torch_spyre; torch.zeros(1, device='spyre')"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert r.returncode != 0
+    assert "spyre-simd stopped at its start" in r.stderr and "chip.cores" in r.stderr, r.stderr
+    assert time.monotonic() - start < 20
 
 
 # A client that keeps a tensor of 7s and says where it is; on "check" it verifies the tensor and

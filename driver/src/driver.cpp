@@ -53,12 +53,6 @@ Status Driver::device(uint32_t index, Device** out) {
   return {};
 }
 
-Status Driver::write_sim_reports(std::string* trace_path, std::string* stats_path) {
-  if (forked_child()) return {StatusCode::kNotAvailable, "driver: no simulator in a forked child"};
-  if (!transport_status_.ok()) return transport_status_;
-  return transport_->write_sim_reports(trace_path, stats_path);
-}
-
 void Driver::close(uint32_t index) {
   std::lock_guard lock(mu_);
   if (index < devices_.size()) devices_[index].reset();

@@ -2,12 +2,30 @@
 
 #include <sys/mman.h>
 
+#include <map>
+#include <mutex>
+
 #include <fmt/format.h>
 
 namespace spyre::driver {
 
-Status open_inproc_transport(std::unique_ptr<Transport>* out);  // transport_inproc.cpp
 Status open_socket_transport(std::unique_ptr<Transport>* out);  // transport_socket.cpp
+
+namespace {
+
+std::mutex g_openers_mu;
+
+std::map<std::string, TransportOpener>& openers() {
+  static std::map<std::string, TransportOpener> m;
+  return m;
+}
+
+}  // namespace
+
+void register_transport(const std::string& kind, TransportOpener open) {
+  std::lock_guard lock(g_openers_mu);
+  openers()[kind] = open;
+}
 
 Status Transport::alloc_host(uint64_t len, void** host) {
   void* p = mmap(nullptr, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
@@ -23,13 +41,24 @@ void Transport::free_host(void* host, uint64_t len) {
 }
 
 Status open_transport(const std::string& kind, std::unique_ptr<Transport>* out) {
-  if (kind.empty() || kind == "inproc") return open_inproc_transport(out);
-  if (kind == "socket") return open_socket_transport(out);
-  if (kind == "vfio") {
+  const std::string k = kind.empty() ? "inproc" : kind;
+  TransportOpener open = nullptr;
+  {
+    std::lock_guard lock(g_openers_mu);
+    if (auto it = openers().find(k); it != openers().end()) open = it->second;
+  }
+  if (open) return open(out);
+  if (k == "socket") return open_socket_transport(out);
+  if (k == "inproc") {
+    return {StatusCode::kNotAvailable,
+            "transport: 'inproc' is not linked into this program (link spyre_sim_inproc and call "
+            "spyre::sim::register_inproc_transport() first), or use SPYRE_TRANSPORT=socket"};
+  }
+  if (k == "vfio") {
     return {StatusCode::kNotAvailable, "transport: 'vfio' needs a Spyre card bound to vfio-pci; none on this host"};
   }
   return {StatusCode::kInvalidArgument,
-          fmt::format("transport: unknown kind '{}' (expected inproc, socket or vfio)", kind)};
+          fmt::format("transport: unknown kind '{}' (expected inproc, socket or vfio)", k)};
 }
 
 }  // namespace spyre::driver

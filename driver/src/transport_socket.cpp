@@ -16,6 +16,7 @@
 #include <chrono>
 #include <cstdlib>
 #include <cstring>
+#include <fstream>
 #include <map>
 #include <mutex>
 #include <thread>
@@ -24,9 +25,7 @@
 #include <fmt/format.h>
 
 #include "spyre/common/log.h"
-#include "spyre/driver/driver.h"
 #include "spyre/driver/transport.h"
-#include "spyre/sim/config.h"
 #include "spyre/simd/channel.h"
 
 extern char** environ;
@@ -41,19 +40,6 @@ using simd::Message;
 #define SPYRE_SIMD_DEFAULT_PATH ""
 #endif
 
-int connect_to(const std::string& path) {
-  const int sock = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
-  if (sock < 0) return -1;
-  sockaddr_un addr{};
-  addr.sun_family = AF_UNIX;
-  std::strncpy(addr.sun_path, path.c_str(), sizeof addr.sun_path - 1);
-  if (connect(sock, reinterpret_cast<sockaddr*>(&addr), sizeof addr) != 0) {
-    close(sock);
-    return -1;
-  }
-  return sock;
-}
-
 // The daemon binary: $SPYRE_SIMD, else the build tree's, else spyre-simd on the PATH.
 std::string daemon_binary() {
   if (const char* p = std::getenv("SPYRE_SIMD"); p && *p) return p;
@@ -61,7 +47,8 @@ std::string daemon_binary() {
   return "spyre-simd";
 }
 
-Status start_daemon(const std::string& path) {
+// Starts spyre-simd on `path`; its pid in `pid`.
+Status start_daemon(const std::string& path, pid_t* pid_out) {
   const std::string bin = daemon_binary();
   std::vector<std::string> args = {bin, "--auto", "--socket", path};
   std::vector<char*> argv;
@@ -89,8 +76,52 @@ Status start_daemon(const std::string& path) {
                         "spyre-simd binary or start it by hand",
                         path, bin, std::strerror(rc))};
   }
+  *pid_out = pid;
+  return {};
+}
+
+// The last line the daemon wrote to its log: why it stopped at its start.
+std::string last_log_line(const std::string& log_path) {
+  std::ifstream in(log_path);
+  std::string line, last;
+  while (std::getline(in, line)) {
+    if (!line.empty()) last = line;
+  }
+  return last.empty() ? "no message" : last;
+}
+
+// Connects to the daemon on `path`, starting one when none answers. A daemon that stops before it
+// answers (a config it refuses, say) is reported with its last words rather than waited for.
+Status connect_or_start(const std::string& path, int* sock_out) {
+  int sock = simd::connect_socket(path);
+  if (sock >= 0) {
+    *sock_out = sock;
+    return {};
+  }
+  pid_t pid = 0;
+  if (Status s = start_daemon(path, &pid); !s.ok()) return s;
+  bool exited = false;
+  const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(30);
+  while (sock < 0 && std::chrono::steady_clock::now() < until) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    sock = simd::connect_socket(path);
+    // Another process's daemon may have taken the socket first, and ours gave way: keep trying.
+    if (sock < 0 && !exited && waitpid(pid, nullptr, WNOHANG) == pid) {
+      exited = true;
+      sock = simd::connect_socket(path);
+      if (sock < 0) {
+        return {StatusCode::kNotAvailable,
+                fmt::format("transport socket: spyre-simd stopped at its start: {}", last_log_line(path + ".log"))};
+      }
+    }
+  }
   // It is reaped by whoever it outlives; not waiting here keeps it running.
-  std::thread([pid] { waitpid(pid, nullptr, 0); }).detach();
+  if (!exited) std::thread([pid] { waitpid(pid, nullptr, 0); }).detach();
+  if (sock < 0) {
+    return {StatusCode::kNotAvailable,
+            fmt::format("transport socket: started spyre-simd, but nothing answers on {} after 30 s", path)};
+  }
+  *sock_out = sock;
   return {};
 }
 
@@ -111,30 +142,25 @@ class SocketTransport final : public Transport {
   }
 
   Status open() {
-    // The daemon simulates one config: the one this process would simulate in-process, or it says no.
-    uint64_t config_hash = 0;
-    try {
-      config_hash = std::stoull(sim::load_config_from_env().hash(), nullptr, 16);
-    } catch (const std::exception& e) {
-      return {StatusCode::kNotAvailable, fmt::format("transport socket: {}", e.what())};
+    // The daemon simulates one config: the one this process asks for, or it says no. The driver
+    // does not read configs: it sends the source, and the daemon answers with the config's hash.
+    simd::ConfigSource source;
+    if (std::string why = simd::read_config_source(&source); !why.empty()) {
+      return {StatusCode::kNotAvailable, "transport socket: " + why};
     }
-    const std::string path = simd::default_socket_path(config_hash);
-    sock_ = connect_to(path);
-    if (sock_ < 0) {
-      if (Status s = start_daemon(path); !s.ok()) return s;
-      const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(30);
-      while (sock_ < 0 && std::chrono::steady_clock::now() < until) {
-        std::this_thread::sleep_for(std::chrono::milliseconds(20));
-        sock_ = connect_to(path);
-      }
-      if (sock_ < 0) {
-        return {StatusCode::kNotAvailable,
-                fmt::format("transport socket: started spyre-simd, but nothing answers on {} after 30 s", path)};
-      }
+    const std::string text = simd::encode_config_source(source);
+    if (text.size() > simd::kMaxText) {
+      return {StatusCode::kNotAvailable, fmt::format("transport socket: the config ({} bytes) is larger than a "
+                                                     "message carries ({} bytes)",
+                                                     text.size(), simd::kMaxText)};
     }
-    Message hello = request(Command::kHello, simd::kProtocolVersion, static_cast<uint64_t>(getpid()), config_hash);
+    const uint64_t digest = simd::config_digest(source);
+    if (Status s = connect_or_start(simd::default_socket_path(digest), &sock_); !s.ok()) return s;
+    Message hello = request(Command::kHello, simd::kProtocolVersion, static_cast<uint64_t>(getpid()), digest);
+    hello.text = text;
     Message reply;
     if (Status s = call(hello, &reply); !s.ok()) return s;
+    log("driver").debug("transport socket: spyre-simd simulates config {:016x}", reply.args[3]);
     for (const char* key : {"SPYRE_STATS", "SPYRE_TRACE", "SPYRE_CAPTURE"}) {
       if (const char* v = std::getenv(key); v && *v) {
         log("driver").warn(
@@ -354,31 +380,6 @@ Status open_socket_transport(std::unique_ptr<Transport>* out) {
   auto t = std::make_unique<SocketTransport>();
   if (Status s = t->open(); !s.ok()) return s;
   *out = std::move(t);
-  return {};
-}
-
-Status query_daemon_status(std::string path, std::string* json) {
-  if (path.empty()) {
-    try {
-      path = simd::default_socket_path(std::stoull(sim::load_config_from_env().hash(), nullptr, 16));
-    } catch (const std::exception& e) {
-      return {StatusCode::kNotAvailable, fmt::format("spyre-smi: {}", e.what())};
-    }
-  }
-  const int sock = connect_to(path);
-  if (sock < 0) return {StatusCode::kNotAvailable, fmt::format("spyre-smi: no spyre-simd answers on {}", path)};
-  Message m;
-  m.command = Command::kStatus;
-  m.id = 1;
-  Message reply;
-  std::vector<int> fds;
-  std::string err = simd::send_message(sock, m);
-  if (err.empty()) err = simd::recv_message(sock, &reply, &fds);
-  for (int fd : fds) ::close(fd);
-  ::close(sock);
-  if (!err.empty()) return {StatusCode::kNotAvailable, fmt::format("spyre-smi: spyre-simd on {}: {}", path, err)};
-  if (reply.flags & simd::kFlagError) return {StatusCode::kNotAvailable, reply.text};
-  *json = reply.text;
   return {};
 }
 

@@ -14,11 +14,15 @@
 #include "spyre/driver/driver.h"
 #include "spyre/hw/pci.h"
 #include "spyre/hw/regs.h"
+#include "spyre/sim/inproc.h"
 
 using namespace spyre;
 using driver::StatusCode;
 
 namespace {
+
+// The card in this process (SPYRE_TRANSPORT=inproc, the default): the driver links no simulator.
+const bool g_inproc_registered = (sim::register_inproc_transport(), true);
 
 driver::Device& dev0() {
   driver::Device* d = nullptr;

@@ -303,19 +303,10 @@ Config parse_config(const std::string& json_text) {
   return c;
 }
 
-Config load_config_from_env() {
-  Config c;
-  std::string text = "{}";
-  const char* path = std::getenv("SPYRE_CONFIG");
-  if (path && *path) {
-    std::ifstream in(path);
-    if (!in) throw std::invalid_argument(fmt::format("config: cannot read SPYRE_CONFIG file '{}'", path));
-    std::stringstream read;
-    read << in.rdbuf();
-    text = read.str();
-  }
-  // $SPYRE_FAULTS: a JSON object of faults.* keys, laid over the file's.
-  if (const char* faults = std::getenv("SPYRE_FAULTS"); faults && *faults) {
+Config load_config(const std::string& file_text, const std::string& faults, const std::string& origin) {
+  std::string text = origin.empty() && file_text.empty() ? "{}" : file_text;
+  // The faults: a JSON object of faults.* keys, laid over the file's.
+  if (!faults.empty()) {
     json over, patch;
     try {
       over = parse_strict(text);
@@ -328,10 +319,24 @@ Config load_config_from_env() {
     text = over.dump();
   }
   try {
-    c = parse_config(text);
+    return parse_config(text);
   } catch (const std::invalid_argument& e) {
-    throw std::invalid_argument(fmt::format("{} (in {})", e.what(), path && *path ? path : "SPYRE_FAULTS"));
+    throw std::invalid_argument(fmt::format("{} (in {})", e.what(), !origin.empty() ? origin : "SPYRE_FAULTS"));
   }
+}
+
+Config load_config_from_env() {
+  std::string text;
+  const char* path = std::getenv("SPYRE_CONFIG");
+  if (path && *path) {
+    std::ifstream in(path);
+    if (!in) throw std::invalid_argument(fmt::format("config: cannot read SPYRE_CONFIG file '{}'", path));
+    std::stringstream read;
+    read << in.rdbuf();
+    text = read.str();
+  }
+  const char* faults = std::getenv("SPYRE_FAULTS");
+  Config c = load_config(text, faults ? faults : "", path ? path : "");
   if (const char* p = std::getenv("SPYRE_TRACE"); p && *p) c.output.trace_path = p;
   if (const char* p = std::getenv("SPYRE_STATS"); p && *p) c.output.stats_path = p;
   if (const char* p = std::getenv("SPYRE_CAPTURE"); p && *p) c.output.capture_path = p;

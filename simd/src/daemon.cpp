@@ -29,6 +29,13 @@
 namespace spyre::simd {
 
 namespace {
+
+// The digest of this process's own config source (the daemon's $SPYRE_CONFIG and $SPYRE_FAULTS).
+uint64_t own_source_digest() {
+  simd::ConfigSource source;
+  return simd::read_config_source(&source).empty() ? simd::config_digest(source) : 0;
+}
+
 // Error numbers of error replies: the driver's StatusCode values.
 constexpr uint32_t kInvalidArgument = 1;
 constexpr uint32_t kOutOfMemory = 2;
@@ -154,11 +161,30 @@ class Daemon::CardLink final : public sim::HostLink {
   std::array<uint32_t, hw::kMaxQueues> owner_ = {};
 };
 
+std::string Daemon::config_refusal(uint64_t digest, const std::string& text) const {
+  simd::ConfigSource source;
+  if (!simd::decode_config_source(text, &source)) return "spyre-simd: hello.text: not a config source";
+  if (digest != simd::config_digest(source)) return "spyre-simd: hello.config_digest: not its text's digest";
+  if (digest == source_digest_) return "";  // the same text as this daemon's: the same config
+  uint64_t asked = 0;
+  try {
+    asked = std::stoull(sim::load_config(source.text, source.faults, source.origin).hash(), nullptr, 16);
+  } catch (const std::invalid_argument& e) {
+    return fmt::format("spyre-simd on {}: this process's config is refused: {}", path_, e.what());
+  }
+  if (asked == config_hash_) return "";
+  return fmt::format(
+      "spyre-simd on {} simulates config {:016x}, and this process asks for {:016x} ($SPYRE_CONFIG): "
+      "stop that daemon, or give this config its own socket with $SPYRE_SIMD_SOCKET",
+      path_, config_hash_, asked);
+}
+
 Daemon::Daemon(sim::Simulator& sim, std::string socket_path, std::chrono::milliseconds idle_exit, uint32_t max_clients)
     : sim_(sim),
       path_(std::move(socket_path)),
       idle_exit_(idle_exit),
       config_hash_(std::stoull(sim.config().hash(), nullptr, 16)),
+      source_digest_(own_source_digest()),
       started_(std::chrono::steady_clock::now()) {
   for (uint32_t c = 0; c < sim_.num_cards(); ++c) {
     links_.push_back(std::make_unique<CardLink>(sim_));
@@ -287,11 +313,8 @@ void Daemon::serve(int sock, uint32_t client) {
           } else if (a != kProtocolVersion) {
             fail(kNotAvailable, "spyre-simd: protocol version " + std::to_string(a) + " is not " +
                                     std::to_string(kProtocolVersion) + "; use a driver and daemon of one build");
-          } else if (c != config_hash_) {
-            fail(kNotAvailable, fmt::format("spyre-simd on {} simulates config {:016x}, and this process asks for "
-                                            "{:016x} ($SPYRE_CONFIG): stop that daemon, or give this config its own "
-                                            "socket with $SPYRE_SIMD_SOCKET",
-                                            path_, config_hash_, c));
+          } else if (std::string why = config_refusal(c, m.text); !why.empty()) {
+            fail(kNotAvailable, why);
           } else if ((slot = admit(client, b)) < 0) {
             fail(kNotAvailable, refusal(b));
           } else {
@@ -300,6 +323,7 @@ void Daemon::serve(int sock, uint32_t client) {
             reply.args[0] = kProtocolVersion;
             reply.args[1] = cards;
             reply.args[2] = client;
+            reply.args[3] = config_hash_;
             log("simd").info("client {} is pid {}: slot {}", client, b, slot);
           }
           break;

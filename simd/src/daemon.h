@@ -59,11 +59,15 @@ class Daemon {
   void reset_queues(const Slot& s, uint32_t card);
   std::string status_json();
   std::string refusal(uint64_t pid);
+  /// Why a client whose config source is `text` (digest `digest`) is refused: it asks for another
+  /// config than this daemon simulates, or for one that does not load. "" when it is this one.
+  std::string config_refusal(uint64_t digest, const std::string& text) const;
 
   sim::Simulator& sim_;
   std::string path_;
   std::chrono::milliseconds idle_exit_;
-  uint64_t config_hash_;  // what a client must ask for (Config::hash: the report paths aside)
+  uint64_t config_hash_;    // what a client must ask for (Config::hash: the report paths aside)
+  uint64_t source_digest_;  // the digest of this process's own config source: a client's equal one needs no parse
   std::atomic<bool> stopping_{false};
   std::vector<std::unique_ptr<CardLink>> links_;
   std::mutex mu_;

@@ -5,6 +5,8 @@
 #include <csignal>
 #include <cstdio>
 #include <exception>
+#include <stdexcept>
+#include <string>
 
 #include <CLI/CLI.hpp>
 
@@ -25,7 +27,7 @@ int main(int argc, char** argv) {
   bool auto_started = false;
   double idle_seconds = 10;
   uint32_t clients = 4;
-  app.add_option("--socket", socket, "socket path (default: $SPYRE_SIMD_SOCKET, or one per config hash)");
+  app.add_option("--socket", socket, "socket path (default: $SPYRE_SIMD_SOCKET, or one per config source)");
   app.add_flag("--auto", auto_started, "started by a driver: exit when idle");
   app.add_option("--idle-seconds", idle_seconds, "with --auto: exit after this long without a client")
       ->check(CLI::PositiveNumber)
@@ -38,7 +40,11 @@ int main(int argc, char** argv) {
   CLI11_PARSE(app, argc, argv);
   try {
     spyre::sim::Simulator& sim = spyre::sim::Simulator::instance();
-    if (socket.empty()) socket = spyre::simd::default_socket_path(std::stoull(sim.config().hash(), nullptr, 16));
+    if (socket.empty()) {  // the socket that a client of this config source looks for
+      spyre::simd::ConfigSource source;
+      if (const std::string why = spyre::simd::read_config_source(&source); !why.empty()) throw std::runtime_error(why);
+      socket = spyre::simd::default_socket_path(spyre::simd::config_digest(source));
+    }
     const auto idle = auto_started ? std::chrono::milliseconds(static_cast<int64_t>(idle_seconds * 1000))
                                    : std::chrono::milliseconds(0);
     spyre::simd::Daemon daemon(sim, socket, idle, clients);

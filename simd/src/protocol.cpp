@@ -21,7 +21,7 @@ struct Spec {
 
 constexpr Spec kSpecs[] = {
     {"?", {}, 0},
-    {"hello", {"version", "pid", "config_hash", nullptr}, 0},
+    {"hello", {"version", "pid", "config_digest", nullptr}, 0},
     {"cfg_read", {"card", "offset", "size", nullptr}, 0},
     {"cfg_write", {"card", "offset", "size", "value"}, 0},
     {"mmio_read", {"card", "offset", nullptr, nullptr}, 0},
@@ -160,7 +160,8 @@ std::string decode(const uint8_t* data, size_t n, size_t fds, Message* out) {
       return field(m.command, "fds") + ": takes " + std::to_string(spec.fds) + " file descriptor(s), got " +
              std::to_string(fds);
     }
-    if (!m.text.empty()) return field(m.command, "text") + ": a request carries no text";
+    if (!m.text.empty() && m.command != Command::kHello)
+      return field(m.command, "text") + ": a request carries no text";
     if ((h.flags & kFlagNoReply) && m.command != Command::kMmioWrite) {
       return "header.flags: only mmio_write may be posted without a reply";
     }

@@ -3,10 +3,12 @@
 #define DOCTEST_CONFIG_IMPLEMENT_WITH_MAIN
 #include <doctest/doctest.h>
 
+#include <cstdlib>
 #include <cstring>
 #include <string>
 #include <vector>
 
+#include "spyre/simd/channel.h"
 #include "spyre/simd/protocol.h"
 
 using namespace spyre::simd;
@@ -181,4 +183,32 @@ TEST_CASE("each malformed request argument is refused, naming it") {
   reply_text.text = "x";
   CHECK(check(reply_text, 0).rfind("poll.reply", 0) == 0);
   CHECK(check(reply_text, 1).rfind("poll.reply", 0) == 0);
+}
+
+TEST_CASE("a config source goes through a hello's text and back, and names its daemon") {
+  const ConfigSource a{"/tmp/a.json", R"({"chip": {"cores": 8}})", R"({"dma_fault_rate": 0.5})"};
+  Message hello = request(Command::kHello, kProtocolVersion, 1234, config_digest(a));
+  hello.text = encode_config_source(a);
+  CHECK(check(hello, 0).empty());
+  ConfigSource back;
+  REQUIRE(decode_config_source(hello.text, &back));
+  CHECK(back.origin == a.origin);
+  CHECK(back.text == a.text);
+  CHECK(back.faults == a.faults);
+  CHECK_FALSE(decode_config_source("no separators", &back));
+  CHECK_FALSE(decode_config_source(std::string("a\0b\0c\0d", 7), &back));
+
+  // The file's name is not the config: the same text elsewhere reaches the same daemon; any other
+  // text, or the same bytes split differently between file and faults, another one.
+  ConfigSource moved = a;
+  moved.origin = "/home/x/b.json";
+  CHECK(config_digest(moved) == config_digest(a));
+  ConfigSource other = a;
+  other.text = R"({"chip": {"cores": 16}})";
+  CHECK(config_digest(other) != config_digest(a));
+  const ConfigSource split1{"", "ab", "c"}, split2{"", "a", "bc"};
+  CHECK(config_digest(split1) != config_digest(split2));
+  if (std::getenv("SPYRE_SIMD_SOCKET") == nullptr) {
+    CHECK(default_socket_path(config_digest(a)) != default_socket_path(config_digest(other)));
+  }
 }

@@ -25,6 +25,7 @@
 #include "runner.h"
 #include "sim_config.h"
 #include "spyre/driver/driver.h"
+#include "spyre/sim/inproc.h"
 #include "spyre/sim/simulator.h"
 #include "summary.h"
 
@@ -97,6 +98,7 @@ void add_dtype(CLI::App* sub, Options& o) {
 // $SPYRE_TRANSPORT says (a shared daemon would mix other clients' work into its figures).
 driver::Device& open_device() {
   setenv("SPYRE_TRANSPORT", "inproc", 1);
+  sim::register_inproc_transport();
   driver::Driver& drv = driver::Driver::instance();
   if (!drv.transport_status().ok()) throw std::runtime_error(drv.transport_status().message());
   driver::Device* dev = nullptr;
@@ -212,11 +214,8 @@ int run(const CLI::App& app, const Options& o, const CLI::Option& check_flag,
   const RunResult result = run_kernel(dev, *queue, kernel, o.repeat, build.formats);
   queue.reset();
 
-  std::string trace_written, stats_written;
-  if (const driver::Status s = driver::Driver::instance().write_sim_reports(&trace_written, &stats_written); !s.ok()) {
-    throw std::runtime_error(s.message());
-  }
-  const nlohmann::json stats = read_stats(stats_written);
+  const sim::Reports written = sim::Simulator::instance().flush_reports();
+  const nlohmann::json stats = read_stats(written.stats_path);
 
   RunFacts facts;
   facts.kernel = &kernel;
@@ -226,7 +225,7 @@ int run(const CLI::App& app, const Options& o, const CLI::Option& check_flag,
   facts.repeat = o.repeat;
   facts.stats = &stats;
   facts.stats_path = stats_path;
-  facts.trace_path = trace_written;
+  facts.trace_path = written.trace_path;
   const bool check = check_flag.count() > 0 ? o.check : kernel.check_size <= kCheckByDefaultUpTo;
   if (check) {
     const Expected want = kernel.golden(kernel);

@@ -13,11 +13,6 @@
 
 namespace spyre::driver {
 
-/// The state of the spyre-simd serving `socket_path` (empty: the one this process's config would
-/// reach) as JSON: its cards, client slots (pid, queues, memory window) and queues. Needs no
-/// client slot, so it answers while every slot is taken. kNotAvailable when no daemon answers.
-Status query_daemon_status(std::string socket_path, std::string* json);
-
 class Driver {
  public:
   /// The process's driver; opens the transport on first use.
@@ -32,12 +27,11 @@ class Driver {
   /// Closes card `index`: resets it and forgets its memory allocations. Every Queue and HostBuffer
   /// of the device must have been destroyed first. Closing a card that is not open is a no-op.
   void close(uint32_t index);
-  /// The transport itself, for driver tests and tools; users of devices never need it.
+  /// The transport itself, for driver tests, tools and the simulator's services on it (reports,
+  /// host pacing); users of devices never need it. nullptr when none could be opened.
   Transport* transport() { return transport_.get(); }
   /// "inproc", "socket" or "vfio"; empty when no transport could be opened.
   std::string transport_name() const { return transport_ ? transport_->name() : ""; }
-  /// Asks a simulator transport to write its trace and stats files now (see Transport).
-  Status write_sim_reports(std::string* trace_path, std::string* stats_path);
   /// True in a child forked after this driver was created: its devices live in the parent's
   /// simulator thread, which the child does not have, so every device call fails cleanly.
   static bool forked_child();

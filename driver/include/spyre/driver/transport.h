@@ -75,8 +75,15 @@ class Transport {
   virtual void note_poll(uint32_t dev) { (void)dev; }
 };
 
-/// Opens a transport by kind: "inproc" (default), "socket" or "vfio".
-/// kNotAvailable with a reason when the kind cannot be used on this host.
+/// Opens a transport of one kind; kNotAvailable with the reason when it cannot be used here.
+using TransportOpener = Status (*)(std::unique_ptr<Transport>* out);
+
+/// Makes `kind` openable by open_transport (replacing an earlier opener of that kind). A program
+/// that links a transport of its own calls this before the driver's first use.
+void register_transport(const std::string& kind, TransportOpener open);
+
+/// Opens a transport by kind: "inproc" (default; registered by the program), "socket" or "vfio".
+/// kNotAvailable with a reason when the kind cannot be used on this host or is not linked in.
 Status open_transport(const std::string& kind, std::unique_ptr<Transport>* out);
 
 }  // namespace spyre::driver

@@ -131,6 +131,11 @@ Config parse_config(const std::string& json_text);
 /// twice (JSON parsers keep the last silently; a config must say each figure once).
 void check_config_text(const std::string& json_text);
 
+/// A config from its source: defaults, then the JSON `text` of the config file `origin` (no origin
+/// and no text: no file), then the faults.* keys of the JSON object `faults` (empty: none).
+/// Throws std::invalid_argument on errors. Output paths stay empty.
+Config load_config(const std::string& text, const std::string& faults, const std::string& origin);
+
 /// Loads the run's config: defaults, then the file named by $SPYRE_CONFIG (if set), then the
 /// faults of $SPYRE_FAULTS, then $SPYRE_TRACE / $SPYRE_STATS / $SPYRE_CAPTURE for the output paths. Throws
 /// std::invalid_argument on errors.

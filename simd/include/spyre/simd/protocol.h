@@ -14,13 +14,14 @@
 
 namespace spyre::simd {
 
-inline constexpr uint32_t kProtocolVersion = 2;  // 2: shared cards (windows, queue slots) and status
+inline constexpr uint32_t kProtocolVersion = 3;  // 2: shared cards and status; 3: the config source in hello
 inline constexpr uint32_t kArgsBytes = 32;
-inline constexpr uint32_t kMaxText = 65536;  // error messages, report paths, the status JSON
+inline constexpr uint32_t kMaxText = 65536;  // error messages, report paths, the status JSON, a config
 inline constexpr uint32_t kMaxCards = 16;
 
 enum class Command : uint16_t {
-  kHello = 1,        // a: protocol version, b: pid, c: its config's hash -> a: version, b: cards, c: client id
+  kHello = 1,        // a: protocol version, b: pid, c: config digest; text: config source (channel.h)
+                     //   -> a: version, b: cards, c: client id, d: the hash of the config simulated
   kCfgRead = 2,      // a: card, b: offset, c: size (1, 2, 4) -> a: value
   kCfgWrite = 3,     // a: card, b: offset, c: size, d: value
   kMmioRead = 4,     // a: card, b: offset (4-aligned) -> a: value

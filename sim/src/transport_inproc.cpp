@@ -1,7 +1,8 @@
-// The "inproc" transport: the SystemC model runs in a thread of this process. This file is the
-// only place in the driver that knows about the simulator, and it reaches it only through the
-// wire-level API of spyre/sim/simulator.h. It also plays the IOMMU: the card's DMA reaches only
-// host ranges mapped here.
+// The "inproc" transport: the SystemC model runs in a thread of this process. It is the
+// simulator's side of the driver's transport seam: the driver does not link it; a program that
+// wants the card in-process links spyre_sim_inproc and registers it (spyre/sim/inproc.h). It
+// reaches the model only through the wire-level API of spyre/sim/simulator.h, and plays the IOMMU:
+// the card's DMA reaches only host ranges mapped here.
 #include <atomic>
 #include <cstring>
 #include <map>
@@ -12,20 +13,25 @@
 #include <fmt/format.h>
 
 #include "spyre/driver/transport.h"
+#include "spyre/sim/inproc.h"
 #include "spyre/sim/iova_map.h"
 #include "spyre/sim/simulator.h"
 
-namespace spyre::driver {
+namespace spyre::sim {
 namespace {
+
+using driver::Status;
+using driver::StatusCode;
+using driver::Transport;
 
 constexpr uint64_t kIovaBase = 0x1000'0000'0000ull;
 constexpr uint64_t kIovaAlign = 4096;
 
 // One card's IOMMU and interrupt line. A mapping is host memory, or another card's memory window
 // (peer-to-peer DMA), which the simulator serves.
-class Link final : public sim::HostLink {
+class Link final : public HostLink {
  public:
-  explicit Link(sim::Simulator& sim) : sim_(sim) {}
+  explicit Link(Simulator& sim) : sim_(sim) {}
 
   Status map(void* host, uint64_t len, uint64_t* iova) {
     if (host == nullptr || len == 0) return {StatusCode::kInvalidArgument, "iommu: cannot map an empty range"};
@@ -66,7 +72,7 @@ class Link final : public sim::HostLink {
     const Region* r = regions_.find(iova, n, &off);
     if (!r) return false;
     if (!r->host) return sim_.peer_write(r->peer, r->peer_offset + off, src, n);
-    sim::store_dma_write(r->host + off, src, n);
+    store_dma_write(r->host + off, src, n);
     return true;
   }
 
@@ -94,16 +100,16 @@ class Link final : public sim::HostLink {
     return {};
   }
 
-  sim::Simulator& sim_;
+  Simulator& sim_;
   std::mutex mu_;
-  sim::IovaMap<Region> regions_;
+  IovaMap<Region> regions_;
   uint64_t next_ = kIovaBase;
   std::shared_ptr<std::function<void(uint32_t)>> handler_;
 };
 
 class InprocTransport final : public Transport {
  public:
-  explicit InprocTransport(sim::Simulator& sim) : sim_(sim) {
+  explicit InprocTransport(Simulator& sim) : sim_(sim) {
     for (uint32_t i = 0; i < sim.num_cards(); ++i) {
       links_.push_back(std::make_unique<Link>(sim));
       sim_.attach(i, links_.back().get());
@@ -139,7 +145,7 @@ class InprocTransport final : public Transport {
   void note_poll(uint32_t /*dev*/) override { sim_.note_poll(); }
   Status write_sim_reports(std::string* trace_path, std::string* stats_path) override {
     try {
-      const sim::Reports r = sim_.flush_reports();
+      const Reports r = sim_.flush_reports();
       *trace_path = r.trace_path;
       *stats_path = r.stats_path;
       return {};
@@ -149,19 +155,23 @@ class InprocTransport final : public Transport {
   }
 
  private:
-  sim::Simulator& sim_;
+  Simulator& sim_;
   std::vector<std::unique_ptr<Link>> links_;
 };
 
-}  // namespace
-
-Status open_inproc_transport(std::unique_ptr<Transport>* out) {
+Status open_inproc(std::unique_ptr<Transport>* out) {
   try {
-    *out = std::make_unique<InprocTransport>(sim::Simulator::instance());
+    *out = std::make_unique<InprocTransport>(Simulator::instance());
     return {};
   } catch (const std::exception& e) {
     return {StatusCode::kNotAvailable, fmt::format("transport inproc: {}", e.what())};
   }
 }
 
-}  // namespace spyre::driver
+}  // namespace
+
+void register_inproc_transport() {
+  driver::register_transport("inproc", &open_inproc);
+}
+
+}  // namespace spyre::sim
