@@ -1,4 +1,4 @@
-"""Searching, counting and uniqueness on the device (torch_spyre/_counting.py) give CPU torch's answers.
+"""Searching, counting and uniqueness on the device (torch_spyre/_counting*.py) give CPU torch's answers.
 
 Every case runs natively (the CPU fallback raises) and is compared exactly with CPU torch: the
 positions of searchsorted with NaN in the sequence or the values, the bin of a value on an edge,

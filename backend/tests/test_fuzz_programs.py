@@ -43,14 +43,14 @@ def test_a_line_this_host_cannot_allocate_is_not_kept():
     import torch
 
     sys.path.insert(0, str(ROOT / "fuzz"))
-    import tensor_programs
+    import tensor_programs_gen
 
     env = {"torch": torch, "dev": "cpu"}
-    for line in tensor_programs.program(500, 11288):
+    for line in tensor_programs_gen.program(500, 11288):
         try:
             exec(line, env)  # noqa: S102 - the fuzzer's own generated program
         except Exception as e:  # noqa: BLE001 - refusals are fine, running out of host memory is not
-            assert not tensor_programs._host_out_of_memory(e), line
+            assert not tensor_programs_gen._host_out_of_memory(e), line
 
 
 def test_host_copies_for_a_replay_keep_views_aliased():
@@ -59,10 +59,10 @@ def test_host_copies_for_a_replay_keep_views_aliased():
     import torch
 
     sys.path.insert(0, str(ROOT / "fuzz"))
-    import tensor_programs
+    import tensor_programs_run
 
     base = torch.arange(6.0, device="spyre").view(2, 3)
-    copies = tensor_programs._small_tensors({"v2": base, "v7": base.view(-1)[1:], "v9": base.conj()})
+    copies = tensor_programs_run._small_tensors({"v2": base, "v7": base.view(-1)[1:], "v9": base.conj()})
     assert all(t.device.type == "cpu" for t in copies.values())
     copies["v7"].fill_(-1.0)
     assert copies["v2"].tolist() == [[0.0, -1.0, -1.0], [-1.0, -1.0, -1.0]]

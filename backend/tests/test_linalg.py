@@ -1,4 +1,4 @@
-"""Factorisations and solves on the card (torch_spyre/_linalg.py) against CPU torch: values, LAPACK's
+"""Factorisations and solves on the card (torch_spyre/_linalg*.py) against CPU torch: values, LAPACK's
 pivots and info codes, result layouts, CPU's errors, out=, and gradients. Every test forbids the
 CPU fallback, so an op that is not native fails."""
 

@@ -1,5 +1,5 @@
 """Distances, grid sampling, embedding bags, CTC and margin losses and anti-aliased interpolation
-on the device (torch_spyre/_nn_ops.py) against CPU torch, forward and backward, with the CPU
+on the device (torch_spyre/_nn_*.py) against CPU torch, forward and backward, with the CPU
 fallback forbidden: every op these functions reach must run natively."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""QR, symmetric eigen-decomposition, SVD, least squares and pinv on the card (torch_spyre/_spectral.py),
+"""QR, symmetric eigen-decomposition, SVD, least squares and pinv on the card (torch_spyre/_spectral*.py),
 natively (the CPU fallback forbidden), against CPU torch: LAPACK's conventions where results are unique
 (geqrf's reflectors and tau, R's signs), and where they are not (singular vectors, eigenvectors) the
 quantities that are: |U|, U @ Vh, reconstruction and orthogonality."""

@@ -153,7 +153,7 @@ def write_out(out: torch.Tensor, result: torch.Tensor) -> torch.Tensor:
 
 def two_sum(a, b):
     """(a + b rounded, its rounding error) with s + e = a + b exactly: Knuth's error-free sum, valid
-    in any order of magnitude (the double-float arithmetic of _linalg's matrix_exp and _scans's
+    in any order of magnitude (the double-float arithmetic of _linalg_matrix_exp and _scans's
     logcumsumexp)."""
     s = a + b
     b_part = s - a
