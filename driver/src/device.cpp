@@ -12,7 +12,7 @@ namespace spyre::driver {
 
 namespace {
 constexpr uint64_t kAlign = 256;
-constexpr uint64_t kReservedLow = 64 * 1024;  // device address 0 is never handed out
+constexpr uint64_t kReservedLow = uint64_t{64} * 1024;  // device address 0 is never handed out
 
 uint64_t round_up(uint64_t v, uint64_t m) {
   return (v + m - 1) / m * m;

@@ -1,6 +1,5 @@
 #include <chrono>
 #include <cstring>
-#include <optional>
 
 #include <fmt/format.h>
 
@@ -116,8 +115,9 @@ Queue::WaitEnd Queue::wait_for_fence(std::unique_lock<std::mutex>& lock, uint64_
   while (fence_value() < seq && std::chrono::steady_clock::now() < until) {
   }
   WaitEnd end = WaitEnd::kReached;
-  std::optional<WaitPolicy> policy;  // fetched once the wait sleeps
-  uint64_t checked = ~uint64_t{0};   // the fence value at the last status read
+  WaitPolicy pol;  // fetched once the wait sleeps
+  bool fetched = false;
+  uint64_t checked = ~uint64_t{0};  // the fence value at the last status read
   while (fence_value() < seq) {
     // Take the interrupt count before looking at the queue's status: a halt raises the interrupt
     // after setting the status, so either the status read sees it or the count changes.
@@ -138,19 +138,22 @@ Queue::WaitEnd Queue::wait_for_fence(std::unique_lock<std::mutex>& lock, uint64_
       }
     }
     checked = fence;
-    if (!policy) policy = wait_policy();
-    if (policy->interrupted) {
-      if (Status s = policy->interrupted(); !s.ok()) {
+    if (!fetched) {
+      pol = wait_policy();
+      fetched = true;
+    }
+    if (pol.interrupted) {
+      if (Status s = pol.interrupted(); !s.ok()) {
         *why = std::move(s);
         end = WaitEnd::kAbandoned;
         break;
       }
     }
-    if (policy->timeout.count() > 0 && std::chrono::steady_clock::now() - start >= policy->timeout) {
+    if (pol.timeout.count() > 0 && std::chrono::steady_clock::now() - start >= pol.timeout) {
       *why = Status(StatusCode::kTimeout,
                     fmt::format("{} queue {}: wait for command {} timed out after {:.3f} s (the fence is at {}); the "
                                 "command is still queued or running on the card",
-                                dev_.name(), id_, seq, policy->timeout.count() / 1e3, fence));
+                                dev_.name(), id_, seq, pol.timeout.count() / 1e3, fence));
       end = WaitEnd::kAbandoned;
       break;
     }

@@ -52,6 +52,7 @@ Status start_daemon(const std::string& path, pid_t* pid_out) {
   const std::string bin = daemon_binary();
   std::vector<std::string> args = {bin, "--auto", "--socket", path};
   std::vector<char*> argv;
+  argv.reserve(args.size() + 1);
   for (auto& a : args) argv.push_back(a.data());
   argv.push_back(nullptr);
   // Its own session, so that the client's Ctrl-C does not reach it; it outlives the client, so it

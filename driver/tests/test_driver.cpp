@@ -198,7 +198,7 @@ TEST_CASE("a matmul program runs on the cores and matches a CPU reference") {
   auto q = make_queue();
   for (const hw::DType type : {hw::DType::kF32, hw::DType::kF16}) {
     CAPTURE(static_cast<int>(type));
-    const uint32_t m = 150, k = 300, n = 70;  // edge tiles in every dimension
+    const uint64_t m = 150, k = 300, n = 70;  // edge tiles in every dimension
     std::mt19937 rng(7);
     std::uniform_int_distribution<int> small(-4, 4);  // exact in fp16 and fp32
     std::vector<float> a(m * k), b(k * n), ref(m * n, 0.f);
@@ -252,10 +252,10 @@ TEST_CASE("a matmul program runs on the cores and matches a CPU reference") {
     for (uint32_t i = 0; i < m * n; ++i) {
       float v = 0;
       if (type == hw::DType::kF32) {
-        std::memcpy(&v, &out[i * 4], 4);
+        std::memcpy(&v, &out[uint64_t{i} * 4], 4);
       } else {
         uint16_t h = 0;
-        std::memcpy(&h, &out[i * 2], 2);
+        std::memcpy(&h, &out[uint64_t{i} * 2], 2);
         const int e = (h >> frac_bits) & (dl ? 63 : 31);
         const float mant = static_cast<float>(h & ((1 << frac_bits) - 1)) / static_cast<float>(1 << frac_bits);
         v = (e == 0 ? (dl ? 0.0f : std::ldexp(mant, 1 - bias)) : std::ldexp(1 + mant, e - bias)) *

@@ -58,7 +58,7 @@ hw::Verdict validate_launch(const hw::Descriptor& d, const Limits& lim) {
     return fail(ErrorCode::kOutOfRange, Field::kLaunchProgram);
   }
   if (l.args % 8 != 0) return fail(ErrorCode::kBadAlignment, Field::kLaunchArgs);
-  if (l.args_size % 8 != 0 || l.args_size > hw::kMaxLaunchArgs * 8) {
+  if (l.args_size % 8 != 0 || l.args_size > uint64_t{hw::kMaxLaunchArgs} * 8) {
     return fail(ErrorCode::kBadSize, Field::kLaunchArgsSize);
   }
   if (l.args_size != 0 && !in_device(l.args, l.args_size, lim)) {

@@ -115,7 +115,7 @@ class FakeHal final : public fw::Hal {
   void command_done(uint32_t, const hw::Descriptor&, const hw::Completion&) override {}
 
   // Queue q: ring at 0x10000 + q * 0x4000, completions 0x2000 above it, fence 0x3000 above it.
-  uint64_t ring(uint32_t q) const { return kBase + q * 0x4000; }
+  uint64_t ring(uint32_t q) const { return kBase + uint64_t{q} * 0x4000; }
   uint64_t cpl(uint32_t q) const { return ring(q) + 0x2000; }
   uint64_t fence(uint32_t q) const { return ring(q) + 0x3000; }
   void setup_queue(uint32_t q, uint32_t entries) {
@@ -184,7 +184,7 @@ TEST_CASE("each malformed field is named") {
   d.launch.args = 4;
   cases.push_back({d, ErrorCode::kBadAlignment, Field::kLaunchArgs});
   d = launch(64, 4096, 1);
-  d.launch.args_size = 8 * 17;
+  d.launch.args_size = uint64_t{8} * 17;
   cases.push_back({d, ErrorCode::kBadSize, Field::kLaunchArgsSize});
   d = launch(64, 4096, 1);
   d.launch.label = mem;

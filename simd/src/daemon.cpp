@@ -315,7 +315,7 @@ void Daemon::serve(int sock, uint32_t client) {
                                     std::to_string(kProtocolVersion) + "; use a driver and daemon of one build");
           } else if (std::string why = config_refusal(c, m.text); !why.empty()) {
             fail(kNotAvailable, why);
-          } else if ((slot = admit(client, b)) < 0) {
+          } else if (slot = admit(client, b); slot < 0) {
             fail(kNotAvailable, refusal(b));
           } else {
             std::lock_guard lock(mu_);

@@ -21,7 +21,9 @@ void on_signal(int) {
 }
 }  // namespace
 
-int main(int argc, char** argv) {
+namespace {
+
+int serve(int argc, char** argv) {
   CLI::App app{"spyre-simd: serves simulated Spyre cards to driver processes over a Unix socket"};
   std::string socket;
   bool auto_started = false;
@@ -56,6 +58,19 @@ int main(int argc, char** argv) {
     g_daemon = nullptr;
     (void)sim.flush_reports();
     return rc;
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "spyre-simd: %s\n", e.what());
+    return 1;
+  }
+}
+
+}  // namespace
+
+// Whatever escapes (the command line's own setup included) ends the program with its message, not
+// with std::terminate.
+int main(int argc, char** argv) {
+  try {
+    return serve(argc, argv);
   } catch (const std::exception& e) {
     std::fprintf(stderr, "spyre-simd: %s\n", e.what());
     return 1;

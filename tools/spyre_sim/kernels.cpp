@@ -56,6 +56,7 @@ template <typename Build>
 void add_expr(ir::Graph& g, const std::vector<uint32_t>& inputs, uint32_t out, Build build) {
   ir::Expr e(DType::kF32);
   std::vector<int32_t> refs;
+  refs.reserve(inputs.size());
   for (uint32_t v : inputs) refs.push_back(e.input(ir::Operand::of(v)));
   build(e, refs);
   add_pointwise(g, e.done(out));
@@ -346,7 +347,7 @@ Kernel make_instructions(const BuildEnv& env, uint64_t count, uint32_t cores) {
   in = instr(hw::Op::kMuli);  // r4 = out + rank * 64
   in.a = 4;
   in.d = 2;
-  in.b = kCols * 4;
+  in.b = uint64_t{kCols} * 4;
   code.push_back(in);
   in = instr(hw::Op::kAdd);
   in.a = 4;
@@ -390,7 +391,7 @@ Kernel make_instructions(const BuildEnv& env, uint64_t count, uint32_t cores) {
   code.push_back(in);
   in = instr(hw::Op::kStore);
   in.regs = hw::pack_regs(4, 0);
-  in.c = kCols * 4;
+  in.c = uint64_t{kCols} * 4;
   in.d = 1;
   in.e = kCols * 4;
   code.push_back(in);

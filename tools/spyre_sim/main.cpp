@@ -10,6 +10,7 @@
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
+#include <exception>
 #include <fstream>
 #include <map>
 #include <memory>
@@ -249,7 +250,9 @@ int run(const CLI::App& app, const Options& o, const CLI::Option& check_flag,
 }  // namespace
 }  // namespace spyre::simtool
 
-int main(int argc, char** argv) {
+namespace {
+
+int run(int argc, char** argv) {
   using spyre::simtool::Options;
   const auto start = std::chrono::steady_clock::now();
   Options o;
@@ -329,6 +332,19 @@ int main(int argc, char** argv) {
   } catch (const std::exception& e) {
     std::fflush(stdout);
     fmt::print(stderr, "spyre-sim: {}\n", e.what());
+    return 1;
+  }
+}
+
+}  // namespace
+
+// Whatever escapes (the command line's own setup included) ends the program with its message, not
+// with std::terminate.
+int main(int argc, char** argv) {
+  try {
+    return run(argc, argv);
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "spyre-sim: %s\n", e.what());
     return 1;
   }
 }

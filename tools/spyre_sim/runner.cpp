@@ -73,6 +73,7 @@ RunResult run_kernel(driver::Device& dev, driver::Queue& q, Kernel& k, uint32_t 
     throw std::logic_error("runner: the kernel's argument list does not fit its program");
   }
   std::vector<uint64_t> args;
+  args.reserve(k.args.size());
   for (uint32_t b : k.args) args.push_back(addr[b]);
   const uint64_t args_bytes = args.size() * sizeof(uint64_t);
   const uint64_t args_addr = mem.alloc(args_bytes);

@@ -37,12 +37,14 @@ Space simplify(Space s) {
   out.strides.resize(s.strides.size());
   for (size_t d = 0; d < s.sizes.size(); ++d) {
     if (s.sizes[d] == 1) continue;
-    const bool merge = !out.sizes.empty() && [&] {
+    // Dim d continues the last kept dim when, in every operand, one step of that dim is a whole run of d.
+    const auto continues_last = [&] {
       for (size_t o = 0; o < s.strides.size(); ++o) {
         if (out.strides[o].back() != s.strides[o][d] * s.sizes[d]) return false;
       }
       return true;
-    }();
+    };
+    const bool merge = !out.sizes.empty() && continues_last();
     if (merge) {
       out.sizes.back() *= s.sizes[d];
       for (size_t o = 0; o < s.strides.size(); ++o) out.strides[o].back() = s.strides[o][d];

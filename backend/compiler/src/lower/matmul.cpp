@@ -107,7 +107,7 @@ std::optional<Kernel> lower_matmul(const ir::Graph& g, const ir::Matmul& mm, con
   const auto need = [&] {
     const uint64_t m = static_cast<uint64_t>(tm), n = static_cast<uint64_t>(tn), k = static_cast<uint64_t>(tk);
     return m * n * 4 + (2 + (A.transposed ? 1 : 0)) * m * k * es + (2 + (B.transposed ? 1 : 0)) * k * n * es +
-           m * n * es_o + (bias ? m * n * (es_bias + 4) : 0) + 16 * 128;
+           m * n * es_o + (bias ? m * n * (es_bias + 4) : 0) + uint64_t{16} * 128;
   };
   while (need() > t.lx_bytes) {
     if (tk >= tm && tk >= tn && tk > 8) {

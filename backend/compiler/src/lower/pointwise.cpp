@@ -185,6 +185,7 @@ std::vector<Kernel> lower_pointwise(const ir::Graph& g, const ir::Pointwise& p, 
   const bool several = steps.size() > 1 || steps[0].kind == ir::PointwiseKind::kFma;
   const DType compute = several && (p.compute == DType::kF16 || p.compute == DType::kBF16) ? DType::kF32 : p.compute;
   std::vector<DType> types;
+  types.reserve(steps.size());
   for (const ir::Step& st : steps) types.push_back(step_type(st, compute));
   const DType result = types.back();
 

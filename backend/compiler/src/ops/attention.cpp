@@ -72,7 +72,7 @@ struct Shape {
 };
 
 Shape shape_of(Builder& b, const Call& c, uint32_t q, uint32_t k, uint32_t v) {
-  const ir::View qv = b.view(q), kv = b.view(k), vv = b.view(v);
+  const ir::View &qv = b.view(q), &kv = b.view(k), &vv = b.view(v);
   if (qv.sizes.size() != 4 || kv.sizes.size() != 4 || vv.sizes.size() != 4) reject(c, "expected 4-d query, key, value");
   if (!hw::dtype_is_float(qv.dtype) || kv.dtype != qv.dtype || vv.dtype != qv.dtype) {
     reject(c, "query, key and value must be of one float type");

@@ -24,8 +24,9 @@ Arg Arg::num(double x, bool integral) {
   Arg a;
   a.kind = Kind::kNumber;
   a.number = x;
-  a.integral = integral && ir::Operand::exact(x);
-  if (a.integral) a.integer = *ir::Operand::exact(x);
+  const auto exact = ir::Operand::exact(x);
+  a.integral = integral && exact.has_value();
+  if (a.integral) a.integer = *exact;
   return a;
 }
 

@@ -44,7 +44,7 @@ std::vector<int64_t> per_dim(const Call& c, const char* name, size_t dims, int64
 // The convolution's shapes from its input (x: [N, C, *S]) and weight ([O, C/G, *K], or transposed
 // [C, O/G, *K]).
 Geometry geometry(Builder& b, const Call& c, uint32_t x, uint32_t w) {
-  const ir::View xv = b.view(x), wv = b.view(w);
+  const ir::View &xv = b.view(x), &wv = b.view(w);
   Geometry g;
   if (xv.sizes.size() < 3 || xv.sizes.size() > 5 || wv.sizes.size() != xv.sizes.size()) {
     reject(c, "expected [batch, channels, 1 to 3 spatial dims] input and a weight of the same rank");

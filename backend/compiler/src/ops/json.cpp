@@ -51,7 +51,12 @@ std::shared_ptr<Call> call_of(const json& j, uint32_t views, const std::string& 
   if (j.contains("args")) {
     const json& args = j.at("args");
     if (!args.is_object()) bad(where + ".args", "expected an object");
-    for (const auto& [name, value] : args.items()) c->args[name] = arg_of(value, views, where + ".args." + name);
+    for (const auto& [name, value] : args.items()) {
+      std::string at = where;
+      at += ".args.";
+      at += name;
+      c->args[name] = arg_of(value, views, at);
+    }
   }
   if (j.contains("outs")) {
     const json& outs = j.at("outs");
