@@ -23,7 +23,6 @@
 #include "spyre/hw/errors.h"
 #include "spyre/hw/pci.h"
 #include "spyre/hw/regs.h"
-#include "spyre/sim/iova_map.h"
 #include "spyre/simd/channel.h"
 
 namespace spyre::simd {
@@ -40,10 +39,6 @@ uint64_t own_source_digest() {
 constexpr uint32_t kInvalidArgument = 1;
 constexpr uint32_t kOutOfMemory = 2;
 constexpr uint32_t kNotAvailable = 4;
-constexpr uint64_t kPage = 4096;
-// A client's IOVAs: its id above bit 44, so one client's addresses never name another's mapping.
-// That range is also its queues' IOVA window in the management page: the card's own IOMMU domain.
-constexpr int kClientShift = 44;
 constexpr uint32_t kMaxClientId = uint32_t{1} << 19;
 constexpr uint64_t kWindowAlign = uint64_t{1} << 20;
 constexpr uint32_t kAllOnes = 0xffffffffu;
@@ -53,113 +48,6 @@ void write64(sim::Simulator& sim, uint32_t card, uint32_t lo, uint64_t v) {
   sim.mmio_write(card, lo + 4, static_cast<uint32_t>(v >> 32));
 }
 }  // namespace
-
-// One card's IOMMU and interrupt lines, for every client: a mapping is a client's memfd, mapped
-// here; an MSI-X goes to the eventfd of the client that owns the queue whose vector it is (the
-// daemon sets each queue's vector to its own index).
-class Daemon::CardLink final : public sim::HostLink {
- public:
-  explicit CardLink(sim::Simulator& sim) : sim_(sim) {}
-  std::string map(uint32_t client, int fd, uint64_t bytes, uint64_t offset, uint64_t* iova) {
-    void* p = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, static_cast<off_t>(offset));
-    if (p == MAP_FAILED) return std::string("cannot map the client's memory: ") + std::strerror(errno);
-    std::lock_guard lock(mu_);
-    uint64_t& next = next_[client];
-    if (next == 0) next = kPage;
-    *iova = (uint64_t{client} << kClientShift) + next;
-    next += bytes + kPage;  // a guard page between mappings
-    regions_.insert(*iova, {static_cast<uint8_t*>(p), bytes, client});
-    return "";
-  }
-  /// Maps [addr, addr + bytes) of card `peer`'s memory for the client's DMA (peer-to-peer).
-  uint64_t map_peer(uint32_t client, uint32_t peer, uint64_t addr, uint64_t bytes) {
-    std::lock_guard lock(mu_);
-    uint64_t& next = next_[client];
-    if (next == 0) next = kPage;
-    const uint64_t iova = (uint64_t{client} << kClientShift) + next;
-    next += (bytes + kPage - 1) / kPage * kPage + kPage;
-    regions_.insert(iova, {nullptr, bytes, client, peer, addr});
-    return iova;
-  }
-  bool unmap(uint32_t client, uint64_t iova) {
-    std::lock_guard lock(mu_);
-    uint64_t off = 0;
-    const Region* r = regions_.find(iova, 1, &off);
-    if (!r || off != 0 || r->client != client) return false;
-    if (r->host) munmap(r->host, r->len);
-    regions_.erase(iova);
-    return true;
-  }
-  /// Queue `q`'s interrupts go to `client` (0: nobody).
-  void set_owner(uint32_t q, uint32_t client) {
-    std::lock_guard lock(mu_);
-    if (q < owner_.size()) owner_[q] = client;
-  }
-  void set_irq(uint32_t client, int fd) {
-    std::lock_guard lock(mu_);
-    if (auto it = irqs_.find(client); it != irqs_.end()) close(it->second);
-    irqs_[client] = fd;
-  }
-  void drop(uint32_t client) {
-    std::lock_guard lock(mu_);
-    auto& all = regions_.all();
-    for (auto it = all.begin(); it != all.end();) {
-      if (it->second.client == client) {
-        if (it->second.host) munmap(it->second.host, it->second.len);
-        it = all.erase(it);
-      } else {
-        ++it;
-      }
-    }
-    if (auto it = irqs_.find(client); it != irqs_.end()) {
-      close(it->second);
-      irqs_.erase(it);
-    }
-    next_.erase(client);
-  }
-
-  bool dma_read(uint64_t iova, void* dst, uint64_t n) override {
-    std::lock_guard lock(mu_);
-    uint64_t off = 0;
-    const Region* r = regions_.find(iova, n, &off);
-    if (!r) return false;
-    if (!r->host) return sim_.peer_read(r->peer, r->peer_addr + off, dst, n);
-    std::memcpy(dst, r->host + off, n);
-    return true;
-  }
-  bool dma_write(uint64_t iova, const void* src, uint64_t n) override {
-    std::lock_guard lock(mu_);
-    uint64_t off = 0;
-    const Region* r = regions_.find(iova, n, &off);
-    if (!r) return false;
-    if (!r->host) return sim_.peer_write(r->peer, r->peer_addr + off, src, n);
-    sim::store_dma_write(r->host + off, src, n);
-    return true;
-  }
-  void raise_irq(uint32_t vector) override {
-    std::lock_guard lock(mu_);
-    if (vector >= owner_.size()) return;
-    const auto it = irqs_.find(owner_[vector]);
-    const uint64_t one = 1;
-    if (it != irqs_.end()) (void)!write(it->second, &one, sizeof one);
-  }
-
- private:
-  struct Region {
-    uint8_t* host;  // nullptr: device memory of card `peer` from `peer_addr`
-    uint64_t len;
-    uint32_t client;
-    uint32_t peer = 0;
-    uint64_t peer_addr = 0;
-  };
-
-  sim::Simulator& sim_;
-  std::mutex mu_;
-  sim::IovaMap<Region> regions_;
-  std::map<uint32_t, uint64_t> next_;
-  std::map<uint32_t, int> irqs_;
-  std::array<uint32_t, hw::kMaxQueues> owner_ = {};
-};
 
 std::string Daemon::config_refusal(uint64_t digest, const std::string& text) const {
   simd::ConfigSource source;

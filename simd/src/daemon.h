@@ -17,6 +17,7 @@
 #include <string>
 #include <vector>
 
+#include "card_link.h"
 #include "spyre/sim/simulator.h"
 
 namespace spyre::simd {
@@ -33,7 +34,6 @@ class Daemon {
   void stop() { stopping_ = true; }
 
  private:
-  class CardLink;
   /// A client's share of every card: queues [first_queue, + queues) and device memory
   /// [mem_base, + mem_bytes); client 0: free.
   struct Slot {
