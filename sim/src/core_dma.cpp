@@ -1,0 +1,204 @@
+// A core's data movement: LOAD and STORE (strided rows), LOAD_MULTICAST and the indirect GATHER
+// and SCATTER, each booked on the ring and the memory channels (Fabric) and tagged for WAIT.
+#include "core.h"
+
+#include <algorithm>
+#include <cstring>
+
+#include <fmt/format.h>
+
+#include "latency.h"
+#include "sfp.h"
+#include "spyre/hw/commands.h"
+#include "spyre/hw/regs.h"
+#include "tile_math.h"
+
+namespace spyre::sim {
+
+namespace {
+// The device addresses of the d rows of a LOAD or STORE; false when the arithmetic wraps around
+// (it would land somewhere valid: fault instead). Rows that follow each other in device memory
+// come back as one row of all their bytes (`row_bytes`): the same bytes, and the same time, since
+// the memory server takes rows back to back and pays its latency once either way.
+bool strided_rows(const hw::Instr& in, uint64_t base_reg, std::vector<uint64_t>& addrs, uint64_t& row_bytes) {
+  const uint64_t rows = in.d;
+  row_bytes = in.e;
+  uint64_t base = 0, span = 0, last = 0;
+  if (rows == 0 || row_bytes == 0 || __builtin_add_overflow(base_reg, in.b, &base) ||
+      __builtin_mul_overflow(rows - 1, in.c, &span) || __builtin_add_overflow(base, span, &last) ||
+      __builtin_add_overflow(last, row_bytes, &last)) {
+    return false;
+  }
+  if (in.c == row_bytes && rows * row_bytes <= UINT32_MAX) {
+    addrs.assign(1, base);
+    row_bytes *= rows;
+    return true;
+  }
+  addrs.resize(rows);
+  for (uint64_t r = 0; r < rows; ++r) addrs[r] = base + r * in.c;
+  return true;
+}
+}  // namespace
+
+bool Core::dma(const hw::Instr& in) {
+  uint8_t* buf = lx(in, in.a, uint64_t{in.d} * in.e);
+  std::vector<uint64_t> addrs;
+  uint64_t row_bytes = 0;
+  if (!buf || !strided_rows(in, regs_[hw::reg_rd(in.regs)], addrs, row_bytes)) return false;
+  return transfer(in, addrs, buf, row_bytes, in.op == hw::Op::kLoad ? Move::kRead : Move::kWrite);
+}
+
+bool Core::multicast(const hw::Instr& in) {
+  // Every receiving rank is checked before any byte moves.
+  const uint64_t set = regs_[hw::reg_rl(in.regs)];
+  const uint64_t first = set & 0xffff, stride = set >> 16 & 0xffff, count = set >> 32 & 0xffff;
+  const uint64_t bytes = uint64_t{in.d} * in.e;
+  if (set >> 48 || count == 0 || !launch_ || first + (count - 1) * stride >= launch_->size()) return false;
+  std::vector<uint8_t*> dst(count);
+  for (uint64_t i = 0; i < count; ++i) {
+    dst[i] = launch_->rank(static_cast<uint32_t>(first + i * stride)).scratchpad(in.a, bytes);
+    if (!dst[i]) return false;
+  }
+  std::vector<uint64_t> addrs;
+  uint64_t row_bytes = 0;
+  if (!strided_rows(in, regs_[hw::reg_rd(in.regs)], addrs, row_bytes)) return false;
+  sync_to_book();
+  for (uint64_t i = 0; i < count; ++i)
+    launch_->rank(static_cast<uint32_t>(first + i * stride)).settle(dst[i], bytes, true);
+  // The rows land in the first receiver and are copied on as the ring passes the others.
+  if (!transfer(in, addrs, dst[0], row_bytes, Move::kRead)) return false;
+  for (uint64_t i = 1; i < count; ++i) {
+    if (dst[i] != dst[0]) std::memcpy(dst[i], dst[0], bytes);
+  }
+  return true;
+}
+
+bool Core::indirect(const hw::Instr& in) {
+  // Every index is checked before any byte moves, so a bad one faults with memory untouched.
+  const uint64_t rows = in.d, row_bytes = in.e, stride = in.c & 0xffffffffu;
+  uint8_t* buf = scratchpad(in.a, rows * row_bytes);
+  const uint8_t* idx = scratchpad(in.c >> 32, rows * 8);
+  const hw::ScatterReduce reduce = in.op == hw::Op::kScatter ? hw::scatter_reduce(in.flags) : hw::ScatterReduce::kNone;
+  if (reduce == hw::ScatterReduce::kInvalid) return false;
+  const bool add = reduce != hw::ScatterReduce::kNone;
+  if (rows == 0 || row_bytes == 0 || !buf || !idx) return false;
+  if (add && (in.dtype >= hw::DType::kCount || row_bytes % hw::dtype_size(in.dtype))) {
+    return false;
+  }
+  sync_to_book();
+  settle(idx, rows * 8, false);
+  const uint64_t limit = regs_[hw::reg_rl(in.regs)];
+  uint64_t base = 0;
+  if (__builtin_add_overflow(regs_[hw::reg_rd(in.regs)], in.b, &base)) return false;
+  std::vector<uint64_t> addrs(rows);
+  for (uint64_t r = 0; r < rows; ++r) {
+    int64_t i;
+    std::memcpy(&i, idx + 8 * r, 8);
+    uint64_t off = 0;
+    if (i < 0 || static_cast<uint64_t>(i) >= limit || __builtin_mul_overflow(static_cast<uint64_t>(i), stride, &off) ||
+        __builtin_add_overflow(base, off, &addrs[r])) {
+      return false;
+    }
+  }
+  return transfer(in, addrs, buf, row_bytes,
+                  in.op == hw::Op::kGather ? Move::kRead : (add ? Move::kAccumulate : Move::kWrite));
+}
+
+bool Core::transfer(const hw::Instr& in, const std::vector<uint64_t>& addrs, uint8_t* buf, uint64_t row_bytes,
+                    Move move) {
+  for (const uint64_t addr : addrs) {  // every row is checked before any byte moves
+    if (!in_window(addr, row_bytes)) return false;
+  }
+  sync_to_book();
+  // A LOAD's copy is posted to the worker after the other arithmetic of this core (so it needs no
+  // settling here); every other transfer moves its bytes now.
+  const bool deferred = move == Move::kRead && in.op == hw::Op::kLoad;
+  const uint64_t total = addrs.size() * row_bytes;
+  if (!deferred) settle(buf, total, move == Move::kRead);  // multicast settled its receivers
+  // The data moves now; its time is booked on the memory and ring servers from the issue cycle.
+  // Rows are issued back to back: memory bandwidth spaces them, its latency is paid once. An
+  // accumulating row is read and written at the memory (two LPDDR5 accesses, one ring transfer).
+  const uint64_t begin = now();
+  issue_ = functional_ ? 1 : config_.chip.issue_cycles;
+  const sc_core::sc_time issue = clock_.cycles(issue_);
+  const sc_core::sc_time now = sc_core::sc_time_stamp();
+  sc_core::sc_time mem_delay = issue;
+  bool ring = false;                // whether a ring link rather than a memory channel set the arrival
+  if (move != Move::kAccumulate) {  // every row in one transaction: all of them move, or none
+    RowList list;
+    list.ring_bound = &ring;
+    list.addrs = addrs.data();
+    list.rows = addrs.size();
+    list.row_bytes = row_bytes;
+    list.stop = stop_;
+    std::vector<std::pair<const uint8_t*, uint64_t>> chunks;
+    if (deferred) list.deferred = &chunks;
+    tlm::tlm_response_status status = tlm::TLM_OK_RESPONSE;
+    if (!tlm_access_rows(mem, move == Move::kRead ? tlm::TLM_READ_COMMAND : tlm::TLM_WRITE_COMMAND, list, buf,
+                         mem_delay, &status)) {
+      fault_code_ = memory_error(status, fault_code_);
+      return false;
+    }
+    if (deferred) {
+      compute(
+          [buf, chunks = std::move(chunks)] {
+            uint8_t* at = buf;
+            for (const auto& [p, n] : chunks) {
+              std::memcpy(at, p, n);
+              at += n;
+            }
+          },
+          {{buf, total, true}});
+      worker_.note_device_read(lane_, last_ticket_, addrs.front(), addrs.back() + row_bytes);
+    }
+  }
+  std::vector<uint8_t> row(move == Move::kAccumulate ? row_bytes : 0);
+  for (size_t r = 0; move == Move::kAccumulate && r < addrs.size(); ++r) {
+    uint8_t* data = buf + r * row_bytes;
+    // Read and write both booked from the issue: latency once.
+    sc_core::sc_time read_delay = issue, write_delay = issue;
+    tlm::tlm_response_status status = tlm::TLM_OK_RESPONSE;
+    if (!tlm_access(mem, tlm::TLM_READ_COMMAND, addrs[r], row.data(), row_bytes, read_delay, stop_, &status)) {
+      fault_code_ = memory_error(status, fault_code_);
+      return false;
+    }
+    const uint64_t n = row_bytes / hw::dtype_size(in.dtype);
+    const hw::ScatterReduce reduce = hw::scatter_reduce(in.flags);
+    const hw::BinaryFn fn = reduce == hw::ScatterReduce::kMul   ? hw::BinaryFn::kMul
+                            : reduce == hw::ScatterReduce::kMax ? hw::BinaryFn::kMax
+                            : reduce == hw::ScatterReduce::kMin ? hw::BinaryFn::kMin
+                                                                : hw::BinaryFn::kAdd;
+    sfp_binary(fn, in.dtype, row.data(), row.data(), hw::Bcast::kFull, data, hw::Bcast::kFull, 0, 1, n);
+    if (!tlm_access(mem, tlm::TLM_WRITE_COMMAND, addrs[r], row.data(), row_bytes, write_delay, stop_, &status)) {
+      fault_code_ = memory_error(status, fault_code_);
+      return false;
+    }
+    mem_delay = std::max({mem_delay, read_delay, write_delay});
+  }
+  const bool load = move == Move::kRead;
+  const sc_core::sc_time done = now + mem_delay;  // the fabric booked the channels and the ring
+  (load ? stats_.bytes_loaded : stats_.bytes_stored) += total;
+  const char* name = in.op == hw::Op::kGather          ? "gather"
+                     : in.op == hw::Op::kScatter       ? "scatter"
+                     : in.op == hw::Op::kLoadMulticast ? "load multicast"
+                     : load                            ? "load"
+                                                       : "store";
+  if (in.flags & hw::kDmaAsync) {
+    const uint32_t t = hw::dma_tag(in.flags);
+    if (done > tag_done_[t]) tag_ring_[t] = ring;  // the tag waits for its latest transfer
+    tag_done_[t] = std::max(tag_done_[t], done);
+    local_ += issue;  // booked at the true time (synced above); the rest is the core's own time
+    if (trace_.instructions()) {
+      trace_.slice(track_, std::string(name) + " issue", begin, this->now(),
+                   {{"bytes", total}, {"tag", hw::dma_tag(in.flags)}});
+    }
+    return true;
+  }
+  local_ += done - now;
+  const uint64_t end = this->now();
+  stall_ = ring ? Stall::kRing : Stall::kMemory;
+  if (trace_.instructions()) trace_.slice(track_, name, begin, end, {{"bytes", total}});
+  return true;
+}
+
+}  // namespace spyre::sim
