@@ -194,6 +194,8 @@ class DeviceRuntime {
     uint64_t signalled = 0;          // the last value queued to signal it
   };
   DeviceRuntime(int index, driver::Device* device);
+  /// Timed events in flight at once (each holds an 8-byte slot of mapped host memory).
+  static constexpr int kTimestampSlots = 4096;
   /// The capture sink of the calling thread's current stream, or nullptr.
   CaptureSink* capture_sink();
   /// Queues a copy of `n` bytes on `q` as descriptors of at most hw::kMaxCopyBytes (`flags`: which

@@ -1,0 +1,152 @@
+// The device runtime's programs and launches: the program cache, op labels, one launch, and a
+// compiled graph's sequence of launches with their argument blocks in one upload.
+#include "runtime.h"
+
+#include <malloc.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cstdlib>
+#include <cstring>
+#include <deque>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <shared_mutex>
+
+#include <c10/util/Exception.h>
+
+#include "profiler.h"
+#include "spyre/driver/driver.h"
+#include "spyre/hw/commands.h"
+
+namespace spyre::backend {
+
+// The device copy of an op name, written once per name and kept: there are a few hundred at most.
+uint64_t DeviceRuntime::label(const std::string& op) {
+  if (op.empty()) return 0;
+  {
+    std::lock_guard lock(mu_);
+    if (const auto it = labels_.find(op); it != labels_.end()) return it->second;
+  }
+  const std::string text = op.substr(0, hw::kMaxLabelBytes - 1);
+  const uint64_t addr = alloc_reclaiming(text.size() + 1);
+  upload(addr, text.c_str(), text.size() + 1);
+  wait(queue(), queue().last_seq());  // any stream may use it next
+  std::lock_guard lock(mu_);
+  const auto [it, inserted] = labels_.emplace(op, addr);
+  if (!inserted) free(addr);  // another thread wrote it meanwhile
+  return it->second;
+}
+
+void DeviceRuntime::launch(const std::string& key, const std::function<compiler::Program()>& build,
+                           const std::vector<uint64_t>& args, const std::string& op) {
+  std::vector<LoadedProgram> evicted;
+  {
+    // Held until the launch is queued: an evicted program's memory is freed only under the
+    // exclusive lock, so no launch between finding a program and queueing it sees it freed.
+    std::shared_lock using_programs(programs_rw_);
+    submit_launch(key, build, args, op, &evicted);
+  }
+  if (evicted.empty()) return;
+  // Work queued on any stream may still run an evicted program: let it finish first (evictions
+  // are rare: the cache holds thousands of programs).
+  std::unique_lock freeing(programs_rw_);
+  drain();
+  for (const LoadedProgram& e : evicted) free(e.addr);
+}
+
+LoadedProgram DeviceRuntime::loaded(const std::string& key, const std::function<compiler::Program()>& build,
+                                    size_t num_args, std::vector<LoadedProgram>* evicted) {
+  {
+    std::lock_guard lock(mu_);
+    if (std::optional<LoadedProgram> found = programs_.find(key)) return *found;
+  }
+  const compiler::Program p = build();
+  TORCH_INTERNAL_ASSERT(p.num_args <= num_args, "spyre: program ", p.name, " needs ", p.num_args, " arguments");
+  const LoadedProgram mine{alloc_reclaiming(p.image.size()), p.image.size(), p.core_mask, p.name};
+  upload(mine.addr, p.image.data(), p.image.size());
+  wait(queue(), queue().last_seq());  // any stream may launch it next
+  LoadedProgram prog{};
+  {
+    std::lock_guard lock(mu_);
+    std::vector<LoadedProgram> out = programs_.insert(key, mine, &prog);
+    evicted->insert(evicted->end(), out.begin(), out.end());
+  }
+  if (prog.addr != mine.addr) free(mine.addr);  // another thread loaded the same program meanwhile
+  return prog;
+}
+
+void DeviceRuntime::submit_launch(const std::string& key, const std::function<compiler::Program()>& build,
+                                  const std::vector<uint64_t>& args, const std::string& op,
+                                  std::vector<LoadedProgram>* evicted) {
+  const LoadedProgram prog = loaded(key, build, args.size(), evicted);
+  TORCH_CHECK(args.size() <= hw::kMaxLaunchArgs, "spyre: too many launch arguments (", args.size(), ")");
+  const uint64_t args_bytes = args.size() * sizeof(uint64_t);
+  const uint64_t args_addr = alloc_reclaiming(hw::kMaxLaunchArgs * sizeof(uint64_t));
+  upload(args_addr, args.data(), args_bytes);
+  const uint64_t op_label = label(op);
+  if (CaptureSink* sink = capture_sink()) {
+    sink->launch(prog, args_addr, args_bytes, op_label, prog.name);
+    return;
+  }
+  driver::Queue& q = queue();
+  const uint64_t seq = queue_launch(q, prog, args_addr, args_bytes, op_label);
+  q.on_complete(seq, [this, args_addr] { (void)device_->free(args_addr); });
+}
+
+uint64_t DeviceRuntime::queue_launch(driver::Queue& q, const LoadedProgram& prog, uint64_t args, uint64_t args_bytes,
+                                     uint64_t op_label) {
+  uint64_t seq = 0;
+  SPYRE_CHECK(q.launch(prog.addr, prog.size, args, args_bytes, prog.core_mask, op_label, &seq));
+  profiling::note(index_, current_stream(), q, seq, profiling::Kind::kKernel, prog.name, 0);
+  return seq;
+}
+
+void DeviceRuntime::launch_sequence(const std::vector<LaunchRequest>& launches) {
+  if (launches.empty()) return;
+  if (launches.size() == 1 || capture_sink() != nullptr) {  // a capture owns each argument block
+    for (const LaunchRequest& r : launches) launch(r.key, r.build, r.args, r.op);
+    return;
+  }
+  std::vector<LoadedProgram> evicted;
+  {
+    std::shared_lock using_programs(programs_rw_);
+    std::vector<LoadedProgram> progs;
+    constexpr uint64_t kSlot = hw::kMaxLaunchArgs;
+    std::vector<uint64_t> block(launches.size() * kSlot, 0);
+    for (size_t i = 0; i < launches.size(); ++i) {
+      const LaunchRequest& r = launches[i];
+      TORCH_CHECK(r.args.size() <= kSlot, "spyre: too many launch arguments (", r.args.size(), ")");
+      progs.push_back(loaded(r.key, r.build, r.args.size(), &evicted));
+      std::copy(r.args.begin(), r.args.end(), block.begin() + static_cast<std::ptrdiff_t>(i * kSlot));
+    }
+    // Every argument block in one upload: one transfer for the sequence instead of one per launch.
+    const uint64_t bytes = block.size() * sizeof(uint64_t);
+    const uint64_t base = alloc_reclaiming(bytes);
+    upload(base, block.data(), bytes);
+    driver::Queue& q = queue();
+    uint64_t seq = 0;
+    try {
+      for (size_t i = 0; i < launches.size(); ++i) {
+        seq = queue_launch(q, progs[i], base + i * kSlot * sizeof(uint64_t), launches[i].args.size() * sizeof(uint64_t),
+                           label(launches[i].op));
+      }
+    } catch (...) {  // the launches queued before the failure still read the block
+      q.on_complete(q.last_seq(), [this, base] { (void)device_->free(base); });
+      throw;
+    }
+    q.on_complete(seq, [this, base] { (void)device_->free(base); });
+  }
+  if (evicted.empty()) return;
+  std::unique_lock freeing(programs_rw_);
+  drain();
+  for (const LoadedProgram& e : evicted) free(e.addr);
+}
+
+ProgramCacheStats DeviceRuntime::program_cache_stats() {
+  std::lock_guard lock(mu_);
+  return programs_.stats();
+}
+
+}  // namespace spyre::backend
