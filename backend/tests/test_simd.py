@@ -97,44 +97,30 @@ def test_a_client_past_the_slots_and_another_config_are_refused_by_name(daemon, 
         for h in holders:
             h.kill()
             h.wait()
-    other = tmp_path / "other.json"
-    other.write_text(json.dumps({"chip": {"fp16_format": "ieee", "cores": 8}}))
-    mismatch = subprocess.run(
-        [sys.executable, "-c", WORK, "1"],
-        env={**env, "SPYRE_CONFIG": str(other)},
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
-    )
+
+    def client_with(config: dict | str) -> subprocess.CompletedProcess:
+        path = tmp_path / f"config{len(list(tmp_path.glob('config*.json')))}.json"
+        path.write_text(config if isinstance(config, str) else json.dumps(config))
+        return subprocess.run(
+            [sys.executable, "-c", WORK, "1"],
+            env={**env, "SPYRE_CONFIG": str(path)},
+            capture_output=True,
+            text=True,
+            timeout=120,
+            check=False,
+        )
+
+    mismatch = client_with({"chip": {"fp16_format": "ieee", "cores": 8}})
     assert mismatch.returncode != 0
     assert "simulates config" in mismatch.stderr and "$SPYRE_SIMD_SOCKET" in mismatch.stderr
     # The driver reads no config: the daemon parses the client's. The same config written
     # otherwise (another file, keys reordered, spaced out) is the same card ...
-    same = tmp_path / "same.json"
-    same.write_text(json.dumps(dict(reversed(json.loads(IEEE_FP16.read_text()).items())), indent=4))
-    alike = subprocess.run(
-        [sys.executable, "-c", WORK, "1"],
-        env={**env, "SPYRE_CONFIG": str(same)},
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
-    )
+    alike = client_with(json.dumps(dict(reversed(json.loads(IEEE_FP16.read_text()).items())), indent=4))
     assert alike.returncode == 0, alike.stderr
     # ... and one that does not load is refused with the config's own reason.
-    bad = tmp_path / "bad.json"
-    bad.write_text(json.dumps({"chip": {"cores": 15.5}}))
-    refused = subprocess.run(
-        [sys.executable, "-c", WORK, "1"],
-        env={**env, "SPYRE_CONFIG": str(bad)},
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
-    )
+    refused = client_with({"chip": {"cores": 15.5}})
     assert refused.returncode != 0
-    assert "chip.cores" in refused.stderr and "15.5" in refused.stderr and str(bad) in refused.stderr
+    assert "chip.cores" in refused.stderr and "15.5" in refused.stderr and "config2.json" in refused.stderr
 
 
 def test_a_daemon_that_refuses_its_config_at_start_is_reported_at_once(tmp_path):
