@@ -191,9 +191,7 @@ def message(fds: int, command: int, flags: int = 0, args=(0, 0, 0, 0), text: byt
 
 REPLY, NO_REPLY, ERROR = 1, 2, 4
 MESSAGE_SEEDS = {
-    "hello": message(
-        0, 1, args=(3, 1234, 0x8DEF3ECFFC3564C8, 0), text=b'/tmp/card.json\0{"chip": {"cores": 8}}\0'
-    ),
+    "hello": message(0, 1, args=(3, 1234, 0x8DEF3ECFFC3564C8, 0), text=b'/tmp/card.json\0{"chip": {"cores": 8}}\0'),
     "status_reply": message(0, 13, REPLY, text=b'{"clients": [], "cards": []}'),
     "dma_map_peer": message(0, 14, args=(0, 1, 0xE00000000, 1 << 20)),
     "mmio_read": message(0, 4, args=(0, 0x1028, 0, 0)),

@@ -3,7 +3,7 @@
 # installs only what is missing and rebuilds only what changed.
 #   Debian packages: compilers, CMake, Ninja, SystemC, {fmt}, doctest, Eigen, nlohmann-json, CLI11;
 #   the bare-metal RISC-V cross compiler (the firmware check) and clang with its sanitizer and
-#   libFuzzer runtimes (the fuzz targets).
+#   libFuzzer runtimes (the fuzz targets); ccache (a build in a fresh clone reuses earlier ones).
 #   .venv at the repository root: torch==2.13.0 (CPU), numpy, pytest, expecttest (for PyTorch's OpInfo
 #   test inputs), transformers (the Llama model tests build a tiny model, no download), ruff; pandas,
 #   pyarrow, matplotlib, tqdm, ray (the architect's tools, spyre_arch); torch_spyre and spyre_arch
@@ -15,7 +15,7 @@ cd "$ROOT"
 APT_PACKAGES=(build-essential binutils cmake ninja-build pkg-config git
   libsystemc-dev libfmt-dev libspdlog-dev doctest-dev libeigen3-dev nlohmann-json3-dev libcli11-dev
   python3 python3-dev python3-venv
-  gcc-riscv64-unknown-elf clang libclang-rt-dev)
+  gcc-riscv64-unknown-elf clang libclang-rt-dev ccache)
 PY_PACKAGES=("torch==2.13.0" numpy pytest "expecttest==0.3.0" "transformers==5.24.0" ruff "clang-format==18.1.8" "clang-tidy==18.1.8"
   "setuptools>=64" wheel pandas pyarrow matplotlib tqdm ray)
 

@@ -1,26 +1,32 @@
 // The hardware and simulation parameters of a run: one typed tree, defaults equal to the public
-// Spyre figures (see docs/architect-guide.md), loaded from one JSON file.
+// Spyre figures (see docs/architect-guide.md), loaded from one JSON file. The figures a card also
+// reports to the compiler take their defaults from hw::CardFigures, their one home.
 #pragma once
 
 #include <cstdint>
 #include <string>
 
+#include "spyre/hw/figures.h"
+
 namespace spyre::sim {
 
+/// The public Spyre figures (hw/figures.h): the defaults of the keys a card reports.
+inline constexpr hw::CardFigures kPublicCard{};
+
 struct ChipConfig {
-  uint32_t cores = 32;
-  uint32_t corelets_per_core = 2;
-  uint32_t clock_mhz = 1500;     // inferred from the 98.3 TFLOPS fp16 peak
-  uint64_t lx_bytes = 2u << 20;  // scratchpad per core
-  uint32_t pt_rows = 8;          // PT systolic array per corelet
-  uint32_t pt_cols = 8;
-  uint32_t pt_simd = 8;                    // fp16 FMA lanes per PE
-  double fp32_rate = 0.25;                 // fp32 matmul throughput relative to fp16
-  uint32_t pt_fill_cycles = 24;            // operands skewed into the array at the start of a matmul instruction
-  uint32_t pt_drain_cycles = 8;            // the last output tile's accumulators leaving the array
-  uint32_t pt_tile_cycles = 0;             // extra cycles per output tile (0: double-buffered accumulators)
-  uint32_t lx_read_bytes_per_cycle = 512;  // scratchpad read port feeding the PT arrays, per core
-  uint32_t sfp_lanes = 64;                 // SFP 16-bit elements per cycle per core (wider types: fewer)
+  uint32_t cores = kPublicCard.cores;
+  uint32_t corelets_per_core = kPublicCard.corelets;
+  uint32_t clock_mhz = kPublicCard.clock_mhz;  // inferred from the 98.3 TFLOPS fp16 peak
+  uint64_t lx_bytes = kPublicCard.lx_bytes;    // scratchpad per core
+  uint32_t pt_rows = kPublicCard.pt_rows;      // PT systolic array per corelet
+  uint32_t pt_cols = kPublicCard.pt_cols;
+  uint32_t pt_simd = kPublicCard.pt_simd;    // fp16 FMA lanes per PE
+  double fp32_rate = kPublicCard.fp32_rate;  // fp32 matmul throughput relative to fp16
+  uint32_t pt_fill_cycles = 24;              // operands skewed into the array at the start of a matmul instruction
+  uint32_t pt_drain_cycles = 8;              // the last output tile's accumulators leaving the array
+  uint32_t pt_tile_cycles = 0;               // extra cycles per output tile (0: double-buffered accumulators)
+  uint32_t lx_read_bytes_per_cycle = kPublicCard.lx_read_bytes_per_cycle;  // scratchpad port feeding the PT arrays
+  uint32_t sfp_lanes = kPublicCard.sfp_lanes;  // SFP 16-bit elements per cycle per core (wider types: fewer)
   uint32_t sfp_fill_cycles = 8;
   uint32_t sfp_transcendental_cycles = 4;  // cycles per lane-group of exp, log, tanh, divide, ...
   uint32_t sfp_reduce_cycles = 1;          // cycles per lane-group of a reduction or scan
@@ -33,18 +39,19 @@ struct ChipConfig {
 };
 
 struct RingConfig {
-  uint32_t bytes_per_cycle = 128;  // per link and direction
-  uint32_t hop_cycles = 1;         // latency of one link
+  uint32_t bytes_per_cycle = kPublicCard.ring_bytes_per_cycle;  // per link and direction
+  uint32_t hop_cycles = 1;                                      // latency of one link
 };
 
 struct MemoryConfig {
   uint64_t size_bytes = 128ull << 30;
   uint64_t usable_bytes = 112ull << 30;  // the rest holds ECC
   uint32_t channels = 16;
-  uint32_t controllers = 4;          // ring stops that serve the channels (channel c: controller c % controllers)
-  uint64_t interleave_bytes = 256;   // granules of this size go round the channels
-  std::string channel_hash = "xor";  // "xor": granule index hashed (power-of-two strides spread); "modulo"
-  double bandwidth_gbps = 204.8;     // aggregate over all channels
+  uint32_t controllers =
+      kPublicCard.memory_controllers;  // ring stops serving the channels (c: controller c % controllers)
+  uint64_t interleave_bytes = 256;     // granules of this size go round the channels
+  std::string channel_hash = "xor";    // "xor": granule index hashed (power-of-two strides spread); "modulo"
+  double bandwidth_gbps = kPublicCard.memory_mbps / 1000.0;  // aggregate over all channels
   uint32_t latency_ns = 120;
 };
 
