@@ -123,6 +123,29 @@ def test_a_client_past_the_slots_and_another_config_are_refused_by_name(daemon, 
     assert "chip.cores" in refused.stderr and "15.5" in refused.stderr and "config2.json" in refused.stderr
 
 
+def test_clients_that_start_the_daemon_at_once_share_one(tmp_path):
+    """Three clients find no daemon at the same moment and each starts one; one daemon wins the
+    socket's lock, the others give way (exit 0), and every client is served by the winner, even
+    while it is still starting."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("SPYRE_", "TORCH_SPYRE_"))}
+    env.update(
+        SPYRE_CONFIG=str(IEEE_FP16),
+        SPYRE_TRANSPORT="socket",
+        SPYRE_SIMD=str(SPYRE_SIMD),
+        SPYRE_SIMD_SOCKET=str(tmp_path / "race.sock"),
+    )
+    clients = [
+        subprocess.Popen(
+            [sys.executable, "-c", WORK, "1"], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+        )
+        for _ in range(3)
+    ]
+    for c in clients:
+        out, err = c.communicate(timeout=180)
+        assert c.returncode == 0, err
+        assert out.split() == ["ready", "ok"]
+
+
 def test_a_daemon_that_refuses_its_config_at_start_is_reported_at_once(tmp_path):
     """The first client starts spyre-simd on its own; when the daemon stops at its start (here: a
     config it refuses), the client says why from the daemon's log instead of waiting 30 s."""

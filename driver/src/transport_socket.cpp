@@ -106,11 +106,14 @@ Status connect_or_start(const std::string& path, int* sock_out) {
   while (sock < 0 && std::chrono::steady_clock::now() < until) {
     std::this_thread::sleep_for(std::chrono::milliseconds(20));
     sock = simd::connect_socket(path);
-    // Another process's daemon may have taken the socket first, and ours gave way: keep trying.
-    if (sock < 0 && !exited && waitpid(pid, nullptr, WNOHANG) == pid) {
+    int status = 0;
+    if (sock < 0 && !exited && waitpid(pid, &status, WNOHANG) == pid) {
       exited = true;
+      // Exit 0: another process's daemon holds the socket's lock and ours gave way; that one may
+      // still be starting, so keep trying. Anything else: ours failed, and its log says why.
+      const bool gave_way = WIFEXITED(status) && WEXITSTATUS(status) == 0;
       sock = simd::connect_socket(path);
-      if (sock < 0) {
+      if (sock < 0 && !gave_way) {
         return {StatusCode::kNotAvailable,
                 fmt::format("transport socket: spyre-simd stopped at its start: {}", last_log_line(path + ".log"))};
       }
