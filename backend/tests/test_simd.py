@@ -32,12 +32,26 @@ print("ok", flush=True)
 """
 
 
+def _clean_env() -> dict:
+    """This process's environment without any SPYRE_ or TORCH_SPYRE_ setting."""
+    return {k: v for k, v in os.environ.items() if not k.startswith(("SPYRE_", "TORCH_SPYRE_"))}
+
+
+def _auto_start_env(config, sock) -> dict:
+    """An environment whose first client starts spyre-simd on its own on `sock`, for `config`."""
+    env = _clean_env()
+    env.update(
+        SPYRE_CONFIG=str(config), SPYRE_TRANSPORT="socket", SPYRE_SIMD=str(SPYRE_SIMD), SPYRE_SIMD_SOCKET=str(sock)
+    )
+    return env
+
+
 @pytest.fixture()
 def daemon(tmp_path, request):
     """A spyre-simd serving the tests' config (or the config and faults of the test's `simd_env`
     mark) on a private socket; yields the environment that reaches it."""
     sock = tmp_path / "simd.sock"
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("SPYRE_", "TORCH_SPYRE_"))}
+    env = _clean_env()
     env.update(SPYRE_CONFIG=str(IEEE_FP16), SPYRE_SIMD_SOCKET=str(sock), SPYRE_LOG_LEVEL="info")
     if (mark := request.node.get_closest_marker("simd_env")) is not None:
         env.update(mark.args[0](tmp_path))
@@ -127,19 +141,8 @@ def test_clients_that_start_the_daemon_at_once_share_one(tmp_path):
     """Three clients find no daemon at the same moment and each starts one; one daemon wins the
     socket's lock, the others give way (exit 0), and every client is served by the winner, even
     while it is still starting."""
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("SPYRE_", "TORCH_SPYRE_"))}
-    env.update(
-        SPYRE_CONFIG=str(IEEE_FP16),
-        SPYRE_TRANSPORT="socket",
-        SPYRE_SIMD=str(SPYRE_SIMD),
-        SPYRE_SIMD_SOCKET=str(tmp_path / "race.sock"),
-    )
-    clients = [
-        subprocess.Popen(
-            [sys.executable, "-c", WORK, "1"], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
-        )
-        for _ in range(3)
-    ]
+    env = _auto_start_env(IEEE_FP16, tmp_path / "race.sock")
+    clients = [_client(env, 1) for _ in range(3)]
     for c in clients:
         out, err = c.communicate(timeout=180)
         assert c.returncode == 0, err
@@ -151,13 +154,7 @@ def test_a_daemon_that_refuses_its_config_at_start_is_reported_at_once(tmp_path)
     config it refuses), the client says why from the daemon's log instead of waiting 30 s."""
     bad = tmp_path / "bad.json"
     bad.write_text(json.dumps({"chip": {"cores": 4294967297}}))
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("SPYRE_", "TORCH_SPYRE_"))}
-    env.update(
-        SPYRE_CONFIG=str(bad),
-        SPYRE_TRANSPORT="socket",
-        SPYRE_SIMD=str(SPYRE_SIMD),
-        SPYRE_SIMD_SOCKET=str(tmp_path / "auto.sock"),
-    )
+    env = _auto_start_env(bad, tmp_path / "auto.sock")
     start = time.monotonic()
     r = subprocess.run(
         [sys.executable, "-c", "import torch, torch_spyre; torch.zeros(1, device='spyre')"],
