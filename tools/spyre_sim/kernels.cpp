@@ -148,6 +148,7 @@ Kernel make_gemm(const BuildEnv& env, uint32_t m, uint32_t k, uint32_t n, DType 
   kern.work.matmul_flops = 2.0 * m * n * k;
   kern.work.matmul_dtype = dtype;
   kern.work.min_bytes = kern.buffers[a].bytes() + kern.buffers[b].bytes() + kern.buffers[c].bytes();
+  kern.work.min_store_bytes = kern.buffers[c].bytes();
   kern.check_size = static_cast<double>(m) * k * n;
   const double u = unit_roundoff(dtype, env.formats);
   kern.golden = [=](const Kernel& kk) {
@@ -200,6 +201,7 @@ Kernel make_elementwise(const BuildEnv& env, const std::string& op, uint64_t num
   kern.program = compiler::compile(g, env.target);
   kern.work.vector = {{static_cast<double>(numel), dtype, row->transcendental}};
   kern.work.min_bytes = kern.buffers.size() * kern.buffers[out].bytes();
+  kern.work.min_store_bytes = kern.buffers[out].bytes();
   kern.check_size = static_cast<double>(numel);
   const double u = unit_roundoff(dtype, env.formats);
   kern.golden = [=](const Kernel& kk) {
@@ -252,6 +254,7 @@ Kernel make_layernorm(const BuildEnv& env, uint32_t rows, uint32_t cols, double 
   const auto n = static_cast<double>(numel);
   kern.work.vector = {{6 * n, DType::kF32, false}, {3.0 * rows, DType::kF32, false}, {1.0 * rows, DType::kF32, true}};
   kern.work.min_bytes = 2 * kern.buffers[x].bytes();
+  kern.work.min_store_bytes = kern.buffers[x].bytes();
   kern.check_size = n;
   const double u = unit_roundoff(dtype, env.formats);
   kern.golden = [=](const Kernel& kk) {
@@ -307,6 +310,7 @@ Kernel make_attention(const BuildEnv& env, uint32_t batch, uint32_t heads, uint3
   kern.work.matmul_dtype = dtype;
   kern.work.vector = {{3 * n, DType::kF32, false}, {2 * n, DType::kF32, true}};
   kern.work.min_bytes = 4 * kern.buffers[q].bytes();
+  kern.work.min_store_bytes = kern.buffers[q].bytes();
   kern.check_size = 2.0 * static_cast<double>(scores) * dim;
   const double u = unit_roundoff(dtype, env.formats);
   kern.golden = [=](const Kernel& kk) {
@@ -398,6 +402,7 @@ Kernel make_instructions(const BuildEnv& env, uint64_t count, uint32_t cores) {
   kern.program = compiler::assemble_spmd(fmt::format("instructions x{}", iterations * kPerIteration), code, cores, 1);
   kern.work.vector = {{static_cast<double>(iterations * kAdds * kCols * cores), DType::kF32, false}};
   kern.work.min_bytes = kern.buffers[out].bytes();
+  kern.work.min_store_bytes = kern.buffers[out].bytes();
   kern.check_size = static_cast<double>(cores) * kCols;
   kern.golden = [out, iterations](const Kernel& k) {
     Expected e;

@@ -43,6 +43,7 @@ struct Work {
   hw::DType matmul_dtype = hw::DType::kF16;
   std::vector<VectorWork> vector;  // elementwise and reduction steps, on the SFPs
   uint64_t min_bytes = 0;          // compulsory device-memory traffic: inputs read once, outputs written once
+  uint64_t min_store_bytes = 0;    // the outputs' part of it
 
   /// Matmul flops plus one operation per vector element.
   double flops() const;

@@ -145,9 +145,12 @@ json make_summary(const RunFacts& f) {
   }
   const double compute_s = compute_cycles / hz;
   const double memory_s = static_cast<double>(w.min_bytes) / (c.memory.bandwidth_gbps * 1e9);
-  // The ring: the same bytes between the controllers and the cores, at what the ring carries when
-  // every controller serves every core alike (hw::CardFigures::ring_load_bytes_per_cycle).
-  const double ring_s = static_cast<double>(w.min_bytes) / (f.card->ring_load_bytes_per_cycle() * hz);
+  // The ring: the same bytes between the controllers and the cores, at what the busiest link carries
+  // when every controller serves every core alike (hw::CardFigures::ring_load_bytes_per_cycle).
+  // The loads alone need at least that long, and so do the stores (mirrored, on the links' other
+  // direction): the larger of them is the bound.
+  const uint64_t ring_bytes = std::max(w.min_bytes - w.min_store_bytes, w.min_store_bytes);
+  const double ring_s = static_cast<double>(ring_bytes) / (f.card->ring_load_bytes_per_cycle() * hz);
   const double bound = std::max({compute_s, memory_s, ring_s});
   s["roofline"] = {{"compute_seconds", compute_s},
                    {"memory_seconds", memory_s},

@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <vector>
 
 namespace spyre::hw {
 
@@ -26,11 +27,50 @@ struct CardFigures {
   double pt_macs_per_cycle() const { return static_cast<double>(corelets) * pt_rows * pt_cols * pt_simd; }
   /// Device memory bandwidth in bytes per core cycle.
   double memory_bytes_per_cycle() const { return static_cast<double>(memory_mbps) / clock_mhz; }
-  /// The most bytes per cycle the ring can carry from the memory controllers into the cores: each
-  /// controller puts bytes on its two outgoing links, and bytes bound for cores spread evenly
-  /// round a bidirectional ring cross a quarter of it on average (8 links' worth of capacity).
+  /// Each ring link direction's share of uniform traffic between the memory controllers and the
+  /// cores (every controller sending every core, or receiving from it, an equal part): the ring's
+  /// stops are the PCIe endpoint, then the cores in order with controller j after core
+  /// (j + 1) * cores / controllers - 1, and each transfer takes the shorter way, clockwise on a
+  /// tie. Loads (controller to core) and stores (core to controller) cross different links.
+  struct LinkShare {
+    double load = 0, store = 0;
+  };
+  std::vector<LinkShare> ring_link_shares() const {
+    std::vector<uint32_t> core_stops, controller_stops;
+    uint32_t stops = 1;  // stop 0: PCIe
+    for (uint32_t c = 0; c < cores; ++c) {
+      core_stops.push_back(stops++);
+      while (controller_stops.size() < memory_controllers &&
+             (uint64_t{controller_stops.size()} + 1) * cores / memory_controllers <= c + 1) {
+        controller_stops.push_back(stops++);
+      }
+    }
+    // Links 0 .. stops-1 run clockwise (stop i to i + 1), links stops .. 2 stops-1 back.
+    std::vector<LinkShare> links(size_t{2} * stops);
+    const double part = 1.0 / static_cast<double>(std::max<size_t>(core_stops.size() * controller_stops.size(), 1));
+    const auto route = [&](uint32_t from, uint32_t to, double LinkShare::*kind) {
+      const uint32_t ahead = (to + stops - from) % stops;
+      if (ahead <= stops - ahead) {
+        for (uint32_t h = 0; h < ahead; ++h) links[(from + h) % stops].*kind += part;
+      } else {
+        for (uint32_t h = 0; h < stops - ahead; ++h) links[stops + (from + stops - 1 - h) % stops].*kind += part;
+      }
+    };
+    for (const uint32_t m : controller_stops) {
+      for (const uint32_t c : core_stops) {
+        route(m, c, &LinkShare::load);
+        route(c, m, &LinkShare::store);
+      }
+    }
+    return links;
+  }
+  /// The most bytes per cycle the ring carries from the memory controllers into the cores, every
+  /// controller serving every core alike: the busiest link direction's share sets it.
   double ring_load_bytes_per_cycle() const {
-    return static_cast<double>(ring_bytes_per_cycle) * std::min<uint32_t>(2 * memory_controllers, 8);
+    double busiest = 0;
+    for (const LinkShare& l : ring_link_shares()) busiest = std::max(busiest, l.load);
+    return busiest > 0 ? static_cast<double>(ring_bytes_per_cycle) / busiest
+                       : static_cast<double>(ring_bytes_per_cycle);
   }
   /// What loads from device memory into the cores can sustain: the slower of memory and ring.
   double load_bytes_per_cycle() const { return std::min(memory_bytes_per_cycle(), ring_load_bytes_per_cycle()); }
