@@ -10,9 +10,7 @@ out here from the config alone (never from the model's timing code):
   takes the shorter way round, clockwise on a tie), every controller serving every core alike:
   the busiest link direction's bytes at ring.bytes_per_cycle.
 
-A 16M-element add must land within 5 % of it everywhere, a 2048-cube fp16 GEMM within 15 %. The
-GEMM points the schedule does not reach yet are expected failures with strict=True, so each one
-turns into a failure the day it is fixed and must be moved into the passing list.
+A 16M-element add must land within 5 % of it everywhere, a 2048-cube fp16 GEMM within 15 %.
 """
 
 from __future__ import annotations
@@ -51,19 +49,6 @@ POINTS: list[dict[str, float]] = [
     {"ring.bytes_per_cycle": 32},
     {"ring.bytes_per_cycle": 64},
 ]
-
-# GEMM points within 15 % today; the rest are expected failures (see the module's docstring).
-GEMM_WITHIN = [
-    {"chip.pt_rows": 4, "chip.pt_cols": 8},
-    {"chip.cores": 8},
-    {"chip.cores": 16},
-    {"chip.cores": 64},
-    {"memory.bandwidth_gbps": 409.6},
-]
-NOT_YET = (
-    "issue 19: the GEMM schedule stays above 1.15x of the roofline here (the last blocks' stores, "
-    "the first panels' loads and the shared panels' multicast hops are not hidden)"
-)
 
 
 def point_id(p: dict[str, float]) -> str:
@@ -162,11 +147,7 @@ def test_an_add_lands_within_5_percent_of_the_roofline(point):
     assert 0.98 <= ratio <= 1.05, (ratio, roof, s["stall"])
 
 
-@pytest.mark.parametrize(
-    "point",
-    [p if p in GEMM_WITHIN else pytest.param(p, marks=pytest.mark.xfail(reason=NOT_YET, strict=True)) for p in POINTS],
-    ids=point_id,
-)
+@pytest.mark.parametrize("point", POINTS, ids=point_id)
 def test_a_gemm_lands_within_15_percent_of_the_roofline(point):
     ratio, roof, s = gemm_ratio(point)
     print(f"gemm {point_id(point)}: {s['launch_cycles'][0]} cycles, roofline {roof}, ratio {ratio:.3f}")

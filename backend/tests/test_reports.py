@@ -33,21 +33,21 @@ def test_trace_and_stats_describe_the_run(tmp_path):
     assert card["command_errors"] == 0
     assert card["bytes"]["h2d"] >= (256 * 384 + 384 * 128) * 4
     assert card["bytes"]["d2h"] == 256 * 128 * 4
-    # The compiler divides the 256 x 128 output into equal bm x bn blocks, one per core; each core
-    # loads its bm x 384 strip of A and 384 x bn strip of B exactly once and stores its block. So
-    # bm + bn and bm * bn follow from each core's byte counts, and the blocks tile the output.
+    # The compiler divides the 256 x 128 output into one equal block per core, so every core
+    # stores the same bytes and they add up to the output. A and B cross the memory at least once:
+    # exactly once when the cores share them (the resident-B plan multicasts each byte once), more
+    # when each core loads the strips of its own block.
     cores = list(card["cores"].values())
     assert sum(c["bytes_stored"] for c in cores) == 256 * 128 * 4
-    for core in cores:
-        total, area = core["bytes_loaded"] // (384 * 4), core["bytes_stored"] // 4
-        assert core["bytes_loaded"] == total * 384 * 4
-        bm = next(m for m in range(1, total) if m * (total - m) == area)
-        assert 256 % bm == 0 and 128 % (total - bm) == 0
+    assert len({c["bytes_stored"] for c in cores}) == 1
+    assert sum(c["bytes_loaded"] for c in cores) >= (256 * 384 + 384 * 128) * 4
 
     names = {e["args"]["name"] for e in t["traceEvents"] if e.get("name") == "thread_name"}
     assert {"core 00", "core 01", "dma channel 0", "queue 00"} <= names
     slices = [e for e in t["traceEvents"] if e["ph"] == "X"]
-    assert {"matmul", "load issue", "wait", "store issue", "copy h2d", "copy d2h"} <= {e["name"] for e in slices}
+    kinds = {e["name"] for e in slices}
+    assert {"matmul", "wait", "store issue", "copy h2d", "copy d2h"} <= kinds
+    assert {"load issue", "load multicast issue"} & kinds
     assert all(e["dur"] >= 0 and isinstance(e["args"], dict) for e in slices)
     # Each launch on a queue track is named by its program and tagged with the ATen op.
     queue_tids = {e["tid"] for e in t["traceEvents"] if e.get("name") == "thread_name" and "queue" in e["args"]["name"]}

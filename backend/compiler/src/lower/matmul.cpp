@@ -12,7 +12,7 @@
 #include <fmt/format.h>
 
 #include "layout.h"
-#include "lower.h"
+#include "matmul.h"
 #include "spyre/compiler/errors.h"
 
 namespace spyre::compiler::lower {
@@ -22,13 +22,12 @@ using hw::Bcast;
 using hw::DType;
 using schedule::operand_reg;
 
-// DMA tags: the A and B loads of buffer i are tags 2i and 2i + 1; stores have their own.
-constexpr uint32_t kTagStore = 4;
+constexpr uint32_t kTagStore = kMatmulTagStore;
 constexpr uint32_t tag_a(int i) {
-  return 2u * static_cast<uint32_t>(i);
+  return matmul_tag_a(static_cast<uint32_t>(i));
 }
 constexpr uint32_t tag_b(int i) {
-  return 2u * static_cast<uint32_t>(i) + 1;
+  return matmul_tag_b(static_cast<uint32_t>(i));
 }
 // Body registers: A and B cursors (free once the nest's prologue has run), steps left, a temp;
 // shared panels also take the registers of nest levels 3 and 4 (so the nest has at most 3) for
@@ -41,11 +40,7 @@ constexpr uint32_t kSetA = schedule::level_reg(3), kSetB = schedule::level_reg(4
 constexpr uint32_t kPending = schedule::kBufferReg;
 constexpr uint64_t kNothing = ~uint64_t{0};
 
-struct Operand {
-  bool transposed = false;  // the tile loads along its contiguous dim and is transposed in place
-  int64_t outer = 0;        // stride (elements) of the tile's row dim as the PT array reads it
-  int64_t inner = 0;        // stride of its column dim
-};
+using Operand = MatmulOperand;
 
 // A [rows x cols] operand with strides (s_rows, s_cols): rows of contiguous columns, or transposed.
 Operand layout_of(int64_t rows, int64_t cols, int64_t s_rows, int64_t s_cols, const char* what) {
@@ -65,7 +60,62 @@ Bcast bias_mode(int64_t s_rows, int64_t s_cols, int64_t rows, int64_t cols) {
 
 }  // namespace
 
-std::optional<Kernel> lower_matmul(const ir::Graph& g, const ir::Matmul& mm, const Target& t) {
+void emit_matmul_epilogue(emit::Builder& bld, const MatmulProblem& p, const EpilogueLx& lx, uint32_t mt, uint32_t nt,
+                          uint32_t bias_reg, uint64_t bias_offset) {
+  if (p.alpha != 1.0) {
+    bld.emit(emit::sfp(hw::Op::kBinary, DType::kF32, 0, lx.acc, emit::pack2(lx.acc, 0),
+                       static_cast<uint64_t>(hw::BinaryFn::kMul) | uint64_t{f32_bits(p.alpha)} << 32, mt, nt,
+                       hw::bcast_flags(Bcast::kFull, Bcast::kImm)));
+  }
+  if (p.bias) {
+    const Bcast bc = p.bias_bc;
+    const uint32_t rows = bc == Bcast::kRow || bc == Bcast::kScalar ? 1 : mt;
+    const uint32_t cols = bc == Bcast::kCol || bc == Bcast::kScalar ? 1 : nt;
+    const auto eb = static_cast<uint32_t>(p.es_bias);
+    bld.emit(emit::dma(hw::Op::kLoad, bias_reg, 0, lx.bias_raw, bias_offset, static_cast<uint64_t>(p.sbias_m) * eb,
+                       rows, cols * eb, false, 0));
+    const auto count = static_cast<uint32_t>(hw::bcast_elements(bc, mt, nt));
+    bld.emit(emit::sfp(hw::Op::kConvert, DType::kF32, 0, lx.bias_f32, lx.bias_raw, static_cast<uint64_t>(p.bias_type),
+                       1, count));
+    if (p.beta != 1.0) {
+      bld.emit(emit::sfp(hw::Op::kBinary, DType::kF32, 0, lx.bias_f32, emit::pack2(lx.bias_f32, 0),
+                         static_cast<uint64_t>(hw::BinaryFn::kMul) | uint64_t{f32_bits(p.beta)} << 32, 1, count,
+                         hw::bcast_flags(Bcast::kFull, Bcast::kImm)));
+    }
+    bld.emit(emit::sfp(hw::Op::kBinary, DType::kF32, 0, lx.acc, emit::pack2(lx.acc, lx.bias_f32),
+                       static_cast<uint64_t>(hw::BinaryFn::kAdd), mt, nt, hw::bcast_flags(Bcast::kFull, bc)));
+  }
+  bld.emit(emit::wait_tags(1u << kMatmulTagStore));  // the previous block's store still reads the tile
+  bld.emit(emit::sfp(hw::Op::kConvert, p.out_type, 0, lx.out, lx.acc, static_cast<uint64_t>(DType::kF32), mt, nt));
+}
+
+void add_matmul_level(Kernel& k, const MatmulProblem& p, uint64_t count, int64_t sa, int64_t sb, int64_t so,
+                      int64_t sbias) {
+  const auto es = static_cast<int64_t>(p.es), es_o = static_cast<int64_t>(p.es_o);
+  schedule::Level l{count, {sa * es, sb * es, so * es_o}};
+  if (p.bias) l.stride_bytes.push_back(sbias * static_cast<int64_t>(p.es_bias));
+  k.nest.levels.push_back(std::move(l));
+}
+
+Kernel matmul_kernel(const MatmulProblem& p) {
+  Kernel k;
+  const auto es = static_cast<int64_t>(p.es);
+  k.nest.operands = {{p.a->arg, p.a->offset * es},
+                     {p.b->arg, p.b->offset * es},
+                     {p.out->arg, p.out->offset * static_cast<int64_t>(p.es_o)}};
+  if (p.bias) k.nest.operands.push_back({p.bias->arg, p.bias->offset * static_cast<int64_t>(p.es_bias)});
+  for (size_t d = 0; d < p.batch.size(); ++d) {
+    if (p.batch[d] > 1) {
+      add_matmul_level(k, p, static_cast<uint64_t>(p.batch[d]), p.ba[d], p.bb[d], p.out->strides[d],
+                       p.bias ? p.bias_full[d] : 0);
+    }
+  }
+  return k;
+}
+
+// The matmul as the plans read it; nullopt when its output is empty.
+std::optional<MatmulProblem> read_matmul(const ir::Graph& g, const ir::Matmul& mm, const Target& t) {
+  MatmulProblem p;
   const ir::View& a = g.views.at(mm.a);
   const ir::View& b = g.views.at(mm.b);
   const ir::View& out = g.views.at(mm.out);
@@ -81,28 +131,63 @@ std::optional<Kernel> lower_matmul(const ir::Graph& g, const ir::Matmul& mm, con
   if (M == 0 || N == 0) return std::nullopt;
   if (K == 0 && mm.bias < 0) throw Unsupported("compiler: an empty matmul is a fill");
   if (out.strides[nd - 1] != 1 && N != 1) throw Unsupported("compiler: matmul output rows not contiguous");
+  p.a = &a;
+  p.b = &b;
+  p.out = &out;
+  p.M = M;
+  p.N = N;
+  p.K = K;
 
   // Batch dims: the output's leading ones; a, b and the bias broadcast to them.
-  const std::vector<int64_t> batch(out.sizes.begin(), out.sizes.end() - 2);
+  p.batch.assign(out.sizes.begin(), out.sizes.end() - 2);
   const auto batch_strides = [&](const ir::View& v) {
     ir::View lead{v.arg, 0, {v.sizes.begin(), v.sizes.end() - 2}, {v.strides.begin(), v.strides.end() - 2}, v.dtype};
-    return broadcast_strides(lead, batch);
+    return broadcast_strides(lead, p.batch);
   };
-  const std::vector<int64_t> ba = batch_strides(a), bb = batch_strides(b);
-  const int64_t sa_m = a.strides[a.sizes.size() - 2], sa_k = a.strides.back();
-  const int64_t sb_k = b.strides[b.sizes.size() - 2], sb_n = b.strides.back();
-  const Operand A = layout_of(M, K, sa_m, sa_k, "a");
-  const Operand B = layout_of(K, N, sb_k, sb_n, "b");
-  const bool has_bias = mm.bias >= 0 && mm.beta != 0;
-  const ir::View* bias = has_bias ? &g.views.at(static_cast<size_t>(mm.bias)) : nullptr;
-  std::vector<int64_t> bias_full;
-  if (bias) bias_full = broadcast_strides(*bias, out.sizes);
-  const Bcast bias_bc = bias ? bias_mode(bias_full[nd - 2], bias_full[nd - 1], M, N) : Bcast::kFull;
+  p.ba = batch_strides(a);
+  p.bb = batch_strides(b);
+  p.sa_m = a.strides[a.sizes.size() - 2];
+  p.sa_k = a.strides.back();
+  p.sb_k = b.strides[b.sizes.size() - 2];
+  p.sb_n = b.strides.back();
+  p.so_m = out.strides[nd - 2];
+  p.so_n = out.strides[nd - 1];
+  p.A = layout_of(M, K, p.sa_m, p.sa_k, "a");
+  p.B = layout_of(K, N, p.sb_k, p.sb_n, "b");
+  if (mm.bias >= 0 && mm.beta != 0) {
+    p.bias = &g.views.at(static_cast<size_t>(mm.bias));
+    p.bias_full = broadcast_strides(*p.bias, out.sizes);
+    p.sbias_m = p.bias_full[nd - 2];
+    p.sbias_n = p.bias_full[nd - 1];
+    p.bias_bc = bias_mode(p.sbias_m, p.sbias_n, M, N);
+    p.bias_type = p.bias->dtype;
+    p.es_bias = hw::dtype_size(p.bias->dtype);
+  }
+  p.es = hw::dtype_size(mm.compute);
+  p.es_o = hw::dtype_size(out.dtype);
+  p.compute = mm.compute;
+  p.out_type = out.dtype;
+  p.alpha = mm.alpha;
+  p.beta = mm.beta;
+  p.macs_per_cycle = t.pt_macs_per_cycle() * (mm.compute == DType::kF32 ? t.fp32_rate : 1.0);
+  return p;
+}
+
+std::optional<Kernel> lower_matmul(const ir::Graph& g, const ir::Matmul& mm, const Target& t) {
+  const std::optional<MatmulProblem> read = read_matmul(g, mm, t);
+  if (!read) return std::nullopt;
+  const MatmulProblem& problem = *read;
+  const ir::View* bias = problem.bias;
+  const int64_t M = problem.M, N = problem.N, K = problem.K;
+  const std::vector<int64_t>& batch = problem.batch;
+  const int64_t sa_m = problem.sa_m, sa_k = problem.sa_k, sb_k = problem.sb_k, sb_n = problem.sb_n;
+  const int64_t so_m = problem.so_m, so_n = problem.so_n, sbias_m = problem.sbias_m, sbias_n = problem.sbias_n;
+  const Operand A = problem.A, B = problem.B;
+  const uint64_t es = problem.es, es_o = problem.es_o, es_bias = problem.es_bias;
+  const double macs_per_cycle = problem.macs_per_cycle;
 
   // Tile sizes: the largest that fit the scratchpad (fp32 accumulator, two buffers per operand
   // plus their transposes, the output and bias tiles).
-  const uint64_t es = hw::dtype_size(mm.compute), es_o = hw::dtype_size(out.dtype);
-  const uint64_t es_bias = bias ? hw::dtype_size(bias->dtype) : 0;
   int64_t tm = std::min<int64_t>(M, 256), tn = std::min<int64_t>(N, 256), tk = std::min<int64_t>(K, 128);
   const auto need = [&] {
     const uint64_t m = static_cast<uint64_t>(tm), n = static_cast<uint64_t>(tn), k = static_cast<uint64_t>(tk);
@@ -126,7 +211,6 @@ std::optional<Kernel> lower_matmul(const ir::Graph& g, const ir::Matmul& mm, con
   // and keep the fastest (the largest blocks on a tie).
   int64_t blocks = 1;
   for (int64_t s : batch) blocks *= s;
-  const double macs_per_cycle = t.pt_macs_per_cycle() * (mm.compute == DType::kF32 ? t.fp32_rate : 1.0);
   const auto estimate = [&](int64_t bm, int64_t bn) {
     const double m_tiles = static_cast<double>((M + bm - 1) / bm), n_tiles = static_cast<double>((N + bn - 1) / bn);
     const double tiles = static_cast<double>(blocks) * m_tiles * n_tiles;
@@ -193,28 +277,20 @@ std::optional<Kernel> lower_matmul(const ir::Graph& g, const ir::Matmul& mm, con
     tn = grid.tn;
   }
 
-  Kernel k;
+  if (auto resident = lower_matmul_resident(problem, t, best)) return resident;
+
+  Kernel k = matmul_kernel(problem);
   k.nest.replicated = shared;
-  k.nest.operands = {{a.arg, a.offset * static_cast<int64_t>(es)},
-                     {b.arg, b.offset * static_cast<int64_t>(es)},
-                     {out.arg, out.offset * static_cast<int64_t>(es_o)}};
-  if (bias) k.nest.operands.push_back({bias->arg, bias->offset * static_cast<int64_t>(es_bias)});
   const auto level = [&](uint64_t count, int64_t sa, int64_t sb, int64_t so, int64_t sbias) {
-    schedule::Level l{count,
-                      {sa * static_cast<int64_t>(es), sb * static_cast<int64_t>(es), so * static_cast<int64_t>(es_o)}};
-    if (bias) l.stride_bytes.push_back(sbias * static_cast<int64_t>(es_bias));
-    k.nest.levels.push_back(std::move(l));
+    add_matmul_level(k, problem, count, sa, sb, so, sbias);
   };
-  for (size_t d = 0; d < batch.size(); ++d) {
-    if (batch[d] > 1) level(static_cast<uint64_t>(batch[d]), ba[d], bb[d], out.strides[d], bias ? bias_full[d] : 0);
-  }
   if (shared) {  // one item per super-block; each core finds its block by rank
     const int64_t sm = grid.gm * tm, sn = grid.gn * tn;
     if (M > sm) {
-      level(static_cast<uint64_t>(M / sm), sm * sa_m, 0, sm * out.strides[nd - 2], bias ? sm * bias_full[nd - 2] : 0);
+      level(static_cast<uint64_t>(M / sm), sm * sa_m, 0, sm * so_m, sm * sbias_m);
     }
     if (N > sn) {
-      level(static_cast<uint64_t>(N / sn), 0, sn * sb_n, sn * out.strides[nd - 1], bias ? sn * bias_full[nd - 1] : 0);
+      level(static_cast<uint64_t>(N / sn), 0, sn * sb_n, sn * so_n, sn * sbias_n);
     }
   }
   const uint64_t m_tiles = shared ? 1 : static_cast<uint64_t>((M + tm - 1) / tm),
@@ -223,14 +299,14 @@ std::optional<Kernel> lower_matmul(const ir::Graph& g, const ir::Matmul& mm, con
                 n_tail = N - static_cast<int64_t>(n_tiles - 1) * tn;
   uint32_t m_bit = 0, n_bit = 0;
   if (m_tiles > 1) {
-    level(m_tiles, tm * sa_m, 0, tm * out.strides[nd - 2], bias ? tm * bias_full[nd - 2] : 0);
+    level(m_tiles, tm * sa_m, 0, tm * so_m, tm * sbias_m);
     if (m_tail != tm) {
       m_bit = 1u << k.nest.tail_levels.size();
       k.nest.tail_levels.push_back(static_cast<uint32_t>(k.nest.levels.size() - 1));
     }
   }
   if (n_tiles > 1) {
-    level(n_tiles, 0, tn * sb_n, tn * out.strides[nd - 1], bias ? tn * bias_full[nd - 1] : 0);
+    level(n_tiles, 0, tn * sb_n, tn * so_n, tn * sbias_n);
     if (n_tail != tn) {
       n_bit = 1u << k.nest.tail_levels.size();
       k.nest.tail_levels.push_back(static_cast<uint32_t>(k.nest.levels.size() - 1));
@@ -246,11 +322,8 @@ std::optional<Kernel> lower_matmul(const ir::Graph& g, const ir::Matmul& mm, con
   const uint32_t braw = bias ? lx.take(static_cast<uint64_t>(tm * tn) * es_bias) : 0;
   const uint32_t bf32 = bias ? lx.take(static_cast<uint64_t>(tm * tn) * 4) : 0;
 
-  const DType compute = mm.compute, out_type = out.dtype, bias_type = bias ? bias->dtype : DType::kF32;
+  const DType compute = problem.compute;
   const int64_t full_steps = K / tk, k_tail = K % tk;
-  const int64_t so_m = out.strides[nd - 2], so_n = out.strides[nd - 1];
-  const int64_t sbias_m = bias ? bias_full[nd - 2] : 0, sbias_n = bias ? bias_full[nd - 1] : 0;
-  const double alpha = mm.alpha, beta = mm.beta;
   // Shared: the pending block goes out in `chunks` chunks of whole rows, one per step.
   int64_t chunks = std::max<int64_t>(std::min(full_steps, tm), 1);
   while (tm % chunks != 0) --chunks;
@@ -411,36 +484,14 @@ std::optional<Kernel> lower_matmul(const ir::Graph& g, const ir::Matmul& mm, con
       multiply(0, static_cast<uint32_t>(k_tail));
     }
 
-    // Epilogue in fp32: alpha, beta * bias, then one rounding into the output type.
-    if (alpha != 1.0) {
-      bld.emit(emit::sfp(hw::Op::kBinary, DType::kF32, 0, acc, emit::pack2(acc, 0),
-                         static_cast<uint64_t>(hw::BinaryFn::kMul) | uint64_t{f32_bits(alpha)} << 32, mt, nt,
-                         hw::bcast_flags(Bcast::kFull, Bcast::kImm)));
+    uint32_t bias_from = operand_reg(3);
+    if (bias && shared) {
+      const auto eb = static_cast<int64_t>(es_bias);
+      block_offset(bld, sbias_m * eb, sbias_n * eb);
+      bld.emit(emit::add(kTmp, kCurA, operand_reg(3)));
+      bias_from = kTmp;
     }
-    if (bias) {
-      const uint32_t rows = bias_bc == Bcast::kRow || bias_bc == Bcast::kScalar ? 1 : mt;
-      const uint32_t cols = bias_bc == Bcast::kCol || bias_bc == Bcast::kScalar ? 1 : nt;
-      const uint32_t eb = static_cast<uint32_t>(es_bias);
-      uint32_t from = operand_reg(3);
-      if (shared) {
-        block_offset(bld, sbias_m * static_cast<int64_t>(eb), sbias_n * static_cast<int64_t>(eb));
-        bld.emit(emit::add(kTmp, kCurA, operand_reg(3)));
-        from = kTmp;
-      }
-      bld.emit(
-          emit::dma(hw::Op::kLoad, from, 0, braw, 0, static_cast<uint64_t>(sbias_m) * eb, rows, cols * eb, false, 0));
-      const auto count = static_cast<uint32_t>(hw::bcast_elements(bias_bc, mt, nt));
-      bld.emit(emit::sfp(hw::Op::kConvert, DType::kF32, 0, bf32, braw, static_cast<uint64_t>(bias_type), 1, count));
-      if (beta != 1.0) {
-        bld.emit(emit::sfp(hw::Op::kBinary, DType::kF32, 0, bf32, emit::pack2(bf32, 0),
-                           static_cast<uint64_t>(hw::BinaryFn::kMul) | uint64_t{f32_bits(beta)} << 32, 1, count,
-                           hw::bcast_flags(Bcast::kFull, Bcast::kImm)));
-      }
-      bld.emit(emit::sfp(hw::Op::kBinary, DType::kF32, 0, acc, emit::pack2(acc, bf32),
-                         static_cast<uint64_t>(hw::BinaryFn::kAdd), mt, nt, hw::bcast_flags(Bcast::kFull, bias_bc)));
-    }
-    bld.emit(emit::wait_tags(1u << kTagStore));  // the previous block's store still reads outc
-    bld.emit(emit::sfp(hw::Op::kConvert, out_type, 0, outc, acc, static_cast<uint64_t>(DType::kF32), mt, nt));
+    emit_matmul_epilogue(bld, problem, {acc, braw, bf32, outc}, mt, nt, bias_from, 0);
     const uint32_t dst = operand_reg(2);
     if (shared) {
       block_offset(bld, so_m * static_cast<int64_t>(es_o), so_n * static_cast<int64_t>(es_o));
