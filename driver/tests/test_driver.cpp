@@ -567,8 +567,15 @@ TEST_CASE("a high-priority queue gets the cores before a normal one that asked f
 }
 
 TEST_CASE("a wait ends at the policy's timeout or interrupt, and the work goes on") {
-  auto q = make_queue();
+  // The launch waits behind a semaphore that only this test raises, so it cannot finish during
+  // the waits below however fast or slow the host is.
+  auto q = make_queue(), raiser = make_queue();
   const BusyProgram busy = busy_program(*q);
+  const uint64_t sem = alloc(8);
+  const uint64_t zero = 0;
+  upload(*q, sem, &zero, 8);
+  uint64_t gate = 0;
+  REQUIRE(q->wait_semaphore(sem, 1, &gate).ok());
   const uint64_t seq = busy.launch(*q);
   driver::WaitPolicy policy;
   policy.timeout = std::chrono::milliseconds(1);
@@ -587,5 +594,7 @@ TEST_CASE("a wait ends at the policy's timeout or interrupt, and the work goes o
   CHECK(s.code() == StatusCode::kInterrupted);
   CHECK(asked == 1);
   driver::set_wait_policy({});
+  uint64_t raised = 0;
+  REQUIRE(raiser->signal(sem, 1, &raised).ok());
   CHECK(q->wait(seq).ok());  // nothing was lost: the launch completes
 }
