@@ -3,6 +3,7 @@
 namespace spyre::backend {
 
 std::optional<LoadedProgram> ProgramCache::find(const std::string& key) {
+  std::lock_guard lock(mu_);
   const auto it = entries_.find(key);
   if (it == entries_.end()) {
     ++misses_;
@@ -14,6 +15,7 @@ std::optional<LoadedProgram> ProgramCache::find(const std::string& key) {
 }
 
 std::vector<LoadedProgram> ProgramCache::insert(const std::string& key, const LoadedProgram& p, LoadedProgram* kept) {
+  std::lock_guard lock(mu_);
   std::vector<LoadedProgram> evicted;
   if (const auto it = entries_.find(key); it != entries_.end()) {
     *kept = it->second.program;
@@ -35,6 +37,7 @@ std::vector<LoadedProgram> ProgramCache::insert(const std::string& key, const Lo
 }
 
 ProgramCacheStats ProgramCache::stats() const {
+  std::lock_guard lock(mu_);
   return {entries_.size(), bytes_, hits_, misses_, evictions_};
 }
 

@@ -1,10 +1,11 @@
 // The programs a device has loaded, by signature, least recently used first out. Bounded in count
 // and in device bytes, so that a workload with ever new shapes does not grow host or device memory
-// without limit. Not thread-safe: DeviceRuntime holds its lock around every call.
+// without limit. Thread-safe: each call holds the cache's own lock.
 #pragma once
 
 #include <cstdint>
 #include <list>
+#include <mutex>
 #include <optional>
 #include <string>
 #include <unordered_map>
@@ -45,6 +46,7 @@ class ProgramCache {
     LoadedProgram program;
     Order::iterator order;
   };
+  mutable std::mutex mu_;
   size_t max_entries_;
   uint64_t max_bytes_;
   std::unordered_map<std::string, Entry> entries_;

@@ -2,7 +2,9 @@
 // one place driver statuses become exceptions, the runtime's construction, host waits, the current
 // device and the fallback mode. runtime_memory.cpp: device memory, staging and pinned host memory;
 // runtime_copies.cpp: copies; runtime_launch.cpp: programs and launches; runtime_streams.cpp:
-// streams, graph capture and events.
+// streams, graph capture and events. The parts with state of their own (staging buffers,
+// timestamp slots, op labels, peer windows) are classes in runtime_parts.h, each with its lock;
+// the program cache is program_cache.h.
 #include "runtime.h"
 
 #include <malloc.h>
@@ -130,8 +132,7 @@ DeviceRuntime::DeviceRuntime(int index, driver::Device* device)
       programs_(program_cache_entries(), 512ull << 20) {
   TORCH_CHECK(num_streams_ >= 1, "spyre: device ", index, " has no hardware queues");
   queue(0);  // the default stream
-  SPYRE_CHECK(device_->map_host(kTimestampSlots * sizeof(uint64_t), &timestamps_));
-  for (int i = kTimestampSlots - 1; i >= 0; --i) free_slots_.push_back(i);
+  SPYRE_CHECK(timestamps_.map(*device_));
   const driver::DeviceInfo& info = device_->info();
   TORCH_CHECK(info.memory_base + info.memory_bytes <= uint64_t{1} << kDevicePointerShift, "spyre: device ", index,
               " has memory up to address ", info.memory_base + info.memory_bytes,

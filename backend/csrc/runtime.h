@@ -14,6 +14,7 @@
 #include <c10/core/Storage.h>
 
 #include "program_cache.h"
+#include "runtime_parts.h"
 #include "spyre/compiler/program.h"
 #include "spyre/driver/device.h"
 
@@ -194,8 +195,6 @@ class DeviceRuntime {
     uint64_t signalled = 0;          // the last value queued to signal it
   };
   DeviceRuntime(int index, driver::Device* device);
-  /// Timed events in flight at once (each holds an 8-byte slot of mapped host memory).
-  static constexpr int kTimestampSlots = 4096;
   /// The capture sink of the calling thread's current stream, or nullptr.
   CaptureSink* capture_sink();
   /// Queues a copy of `n` bytes on `q` as descriptors of at most hw::kMaxCopyBytes (`flags`: which
@@ -203,8 +202,8 @@ class DeviceRuntime {
   uint64_t copy_in_pieces(driver::Queue& q, uint64_t src, uint64_t dst, uint64_t n, uint8_t flags, const char* name);
   /// h2d without the capture check: the runtime's own uploads run at once even during a capture.
   void upload(uint64_t dst, const void* src, uint64_t n, bool non_blocking = false);
+  /// A staging buffer of at least `n` bytes: a kept one, or a new mapping.
   std::unique_ptr<driver::HostBuffer> take_staging(uint64_t n);
-  void give_back(std::unique_ptr<driver::HostBuffer> b);
   /// The queue of `stream`, created on first use.
   driver::Queue& queue(int64_t stream);
   /// The queue of the calling thread's current stream.
@@ -227,21 +226,19 @@ class DeviceRuntime {
 
   int index_;
   driver::Device* device_;
+  // Streams: the table below, under streams_mu_ (a stream's values reach the card in order).
   int num_streams_;
   int first_high_;  // streams [first_high_, num_streams_) are high priority
   std::mutex streams_mu_;
   std::vector<Stream> streams_;
   int next_normal_ = 0, next_high_ = 0;
-  std::unique_ptr<driver::HostBuffer> timestamps_;  // one u64 slot per timed event
-  std::map<int, uint64_t> peer_windows_;            // peer card -> IOVA of its whole memory, mapped on first use
-  std::mutex slots_mu_;
-  std::vector<int> free_slots_;
-  std::mutex mu_;
-  std::multimap<uint64_t, std::unique_ptr<driver::HostBuffer>> staging_;  // by size
-  uint64_t staging_bytes_ = 0;
+  // The other parts, each with its own lock.
+  TimestampSlots timestamps_;
+  StagingPool staging_;
   ProgramCache programs_;
-  std::shared_mutex programs_rw_;           // shared while a launch uses a program, exclusive to free evicted ones
-  std::map<std::string, uint64_t> labels_;  // op name -> its NUL-terminated copy in device memory
+  std::shared_mutex programs_rw_;  // shared while a launch uses a program, exclusive to free evicted ones
+  LabelTable labels_;
+  PeerWindows peers_;
   std::mutex rmw_mu_;
 };
 

@@ -99,7 +99,7 @@ void DeviceRuntime::upload(uint64_t dst, const void* src, uint64_t n, bool non_b
     profiling::note(index_, current_stream(), q, seq, profiling::Kind::kMemcpy, "Memcpy HtoD", m);
     // The staging buffer goes back to the pool once the card has read it.
     auto* raw = staging.release();
-    q.on_complete(seq, [this, raw] { give_back(std::unique_ptr<driver::HostBuffer>(raw)); });
+    q.on_complete(seq, [this, raw] { staging_.give_back(std::unique_ptr<driver::HostBuffer>(raw)); });
     in_flight.push_back(seq);
   }
 }
@@ -121,7 +121,7 @@ void DeviceRuntime::d2h(void* dst, uint64_t src, uint64_t n) {
     profiling::note(index_, current_stream(), q, seq, profiling::Kind::kMemcpy, "Memcpy DtoH", m);
     wait(q, seq);
     std::memcpy(static_cast<uint8_t*>(dst) + off, staging->data(), m);
-    give_back(std::move(staging));
+    staging_.give_back(std::move(staging));
   }
   note_host_copy(n);
 }
@@ -142,17 +142,11 @@ void DeviceRuntime::copy_to_peer(int peer, uint64_t dst, uint64_t src, uint64_t 
   other.stream_synchronize(other.current_stream());
   // The IOVA window maps the peer's memory as this process sees it: [memory_base, + memory_bytes).
   const driver::DeviceInfo& peer_info = other.device().info();
-  uint64_t window = 0;
-  {
-    std::lock_guard lock(mu_);
-    auto it = peer_windows_.find(peer);
-    if (it == peer_windows_.end()) {
-      SPYRE_CHECK(
-          device_->map_peer(static_cast<uint32_t>(peer), peer_info.memory_base, peer_info.memory_bytes, &window));
-      it = peer_windows_.emplace(peer, window).first;
-    }
-    window = it->second;
-  }
+  const uint64_t window = peers_.get(peer, [&] {
+    uint64_t mapped = 0;
+    SPYRE_CHECK(device_->map_peer(static_cast<uint32_t>(peer), peer_info.memory_base, peer_info.memory_bytes, &mapped));
+    return mapped;
+  });
   driver::Queue& q = queue();
   wait(q, copy_in_pieces(q, src, window + (dst - peer_info.memory_base), n, hw::kCopyDstHost, "Memcpy PtoP"));
 }

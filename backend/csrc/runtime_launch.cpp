@@ -25,18 +25,14 @@ namespace spyre::backend {
 // The device copy of an op name, written once per name and kept: there are a few hundred at most.
 uint64_t DeviceRuntime::label(const std::string& op) {
   if (op.empty()) return 0;
-  {
-    std::lock_guard lock(mu_);
-    if (const auto it = labels_.find(op); it != labels_.end()) return it->second;
-  }
+  if (const uint64_t found = labels_.find(op)) return found;
   const std::string text = op.substr(0, hw::kMaxLabelBytes - 1);
   const uint64_t addr = alloc_reclaiming(text.size() + 1);
   upload(addr, text.c_str(), text.size() + 1);
   wait(queue(), queue().last_seq());  // any stream may use it next
-  std::lock_guard lock(mu_);
-  const auto [it, inserted] = labels_.emplace(op, addr);
-  if (!inserted) free(addr);  // another thread wrote it meanwhile
-  return it->second;
+  const uint64_t kept = labels_.keep(op, addr);
+  if (kept != addr) free(addr);  // another thread wrote it meanwhile
+  return kept;
 }
 
 void DeviceRuntime::launch(const std::string& key, const std::function<compiler::Program()>& build,
@@ -58,21 +54,15 @@ void DeviceRuntime::launch(const std::string& key, const std::function<compiler:
 
 LoadedProgram DeviceRuntime::loaded(const std::string& key, const std::function<compiler::Program()>& build,
                                     size_t num_args, std::vector<LoadedProgram>* evicted) {
-  {
-    std::lock_guard lock(mu_);
-    if (std::optional<LoadedProgram> found = programs_.find(key)) return *found;
-  }
+  if (std::optional<LoadedProgram> found = programs_.find(key)) return *found;
   const compiler::Program p = build();
   TORCH_INTERNAL_ASSERT(p.num_args <= num_args, "spyre: program ", p.name, " needs ", p.num_args, " arguments");
   const LoadedProgram mine{alloc_reclaiming(p.image.size()), p.image.size(), p.core_mask, p.name};
   upload(mine.addr, p.image.data(), p.image.size());
   wait(queue(), queue().last_seq());  // any stream may launch it next
   LoadedProgram prog{};
-  {
-    std::lock_guard lock(mu_);
-    std::vector<LoadedProgram> out = programs_.insert(key, mine, &prog);
-    evicted->insert(evicted->end(), out.begin(), out.end());
-  }
+  const std::vector<LoadedProgram> out = programs_.insert(key, mine, &prog);
+  evicted->insert(evicted->end(), out.begin(), out.end());
   if (prog.addr != mine.addr) free(mine.addr);  // another thread loaded the same program meanwhile
   return prog;
 }
@@ -145,7 +135,6 @@ void DeviceRuntime::launch_sequence(const std::vector<LaunchRequest>& launches) 
 }
 
 ProgramCacheStats DeviceRuntime::program_cache_stats() {
-  std::lock_guard lock(mu_);
   return programs_.stats();
 }
 

@@ -22,10 +22,6 @@
 
 namespace spyre::backend {
 
-namespace {
-constexpr uint64_t kStagingCacheBytes = 256ull << 20;  // host staging kept for reuse
-}  // namespace
-
 uint64_t DeviceRuntime::alloc(uint64_t bytes) {
   uint64_t addr = 0;
   SPYRE_CHECK(device_->alloc(bytes, &addr));
@@ -58,26 +54,9 @@ void DeviceRuntime::free(uint64_t addr) {
 }
 
 std::unique_ptr<driver::HostBuffer> DeviceRuntime::take_staging(uint64_t n) {
-  {
-    std::lock_guard lock(mu_);
-    auto it = staging_.lower_bound(n);
-    if (it != staging_.end() && it->first <= 2 * n + (64 << 10)) {  // reuse unless far too big
-      auto b = std::move(it->second);
-      staging_bytes_ -= it->first;
-      staging_.erase(it);
-      return b;
-    }
-  }
-  std::unique_ptr<driver::HostBuffer> b;
-  SPYRE_CHECK(device_->map_host(n, &b));
+  std::unique_ptr<driver::HostBuffer> b = staging_.take(n);
+  if (!b) SPYRE_CHECK(device_->map_host(n, &b));
   return b;
-}
-
-void DeviceRuntime::give_back(std::unique_ptr<driver::HostBuffer> b) {
-  std::lock_guard lock(mu_);
-  if (staging_bytes_ + b->size() > kStagingCacheBytes) return;  // freed here
-  staging_bytes_ += b->size();
-  staging_.emplace(b->size(), std::move(b));
 }
 
 namespace {

@@ -156,18 +156,16 @@ void DeviceRuntime::record_event(StreamEvent& ev, int64_t stream, bool timing) {
   if (ev.slot >= 0) release_event(ev);  // re-recorded: the old timestamp is of no more use
   ev.slot = -1;
   if (timing) {
-    std::lock_guard lock(slots_mu_);
-    TORCH_CHECK(!free_slots_.empty(), "spyre: more than ", kTimestampSlots, " timed events are alive on device ",
-                index_, "; destroy some, or create events without timing");
-    ev.slot = free_slots_.back();
-    free_slots_.pop_back();
+    ev.slot = timestamps_.take();
+    TORCH_CHECK(ev.slot >= 0, "spyre: more than ", TimestampSlots::kCount, " timed events are alive on device ", index_,
+                "; destroy some, or create events without timing");
   }
   // One lock for the value and the submission, so that a stream's values reach the card in order.
   std::lock_guard lock(streams_mu_);
   Stream& st = streams_[stream];
   if (ev.slot >= 0) {
     uint64_t ts = 0;
-    SPYRE_CHECK(q.timestamp(timestamps_->iova() + ev.slot * sizeof(uint64_t), &ts));
+    SPYRE_CHECK(q.timestamp(timestamps_.iova(ev.slot), &ts));
   }
   ev.device = index_;
   ev.stream = stream;
@@ -205,8 +203,7 @@ double DeviceRuntime::elapsed_ms(const StreamEvent& a, const StreamEvent& b) {
                     "spyre: elapsed_time needs two events created with enable_timing=True and recorded");
   event_synchronize(a);
   event_synchronize(b);
-  const auto* slots = static_cast<const volatile uint64_t*>(timestamps_->data());
-  const double cycles = static_cast<double>(slots[b.slot]) - static_cast<double>(slots[a.slot]);
+  const double cycles = static_cast<double>(timestamps_.read(b.slot)) - static_cast<double>(timestamps_.read(a.slot));
   return cycles / device_->info().card.clock_mhz / 1e3;
 }
 
@@ -216,10 +213,7 @@ void DeviceRuntime::release_event(const StreamEvent& ev) noexcept {
   try {
     driver::Queue& q = queue(ev.stream);
     // The card may still write the slot: give it back once it has.
-    q.on_complete(ev.seq, [this, slot] {
-      std::lock_guard lock(slots_mu_);
-      free_slots_.push_back(slot);
-    });
+    q.on_complete(ev.seq, [this, slot] { timestamps_.give_back(slot); });
   } catch (...) {
   }
 }
