@@ -67,6 +67,7 @@ struct Chip {
     std::vector<sim::Core*> ranks;
     for (uint32_t i = 0; i < n; ++i) ranks.push_back(cores[i].get());
     launch.reset(ranks);
+    // NOLINTNEXTLINE(performance-unnecessary-copy-initialization): a copy, the time as it is now
     const sc_core::sc_time start = sc_core::sc_time_stamp();
     for (uint32_t i = 0; i < n; ++i) cores[i]->start(kProgram, kArgs, args.size() * 8, i, &launch);
     sc_core::sc_start();

@@ -88,7 +88,7 @@ json to_tree(const Config& c) {
 void check_keys(const json& over, const json& base, const std::string& path) {
   if (!over.is_object()) throw std::invalid_argument(fmt::format("config: '{}' must be an object", path));
   for (const auto& [key, value] : over.items()) {
-    const std::string name = path.empty() ? key : path + "." + key;
+    const std::string name = path.empty() ? key : fmt::format("{}.{}", path, key);
     if (!base.contains(key)) throw std::invalid_argument(fmt::format("config: unknown key '{}'", name));
     const json& want = base.at(key);
     if (want.is_object()) {

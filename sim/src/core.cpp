@@ -55,7 +55,8 @@ Core::Core(const sc_core::sc_module_name& name, uint32_t card, uint32_t id, cons
 Core::~Core() {
   try {
     worker_.wait(lane_, last_ticket_);  // its tasks write into lx_
-  } catch (...) {                       // a task's failure was reported when it was waited for, or no one asks any more
+  } catch (...) {
+    // Deliberately empty: a task's failure was reported when it was waited for, or no one asks any more.
   }
 }
 

@@ -121,6 +121,7 @@ bool Core::transfer(const hw::Instr& in, const std::vector<uint64_t>& addrs, uin
   const uint64_t begin = now();
   issue_ = functional_ ? 1 : config_.chip.issue_cycles;
   const sc_core::sc_time issue = clock_.cycles(issue_);
+  // NOLINTNEXTLINE(performance-unnecessary-copy-initialization): a copy, the time as it is now
   const sc_core::sc_time now = sc_core::sc_time_stamp();
   sc_core::sc_time mem_delay = issue;
   bool ring = false;                // whether a ring link rather than a memory channel set the arrival

@@ -172,6 +172,7 @@ void DeviceMemory::transport_rows(const RowList& list, tlm::tlm_generic_payload&
   }
   gp.set_response_status(tlm::TLM_OK_RESPONSE);
   if (!list.book) return;
+  // NOLINTNEXTLINE(performance-unnecessary-copy-initialization): a copy, the time as it is now
   const sc_core::sc_time now = sc_core::sc_time_stamp();
   const uint64_t done =
       fabric_.transfer((now + delay).value(), list.stop, gp.is_read(), list.addrs, list.rows, n, list.ring_bound);

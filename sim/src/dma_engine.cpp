@@ -7,7 +7,7 @@
 namespace spyre::sim {
 
 namespace {
-constexpr uint64_t kChunkBytes = 64 * 1024;
+constexpr uint64_t kChunkBytes = uint64_t{64} << 10;
 constexpr uint64_t kReadAhead = 3;
 }  // namespace
 

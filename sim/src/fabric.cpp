@@ -1,6 +1,7 @@
 #include "fabric.h"
 
 #include <algorithm>
+#include <cmath>
 
 namespace spyre::sim {
 
@@ -10,7 +11,7 @@ Fabric::Fabric(const Config& c)
       hashed_(c.memory.channel_hash == "xor"),
       functional_(c.sim.mode == "functional"),
       memory_latency_ps_(uint64_t{c.memory.latency_ns} * 1000),
-      hop_ps_(static_cast<uint64_t>(c.ring.hop_cycles * 1e6 / c.chip.clock_mhz + 0.5)) {
+      hop_ps_(static_cast<uint64_t>(std::llround(c.ring.hop_cycles * 1e6 / c.chip.clock_mhz))) {
   while ((1u << channel_bits_) < c.memory.channels) ++channel_bits_;
   kind_.push_back(Kind::kPcie);
   uint32_t next_mc = 0;
