@@ -174,3 +174,11 @@ def test_a_gemm_is_right_on_every_scratchpad(lx):
     """Smaller scratchpads take smaller tiles; every one computes the golden model's result."""
     s, _ = run({"chip.lx_bytes": lx}, "gemm", "--m", "300", "--n", "260", "--k", "520", "--dtype", "f16", check=True)
     assert s["check"]["status"] == "passed", s["check"]
+
+
+@pytest.mark.parametrize("point", POINTS, ids=point_id)
+def test_a_gemm_is_right_on_every_card(point):
+    """Each card's plan (grid, strips, pieces, tiles) computes the golden model's result, on a
+    shape small enough to check (K a multiple of 128, so the resident-B plan may be taken)."""
+    s, _ = run(point, "gemm", "--m", "1024", "--n", "512", "--k", "1152", "--dtype", "f16", check=True)
+    assert s["check"]["status"] == "passed", s["check"]
