@@ -9,6 +9,8 @@ program over 8 KiB (the streamed plans' are a few KiB whatever the size).
 
 from __future__ import annotations
 
+import random
+
 import pytest
 import torch
 import torch_spyre
@@ -97,3 +99,38 @@ def test_out_aliasing_an_operand(cpu_gen):
     da = a.to("spyre")
     torch.mm(da, da, out=da)
     torch.testing.assert_close(da.cpu(), a @ a, rtol=1e-4, atol=5e-3)
+
+
+def test_random_layouts_against_cpu(request):
+    """Seeded random GEMMs in every layout and epilogue, against CPU. Most of them take the resident
+    plan, and the rest take a streamed one; both must agree with CPU. There are 40 cases, or 400
+    with --slow."""
+    rng = random.Random(2026)
+    gen = torch.Generator().manual_seed(2026)
+    torch_spyre.set_cpu_fallback("error")
+    taken = 0
+    cases = 400 if request.config.getoption("--slow") else 40
+    for _ in range(cases):
+        m, n = rng.choice([64, 256, 384, 768, 1024, 1536]), rng.choice([64, 128, 512, 768, 1024])
+        k = 128 * rng.randint(1, 12)
+        dtype = rng.choice([torch.float32, torch.float16, torch.bfloat16])
+        a = torch.randn(k, m, generator=gen).t() if rng.random() < 0.3 else torch.randn(m, k, generator=gen)
+        b = torch.randn(n, k, generator=gen).t() if rng.random() < 0.3 else torch.randn(k, n, generator=gen)
+        bias_shape = rng.choice([None, (n,), (m, 1), (m, n)])
+        alpha, beta = rng.choice([1.0, 0.5]), rng.choice([1.0, -1.0])
+        a, b = a.to(dtype), b.to(dtype)
+        bias = None if bias_shape is None else torch.randn(bias_shape, generator=gen).to(dtype)
+        before = debug.program_cache_info()["bytes"]
+        if bias is None:
+            got = (a.to("spyre") @ b.to("spyre")).cpu()
+            want = a.float() @ b.float()
+        else:
+            got = torch.addmm(bias.to("spyre"), a.to("spyre"), b.to("spyre"), alpha=alpha, beta=beta).cpu()
+            want = torch.addmm(bias.float(), a.float(), b.float(), alpha=alpha, beta=beta)
+        taken += debug.program_cache_info()["bytes"] - before > RESIDENT_PROGRAM_BYTES
+        tol = TOLERANCE[dtype]
+        case = f"{m}x{k}x{n} {dtype} a {tuple(a.stride())} b {tuple(b.stride())} bias {bias_shape} {alpha} {beta}"
+        torch.testing.assert_close(
+            got, want.to(dtype), rtol=tol, atol=2 * tol * k**0.5, msg=lambda s, case=case: f"{case}: {s}"
+        )
+    assert taken >= cases // 4, f"the resident plan took only {taken} of {cases} cases"
