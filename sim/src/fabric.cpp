@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <utility>
 
 namespace spyre::sim {
 
@@ -13,19 +14,10 @@ Fabric::Fabric(const Config& c)
       memory_latency_ps_(uint64_t{c.memory.latency_ns} * 1000),
       hop_ps_(static_cast<uint64_t>(std::llround(c.ring.hop_cycles * 1e6 / c.chip.clock_mhz))) {
   while ((1u << channel_bits_) < c.memory.channels) ++channel_bits_;
-  kind_.push_back(Kind::kPcie);
-  uint32_t next_mc = 0;
-  for (uint32_t core = 0; core < c.chip.cores; ++core) {
-    core_stops_.push_back(stops());
-    kind_.push_back(Kind::kCore);
-    // Controller j follows core (j + 1) * cores / controllers - 1, evenly spaced around the ring
-    // (with more controllers than cores, several follow one core).
-    while (next_mc < controllers_ && (uint64_t{next_mc} + 1) * c.chip.cores / controllers_ <= core + 1) {
-      controller_stops_.push_back(stops());
-      kind_.push_back(Kind::kController);
-      ++next_mc;
-    }
-  }
+  hw::RingStops ring = hw::ring_stops(c.chip.cores, controllers_);
+  stops_ = ring.count;
+  core_stops_ = std::move(ring.cores);
+  controller_stops_ = std::move(ring.controllers);
   const double link_bytes_per_ns = c.ring.bytes_per_cycle * (c.chip.clock_mhz / 1000.0);
   channels_.assign(c.memory.channels, BandwidthServer(c.memory.bandwidth_gbps / c.memory.channels));
   clockwise_.assign(stops(), BandwidthServer(link_bytes_per_ns));

@@ -18,9 +18,9 @@ class Fabric {
  public:
   explicit Fabric(const Config& config);
 
-  /// Ring stops: 0 is the PCIe endpoint; cores and memory controllers follow around the ring, the
-  /// controllers spread evenly between the cores.
-  uint32_t stops() const { return static_cast<uint32_t>(kind_.size()); }
+  /// Ring stops (hw::ring_stops): 0 is the PCIe endpoint; cores and memory controllers follow
+  /// around the ring, the controllers spread evenly between the cores.
+  uint32_t stops() const { return stops_; }
   static constexpr uint32_t pcie_stop() { return 0; }
   uint32_t core_stop(uint32_t core) const { return core_stops_.at(core); }
   uint32_t controller_stop(uint32_t mc) const { return controller_stops_.at(mc); }
@@ -55,8 +55,7 @@ class Fabric {
   /// Adds `bytes` to every link from stop `from` to stop `to` by the shorter way; returns the hops.
   uint32_t route(uint32_t from, uint32_t to, uint64_t bytes);
 
-  enum class Kind : uint8_t { kPcie, kCore, kController };
-  std::vector<Kind> kind_;
+  uint32_t stops_ = 0;
   std::vector<uint32_t> core_stops_, controller_stops_;
   uint64_t interleave_;
   uint32_t controllers_;

@@ -9,6 +9,24 @@
 
 namespace spyre::hw {
 
+/// The ring's stops: stop 0 is the PCIe endpoint, then the cores in order, controller j after
+/// core (j + 1) * cores / controllers - 1, so the controllers sit evenly between the cores (with
+/// more controllers than cores, several follow one core).
+struct RingStops {
+  std::vector<uint32_t> cores, controllers;  // the stop of each core and of each controller
+  uint32_t count = 1;                        // stops in all
+};
+inline RingStops ring_stops(uint32_t cores, uint32_t controllers) {
+  RingStops r;
+  for (uint32_t c = 0; c < cores; ++c) {
+    r.cores.push_back(r.count++);
+    while (r.controllers.size() < controllers && (uint64_t{r.controllers.size()} + 1) * cores / controllers <= c + 1) {
+      r.controllers.push_back(r.count++);
+    }
+  }
+  return r;
+}
+
 struct CardFigures {
   uint32_t cores = 32;
   uint64_t lx_bytes = 2u << 20;  // scratchpad per core
@@ -28,26 +46,18 @@ struct CardFigures {
   /// Device memory bandwidth in bytes per core cycle.
   double memory_bytes_per_cycle() const { return static_cast<double>(memory_mbps) / clock_mhz; }
   /// Each ring link direction's share of uniform traffic between the memory controllers and the
-  /// cores (every controller sending every core, or receiving from it, an equal part): the ring's
-  /// stops are the PCIe endpoint, then the cores in order with controller j after core
-  /// (j + 1) * cores / controllers - 1, and each transfer takes the shorter way, clockwise on a
-  /// tie. Loads (controller to core) and stores (core to controller) cross different links.
+  /// cores (every controller sending every core, or receiving from it, an equal part), over the
+  /// stops of ring_stops(); each transfer takes the shorter way, clockwise on a tie. Loads
+  /// (controller to core) and stores (core to controller) cross different links.
   struct LinkShare {
     double load = 0, store = 0;
   };
   std::vector<LinkShare> ring_link_shares() const {
-    std::vector<uint32_t> core_stops, controller_stops;
-    uint32_t stops = 1;  // stop 0: PCIe
-    for (uint32_t c = 0; c < cores; ++c) {
-      core_stops.push_back(stops++);
-      while (controller_stops.size() < memory_controllers &&
-             (uint64_t{controller_stops.size()} + 1) * cores / memory_controllers <= c + 1) {
-        controller_stops.push_back(stops++);
-      }
-    }
+    const RingStops ring = ring_stops(cores, memory_controllers);
+    const uint32_t stops = ring.count;
     // Links 0 .. stops-1 run clockwise (stop i to i + 1), links stops .. 2 stops-1 back.
     std::vector<LinkShare> links(size_t{2} * stops);
-    const double part = 1.0 / static_cast<double>(std::max<size_t>(core_stops.size() * controller_stops.size(), 1));
+    const double part = 1.0 / static_cast<double>(std::max<size_t>(ring.cores.size() * ring.controllers.size(), 1));
     const auto route = [&](uint32_t from, uint32_t to, double LinkShare::*kind) {
       const uint32_t ahead = (to + stops - from) % stops;
       if (ahead <= stops - ahead) {
@@ -56,8 +66,8 @@ struct CardFigures {
         for (uint32_t h = 0; h < stops - ahead; ++h) links[stops + (from + stops - 1 - h) % stops].*kind += part;
       }
     };
-    for (const uint32_t m : controller_stops) {
-      for (const uint32_t c : core_stops) {
+    for (const uint32_t m : ring.controllers) {
+      for (const uint32_t c : ring.cores) {
         route(m, c, &LinkShare::load);
         route(c, m, &LinkShare::store);
       }
