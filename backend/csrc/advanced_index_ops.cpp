@@ -207,8 +207,7 @@ void index_put_kernel(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
       self.sizes().slice(0, static_cast<size_t>(mask->dim())) == mask->sizes()) {
     std::vector<int64_t> shape = mask->sizes().vec();
     shape.resize(static_cast<size_t>(self.dim()), 1);
-    at::Tensor target = self;  // a mask of self's rank as it is: it may be self (x[x] = v)
-    target.masked_fill_(mask->dim() == self.dim() ? *mask : mask->view(shape), values.item());
+    self.masked_fill_(mask->dim() == self.dim() ? *mask : mask->view(shape), values.item());
     return c.finish(self);
   }
   if (values.device() == self.device()) at::assert_no_overlap(self, values);  // as CPU, after the masked_fill
@@ -345,7 +344,7 @@ void masked_scatter_kernel(const c10::OperatorHandle& op, torch::jit::Stack* sta
   index_op(l, Kind::kGather, l.view(flat_src, {s, 1}, {1, 1}), l.view(safe), l.view(picked, {n, 1}, {1, 1}));
   ir::Pointwise sel;
   sel.kind = ir::PointwiseKind::kSelect;
-  sel.compute = *device_dtype(self.scalar_type());
+  sel.compute = checked_device_dtype(self.scalar_type());
   sel.inputs = {ir::Operand::of(l.view(m)), ir::Operand::of(l.view(picked.view(self.sizes()))),
                 ir::Operand::of(l.view(self))};
   sel.out = l.view(self);
@@ -365,8 +364,8 @@ void nonzero_kernel(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
   }
   Launch l;
   const at::Tensor nz = l.scratch(self.sizes(), self, at::kBool);
-  ir::Expr ne(*device_dtype(self.scalar_type()) == hw::DType::kBool ? hw::DType::kI64
-                                                                    : *device_dtype(self.scalar_type()));
+  ir::Expr ne(checked_device_dtype(self.scalar_type()) == hw::DType::kBool ? hw::DType::kI64
+                                                                           : checked_device_dtype(self.scalar_type()));
   ne.binary(hw::BinaryFn::kNe, ne.input(ir::Operand::of(l.view(self))), ne.constant(0));
   l.add(ne.done(l.view(nz)));
   at::Tensor count;

@@ -91,8 +91,8 @@ at::Tensor empty_strided(c10::IntArrayRef size, c10::IntArrayRef stride, std::op
 // As on CPU: a resize to the current sizes keeps the strides (a strided view stays strided, so a
 // result copied back into it lands in the right places); a new size makes the tensor contiguous.
 // The storage grows before any metadata changes, so a failed resize leaves the tensor as it was.
-const at::Tensor& resize_(const at::Tensor& self, c10::IntArrayRef size,
-                          std::optional<c10::MemoryFormat> memory_format) {
+const at::Tensor& resize_in_place(const at::Tensor& self, c10::IntArrayRef size,
+                                  std::optional<c10::MemoryFormat> memory_format) {
   for (const int64_t s : size) TORCH_CHECK(s >= 0, "spyre: resize_: negative size ", s, " in ", size);
   TORCH_CHECK(memory_format != c10::MemoryFormat::Preserve, "spyre: resize_: unsupported memory format Preserve");
   auto* impl = self.unsafeGetTensorImpl();
@@ -302,7 +302,7 @@ at::Tensor copy_from(const at::Tensor& src, const at::Tensor& dst, bool non_bloc
 }
 
 at::Tensor copy_from_and_resize(const at::Tensor& src, const at::Tensor& dst) {
-  resize_(dst, src.sizes(), std::nullopt);
+  resize_in_place(dst, src.sizes(), std::nullopt);
   return copy_from(src, dst, false);
 }
 
@@ -342,7 +342,7 @@ at::Tensor view_as_complex(const at::Tensor& self) {
 
 at::Tensor& set_source_storage_offset(at::Tensor& self, c10::Storage source, int64_t offset, c10::IntArrayRef size,
                                       c10::IntArrayRef stride) {
-  at::native::checkSetStorage(self, source, offset, size, stride);
+  at::native::checkSetStorage(self, std::move(source), offset, size, stride);
   for (const int64_t s : size) TORCH_CHECK(s >= 0, "set_: negative size ", s, " in ", size);
   for (const int64_t s : stride) TORCH_CHECK(s >= 0, "set_: negative stride ", s, " in ", stride);
   TORCH_CHECK(stride.empty() || stride.size() == size.size(), "set_: ", size.size(), " sizes but ", stride.size(),
@@ -550,7 +550,7 @@ TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
   m.impl("as_strided", TORCH_FN(as_strided));
   m.impl("view", TORCH_FN(view));
   m.impl("_reshape_alias", TORCH_FN(reshape_alias));
-  m.impl("resize_", TORCH_FN(resize_));
+  m.impl("resize_", TORCH_FN(resize_in_place));
   m.impl("_copy_from", TORCH_FN(copy_from));
   m.impl("_copy_from_and_resize", TORCH_FN(copy_from_and_resize));
   m.impl("_local_scalar_dense", TORCH_FN(local_scalar_dense));

@@ -1,6 +1,7 @@
 #include "boxed.h"
 
 #include <ATen/ATen.h>
+#include <ATen/native/Resize.h>
 #include <torch/library.h>
 
 #include <deque>
@@ -48,6 +49,13 @@ std::optional<at::Tensor> BoxedCall::out() const {
   return std::nullopt;
 }
 
+at::Tensor BoxedCall::out_or(c10::IntArrayRef sizes, const std::function<at::Tensor()>& fresh) const {
+  std::optional<at::Tensor> o = out();
+  if (!o) return fresh();
+  at::native::resize_output(*o, sizes);
+  return *o;
+}
+
 void BoxedCall::finish(const at::Tensor& result) {
   torch::jit::drop(*stack_, n_);
   torch::jit::push(*stack_, result);
@@ -84,7 +92,7 @@ c10::IValue to_meta(const c10::IValue& v) {
   }
   if (v.isOptionalTensorList()) {
     c10::List<std::optional<at::Tensor>> out;
-    for (const std::optional<at::Tensor>& t : v.toOptionalTensorList()) {
+    for (const std::optional<at::Tensor> t : v.toOptionalTensorList()) {
       out.push_back(t ? std::optional<at::Tensor>(meta(*t)) : std::nullopt);
     }
     return out;
@@ -117,7 +125,8 @@ void check_out_call(const c10::OperatorHandle& op, const torch::jit::Stack& stac
   for (size_t i = 0; i < n; ++i) meta.push_back(to_meta(stack[stack.size() - n + i]));
   try {
     op.callBoxed(&meta);
-  } catch (const c10::NotImplementedError&) {  // no meta kernel: the device kernel checks what it can
+  } catch (const c10::NotImplementedError&) {
+    // deliberately empty: the op has no meta kernel, and the device kernel checks what it can
   }
 }
 
@@ -152,7 +161,8 @@ void register_boxed(const std::vector<std::string>& names, const std::vector<std
     for (const std::string& overload : overloads) {
       if (!c10::Dispatcher::singleton().findSchema({"aten::" + name, overload})) continue;
       found = true;
-      const std::string full = overload.empty() ? name : name + "." + overload;
+      std::string full = name;
+      if (!overload.empty()) full.append(".").append(overload);
       lib.impl(full.c_str(), torch::CppFunction::makeFromBoxedFunctor(std::make_unique<Functor>(kernel)));
     }
     if (found) {

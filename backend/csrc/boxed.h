@@ -6,6 +6,7 @@
 #include <ATen/core/dispatch/Dispatcher.h>
 #include <ATen/core/stack.h>
 
+#include <functional>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -27,6 +28,9 @@ class BoxedCall {
   /// The out= tensor, if this is an out variant (the first keyword-only argument it writes, whatever
   /// its name: out, grad_input, ...).
   std::optional<at::Tensor> out() const;
+  /// Where a result of shape `sizes` goes: the out= tensor, resized as torch's out= variants
+  /// resize, or else `fresh()`.
+  at::Tensor out_or(c10::IntArrayRef sizes, const std::function<at::Tensor()>& fresh) const;
   /// True when argument `i` is an out= argument.
   bool is_out(size_t i) const;
   const c10::FunctionSchema& schema() const { return op_.schema(); }

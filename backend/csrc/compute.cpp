@@ -33,6 +33,12 @@ std::optional<hw::DType> device_dtype(c10::ScalarType t) {
   }
 }
 
+hw::DType checked_device_dtype(c10::ScalarType t) {
+  const std::optional<hw::DType> type = device_dtype(t);
+  TORCH_CHECK(type, "spyre: internal: no device type for ", t);
+  return *type;
+}
+
 uint32_t Launch::view(const at::Tensor& t) {
   return view(t, t.sizes(), t.strides());
 }
@@ -44,8 +50,8 @@ uint32_t Launch::view(const at::Tensor& t, c10::IntArrayRef sizes, c10::IntArray
 uint32_t Launch::view(const at::Tensor& t, int64_t offset, c10::IntArrayRef sizes, c10::IntArrayRef strides) {
   TORCH_CHECK(t.is_privateuseone(), "spyre: expected a spyre tensor, got one on ", t.device());
   if (device_ < 0) device_ = t.device().index();
-  TORCH_CHECK(t.device().index() == device_, "spyre: expected all tensors on spyre:", device_, ", got one on ",
-              t.device());
+  TORCH_CHECK(t.device().index() == device_, "spyre: expected all tensors on spyre:", static_cast<int>(device_),
+              ", got one on ", t.device());
   const std::optional<hw::DType> type = device_dtype(t.scalar_type());
   TORCH_CHECK(type, "spyre: internal: no device type for ", t.scalar_type());
   const uint64_t addr = device_addr(t);
@@ -90,7 +96,7 @@ void Launch::run(const std::string& op) {
     throw compiler::Unsupported(c10::str("spyre: a kernel needs ", args_.size(), " launch arguments, more than the ",
                                          hw::kMaxLaunchArgs, " a launch has"));
   }
-  const c10::DeviceGuard guard(c10::Device(c10::DeviceType::PrivateUse1, static_cast<c10::DeviceIndex>(device_)));
+  const c10::DeviceGuard guard(c10::Device(c10::DeviceType::PrivateUse1, device_));
   if (temp_arg_ >= 0) {
     const at::Tensor block =
         at::empty({static_cast<int64_t>(std::max<uint64_t>(temp_bytes_, 1))},
@@ -122,6 +128,7 @@ void expr(Launch& l, const std::vector<uint32_t>& inputs, uint32_t out,
           const std::function<void(ir::Expr&, const std::vector<int32_t>&)>& build) {
   ir::Expr e(hw::DType::kF32);
   std::vector<int32_t> refs;
+  refs.reserve(inputs.size());
   for (uint32_t v : inputs) refs.push_back(e.input(ir::Operand::of(v)));
   build(e, refs);
   l.add(e.done(out));

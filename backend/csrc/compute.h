@@ -21,6 +21,8 @@ namespace ir = compiler::ir;
 /// The device element type of a torch dtype, or nullopt when the device does not compute in it
 /// (such ops take the CPU fallback).
 std::optional<hw::DType> device_dtype(c10::ScalarType t);
+/// The same for a dtype the caller has already checked: a type the device lacks is an internal error.
+hw::DType checked_device_dtype(c10::ScalarType t);
 
 /// A graph being built for one launch: every tensor added becomes a launch argument (its first
 /// element's address) and a view of it; the op library's temporaries share one more argument, a
@@ -61,7 +63,7 @@ class Launch final : public compiler::ops::Builder {
   std::vector<uint64_t> args_;
   std::vector<bool> scalar_;         // slots that hold no tensor's address, never shared with one
   std::vector<at::Tensor> scratch_;  // temporaries and every tensor a view names
-  int device_ = -1;
+  c10::DeviceIndex device_ = -1;
   int64_t temp_arg_ = -1;  // the slot of the temp block, once a temporary is asked for
   uint64_t temp_bytes_ = 0;
 };

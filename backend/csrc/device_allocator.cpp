@@ -63,7 +63,7 @@ AllocatorHooks driver_hooks(DeviceRuntime* rt) {
       rt->device().scrub(addr, bytes);
       rt->free(addr);
     } catch (const std::exception& e) {
-      TORCH_WARN("spyre: could not free ", bytes, " bytes of device memory at ", reinterpret_cast<void*>(addr), ": ",
+      TORCH_WARN("spyre: could not free ", bytes, " bytes of device memory at 0x", std::hex, addr, std::dec, ": ",
                  e.what());
     }
   };

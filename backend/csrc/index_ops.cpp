@@ -62,6 +62,13 @@ at::Tensor one_d(const at::Tensor& t) {
   return t.dim() == 0 ? t.view({1}) : t;
 }
 
+// What an op that updates a copy of self writes: self when in place, otherwise the out= tensor (or
+// a new one) holding self's values.
+at::Tensor copy_of_self(const BoxedCall& c, const at::Tensor& self) {
+  if (c.inplace()) return self;
+  return c.out_or(self.sizes(), [&] { return at::empty_like(self); }).copy_(self);
+}
+
 // The reductions of scatter_reduce and index_reduce: the SCATTER that combines each row with the
 // table's, and the value a position starts from when the table's own is left out (include_self).
 struct Reduction {
@@ -250,16 +257,11 @@ void element_kernel(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
   at::Tensor out;
   at::Tensor src;
   if (gather) {
-    out = c.out() ? *c.out() : at::empty(index.sizes(), self.options());
-    if (c.out()) at::native::resize_output(out, index.sizes());
+    out = c.out_or(index.sizes(), [&] { return at::empty(index.sizes(), self.options()); });
     if (index.numel() == 0) return c.finish(out);
   } else {
-    if (index.numel() == 0) return c.finish(c.inplace() ? self : (c.out() ? c.out()->copy_(self) : self.clone()));
-    out = c.inplace() ? self : (c.out() ? *c.out() : self.clone());
-    if (!c.inplace() && c.out()) {
-      at::native::resize_output(out, self.sizes());
-      out.copy_(self);
-    }
+    out = copy_of_self(c, self);
+    if (index.numel() == 0) return c.finish(out);
     const c10::IValue& v = c.at(3);
     if (v.isTensor()) {
       src = one_d(v.toTensor());
@@ -330,11 +332,7 @@ void index_add_kernel(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
   TORCH_CHECK(source.scalar_type() == self.scalar_type(),
               reducing ? "index_reduce_(): self and source must have the same scalar type"
                        : "index_add_(): self and source must have the same dtype");
-  at::Tensor result = c.inplace() ? self : (c.out() ? *c.out() : self.clone());
-  if (!c.inplace() && c.out()) {
-    at::native::resize_output(result, self.sizes());
-    result.copy_(self);
-  }
+  const at::Tensor result = copy_of_self(c, self);
   // Nothing to add (a zero-size row or no rows): the result as it is. The indices are still
   // checked against the dim, as on CPU.
   if (index.numel() == 0) return c.finish(result);
@@ -356,7 +354,7 @@ void index_add_kernel(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
     ir::Pointwise p;
     p.kind = ir::PointwiseKind::kBinary;
     p.binary = hw::BinaryFn::kMul;
-    p.compute = *device_dtype(source.scalar_type());
+    p.compute = checked_device_dtype(source.scalar_type());
     p.inputs = {ir::Operand::of(l.view(source)), ir::Operand::constant(alpha)};
     p.out = l.view(scaled);
     l.add(p);

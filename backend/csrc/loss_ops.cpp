@@ -52,7 +52,7 @@ Targets prepare(Launch& l, const at::Tensor& self, const at::Tensor& target, con
   const int32_t valid = w.binary(BinaryFn::kNe, w.input(ir::Operand::of(tv)), w.constant(ignore));
   int32_t per_class = w.constant(1.0);
   if (class_weight) {  // the weight of each sample's class: a gather of one-element rows
-    const at::Tensor cw = class_weight->toTensor();
+    const at::Tensor& cw = class_weight->toTensor();
     const at::Tensor gathered = l.scratch({p.n, 1}, self, cw.scalar_type());
     index_op(l, ir::Index::Kind::kGather, l.view(cw, {cw.size(0), 1}, {cw.stride(0), 1}), l.view(p.safe, {p.n}, {1}),
              l.view(gathered));

@@ -331,8 +331,8 @@ PYBIND11_MODULE(_C, m) {
     std::string trace, stats;
     TORCH_CHECK(!spyre::driver::Driver::forked_child(), "spyre: no simulator in a forked child");
     spyre::driver::Driver& drv = spyre::driver::Driver::instance();
-    SPYRE_CHECK(drv.transport_status());
-    SPYRE_CHECK(drv.transport()->write_sim_reports(&trace, &stats));
+    spyre::backend::check_status(drv.transport_status(), "_write_reports");
+    spyre::backend::check_status(drv.transport()->write_sim_reports(&trace, &stats), "_write_reports");
     return py::make_tuple(trace, stats);
     END_HANDLE_TH_ERRORS_PYBIND
   });
@@ -346,7 +346,7 @@ PYBIND11_MODULE(_C, m) {
       "_fallback_counts", [](bool reset) { return spyre::backend::fallback_counts(reset); }, py::arg("reset") = false);
   // Runs ATen operator `name` ("aten::op.overload") through the CPU fallback, under its policy: for a
   // decomposed op (torch_spyre/_decomposed.py) whose decomposition does not take the call.
-  m.def("_run_on_cpu", [](const std::string& name, py::args args, const py::kwargs& kwargs) {
+  m.def("_run_on_cpu", [](const std::string& name, const py::args& args, const py::kwargs& kwargs) {
     HANDLE_TH_ERRORS
     const auto dot = name.find('.');
     const c10::OperatorHandle op = c10::Dispatcher::singleton().findSchemaOrThrow(
@@ -386,6 +386,7 @@ PYBIND11_MODULE(_C, m) {
         [](const std::vector<std::tuple<ProgramHandle, std::vector<at::Tensor>, std::string>>& items) {
           HANDLE_TH_ERRORS
           std::vector<spyre::backend::GraphLaunch> launches;
+          launches.reserve(items.size());
           for (const auto& [program, tensors, label] : items) launches.push_back({program, tensors, label});
           spyre::backend::launch_graphs(launches);
           END_HANDLE_TH_ERRORS_PYBIND

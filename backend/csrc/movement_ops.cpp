@@ -29,9 +29,7 @@ void cat_kernel(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
   const at::ScalarType type = at::native::result_type(at::ITensorListRef(all));
   if (!device_dtype(type)) return c.fall_back();
   if (inputs.empty()) {  // only legacy empty inputs: an empty result
-    at::Tensor out = c.out() ? *c.out() : at::empty({0}, all[0].options().dtype(type));
-    if (c.out()) at::native::resize_output(out, {0});
-    return c.finish(out);
+    return c.finish(c.out_or({0}, [&] { return at::empty({0}, all[0].options().dtype(type)); }));
   }
   const at::Tensor& first = inputs[0];
   const int64_t dim = at::maybe_wrap_dim(c.at(1).toInt(), first.dim());
@@ -70,6 +68,7 @@ void cat_kernel(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
     compiler::ops::Call call;
     call.op = "cat";
     std::vector<uint32_t> views;
+    views.reserve(part.size());
     for (const at::Tensor& t : part) views.push_back(l.view(t));
     call.args["tensors"] = compiler::ops::Arg::tensors(std::move(views));
     call.args["dim"] = compiler::ops::Arg::num(static_cast<double>(dim), true);
@@ -92,8 +91,8 @@ void triangle_kernel(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
                 ", but got ", o->scalar_type(), " instead");
   }
   if (!device_dtype(self.scalar_type())) return c.fall_back();
-  at::Tensor out = c.inplace() ? self : (c.out() ? *c.out() : at::empty(self.sizes(), self.options()));
-  if (c.out()) at::native::resize_output(out, self.sizes());
+  const at::Tensor out =
+      c.inplace() ? self : c.out_or(self.sizes(), [&] { return at::empty(self.sizes(), self.options()); });
   if (out.numel() == 0) return c.finish(out);
   const int64_t R = self.size(-2), C = self.size(-1);
   Launch l;
@@ -106,7 +105,7 @@ void triangle_kernel(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
     l.add(iota);
   }
   // Index arithmetic in int64 for integer and bool tensors (a bool causal mask included).
-  ir::Expr e(at::isFloatingType(self.scalar_type()) ? *device_dtype(self.scalar_type()) : hw::DType::kI64);
+  ir::Expr e(at::isFloatingType(self.scalar_type()) ? checked_device_dtype(self.scalar_type()) : hw::DType::kI64);
   const int32_t x = e.input(ir::Operand::of(l.view(self)));
   const int32_t r = e.input(ir::Operand::of(l.view(rows))), col = e.input(ir::Operand::of(l.view(cols)));
   const int32_t d = e.binary(hw::BinaryFn::kSub, col, r);
@@ -128,8 +127,7 @@ void roll_kernel(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
               "shifts and dimensions must align. shifts: ", shifts.size(), ", dims:", dims.size());
   for (int64_t d : dims) at::maybe_wrap_dim(d, self.dim());  // torch's error for a bad dim
   if (!device_dtype(self.scalar_type())) return c.fall_back();
-  at::Tensor out = c.out() ? *c.out() : at::empty(self.sizes(), self.options());
-  if (c.out()) at::native::resize_output(out, self.sizes());
+  const at::Tensor out = c.out_or(self.sizes(), [&] { return at::empty(self.sizes(), self.options()); });
   if (out.numel() == 0) return c.finish(out);
   // The program must not read what it writes: an out= that overlaps self gets a fresh buffer.
   const at::Tensor target =
@@ -151,8 +149,7 @@ void flip_kernel(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
     TORCH_CHECK(std::find(dims.begin(), dims.end(), w) == dims.end(), "flip: dim ", w, " appears multiple times");
     if (self.dim() > 0 && self.size(w) > 1) dims.push_back(w);
   }
-  at::Tensor out = c.out() ? *c.out() : at::empty_like(self);  // CPU's layout: self's
-  if (c.out()) at::native::resize_output(out, self.sizes());
+  const at::Tensor out = c.out_or(self.sizes(), [&] { return at::empty_like(self); });  // CPU's layout: self's
   if (out.numel() == 0) return c.finish(out);
   if (dims.empty()) return c.finish(out.copy_(self));
   Launch l;

@@ -117,11 +117,14 @@ std::optional<at::Tensor> complex_parts(const Value& v, c10::Device device) {
 // view_as_real of the result. False when it cannot (the caller falls back).
 bool complex_mul(BoxedCall& c, const std::vector<Value>& values) {
   if (c.base() != "mul" || values.size() != 2) return false;
-  const at::Tensor& like = values[0].tensor ? *values[0].tensor : *values[1].tensor;
+  const std::optional<at::Tensor>&first = values[0].tensor, &second = values[1].tensor;
+  if (!first && !second) return false;
+  const at::Tensor& like = first ? *first : *second;
   const std::optional<at::Tensor> a = complex_parts(values[0], like.device());
   const std::optional<at::Tensor> b = complex_parts(values[1], like.device());
   if (!a || !b) return false;
   std::vector<const Value*> inputs;
+  inputs.reserve(values.size());
   for (const Value& v : values) inputs.push_back(&v);
   const std::vector<int64_t> shape = broadcast_shape(inputs);
   at::Tensor out;
@@ -207,6 +210,7 @@ void pointwise_kernel(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
     if (!mask.tensor || mask.tensor->scalar_type() != at::kBool) return c.fall_back();
   }
   std::vector<const Value*> inputs;
+  inputs.reserve(values.size());
   for (const Value& v : values) inputs.push_back(&v);
   const at::Tensor like = [&] {
     for (const Value& v : values) {
@@ -377,7 +381,9 @@ void arange_kernel(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
   BoxedCall c(op, stack);
   const double start = c.at(0).toScalar().toDouble(), end = c.at(1).toScalar().toDouble();
   const double step = c.at(2).toScalar().toDouble();
-  at::Tensor out = *c.out();
+  const std::optional<at::Tensor> out_arg = c.out();
+  TORCH_CHECK(out_arg, "spyre: internal: arange is registered for its out= variant only");
+  const at::Tensor& out = *out_arg;
   TORCH_CHECK(step != 0, "step must be nonzero");
   TORCH_CHECK(std::isfinite(start) && std::isfinite(end), "unsupported range: ", start, " -> ", end);
   TORCH_CHECK((step > 0 && end >= start) || (step < 0 && end <= start),

@@ -143,6 +143,7 @@ class Session final : public libkineto::IActivityProfilerSession {
 
   std::vector<libkineto::ResourceInfo> getResourceInfos() override {
     std::vector<libkineto::ResourceInfo> out;
+    out.reserve(streams_.size());
     for (const auto& [device, stream] : streams_) {
       out.push_back({stream, stream, device, "spyre stream " + std::to_string(stream)});
     }

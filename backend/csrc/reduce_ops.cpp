@@ -230,14 +230,14 @@ void isin_kernel(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
       !device_dtype(tests.scalar_type())) {
     return c.fall_back();
   }
-  at::Tensor out = c.out() ? *c.out() : at::empty(elements.sizes(), elements.options().dtype(at::kBool));
-  if (c.out()) at::native::resize_output(out, elements.sizes());
+  const at::Tensor out =
+      c.out_or(elements.sizes(), [&] { return at::empty(elements.sizes(), elements.options().dtype(at::kBool)); });
   if (out.numel() == 0) return c.finish(out);
   if (tests.numel() == 0) return c.finish(out.fill_(invert));
   const int64_t n = elements.numel(), m = tests.numel();
   Launch l;
   const at::Tensor hits = l.scratch({n, m}, elements, at::kBool);
-  ir::Expr eq(*device_dtype(common));
+  ir::Expr eq(checked_device_dtype(common));
   eq.binary(BinaryFn::kEq, eq.input(ir::Operand::of(l.view(elements.reshape({n, 1})))),
             eq.input(ir::Operand::of(l.view(tests.reshape({1, m})))));
   l.add(eq.done(l.view(hits)));
@@ -271,8 +271,7 @@ void histc_kernel(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
     lo -= 1;
     hi += 1;
   }
-  at::Tensor out = c.out() ? *c.out() : at::empty({bins}, self.options());
-  if (c.out()) at::native::resize_output(out, {bins});
+  const at::Tensor out = c.out_or({bins}, [&] { return at::empty({bins}, self.options()); });
   Launch l;
   compiler::ops::Call call = library_call(c, l, {out}, self.scalar_type(), out.scalar_type());
   call.args["min"] = compiler::ops::Arg::num(lo);

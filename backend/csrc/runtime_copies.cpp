@@ -144,7 +144,8 @@ void DeviceRuntime::copy_to_peer(int peer, uint64_t dst, uint64_t src, uint64_t 
   const driver::DeviceInfo& peer_info = other.device().info();
   const uint64_t window = peers_.get(peer, [&] {
     uint64_t mapped = 0;
-    SPYRE_CHECK(device_->map_peer(static_cast<uint32_t>(peer), peer_info.memory_base, peer_info.memory_bytes, &mapped));
+    check_status(device_->map_peer(static_cast<uint32_t>(peer), peer_info.memory_base, peer_info.memory_bytes, &mapped),
+                 "copy_to_peer");
     return mapped;
   });
   driver::Queue& q = queue();

@@ -215,6 +215,7 @@ void DeviceRuntime::release_event(const StreamEvent& ev) noexcept {
     // The card may still write the slot: give it back once it has.
     q.on_complete(ev.seq, [this, slot] { timestamps_.give_back(slot); });
   } catch (...) {
+    // deliberately empty: a failed queue never completes, and its slot is given up with the card
   }
 }
 

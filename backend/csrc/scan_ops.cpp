@@ -24,13 +24,13 @@ void scan_kernel(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
   if (const c10::IValue* d = c.get("dtype")) type = d->toScalarType();
   if (c.inplace()) type = self.scalar_type();
   if (!device_dtype(type) || !device_dtype(self.scalar_type()) || type == at::kBool) return c.fall_back();
-  at::Tensor out = c.inplace() ? self : (c.out() ? *c.out() : at::empty(self.sizes(), self.options().dtype(type)));
-  if (c.out()) at::native::resize_output(out, self.sizes());
+  const at::Tensor out =
+      c.inplace() ? self : c.out_or(self.sizes(), [&] { return at::empty(self.sizes(), self.options().dtype(type)); });
   if (out.numel() == 0) return c.finish(out);
   const at::Tensor x = (self.dim() == 0 ? self.view({1}) : self).movedim(dim, -1).contiguous();
   const bool direct = out.dim() > 0 && dim == out.dim() - 1 && out.stride(-1) == 1 && !c.inplace();
   const at::Tensor result = direct ? out : at::empty(x.sizes(), out.options());
-  const hw::DType t = *device_dtype(type);
+  const hw::DType t = checked_device_dtype(type);
   Launch l;
   ir::Op o;
   o.family = ir::Op::Family::kScan;
@@ -125,7 +125,7 @@ void topk_kernel(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
   }
   const at::Tensor vals = at::empty({rows, k}, self.options()),
                    idx = at::empty({rows, k}, self.options().dtype(at::kLong));
-  const hw::DType t = *device_dtype(self.scalar_type());
+  const hw::DType t = checked_device_dtype(self.scalar_type());
   const bool is_float = at::isFloatingType(self.scalar_type());
   // What replaces a taken element (the type's far end), so that it never is the best value again.
   double taken = largest ? -std::numeric_limits<double>::infinity() : std::numeric_limits<double>::infinity();

@@ -119,6 +119,11 @@ def test_indexing_edge_cases_match_cpu():
     want.index_add_(0, at, src)
     got.index_add_(0, at.to("spyre"), src.to("spyre"))
     _compare(got, want, None)
+    # scatter with an empty index copies self into its out= tensor, resized to self's shape first.
+    x = torch.arange(6.0).view(2, 3)
+    o = torch.empty(0, device="spyre")
+    torch.scatter(x.to("spyre"), 0, torch.zeros(0, 3, dtype=torch.long, device="spyre"), x.to("spyre"), out=o)
+    _compare(o, torch.scatter(x, 0, torch.zeros(0, 3, dtype=torch.long), x, out=torch.empty(0)), None)
     # Integer isposinf writes its out= tensor.
     o = torch.ones(3, dtype=torch.bool, device="spyre")
     torch.isposinf(torch.tensor([1, 2, 3], device="spyre"), out=o)
