@@ -6,7 +6,10 @@ Prints:
   tiny SFP instructions (16 fp32 elements each) in a loop, on one core and on 32 (goal: at most
   0.5 us each);
 - the functional mode's speed-up over timed mode on a transformer forward (a 4-layer Llama-style
-  decoder through PyTorch), and on the replay of its capture.
+  decoder through PyTorch), and on the replay of its capture;
+- timing mode's host CPU time against the timed mode's, with the same cycles: spyre-sim's
+  4096-cube fp16 GEMM (goal: at most 0.1 s), and the replays of a captured Llama forward and of a
+  captured Llama training step (goal: at least 20x cheaper).
 
 Run it alone on the machine: `.venv/bin/python benchmarks/sim_speed.py` (after scripts/bootstrap.sh).
 """
@@ -17,6 +20,7 @@ import json
 import os
 import pathlib
 import re
+import resource
 import statistics
 import subprocess
 import sys
@@ -87,6 +91,60 @@ def functional_speedup() -> None:
         )
 
 
+def cpu(argv: list[str], env: dict[str, str] | None = None) -> tuple[float, str]:
+    """The user + system CPU seconds of one child process, and its output."""
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    _, out = wall(argv, env)
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime), out
+
+
+def cycles(out: str) -> float:
+    s = json.loads(out)
+    return s["cycles"] if isinstance(s["cycles"], float) else sum(s["cycles"])
+
+
+# One AdamW step of the 4-layer Llama-style decoder of scripts/workloads/llama_forward.py.
+TRAINING_STEP = """
+import torch, torch_spyre, transformers
+torch.manual_seed(0)
+config = transformers.LlamaConfig(vocab_size=512, hidden_size=256, intermediate_size=688, num_hidden_layers=4,
+                                  num_attention_heads=8, num_key_value_heads=4, max_position_embeddings=256)
+model = transformers.LlamaForCausalLM(config).to("spyre")
+opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
+tokens = torch.randint(0, 512, (4, 129)).to("spyre")
+loss = model(tokens[:, :-1], labels=tokens[:, 1:]).loss
+loss.backward()
+opt.step()
+print(float(loss))
+"""
+
+
+def timing_mode(repeat: int = 3) -> None:
+    timing = ["--set", "sim.mode=timing"]
+    gemm = [str(SPYRE_SIM), "gemm", "--m", "4096", "--k", "4096", "--n", "4096", "--dtype", "f16", "--json"]
+    runs = {name: [cpu(gemm + extra) for _ in range(repeat)] for name, extra in (("timed", []), ("timing", timing))}
+    assert cycles(runs["timed"][0][1]) == cycles(runs["timing"][0][1]), "timing mode changed the cycles"
+    t, f = (statistics.median(c for c, _ in runs[n]) for n in ("timed", "timing"))
+    print(
+        f"spyre-sim gemm 4096^3 f16, host CPU:        timed {t:6.2f} s, timing {f:6.3f} s: {t / f:5.1f}x"
+        f"  (same cycles; goal <= 0.1 s)"
+    )
+    with tempfile.TemporaryDirectory() as tmp:
+        forward, step = pathlib.Path(tmp) / "forward.cap", pathlib.Path(tmp) / "step.cap"
+        wall([sys.executable, str(LLAMA)], clean_env(SPYRE_CAPTURE=str(forward)))
+        wall([sys.executable, "-c", TRAINING_STEP], clean_env(SPYRE_CAPTURE=str(step)))
+        for what, capture in (("forward", forward), ("training step", step)):
+            replay = [str(SPYRE_SIM), "replay", str(capture), "--json"]
+            runs = {n: [cpu(replay + extra) for _ in range(repeat)] for n, extra in (("timed", []), ("timing", timing))}
+            assert cycles(runs["timed"][0][1]) == cycles(runs["timing"][0][1]), "timing mode changed the cycles"
+            t, f = (statistics.median(c for c, _ in runs[n]) for n in ("timed", "timing"))
+            print(
+                f"llama {what + ' replay,':24s} host CPU: timed {t:6.2f} s, timing {f:6.3f} s: {t / f:5.1f}x"
+                f"  (same cycles; goal >= 20x)"
+            )
+
+
 def main() -> None:
     if not SPYRE_SIM.exists():
         sys.exit(f"{SPYRE_SIM} is missing: run scripts/bootstrap.sh first")
@@ -94,6 +152,7 @@ def main() -> None:
     per_instruction(1)
     per_instruction(32)
     functional_speedup()
+    timing_mode()
 
 
 if __name__ == "__main__":

@@ -261,13 +261,14 @@ inline std::vector<std::vector<uint8_t>> on_core(std::vector<Input> inputs, cons
   for (const Input& in : inputs) {
     const auto n = static_cast<uint32_t>(in.bytes.size());
     h->memory.write(kIn + at, in.bytes.data(), n);
-    prog.push_back(emit::dma(hw::Op::kLoad, 1, 0, in.lx, at, 0, 1, n, false, 0));
+    prog.push_back(emit::dma(hw::Op::kLoad, hw::DType::kF32, 1, 0, in.lx, at, 0, 1, n, false, 0));
     at += (n + 63) / 64 * 64;
   }
   prog.insert(prog.end(), code.begin(), code.end());
   at = 0;
   for (const Output& o : outputs) {
-    prog.push_back(emit::dma(hw::Op::kStore, 2, 0, o.lx, at, 0, 1, static_cast<uint32_t>(o.bytes), false, 0));
+    prog.push_back(
+        emit::dma(hw::Op::kStore, hw::DType::kF32, 2, 0, o.lx, at, 0, 1, static_cast<uint32_t>(o.bytes), false, 0));
     at += (o.bytes + 63) / 64 * 64;
   }
   h->run(compiler::assemble("on_core", {prog}, 2));
@@ -303,7 +304,7 @@ inline hw::Instr iota_index() {
 /// as i32 at kIdx (see iota_index), and r[reg] * 4 picks the element. Uses r15.
 inline void store_reg(std::vector<hw::Instr>& code, uint32_t reg, uint32_t base, uint64_t offset) {
   code.push_back(emit::muli(15, reg, 4));
-  code.push_back(emit::dma(hw::Op::kStore, base, 15, kIdx, offset, 0, 1, 4, false, 0));
+  code.push_back(emit::dma(hw::Op::kStore, hw::DType::kI32, base, 15, kIdx, offset, 0, 1, 4, false, 0));
 }
 /// 4096 f32 exponentials: 2 + 4096 / 32 * 4 + 8 = 522 cycles with the default config.
 inline hw::Instr exp_block() {

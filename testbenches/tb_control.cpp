@@ -38,7 +38,7 @@ TEST_CASE("a BRANCH loop stores a block per iteration at a register-advanced add
   b.emit(emit::li(6, 0));             // sum of 7 per iteration
   const auto loop = b.label();
   b.bind(loop);
-  b.emit(emit::dma(Op::kStore, 5, 0, kX, 0, 0, 1, 256, false, 0));
+  b.emit(emit::dma(Op::kStore, hw::DType::kF32, 5, 0, kX, 0, 0, 1, 256, false, 0));
   b.emit(emit::addi(5, 5, 256));
   b.emit(emit::addi(6, 6, 7));
   b.emit(emit::addi(3, 3, 1));
@@ -124,7 +124,7 @@ TEST_CASE("BARRIER releases every core barrier_cycles after the last arrival") {
                                   sfp(Op::kFill, DType::kF32, kX, 0, emit::double_bits(9.5), 1, 16),
                                   emit::muli(6, 5, 64),
                                   emit::add(6, 6, 2),
-                                  emit::dma(Op::kStore, 6, 0, kX, 0, 0, 1, 64, false, 0)};
+                                  emit::dma(Op::kStore, hw::DType::kF32, 6, 0, kX, 0, 0, 1, 64, false, 0)};
   const std::vector<float> zeros(32, 0.0f);
   h->memory.write(kOut, zeros.data(), zeros.size() * 4);
   std::vector<hw::Instr> slow_after = work;
@@ -146,7 +146,7 @@ TEST_CASE("BARRIER releases every core barrier_cycles after the last arrival") {
 
 TEST_CASE("an async LOAD overlaps SFP work: about max(load, compute) instead of the sum") {
   // 256 KiB: about 2100 cycles on the ring and LPDDR5; four 4096-element exps: 4 x 522 cycles.
-  const hw::Instr sync_load = emit::dma(Op::kLoad, 1, 0, kX, 0, 2048, 128, 2048, false, 0);
+  const hw::Instr sync_load = emit::dma(Op::kLoad, hw::DType::kF32, 1, 0, kX, 0, 2048, 128, 2048, false, 0);
   hw::Instr async_load = sync_load;
   async_load.flags = hw::dma_flags(true, 3);
   const std::vector<hw::Instr> compute(
@@ -185,7 +185,8 @@ TEST_CASE("an async LOAD overlaps SFP work: about max(load, compute) instead of 
   h->memory.write(kIn, data.data(), data.size());
   std::vector<uint8_t> back(data.size());
   program({async_load}, true,
-          {emit::wait_tags(1u << 3), emit::arg(2, 1), emit::dma(Op::kStore, 2, 0, kX, 0, 2048, 128, 2048, false, 0)});
+          {emit::wait_tags(1u << 3), emit::arg(2, 1),
+           emit::dma(Op::kStore, hw::DType::kF32, 2, 0, kX, 0, 2048, 128, 2048, false, 0)});
   h->memory.read(kOut, back.data(), back.size());
   CHECK(back == data);
 }
@@ -208,13 +209,13 @@ TEST_CASE("LOAD_MULTICAST delivers one read to the named ranks, timed as one loa
     const auto skip = b.label();
     b.branch(hw::Cond::kNe, 5, 0, skip);
     b.emit(emit::li(7, set));
-    b.emit(emit::dma(Op::kLoadMulticast, 1, 7, kY, 0, kRowBytes, kRows, kRowBytes, true, 2));
+    b.emit(emit::dma(Op::kLoadMulticast, hw::DType::kF32, 1, 7, kY, 0, kRowBytes, kRows, kRowBytes, true, 2));
     if (wait) b.emit(emit::wait_tags(1u << 2));
     b.bind(skip);
     b.emit(emit::instr(Op::kBarrier));
     b.emit(emit::muli(6, 5, kBytes));
     b.emit(emit::add(6, 6, 2));
-    b.emit(emit::dma(Op::kStore, 6, 0, kY, 0, kRowBytes, kRows, kRowBytes, false, 0));
+    b.emit(emit::dma(Op::kStore, hw::DType::kF32, 6, 0, kY, 0, kRowBytes, kRows, kRowBytes, false, 0));
     return compiler::assemble_spmd("multicast", b.finish(), kCores, 2);
   };
   const uint64_t loaded = h->stats[0].bytes_loaded;
@@ -238,8 +239,10 @@ TEST_CASE("LOAD_MULTICAST delivers one read to the named ranks, timed as one loa
     REQUIRE(h->cores[0]->result().ok());
     return h->stopped(0);
   };
-  const double multicast = time_of(emit::dma(Op::kLoadMulticast, 1, 7, kY, 0, kRowBytes, kRows, kRowBytes, false, 0));
-  const double plain = time_of(emit::dma(Op::kLoad, 1, 0, kY, 0, kRowBytes, kRows, kRowBytes, false, 0));
+  const double multicast =
+      time_of(emit::dma(Op::kLoadMulticast, hw::DType::kF32, 1, 7, kY, 0, kRowBytes, kRows, kRowBytes, false, 0));
+  const double plain =
+      time_of(emit::dma(Op::kLoad, hw::DType::kF32, 1, 0, kY, 0, kRowBytes, kRows, kRowBytes, false, 0));
   CAPTURE(plain);
   CHECK(plain > kBytes / h->config.ring.bytes_per_cycle);
   CHECK(near(multicast, plain, 1));
@@ -267,9 +270,9 @@ TEST_CASE("faults stop the core with kCoreFault naming the core and the instruct
   past_end.a = 1000;
   hw::Instr bad_cond = emit::instr(Op::kBranch);
   bad_cond.flags = static_cast<uint8_t>(hw::Cond::kCount);
-  hw::Instr bad_flags = emit::dma(Op::kLoad, 1, 0, 0, 0, 0, 1, 64, false, 0);
+  hw::Instr bad_flags = emit::dma(Op::kLoad, hw::DType::kF32, 1, 0, 0, 0, 0, 1, 64, false, 0);
   bad_flags.flags = 0x2;
-  hw::Instr bad_store_flags = emit::dma(Op::kStore, 1, 0, 0, 0, 0, 1, 64, true, 0);
+  hw::Instr bad_store_flags = emit::dma(Op::kStore, hw::DType::kF32, 1, 0, 0, 0, 0, 1, 64, true, 0);
   bad_store_flags.flags |= 0x4;
   const auto fn = [](auto f) { return static_cast<uint64_t>(f); };
   const struct {
@@ -310,7 +313,8 @@ TEST_CASE("faults stop the core with kCoreFault naming the core and the instruct
       {"LOAD with a reserved flag bit", {bad_flags}},
       {"async STORE with a reserved flag bit", {bad_store_flags}},
       {"LOAD_MULTICAST rows past the scratchpad",
-       {emit::li(7, hw::pack_rank_set(0, 1, 1)), emit::dma(Op::kLoadMulticast, 1, 7, lx - 32, 0, 0, 1, 64, false, 0)}},
+       {emit::li(7, hw::pack_rank_set(0, 1, 1)),
+        emit::dma(Op::kLoadMulticast, hw::DType::kF32, 1, 7, lx - 32, 0, 0, 1, 64, false, 0)}},
   };
   for (const auto& k : cases) {
     CAPTURE(k.what);

@@ -250,15 +250,15 @@ TEST_CASE("an index outside [0, r[rb]) faults at the instruction before any byte
     const std::vector<uint8_t> idx = index_bytes(k.idx), src = pattern(n * row_bytes, 6);
     h->memory.write(kIn, idx.data(), idx.size());
     h->memory.write(kIn + 0x1000, src.data(), src.size());
-    std::vector<hw::Instr> code = {emit::arg(1, 0), emit::arg(2, 1),
-                                   emit::dma(Op::kLoad, 1, 0, kZ, 0, 0, 1, n * 8, false, 0),
-                                   emit::dma(Op::kLoad, 1, 0, kD, 0x1000, 0, 1, n * row_bytes, false, 0)};
+    std::vector<hw::Instr> code = {
+        emit::arg(1, 0), emit::arg(2, 1), emit::dma(Op::kLoad, hw::DType::kI64, 1, 0, kZ, 0, 0, 1, n * 8, false, 0),
+        emit::dma(Op::kLoad, hw::DType::kF32, 1, 0, kD, 0x1000, 0, 1, n * row_bytes, false, 0)};
     const std::vector<hw::Instr> regs = table_regs(rows);
     code.insert(code.end(), regs.begin(), regs.end());
     const auto at = static_cast<uint32_t>(code.size());
     code.push_back(indirect(k.op, k.t, 0, stride, k.rows_at, k.idx_at, n, k.bytes, k.flags));
     code.push_back(emit::wait_tags(0xffff));
-    code.push_back(emit::dma(Op::kStore, 2, 0, kD, 0, 0, 1, n * row_bytes, false, 0));  // must not run
+    code.push_back(emit::dma(Op::kStore, hw::DType::kF32, 2, 0, kD, 0, 0, 1, n * row_bytes, false, 0));  // must not run
     h->run(compiler::assemble("fault", {code}, 2));
     CHECK(h->cores[0]->result().error == hw::ErrorCode::kCoreFault);
     CHECK(h->cores[0]->result().detail == at);  // core 0, the GATHER or SCATTER
@@ -277,12 +277,13 @@ TEST_CASE("a SCATTER row outside device memory faults before any row moves") {
   const std::vector<uint8_t> idx = index_bytes({0, 1});  // rows at end - 64 (inside) and at end (outside)
   h->memory.write(kIn, idx.data(), idx.size());
   h->memory.write(kIn + 0x1000, src.data(), src.size());
-  const std::vector<hw::Instr> code = {emit::arg(1, 0),
-                                       emit::dma(Op::kLoad, 1, 0, kZ, 0, 0, 1, 16, false, 0),
-                                       emit::dma(Op::kLoad, 1, 0, kD, 0x1000, 0, 1, 2 * row_bytes, false, 0),
-                                       emit::li(kTableReg, base),
-                                       emit::li(kBoundReg, 2),
-                                       indirect(Op::kScatter, DType::kF32, 0, 64, kD, kZ, 2, row_bytes)};
+  const std::vector<hw::Instr> code = {
+      emit::arg(1, 0),
+      emit::dma(Op::kLoad, hw::DType::kI64, 1, 0, kZ, 0, 0, 1, 16, false, 0),
+      emit::dma(Op::kLoad, hw::DType::kF32, 1, 0, kD, 0x1000, 0, 1, 2 * row_bytes, false, 0),
+      emit::li(kTableReg, base),
+      emit::li(kBoundReg, 2),
+      indirect(Op::kScatter, DType::kF32, 0, 64, kD, kZ, 2, row_bytes)};
   h->run(compiler::assemble("edge", {code}, 2));
   CHECK(h->cores[0]->result().error == hw::ErrorCode::kCoreFault);
   CHECK(h->cores[0]->result().detail == code.size() - 1);
@@ -298,8 +299,8 @@ double indexed_program(const std::vector<int64_t>& idx, uint64_t rows, const std
                        bool with_compute, const std::vector<hw::Instr>& post) {
   const std::vector<uint8_t> bytes = index_bytes(idx);
   h->memory.write(kIn, bytes.data(), bytes.size());
-  std::vector<hw::Instr> code = {
-      emit::arg(1, 0), emit::dma(Op::kLoad, 1, 0, kIdx, 0, 0, 1, static_cast<uint32_t>(bytes.size()), false, 0)};
+  std::vector<hw::Instr> code = {emit::arg(1, 0), emit::dma(Op::kLoad, hw::DType::kI64, 1, 0, kIdx, 0, 0, 1,
+                                                            static_cast<uint32_t>(bytes.size()), false, 0)};
   const std::vector<hw::Instr> regs = table_regs(rows);
   code.insert(code.end(), regs.begin(), regs.end());
   code.insert(code.end(), pre.begin(), pre.end());
@@ -339,7 +340,7 @@ TEST_CASE("an async GATHER lands by the WAIT on its tag and overlaps SFP work") 
   // The rows are there after the WAIT.
   indexed_program(idx, rows, {async_gather}, true,
                   {emit::wait_tags(1u << 6), emit::arg(2, 1),
-                   emit::dma(Op::kStore, 2, 0, kE, 0, 0, 1, rows * row_bytes, false, 0)});
+                   emit::dma(Op::kStore, hw::DType::kF32, 2, 0, kE, 0, 0, 1, rows * row_bytes, false, 0)});
   std::vector<uint8_t> got(uint64_t{rows} * row_bytes), want;
   h->memory.read(kOut, got.data(), got.size());
   for (int64_t i : idx) want.insert(want.end(), table.begin() + i * row_bytes, table.begin() + (i + 1) * row_bytes);

@@ -121,12 +121,12 @@ struct Gemm {
       c.push_back(emit::add(3, 3, 4));  // and of C
       c.push_back(emit::li(7, hw::pack_rank_set(0, 1, cores)));
       const auto load_a = [&](uint32_t s) {
-        return emit::dma(Op::kLoad, 1, 0, kLxA + (s % 2) * a_bytes, uint64_t{s} * kb * 4, lda() * 4, mt, kb * 4, true,
-                         s % 2);
+        return emit::dma(Op::kLoad, hw::DType::kF32, 1, 0, kLxA + (s % 2) * a_bytes, uint64_t{s} * kb * 4, lda() * 4,
+                         mt, kb * 4, true, s % 2);
       };
       const auto load_b = [&](uint32_t s) {
-        return emit::dma(Op::kLoadMulticast, 2, 7, kLxB + (s % 2) * b_bytes, uint64_t{s} * kb * nt * 4, nt * 4, kb,
-                         nt * 4, true, 2 + s % 2);
+        return emit::dma(Op::kLoadMulticast, hw::DType::kF32, 2, 7, kLxB + (s % 2) * b_bytes, uint64_t{s} * kb * nt * 4,
+                         nt * 4, kb, nt * 4, true, 2 + s % 2);
       };
       c.push_back(load_a(0));
       if (r == 0) c.push_back(load_b(0));
@@ -147,7 +147,7 @@ struct Gemm {
         c.push_back(mm);
       }
       c.push_back(emit::sfp(Op::kConvert, DType::kBF16, 0, kLxOut, kLxC, static_cast<uint64_t>(DType::kF32), mt, nt));
-      c.push_back(emit::dma(Op::kStore, 3, 0, kLxOut, 0, nt * 2, mt, nt * 2, false, 0));
+      c.push_back(emit::dma(Op::kStore, hw::DType::kF32, 3, 0, kLxOut, 0, nt * 2, mt, nt * 2, false, 0));
     }
     return compiler::assemble("gemm", code, 3);
   }
@@ -166,7 +166,8 @@ struct Stream {
                                 emit::add(1, 1, 6), emit::add(3, 3, 6)};
     const uint32_t chunks = static_cast<uint32_t>(per_core / kChunk);
     const auto load = [&](uint32_t i) {
-      return emit::dma(Op::kLoad, 1, 0, (i % 2) * kChunk, uint64_t{i} * kChunk, kChunk, 1, kChunk, true, i % 2);
+      return emit::dma(Op::kLoad, hw::DType::kF32, 1, 0, (i % 2) * kChunk, uint64_t{i} * kChunk, kChunk, 1, kChunk,
+                       true, i % 2);
     };
     c.push_back(load(0));
     for (uint32_t i = 0; i < chunks; ++i) {
@@ -175,8 +176,8 @@ struct Stream {
         if (i >= 1) c.push_back(emit::wait_tags(1u << (2 + (i + 1) % 2)));  // its buffer was stored
         c.push_back(load(i + 1));
       }
-      c.push_back(
-          emit::dma(Op::kStore, 3, 0, (i % 2) * kChunk, uint64_t{i} * kChunk, kChunk, 1, kChunk, true, 2 + i % 2));
+      c.push_back(emit::dma(Op::kStore, hw::DType::kF32, 3, 0, (i % 2) * kChunk, uint64_t{i} * kChunk, kChunk, 1,
+                            kChunk, true, 2 + i % 2));
     }
     c.push_back(emit::wait_tags(0xc));
     return compiler::assemble_spmd("stream", c, cores, 2);
@@ -185,8 +186,9 @@ struct Stream {
 
 /// One core loads `rows` rows of 256 bytes `stride` bytes apart (synchronously, one instruction).
 compiler::Program strided(uint32_t rows, uint64_t stride) {
-  return compiler::assemble("strided",
-                            {{emit::arg(1, 0), emit::dma(Op::kLoad, 1, 0, 0, 0, stride, rows, 256, false, 0)}}, 1);
+  return compiler::assemble(
+      "strided", {{emit::arg(1, 0), emit::dma(Op::kLoad, hw::DType::kF32, 1, 0, 0, 0, stride, rows, 256, false, 0)}},
+      1);
 }
 
 // ---- The chips ----------------------------------------------------------------------------------

@@ -61,7 +61,7 @@ CaptureWriter::~CaptureWriter() {
 void CaptureWriter::write(const CaptureEvent& e, const void* bytes) {
   const Record r{static_cast<uint8_t>(e.kind), e.ok, 0, e.card, e.time_ps, e.addr, e.value, e.size, e.hash};
   std::fwrite(&r, sizeof r, 1, f_);
-  if (e.kind == CaptureEvent::Kind::kDmaRead && e.ok) std::fwrite(bytes, 1, e.size, f_);
+  if (e.has_bytes()) std::fwrite(bytes, 1, e.size, f_);
   if (std::ferror(f_)) throw std::runtime_error(fmt::format("capture: error writing '{}'", path_));
 }
 
@@ -105,6 +105,16 @@ void RecordingLink::raise_irq(uint32_t vector) {
   if (inner_) inner_->raise_irq(vector);
 }
 
+void RecordingTape::record(uint32_t core, const uint8_t* indices, uint64_t n) {
+  CaptureEvent e;
+  e.kind = CaptureEvent::Kind::kIndices;
+  e.card = card_;
+  e.time_ps = now_ps();
+  e.value = core;
+  e.size = n;
+  writer_.write(e, indices);
+}
+
 // ---- Reading ------------------------------------------------------------------------------------
 
 Capture Capture::load(const std::string& path) {
@@ -127,7 +137,7 @@ Capture Capture::load(const std::string& path) {
   }
   Record r;
   while (std::fread(&r, sizeof r, 1, f.get()) == 1) {
-    if (r.kind > static_cast<uint8_t>(CaptureEvent::Kind::kEnd)) {
+    if (r.kind > static_cast<uint8_t>(CaptureEvent::Kind::kIndices)) {
       throw std::runtime_error(fmt::format("capture: '{}' has an event of unknown kind {}", path, r.kind));
     }
     CaptureEvent e;
@@ -139,7 +149,7 @@ Capture Capture::load(const std::string& path) {
     e.value = r.value;
     e.size = r.size;
     e.hash = r.hash;
-    if (e.kind == CaptureEvent::Kind::kDmaRead && e.ok) {
+    if (e.has_bytes()) {
       e.data = c.data.size();
       c.data.resize(c.data.size() + e.size);
       if (std::fread(c.data.data() + e.data, 1, e.size, f.get()) != e.size) {
@@ -201,9 +211,41 @@ class ReplayHost::Link final : public HostLink {
   uint32_t card_;
 };
 
+// A card's captured indices, each core's in the order it ran them.
+class ReplayHost::Tape final : public IndexTape {
+ public:
+  explicit Tape(ReplayHost& host) : host_(host) {}
+  void add(uint32_t core, size_t event) { cores_[core].push_back(event); }
+  void record(uint32_t /*core*/, const uint8_t* /*indices*/, uint64_t /*n*/) override {}
+  bool plays() const override { return true; }
+  bool play(uint32_t core, uint8_t* indices, uint64_t n) override {
+    std::deque<size_t>& q = cores_[core];
+    if (q.empty()) {
+      ++host_.result_.missing_indices;
+      return false;
+    }
+    const CaptureEvent& e = host_.capture_.events[q.front()];
+    q.pop_front();
+    if (e.size != n) {  // not the instruction that was captured: the replay has left the capture's path
+      ++host_.result_.missing_indices;
+      return false;
+    }
+    std::memcpy(indices, host_.capture_.data.data() + e.data, n);
+    ++host_.result_.played_indices;
+    return true;
+  }
+
+ private:
+  ReplayHost& host_;
+  std::map<uint32_t, std::deque<size_t>> cores_;
+};
+
 ReplayHost::ReplayHost(const Capture& capture, uint32_t cards, std::function<void(const CaptureEvent&)> apply)
     : capture_(capture), apply_(std::move(apply)) {
-  for (uint32_t c = 0; c < cards; ++c) links_.push_back(std::make_unique<Link>(*this, c));
+  for (uint32_t c = 0; c < cards; ++c) {
+    links_.push_back(std::make_unique<Link>(*this, c));
+    tapes_.push_back(std::make_unique<Tape>(*this));
+  }
   int64_t answers = -1;
   for (size_t i = 0; i < capture.events.size(); ++i) {
     const CaptureEvent& e = capture.events[i];
@@ -215,6 +257,8 @@ ReplayHost::ReplayHost(const Capture& capture, uint32_t cards, std::function<voi
       answer_hashes_.push_back(e.kind == CaptureEvent::Kind::kDmaWrite ? e.hash : 0);
     } else if (e.kind == CaptureEvent::Kind::kDmaRead) {
       reads_[{e.card, e.addr, e.size}].push_back(i);
+    } else if (e.kind == CaptureEvent::Kind::kIndices && e.card < cards) {
+      tapes_[e.card]->add(static_cast<uint32_t>(e.value), i);
     }
   }
 }
@@ -223,6 +267,10 @@ ReplayHost::~ReplayHost() = default;
 
 HostLink* ReplayHost::link(uint32_t card) {
   return links_.at(card).get();
+}
+
+IndexTape* ReplayHost::tape(uint32_t card) {
+  return tapes_.at(card).get();
 }
 
 void ReplayHost::answered(uint32_t /*card*/, const CaptureEvent& e, uint64_t hash) {

@@ -15,6 +15,7 @@
 #include <utility>
 #include <vector>
 
+#include "index_tape.h"
 #include "spyre/sim/capture.h"
 #include "spyre/sim/simulator.h"
 
@@ -50,6 +51,19 @@ class RecordingLink final : public HostLink {
   CaptureWriter& writer_;
 };
 
+/// Records the indices of one card's GATHERs and SCATTERs.
+class RecordingTape final : public IndexTape {
+ public:
+  RecordingTape(uint32_t card, CaptureWriter& writer) : card_(card), writer_(writer) {}
+  void record(uint32_t core, const uint8_t* indices, uint64_t n) override;
+  bool play(uint32_t /*core*/, uint8_t* /*indices*/, uint64_t /*n*/) override { return false; }
+  bool plays() const override { return false; }
+
+ private:
+  uint32_t card_;
+  CaptureWriter& writer_;
+};
+
 /// Plays a capture: the host's writes at the times the capture gives, moved by as much as the
 /// card's answer they followed moved (so that on another config the host still waits for what it
 /// waited for), and the card's DMA reads served from the captured bytes.
@@ -59,6 +73,8 @@ class ReplayHost {
   ReplayHost(const Capture& capture, uint32_t cards, std::function<void(const CaptureEvent&)> apply);
   ~ReplayHost();
   HostLink* link(uint32_t card);
+  /// The captured indices of `card`'s indirect instructions, for a replay in timing mode.
+  IndexTape* tape(uint32_t card);
 
   /// Applies every host write due at `now_ps`. Returns the time of the next one, or UINT64_MAX
   /// when none is left or the next waits for an answer the cards have not given yet.
@@ -69,6 +85,7 @@ class ReplayHost {
 
  private:
   class Link;
+  class Tape;
   struct Action {
     size_t event;    // index into the capture's events
     int64_t answer;  // the ordinal of the last card answer before it in the capture, or -1
@@ -77,6 +94,7 @@ class ReplayHost {
   const Capture& capture_;
   std::function<void(const CaptureEvent&)> apply_;
   std::vector<std::unique_ptr<Link>> links_;
+  std::vector<std::unique_ptr<Tape>> tapes_;
   std::vector<Action> actions_;
   std::vector<uint64_t> answer_times_;    // capture: each answer's time
   std::vector<uint64_t> answer_hashes_;   // capture: each DMA write's hash (0 for an interrupt)

@@ -27,6 +27,10 @@ class Card : public sc_core::sc_module {
   /// BAR0 access from the host side, through the endpoint's target socket. False on a bus error.
   bool mmio(bool write, uint32_t offset, uint32_t& value);
   DeviceMemory& memory() { return *memory_; }
+  /// Where the cores' GATHER and SCATTER indices are recorded or played from (nullptr: neither).
+  void set_index_tape(IndexTape* tape) {
+    for (auto& c : cores_) c->set_index_tape(tape);
+  }
   /// The counters, with the fabric's and the PCIe link's brought up to date.
   const CardStats& stats();
 

@@ -215,7 +215,8 @@ void require(bool ok, const char* key, const std::string& why) {
 void validate(const Config& c) {
   require(c.sim.host_memory_bytes == 0 || c.sim.host_memory_bytes >= (1u << 20), "sim.host_memory_bytes",
           "must be 0 (as much as the host has) or at least 1 MiB");
-  require(c.sim.mode == "timed" || c.sim.mode == "functional", "sim.mode", "must be \"timed\" or \"functional\"");
+  require(c.sim.mode == "timed" || c.sim.mode == "functional" || c.sim.mode == "timing", "sim.mode",
+          "must be \"timed\", \"functional\" or \"timing\"");
   require(c.chip.fp16_format == "dlfloat16" || c.chip.fp16_format == "ieee", "chip.fp16_format",
           "must be \"dlfloat16\" (the silicon's) or \"ieee\"");
   require(c.memory.usable_bytes <= c.memory.size_bytes, "memory.usable_bytes", "must be at most memory.size_bytes");

@@ -5,12 +5,15 @@
 #pragma once
 
 #include <cstdint>
+#include <cstdlib>
 #include <functional>
 #include <initializer_list>
+#include <memory>
 #include <vector>
 
 #include <tlm_utils/simple_initiator_socket.h>
 
+#include "index_tape.h"
 #include "spyre/hw/errors.h"
 #include "spyre/hw/isa.h"
 #include "spyre/sim/config.h"
@@ -91,6 +94,12 @@ class Core : public sc_core::sc_module {
   /// Outcome of the last program: kOk, or kCoreFault, kEccError (a read hit an ECC error) or
   /// kWatchdog, with detail = core << 24 | pc.
   const hw::Verdict& result() const { return result_; }
+  /// Where this core's indirect instructions record their indices, or take them from (timing
+  /// mode); nullptr: neither.
+  void set_index_tape(IndexTape* tape) {
+    tape_ = tape;
+    values_ = !(timing_ && tape_ && tape_->plays());
+  }
   /// Fault injection: the core hangs in its `program`-th program (from 1); 0: never.
   void hang_in(uint64_t program) { hang_in_ = program; }
   /// When the last program's code had arrived and its first instruction issued.
@@ -147,13 +156,27 @@ class Core : public sc_core::sc_module {
   uint32_t id_;
   uint32_t stop_;
   bool functional_;  // sim.mode "functional": one cycle per instruction, no bookings on the fabric
+  bool timing_;      // sim.mode "timing": every time as timed, only address-deciding arithmetic done
+  IndexTape* tape_ = nullptr;
+  // Whether this core computes and moves values: not in a replay in timing mode, whose indices come
+  // from the tape, so that nothing the core could compute or move would change its time.
+  bool values_ = true;
+  /// Whether a transfer moves its bytes: always when timed; in timing mode only rows of an integer
+  /// or bool type (the DMA instruction's dtype), which may become indices, and none in a replay.
+  bool moves_bytes(const hw::Instr& in) const { return values_ && (!timing_ || !hw::dtype_is_float(in.dtype)); }
   Clock clock_;
   Stall stall_ = Stall::kIssue;  // what the running instruction's time beyond its issue is
   uint64_t issue_ = 0;           // the running instruction's issue cycles
   Trace& trace_;
   CoreStats& stats_;
   uint32_t track_;
-  std::vector<uint8_t> lx_;
+  // The scratchpad, zeroed: calloc'd, so that the host pages of what no program touches are never
+  // committed (a replay in timing mode touches none).
+  struct Free {
+    void operator()(uint8_t* p) const { std::free(p); }
+  };
+  std::unique_ptr<uint8_t[], Free> lx_;
+  uint64_t lx_bytes_ = 0;
   Worker& worker_;
   uint32_t lane_;  // this core's tasks in worker_
   struct Pending {

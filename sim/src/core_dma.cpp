@@ -67,7 +67,7 @@ bool Core::multicast(const hw::Instr& in) {
     launch_->rank(static_cast<uint32_t>(first + i * stride)).settle(dst[i], bytes, true);
   // The rows land in the first receiver and are copied on as the ring passes the others.
   if (!transfer(in, addrs, dst[0], row_bytes, Move::kRead)) return false;
-  for (uint64_t i = 1; i < count; ++i) {
+  for (uint64_t i = 1; moves_bytes(in) && i < count; ++i) {
     if (dst[i] != dst[0]) std::memcpy(dst[i], dst[0], bytes);
   }
   return true;
@@ -87,13 +87,19 @@ bool Core::indirect(const hw::Instr& in) {
   }
   sync_to_book();
   settle(idx, rows * 8, false);
+  // The indices: a replay in timing mode takes the captured run's (this core computed no values);
+  // a captured run records them.
+  std::vector<int64_t> index(rows);
+  if (!(timing_ && tape_ && tape_->play(id_, reinterpret_cast<uint8_t*>(index.data()), rows * 8))) {
+    std::memcpy(index.data(), idx, rows * 8);
+  }
+  if (tape_) tape_->record(id_, reinterpret_cast<const uint8_t*>(index.data()), rows * 8);
   const uint64_t limit = regs_[hw::reg_rl(in.regs)];
   uint64_t base = 0;
   if (__builtin_add_overflow(regs_[hw::reg_rd(in.regs)], in.b, &base)) return false;
   std::vector<uint64_t> addrs(rows);
   for (uint64_t r = 0; r < rows; ++r) {
-    int64_t i;
-    std::memcpy(&i, idx + 8 * r, 8);
+    const int64_t i = index[r];
     uint64_t off = 0;
     if (i < 0 || static_cast<uint64_t>(i) >= limit || __builtin_mul_overflow(static_cast<uint64_t>(i), stride, &off) ||
         __builtin_add_overflow(base, off, &addrs[r])) {
@@ -112,7 +118,8 @@ bool Core::transfer(const hw::Instr& in, const std::vector<uint64_t>& addrs, uin
   sync_to_book();
   // A LOAD's copy is posted to the worker after the other arithmetic of this core (so it needs no
   // settling here); every other transfer moves its bytes now.
-  const bool deferred = move == Move::kRead && in.op == hw::Op::kLoad;
+  const bool bytes = moves_bytes(in);
+  const bool deferred = move == Move::kRead && in.op == hw::Op::kLoad && bytes;
   const uint64_t total = addrs.size() * row_bytes;
   if (!deferred) settle(buf, total, move == Move::kRead);  // multicast settled its receivers
   // The data moves now; its time is booked on the memory and ring servers from the issue cycle.
@@ -132,6 +139,7 @@ bool Core::transfer(const hw::Instr& in, const std::vector<uint64_t>& addrs, uin
     list.rows = addrs.size();
     list.row_bytes = row_bytes;
     list.stop = stop_;
+    list.data = bytes;
     std::vector<std::pair<const uint8_t*, uint64_t>> chunks;
     if (deferred) list.deferred = &chunks;
     tlm::tlm_response_status status = tlm::TLM_OK_RESPONSE;
@@ -159,7 +167,7 @@ bool Core::transfer(const hw::Instr& in, const std::vector<uint64_t>& addrs, uin
     // Read and write both booked from the issue: latency once.
     sc_core::sc_time read_delay = issue, write_delay = issue;
     tlm::tlm_response_status status = tlm::TLM_OK_RESPONSE;
-    if (!tlm_access(mem, tlm::TLM_READ_COMMAND, addrs[r], row.data(), row_bytes, read_delay, stop_, &status)) {
+    if (!tlm_access(mem, tlm::TLM_READ_COMMAND, addrs[r], row.data(), row_bytes, read_delay, stop_, &status, bytes)) {
       fault_code_ = memory_error(status, fault_code_);
       return false;
     }
@@ -169,8 +177,10 @@ bool Core::transfer(const hw::Instr& in, const std::vector<uint64_t>& addrs, uin
                             : reduce == hw::ScatterReduce::kMax ? hw::BinaryFn::kMax
                             : reduce == hw::ScatterReduce::kMin ? hw::BinaryFn::kMin
                                                                 : hw::BinaryFn::kAdd;
-    sfp_binary(fn, in.dtype, row.data(), row.data(), hw::Bcast::kFull, data, hw::Bcast::kFull, 0, 1, n);
-    if (!tlm_access(mem, tlm::TLM_WRITE_COMMAND, addrs[r], row.data(), row_bytes, write_delay, stop_, &status)) {
+    if (bytes) {
+      sfp_binary(fn, in.dtype, row.data(), row.data(), hw::Bcast::kFull, data, hw::Bcast::kFull, 0, 1, n);
+    }
+    if (!tlm_access(mem, tlm::TLM_WRITE_COMMAND, addrs[r], row.data(), row_bytes, write_delay, stop_, &status, bytes)) {
       fault_code_ = memory_error(status, fault_code_);
       return false;
     }

@@ -15,6 +15,33 @@
 
 namespace spyre::sim {
 
+namespace {
+
+// Whether an SFP instruction's result may become the index of a GATHER or SCATTER: a result of an
+// integer or bool type (a CONVERT's is its destination type), a mask, an arg-reduction's or a
+// sort's positions. Timing mode computes only these: they cost little, and where their inputs were
+// not computed they still land in range (an argmax over any floats is a valid position), so no
+// index faults that the timed run would not. A replay takes the indices themselves from the tape.
+bool may_index(const hw::Instr& in) {
+  if (!hw::dtype_is_float(in.dtype)) return true;
+  switch (in.op) {
+    case hw::Op::kUnary:
+      return hw::unary_is_bool(static_cast<hw::UnaryFn>(in.c));
+    case hw::Op::kBinary:
+      return hw::binary_is_compare(static_cast<hw::BinaryFn>(in.c & 0xff));
+    case hw::Op::kReduce: {
+      const auto f = static_cast<hw::ReduceFn>(in.c & 0xff);
+      return f == hw::ReduceFn::kArgMax || f == hw::ReduceFn::kArgMin;
+    }
+    case hw::Op::kSort:
+      return true;
+    default:
+      return false;
+  }
+}
+
+}  // namespace
+
 bool Core::sfp(const hw::Instr& in) {
   using hw::Bcast;
   const uint64_t begin = now();
@@ -23,7 +50,7 @@ bool Core::sfp(const hw::Instr& in) {
   if (t >= hw::DType::kCount) return false;
   // Every SFP instruction touches a tile of n elements in the scratchpad: a larger n is malformed,
   // and checking it first keeps the byte counts below (n * element size) from wrapping.
-  if (n > lx_.size()) return false;
+  if (n > lx_bytes_) return false;
   const uint64_t es = hw::dtype_size(t);
   const auto lo = [](uint64_t v) { return static_cast<uint32_t>(v); };
   const auto hi = [](uint64_t v) { return static_cast<uint32_t>(v >> 32); };
@@ -41,6 +68,11 @@ bool Core::sfp(const hw::Instr& in) {
   };
   const auto span = [&](Bcast b) { return b == Bcast::kImm ? 0 : hw::bcast_elements(b, rows, cols) * es; };
   const char* name = "";
+  // The arithmetic, unless timing mode leaves it out (the checks and the time stay).
+  const bool arithmetic = !timing_ || (values_ && may_index(in));
+  const auto run = [&](std::function<void()> task, std::initializer_list<Touch> touches) {
+    if (arithmetic) compute(std::move(task), touches);
+  };
   switch (in.op) {
     case hw::Op::kConvert: {
       const auto from = static_cast<hw::DType>(in.c);
@@ -48,8 +80,7 @@ bool Core::sfp(const hw::Instr& in) {
       uint8_t* dst = lx(in, in.a, n * es);
       const uint8_t* src = lx(in, in.b, n * hw::dtype_size(from));
       if (!dst || !src) return false;
-      compute([=] { sfp_convert(dst, t, src, from, n); },
-              {{dst, n * es, true}, {src, n * hw::dtype_size(from), false}});
+      run([=] { sfp_convert(dst, t, src, from, n); }, {{dst, n * es, true}, {src, n * hw::dtype_size(from), false}});
       name = "convert";
       break;
     }
@@ -60,8 +91,8 @@ bool Core::sfp(const hw::Instr& in) {
       uint8_t* dst = lx(in, in.a, n * (hw::unary_is_bool(f) ? 1 : es));
       const uint8_t* src = operand(in.b, b);
       if (bad || !dst || b == Bcast::kImm) return false;
-      compute([=] { sfp_unary(f, t, dst, src, b, rows, cols); },
-              {{dst, n * (hw::unary_is_bool(f) ? 1 : es), true}, {src, span(b), false}});
+      run([=] { sfp_unary(f, t, dst, src, b, rows, cols); },
+          {{dst, n * (hw::unary_is_bool(f) ? 1 : es), true}, {src, span(b), false}});
       name = "unary";
       break;
     }
@@ -74,8 +105,8 @@ bool Core::sfp(const hw::Instr& in) {
       if (bad || !dst) return false;
       const Bcast b0 = hw::bcast_src0(in.flags), b1 = hw::bcast_src1(in.flags);
       const uint32_t imm = hi(in.c);
-      compute([=] { sfp_binary(f, t, dst, s0, b0, s1, b1, imm, rows, cols); },
-              {{dst, n * (hw::binary_is_compare(f) ? 1 : es), true}, {s0, span(b0), false}, {s1, span(b1), false}});
+      run([=] { sfp_binary(f, t, dst, s0, b0, s1, b1, imm, rows, cols); },
+          {{dst, n * (hw::binary_is_compare(f) ? 1 : es), true}, {s0, span(b0), false}, {s1, span(b1), false}});
       name = "binary";
       break;
     }
@@ -87,8 +118,8 @@ bool Core::sfp(const hw::Instr& in) {
       if (bad || !mask || !dst) return false;
       const Bcast b1 = hw::bcast_src0(in.flags), b2 = hw::bcast_src1(in.flags);
       const uint32_t imm = hi(in.c);
-      compute([=] { sfp_select(t, dst, mask, s1, b1, s2, b2, imm, rows, cols); },
-              {{dst, n * es, true}, {mask, n, false}, {s1, span(b1), false}, {s2, span(b2), false}});
+      run([=] { sfp_select(t, dst, mask, s1, b1, s2, b2, imm, rows, cols); },
+          {{dst, n * es, true}, {mask, n, false}, {s1, span(b1), false}, {s2, span(b2), false}});
       name = "select";
       break;
     }
@@ -98,8 +129,8 @@ bool Core::sfp(const hw::Instr& in) {
       const uint8_t* s2 = lx(in, lo(in.c), n * es);
       uint8_t* dst = lx(in, in.a, n * es);
       if (!s0 || !s1 || !s2 || !dst) return false;
-      compute([=] { sfp_fma(t, dst, s0, s1, s2, n); },
-              {{dst, n * es, true}, {s0, n * es, false}, {s1, n * es, false}, {s2, n * es, false}});
+      run([=] { sfp_fma(t, dst, s0, s1, s2, n); },
+          {{dst, n * es, true}, {s0, n * es, false}, {s1, n * es, false}, {s2, n * es, false}});
       name = "fma";
       break;
     }
@@ -115,8 +146,8 @@ bool Core::sfp(const hw::Instr& in) {
       if (!dst || !src || (arg && !best) || (!arg && hi(in.c) != 0)) return false;
       const bool acc = in.flags & hw::kReduceAccumulate;
       const auto base = static_cast<int64_t>(regs_[hw::reg_rd(in.regs)]);
-      compute([=] { sfp_reduce(f, t, dst, src, rows, cols, acc, best, base); },
-              {{dst, rows * (arg ? 8 : es), true}, {src, n * es, false}, {best, arg ? rows * es : 0, true}});
+      run([=] { sfp_reduce(f, t, dst, src, rows, cols, acc, best, base); },
+          {{dst, rows * (arg ? 8 : es), true}, {src, n * es, false}, {best, arg ? rows * es : 0, true}});
       name = "reduce";
       break;
     }
@@ -129,10 +160,10 @@ bool Core::sfp(const hw::Instr& in) {
       std::memcpy(&y, &in.c, 8);
       if (in.op == hw::Op::kFill) {
         const uint64_t bits = in.c;
-        compute([=] { sfp_fill(t, dst, bits, n); }, {{dst, n * es, true}});
+        run([=] { sfp_fill(t, dst, bits, n); }, {{dst, n * es, true}});
       } else {  // element i is start + (r[rd] + i) * step: a block of a longer sequence
         const double start = x + static_cast<double>(static_cast<int64_t>(regs_[hw::reg_rd(in.regs)])) * y;
-        compute([=] { sfp_iota(t, dst, start, y, n); }, {{dst, n * es, true}});
+        run([=] { sfp_iota(t, dst, start, y, n); }, {{dst, n * es, true}});
       }
       name = in.op == hw::Op::kFill ? "fill" : "iota";
       break;
@@ -148,8 +179,8 @@ bool Core::sfp(const hw::Instr& in) {
       if (!dst || !src || (hi(in.c) && !carry) || ((in.flags & hw::kReduceAccumulate) && !carry)) return false;
       const auto f = static_cast<hw::ScanFn>(in.c & 0xff);
       const bool acc = in.flags & hw::kReduceAccumulate;
-      compute([=] { sfp_scan(f, t, dst, src, rows, cols, carry, acc); },
-              {{dst, n * es, true}, {src, n * es, false}, {carry, carry ? rows * es : 0, true}});
+      run([=] { sfp_scan(f, t, dst, src, rows, cols, carry, acc); },
+          {{dst, n * es, true}, {src, n * es, false}, {carry, carry ? rows * es : 0, true}});
       name = "scan";
       break;
     }
@@ -159,7 +190,7 @@ bool Core::sfp(const hw::Instr& in) {
       if (!dst || !hw::dtype_is_float(t) || rd + 1 >= hw::kNumRegs) return false;
       const uint64_t key = regs_[rd], counter = regs_[rd + 1];
       const bool normal = in.flags & 1;
-      compute([=] { sfp_random(t, dst, key, counter, n, normal); }, {{dst, n * es, true}});
+      run([=] { sfp_random(t, dst, key, counter, n, normal); }, {{dst, n * es, true}});
       name = "random";
       break;
     }
@@ -168,13 +199,13 @@ bool Core::sfp(const hw::Instr& in) {
       const uint8_t* src = lx(in, in.b, n * es);
       uint8_t* index = lx(in, in.c, n * 8);
       const bool partly = dst != src && overlaps(dst, n * es, src, n * es);  // rows read after written
-      if (!dst || !src || !index || in.c >> 32 || (index - lx_.data()) % 8 != 0 || cols == 0 ||
+      if (!dst || !src || !index || in.c >> 32 || (index - lx_.get()) % 8 != 0 || cols == 0 ||
           overlaps(index, n * 8, dst, n * es) || overlaps(index, n * 8, src, n * es) || partly) {
         return false;
       }
       const bool descending = in.flags & hw::kSortDescending;
-      compute([=] { sfp_sort(t, dst, reinterpret_cast<int64_t*>(index), src, rows, cols, descending); },
-              {{dst, n * es, true}, {src, n * es, false}, {index, n * 8, true}});
+      run([=] { sfp_sort(t, dst, reinterpret_cast<int64_t*>(index), src, rows, cols, descending); },
+          {{dst, n * es, true}, {src, n * es, false}, {index, n * 8, true}});
       name = "sort";
       break;
     }
@@ -182,8 +213,8 @@ bool Core::sfp(const hw::Instr& in) {
       uint8_t* dst = lx(in, in.a, n * es);
       const uint8_t* src = lx(in, in.b, n * es);
       if (!dst || !src || overlaps(dst, n * es, src, n * es)) return false;  // any overlap
-      compute([=] { sfp_transpose(static_cast<uint32_t>(es), dst, src, rows, cols); },
-              {{dst, n * es, true}, {src, n * es, false}});
+      run([=] { sfp_transpose(static_cast<uint32_t>(es), dst, src, rows, cols); },
+          {{dst, n * es, true}, {src, n * es, false}});
       name = "transpose";
       break;
     }

@@ -7,6 +7,7 @@
 #include <fstream>
 #include <iterator>
 #include <string>
+#include <vector>
 
 namespace spyre::sim {
 
@@ -91,12 +92,14 @@ bool DeviceMemory::write(uint64_t addr, const void* src, uint64_t n) {
     const uint64_t page = addr / kPageBytes;
     const uint64_t off = addr % kPageBytes;
     const uint64_t len = std::min(n, kPageBytes - off);
+    // Zeros into a page never written change nothing it reads: it needs no host memory yet.
+    static const std::vector<uint8_t> zeros(kPageBytes);
     auto it = pages_.find(page);
-    if (it == pages_.end()) {
+    if (it == pages_.end() && std::memcmp(in, zeros.data(), len) != 0) {
       if (!may_grow()) return false;
       it = pages_.emplace(page, std::make_unique<uint8_t[]>(kPageBytes)).first;  // value-initialised: zero
     }
-    std::memcpy(it->second.get() + off, in, len);
+    if (it != pages_.end()) std::memcpy(it->second.get() + off, in, len);
     in += len;
     addr += len;
     n -= len;
@@ -160,7 +163,7 @@ void DeviceMemory::transport_rows(const RowList& list, tlm::tlm_generic_payload&
     }
   }
   uint8_t* data = gp.get_data_ptr();
-  for (uint64_t r = 0; r < list.rows; ++r, data += n) {
+  for (uint64_t r = 0; list.data && r < list.rows; ++r, data += n) {
     if (gp.is_read() && list.deferred) {
       locate(list.addrs[r], n, *list.deferred);
     } else if (gp.is_read()) {

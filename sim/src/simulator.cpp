@@ -143,7 +143,10 @@ class SimulatorImpl final : public Simulator {
       try {
         replay_ = std::make_unique<ReplayHost>(capture, static_cast<uint32_t>(cards_.size()),
                                                [this](const CaptureEvent& e) { host_write(e); });
-        for (uint32_t i = 0; i < cards_.size(); ++i) cards_[i]->endpoint().attach(replay_->link(i));
+        for (uint32_t i = 0; i < cards_.size(); ++i) {
+          cards_[i]->endpoint().attach(replay_->link(i));
+          cards_[i]->set_index_tape(replay_->tape(i));
+        }
       } catch (const std::exception& ex) {
         error = ex.what();
         replay_.reset();
@@ -152,7 +155,10 @@ class SimulatorImpl final : public Simulator {
         result = replay_->result();
         const Clock clock(config_.chip.clock_mhz);
         result.cycles.assign(cards_.size(), clock.now_cycles());
-        for (auto& c : cards_) c->endpoint().attach(nullptr);
+        for (uint32_t i = 0; i < cards_.size(); ++i) {
+          cards_[i]->endpoint().attach(nullptr);
+          cards_[i]->set_index_tape(i < tapes_.size() ? tapes_[i].get() : nullptr);
+        }
         replay_.reset();
         std::lock_guard lock(mu_);
         finished = true;
@@ -310,6 +316,8 @@ class SimulatorImpl final : public Simulator {
       e.value = clock.now_cycles();
       capture_->write(e);
     }
+    for (auto& c : cards_) c->set_index_tape(nullptr);
+    tapes_.clear();
     capture_.reset();
     log("sim").info("capture written to {}", config_.output.capture_path);
   }
@@ -345,6 +353,10 @@ class SimulatorImpl final : public Simulator {
       if (!config_.output.capture_path.empty()) {
         capture_ = std::make_unique<CaptureWriter>(config_.output.capture_path, config_.without_paths().to_json());
         recording_.resize(config_.sim.devices);
+        for (uint32_t i = 0; i < cards_.size(); ++i) {
+          tapes_.push_back(std::make_unique<RecordingTape>(i, *capture_));
+          cards_[i]->set_index_tape(tapes_.back().get());
+        }
       }
       for (uint32_t i = 0; i < cards_.size(); ++i) cards_[i]->endpoint().on_msix([this, i] { msix(i); });
       sc_core::sc_start(sc_core::SC_ZERO_TIME);  // elaborate and start the firmware
@@ -492,6 +504,7 @@ class SimulatorImpl final : public Simulator {
   std::vector<std::unique_ptr<Card>> cards_;
   std::unique_ptr<CaptureWriter> capture_;                 // when output.capture_path is set
   std::vector<std::unique_ptr<RecordingLink>> recording_;  // per card, while attached
+  std::vector<std::unique_ptr<RecordingTape>> tapes_;      // per card, while capturing
   std::unique_ptr<ReplayHost> replay_;                     // while replay() runs
   std::vector<Waiter> waiters_;                            // host pacing: the host's unfinished waits
   bool free_run_ = false;                                  // host pacing suspended (see hold())

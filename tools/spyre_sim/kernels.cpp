@@ -29,8 +29,12 @@ uint32_t add_buffer(Kernel& k, std::string name, DType type, uint64_t numel, Rol
   return k.args.back();
 }
 
-// `n` values uniform in [lo, hi), rounded to `type` as the card stores it.
-std::vector<float> random_values(std::mt19937_64& rng, uint64_t n, float lo, float hi, DType type, const Formats& f) {
+// `n` values uniform in [lo, hi), rounded to `type` as the card stores it; none when the run
+// computes no values.
+std::vector<float> random_values(std::mt19937_64& rng, uint64_t n, float lo, float hi, DType type,
+                                 const BuildEnv& env) {
+  if (!env.values) return {};
+  const Formats& f = env.formats;
   std::uniform_real_distribution<float> dist(lo, hi);
   std::vector<float> v(n);
   for (float& x : v) x = round_to(type, f, dist(rng));
@@ -142,8 +146,8 @@ Kernel make_gemm(const BuildEnv& env, uint32_t m, uint32_t k, uint32_t n, DType 
   const uint32_t a = add_buffer(kern, "A", dtype, uint64_t{m} * k, Role::kInput);
   const uint32_t b = add_buffer(kern, "B", dtype, uint64_t{k} * n, Role::kInput);
   const uint32_t c = add_buffer(kern, "C", dtype, uint64_t{m} * n, Role::kOutput);
-  kern.buffers[a].values = random_values(rng, kern.buffers[a].numel, -1, 1, dtype, env.formats);
-  kern.buffers[b].values = random_values(rng, kern.buffers[b].numel, -1, 1, dtype, env.formats);
+  kern.buffers[a].values = random_values(rng, kern.buffers[a].numel, -1, 1, dtype, env);
+  kern.buffers[b].values = random_values(rng, kern.buffers[b].numel, -1, 1, dtype, env);
   kern.program = compiler::compile_matmul(compiler::MatmulSpec{m, k, n, dtype, dtype, k, n, n}, env.target);
   kern.work.matmul_flops = 2.0 * m * n * k;
   kern.work.matmul_dtype = dtype;
@@ -181,7 +185,7 @@ Kernel make_elementwise(const BuildEnv& env, const std::string& op, uint64_t num
   const int64_t n = static_cast<int64_t>(numel);
   ir::Graph g;
   const uint32_t a = add_buffer(kern, "a", dtype, numel, Role::kInput);
-  kern.buffers[a].values = random_values(rng, numel, row->lo, row->hi, dtype, env.formats);
+  kern.buffers[a].values = random_values(rng, numel, row->lo, row->hi, dtype, env);
   ir::Pointwise p;
   p.kind = row->binary ? ir::PointwiseKind::kBinary : ir::PointwiseKind::kUnary;
   p.unary = row->unary;
@@ -191,7 +195,7 @@ Kernel make_elementwise(const BuildEnv& env, const std::string& op, uint64_t num
   int64_t b = -1;
   if (row->binary) {
     b = add_buffer(kern, "b", dtype, numel, Role::kInput);
-    kern.buffers[b].values = random_values(rng, numel, row->lo2, row->hi2, dtype, env.formats);
+    kern.buffers[b].values = random_values(rng, numel, row->lo2, row->hi2, dtype, env);
     p.inputs.push_back(ir::Operand::of(g.add_view(contiguous(static_cast<uint32_t>(b), {n}, dtype))));
   }
   const uint32_t out = add_buffer(kern, "out", dtype, numel, Role::kOutput);
@@ -226,7 +230,7 @@ Kernel make_layernorm(const BuildEnv& env, uint32_t rows, uint32_t cols, double 
   const uint32_t mean = add_buffer(kern, "mean", DType::kF32, rows, Role::kScratch);
   const uint32_t rstd = add_buffer(kern, "rstd", DType::kF32, rows, Role::kScratch);
   const uint32_t sq = add_buffer(kern, "squares", DType::kF32, numel, Role::kScratch);
-  kern.buffers[x].values = random_values(rng, numel, -2, 2, dtype, env.formats);
+  kern.buffers[x].values = random_values(rng, numel, -2, 2, dtype, env);
 
   // mean = sum(x) / C;  rstd = rsqrt(sum((x - mean)^2) / C + eps);  out = (x - mean) * rstd.
   ir::Graph g;
@@ -277,7 +281,7 @@ Kernel make_attention(const BuildEnv& env, uint32_t batch, uint32_t heads, uint3
   const uint32_t k = add_buffer(kern, "K", dtype, numel, Role::kInput);
   const uint32_t v = add_buffer(kern, "V", dtype, numel, Role::kInput);
   const uint32_t o = add_buffer(kern, "O", dtype, numel, Role::kOutput);
-  for (uint32_t in : {q, k, v}) kern.buffers[in].values = random_values(rng, numel, -1, 1, dtype, env.formats);
+  for (uint32_t in : {q, k, v}) kern.buffers[in].values = random_values(rng, numel, -1, 1, dtype, env);
   const uint32_t s = add_buffer(kern, "scores", DType::kF32, scores, Role::kScratch);
   const uint32_t mx = add_buffer(kern, "row max", DType::kF32, bh * seq, Role::kScratch);
   const uint32_t sum = add_buffer(kern, "row sum", DType::kF32, bh * seq, Role::kScratch);

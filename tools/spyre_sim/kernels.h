@@ -71,6 +71,7 @@ struct BuildEnv {
   compiler::Target target;
   Formats formats;
   uint64_t seed = 0;
+  bool values = true;  // false (sim.mode "timing"): inputs get no values, and go up as zeros
 };
 
 /// C = A @ B, A: m x k, B: k x n, all `dtype` (f32, f16 or bf16), through compiler::compile_matmul.

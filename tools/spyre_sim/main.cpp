@@ -129,11 +129,17 @@ sim::Config run_config(const Options& o, const std::string& base = "") {
 }
 
 // `replay FILE`: the captured run on its own config, or on the one the options make of it. On an
-// unchanged config the cycles must be the capture's to the cycle (exit 1 otherwise).
+// unchanged config the cycles must be the capture's to the cycle (exit 1 otherwise); so they must
+// in timing mode on the capture's config otherwise unchanged, which computes no values (its DMA
+// writes differ) but indexes with the captured indices.
 int replay(const Options& o, std::chrono::steady_clock::time_point start) {
   const sim::Capture capture = sim::Capture::load(o.capture);
   const sim::Config config = run_config(o, capture.config_json);
-  const bool same_config = config.hash() == sim::parse_config(capture.config_json).hash();
+  const sim::Config captured_config = sim::parse_config(capture.config_json);
+  const bool timing = config.sim.mode == "timing";
+  sim::Config as_timed = config;
+  if (timing) as_timed.sim.mode = captured_config.sim.mode;
+  const bool same_config = as_timed.hash() == captured_config.hash();
   sim::Simulator::configure(config);
   sim::Simulator& simulator = sim::Simulator::instance();
   const sim::ReplayResult r = simulator.replay(capture);
@@ -151,6 +157,9 @@ int replay(const Options& o, std::chrono::steady_clock::time_point start) {
       {"cycles", r.cycles},
       {"missing_reads", r.missing_reads},
       {"diverged_writes", r.diverged_writes},
+      {"mode", config.sim.mode},
+      {"played_indices", r.played_indices},
+      {"missing_indices", r.missing_indices},
       {"launches", card.value("commands", nlohmann::json::object()).value("launch", 0)},
       {"flops", card.value("flops", 0)},
       {"stall", card.value("stall", nlohmann::json::object())},
@@ -162,20 +171,27 @@ int replay(const Options& o, std::chrono::steady_clock::time_point start) {
     fmt::print("{}\n", summary.dump(2));
   } else {
     fmt::print("spyre-sim: replay of {} ({} host writes)\n", o.capture, r.host_actions);
-    fmt::print("  config      {}{}\n", config.hash(), same_config ? ", the capture's" : ", changed from the capture's");
+    fmt::print("  config      {}{}{}\n", config.hash(),
+               same_config ? ", the capture's" : ", changed from the capture's", timing ? " in timing mode" : "");
     for (size_t i = 0; i < r.cycles.size(); ++i) {
       fmt::print("  card {}      {} cycles, captured {}\n", i, r.cycles[i], i < captured.size() ? captured[i] : 0);
     }
     fmt::print("  launches    {}, {:.3g} flop\n", summary["launches"].get<uint64_t>(), summary["flops"].get<double>());
     if (r.missing_reads) fmt::print("  missing     {} DMA reads the capture had no bytes for\n", r.missing_reads);
+    if (r.missing_indices) {
+      fmt::print("  indices     {} gathers or scatters the capture had no indices for (they used the scratchpad's)\n",
+                 r.missing_indices);
+    }
     if (r.diverged_writes) {
       fmt::print("  differ      {} DMA writes differ from the capture's{}\n", r.diverged_writes,
-                 same_config ? "" : " (completion records carry cycles: expected on another config)");
+                 timing        ? " (timing mode computes no values: expected)"
+                 : same_config ? ""
+                               : " (completion records carry cycles: expected on another config)");
     }
     fmt::print("  host        {:.3f} s wall\n", summary["wall_seconds"].get<double>());
   }
   std::fflush(stdout);
-  if (same_config && (r.cycles != captured || r.missing_reads || r.diverged_writes)) {
+  if (same_config && (r.cycles != captured || r.missing_reads || r.missing_indices || (!timing && r.diverged_writes))) {
     fmt::print(stderr, "spyre-sim: the replay on the capture's own config did not reproduce it\n");
     return 1;
   }
@@ -188,6 +204,10 @@ int run(const CLI::App& app, const Options& o, const CLI::Option& check_flag,
   // As every program of the stack reads the environment (so that spyre-sweep can run this one),
   // with the command line on top.
   const sim::Config config = run_config(o);
+  const bool timing = config.sim.mode == "timing";
+  if (timing && check_flag.count() > 0 && o.check) {
+    throw std::runtime_error("--check compares the result's values, and sim.mode \"timing\" computes none");
+  }
   const std::string stats_path = o.stats_path.empty() ? env("SPYRE_STATS") : o.stats_path;
   sim::Simulator::configure(config);
 
@@ -196,6 +216,7 @@ int run(const CLI::App& app, const Options& o, const CLI::Option& check_flag,
   build.target = compiler::Target(dev.info().card);  // as the PyTorch device's
   build.formats.fp16_dlfloat = dev.info().fp16_dlfloat;
   build.seed = o.seed;
+  build.values = !timing;
   const hw::DType type = dtype_of(o.dtype);
   Kernel kernel;
   if (app.got_subcommand("gemm")) {
@@ -212,7 +233,7 @@ int run(const CLI::App& app, const Options& o, const CLI::Option& check_flag,
 
   std::unique_ptr<driver::Queue> queue;
   if (const driver::Status s = dev.create_queue(1024, &queue); !s.ok()) throw std::runtime_error(s.message());
-  const RunResult result = run_kernel(dev, *queue, kernel, o.repeat, build.formats);
+  const RunResult result = run_kernel(dev, *queue, kernel, o.repeat, build.formats, !timing);
   queue.reset();
 
   const sim::Reports written = sim::Simulator::instance().flush_reports();
@@ -227,13 +248,15 @@ int run(const CLI::App& app, const Options& o, const CLI::Option& check_flag,
   facts.stats = &stats;
   facts.stats_path = stats_path;
   facts.trace_path = written.trace_path;
-  const bool check = check_flag.count() > 0 ? o.check : kernel.check_size <= kCheckByDefaultUpTo;
+  const bool check = !timing && (check_flag.count() > 0 ? o.check : kernel.check_size <= kCheckByDefaultUpTo);
   if (check) {
     const Expected want = kernel.golden(kernel);
     facts.check = compare(kernel.buffers[want.buffer].values, want);
   } else {
-    facts.check_skipped_why =
-        check_flag.count() > 0 ? "--no-check" : fmt::format("{:.3g} above 2^27 (--check forces it)", kernel.check_size);
+    facts.check_skipped_why = timing ? "sim.mode \"timing\" computes no values"
+                              : check_flag.count() > 0
+                                  ? "--no-check"
+                                  : fmt::format("{:.3g} above 2^27 (--check forces it)", kernel.check_size);
   }
   facts.wall_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   const nlohmann::json summary = make_summary(facts);

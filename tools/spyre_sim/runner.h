@@ -20,9 +20,11 @@ struct RunResult {
 
 /// Runs `kernel` `repeat` times on `dev` through `queue`: allocates its buffers, copies its inputs
 /// in, loads its program, launches it, waits, and reads its output buffers back into their
-/// `values`. `formats` says how the card stores fp16. Frees what it allocated.
+/// `values` (unless `read_values` is false: a run that computes none still copies them out, for
+/// the same transfers, but leaves `values` empty). `formats` says how the card stores fp16. Frees
+/// what it allocated.
 /// Throws std::runtime_error with the driver's message when a driver call or a command fails.
-RunResult run_kernel(driver::Device& dev, driver::Queue& queue, Kernel& kernel, uint32_t repeat,
-                     const Formats& formats);
+RunResult run_kernel(driver::Device& dev, driver::Queue& queue, Kernel& kernel, uint32_t repeat, const Formats& formats,
+                     bool read_values = true);
 
 }  // namespace spyre::simtool

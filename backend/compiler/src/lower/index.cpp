@@ -121,14 +121,14 @@ std::optional<Kernel> lower_index(const ir::Graph& g, const ir::Index& x, const 
     // in use (scatter): wait for all of this core's transfers before reusing the buffers.
     b.emit(emit::wait_tags(1u << kTagOut));
     if (s_idx == 1) {
-      b.emit(emit::dma(hw::Op::kLoad, operand_reg(1), 0, idx_buf, 0, 0, 1, cnt * 8, true, kTagIndex));
+      b.emit(emit::dma(hw::Op::kLoad, DType::kI64, operand_reg(1), 0, idx_buf, 0, 0, 1, cnt * 8, true, kTagIndex));
     } else {
-      b.emit(emit::dma(hw::Op::kLoad, operand_reg(1), 0, idx_buf, 0, static_cast<uint64_t>(s_idx) * 8, cnt, 8, true,
-                       kTagIndex));
+      b.emit(emit::dma(hw::Op::kLoad, DType::kI64, operand_reg(1), 0, idx_buf, 0, static_cast<uint64_t>(s_idx) * 8, cnt,
+                       8, true, kTagIndex));
     }
     if (kind != ir::Index::Kind::kGather) {
-      b.emit(emit::dma(hw::Op::kLoad, operand_reg(2), 0, row_buf, 0, static_cast<uint64_t>(s_rows) * es, cnt, row_bytes,
-                       true, kTagRows));
+      b.emit(emit::dma(hw::Op::kLoad, type, operand_reg(2), 0, row_buf, 0, static_cast<uint64_t>(s_rows) * es, cnt,
+                       row_bytes, true, kTagRows));
     }
     b.emit(emit::li(kLimitReg, static_cast<uint64_t>(R)));
     b.emit(emit::wait_tags(1u << kTagIndex | 1u << kTagRows));
@@ -143,7 +143,7 @@ std::optional<Kernel> lower_index(const ir::Graph& g, const ir::Index& x, const 
       in.flags = hw::dma_flags(true, kTagRows);
       b.emit(in);
       b.emit(emit::wait_tags(1u << kTagRows));
-      b.emit(emit::dma(hw::Op::kStore, operand_reg(2), 0, row_buf, 0, static_cast<uint64_t>(s_rows) * es, cnt,
+      b.emit(emit::dma(hw::Op::kStore, type, operand_reg(2), 0, row_buf, 0, static_cast<uint64_t>(s_rows) * es, cnt,
                        row_bytes, true, kTagOut));
     } else {
       const uint8_t reduce = kind == ir::Index::Kind::kScatterAdd   ? hw::kScatterAdd

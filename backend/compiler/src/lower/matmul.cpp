@@ -72,8 +72,8 @@ void emit_matmul_epilogue(emit::Builder& bld, const MatmulProblem& p, const Epil
     const uint32_t rows = bc == Bcast::kRow || bc == Bcast::kScalar ? 1 : mt;
     const uint32_t cols = bc == Bcast::kCol || bc == Bcast::kScalar ? 1 : nt;
     const auto eb = static_cast<uint32_t>(p.es_bias);
-    bld.emit(emit::dma(hw::Op::kLoad, bias_reg, 0, lx.bias_raw, bias_offset, static_cast<uint64_t>(p.sbias_m) * eb,
-                       rows, cols * eb, false, 0));
+    bld.emit(emit::dma(hw::Op::kLoad, p.bias_type, bias_reg, 0, lx.bias_raw, bias_offset,
+                       static_cast<uint64_t>(p.sbias_m) * eb, rows, cols * eb, false, 0));
     const auto count = static_cast<uint32_t>(hw::bcast_elements(bc, mt, nt));
     bld.emit(emit::sfp(hw::Op::kConvert, DType::kF32, 0, lx.bias_f32, lx.bias_raw, static_cast<uint64_t>(p.bias_type),
                        1, count));
@@ -322,7 +322,7 @@ std::optional<Kernel> lower_matmul(const ir::Graph& g, const ir::Matmul& mm, con
   const uint32_t braw = bias ? lx.take(static_cast<uint64_t>(tm * tn) * es_bias) : 0;
   const uint32_t bf32 = bias ? lx.take(static_cast<uint64_t>(tm * tn) * 4) : 0;
 
-  const DType compute = problem.compute;
+  const DType compute = problem.compute, out_type = problem.out_type;
   const int64_t full_steps = K / tk, k_tail = K % tk;
   // Shared: the pending block goes out in `chunks` chunks of whole rows, one per step.
   int64_t chunks = std::max<int64_t>(std::min(full_steps, tm), 1);
@@ -331,8 +331,8 @@ std::optional<Kernel> lower_matmul(const ir::Graph& g, const ir::Matmul& mm, con
   const uint64_t chunk_lx = static_cast<uint64_t>(chunk_rows * tn) * es_o;
   const uint64_t chunk_dev = static_cast<uint64_t>(chunk_rows * so_m) * es_o;
   const auto store_rows = [=](emit::Builder& bld, uint32_t rd, uint32_t rl, int64_t rows, uint32_t cols) {
-    bld.emit(emit::dma(hw::Op::kStore, rd, rl, outc, 0, static_cast<uint64_t>(so_m) * es_o, static_cast<uint32_t>(rows),
-                       static_cast<uint32_t>(cols * es_o), true, kTagStore));
+    bld.emit(emit::dma(hw::Op::kStore, out_type, rd, rl, outc, 0, static_cast<uint64_t>(so_m) * es_o,
+                       static_cast<uint32_t>(rows), static_cast<uint32_t>(cols * es_o), true, kTagStore));
   };
   if (shared) {
     k.nest.before = [](emit::Builder& bld) { bld.emit(emit::li(kPending, kNothing)); };
@@ -364,12 +364,12 @@ std::optional<Kernel> lower_matmul(const ir::Graph& g, const ir::Matmul& mm, con
       const auto one = [&](uint32_t cur, uint32_t set, uint32_t lx, uint64_t stride, uint32_t rows, uint32_t row_bytes,
                            uint32_t tag) {
         if (!shared) {
-          bld.emit(emit::dma(hw::Op::kLoad, cur, 0, lx, 0, stride, rows, row_bytes, true, tag));
+          bld.emit(emit::dma(hw::Op::kLoad, compute, cur, 0, lx, 0, stride, rows, row_bytes, true, tag));
           return;
         }
         const emit::Builder::Label skip = bld.label();
         bld.branch(hw::Cond::kEq, set, 0, skip);
-        bld.emit(emit::dma(hw::Op::kLoadMulticast, cur, set, lx, 0, stride, rows, row_bytes, true, tag));
+        bld.emit(emit::dma(hw::Op::kLoadMulticast, compute, cur, set, lx, 0, stride, rows, row_bytes, true, tag));
         bld.bind(skip);
       };
       if (A.transposed) {  // kt rows of mt, along K

@@ -250,7 +250,8 @@ std::optional<Kernel> lower_matmul_resident(const MatmulProblem& p, const Target
         const emit::Builder::Label skip = bld.label();
         bld.emit(emit::li(kTmp, static_cast<uint64_t>(q * (group / pieces))));
         bld.branch(hw::Cond::kNe, me, kTmp, skip);
-        bld.emit(emit::dma(hw::Op::kLoadMulticast, base, set, dst + static_cast<uint32_t>(q * part * row_bytes),
+        bld.emit(emit::dma(hw::Op::kLoadMulticast, p.compute, base, set,
+                           dst + static_cast<uint32_t>(q * part * row_bytes),
                            static_cast<uint64_t>(offset + q * part * stride), static_cast<uint64_t>(stride),
                            static_cast<uint32_t>(part), static_cast<uint32_t>(row_bytes), true, tag));
         bld.bind(skip);
@@ -293,7 +294,8 @@ std::optional<Kernel> lower_matmul_resident(const MatmulProblem& p, const Target
       if (st.strip > 0) {  // chunk s of the previous strip's stores
         const int64_t prev = pl.strips[st.strip - 1], chunks = chunks_of(prev, strip_steps_here), chunk = prev / chunks;
         if (st.s < chunks) {
-          bld.emit(emit::dma(hw::Op::kStore, kOut, 0, epi.out + static_cast<uint32_t>(st.s * chunk * C * es_o),
+          bld.emit(emit::dma(hw::Op::kStore, p.out_type, kOut, 0,
+                             epi.out + static_cast<uint32_t>(st.s * chunk * C * es_o),
                              static_cast<uint64_t>(st.s * chunk * p.so_m * es_o), static_cast<uint64_t>(p.so_m * es_o),
                              static_cast<uint32_t>(chunk), static_cast<uint32_t>(C * es_o), true, kMatmulTagStore));
         }
@@ -321,7 +323,7 @@ std::optional<Kernel> lower_matmul_resident(const MatmulProblem& p, const Target
                            static_cast<uint64_t>(st.row0 * p.sbias_m * eb));
       block_address(kOut, operand_reg(2), p.so_m * es_o, p.so_n * es_o, st.row0 * p.so_m * es_o);
       if (st.strip + 1 == pl.strips.size()) {
-        bld.emit(emit::dma(hw::Op::kStore, kOut, 0, epi.out, 0, static_cast<uint64_t>(p.so_m * es_o),
+        bld.emit(emit::dma(hw::Op::kStore, p.out_type, kOut, 0, epi.out, 0, static_cast<uint64_t>(p.so_m * es_o),
                            static_cast<uint32_t>(rows), static_cast<uint32_t>(C * es_o), true, kMatmulTagStore));
       }
     }

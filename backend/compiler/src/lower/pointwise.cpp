@@ -354,24 +354,24 @@ std::vector<Kernel> lower_pointwise(const ir::Graph& g, const ir::Pointwise& p, 
       const uint64_t rs = static_cast<uint64_t>(v.row_stride) * es;
       switch (v.move) {
         case Move::kBlock:
-          b.emit(emit::dma(hw::Op::kLoad, rd, kBufferReg, v.raw, 0, rs, rows, cols * es, true, kLoadTag));
+          b.emit(emit::dma(hw::Op::kLoad, v.dtype, rd, kBufferReg, v.raw, 0, rs, rows, cols * es, true, kLoadTag));
           break;
         case Move::kRow:
-          b.emit(emit::dma(hw::Op::kLoad, rd, kBufferReg, v.raw, 0, 0, 1, cols * es, true, kLoadTag));
+          b.emit(emit::dma(hw::Op::kLoad, v.dtype, rd, kBufferReg, v.raw, 0, 0, 1, cols * es, true, kLoadTag));
           break;
         case Move::kCol:
-          b.emit(emit::dma(hw::Op::kLoad, rd, kBufferReg, v.raw, 0, rs, rows, es, true, kLoadTag));
+          b.emit(emit::dma(hw::Op::kLoad, v.dtype, rd, kBufferReg, v.raw, 0, rs, rows, es, true, kLoadTag));
           break;
         case Move::kScalar:
-          b.emit(emit::dma(hw::Op::kLoad, rd, kBufferReg, v.raw, 0, 0, 1, es, true, kLoadTag));
+          b.emit(emit::dma(hw::Op::kLoad, v.dtype, rd, kBufferReg, v.raw, 0, 0, 1, es, true, kLoadTag));
           break;
         case Move::kElems:
-          b.emit(emit::dma(hw::Op::kLoad, rd, kBufferReg, v.raw, 0, static_cast<uint64_t>(v.col_stride) * es, cols, es,
-                           true, kLoadTag));
+          b.emit(emit::dma(hw::Op::kLoad, v.dtype, rd, kBufferReg, v.raw, 0, static_cast<uint64_t>(v.col_stride) * es,
+                           cols, es, true, kLoadTag));
           break;
         case Move::kTransposed:  // tile column c is `rows` contiguous elements at c * col_stride
-          b.emit(emit::dma(hw::Op::kLoad, rd, kBufferReg, v.raw, 0, static_cast<uint64_t>(v.col_stride) * es, cols,
-                           rows * es, true, kLoadTag));
+          b.emit(emit::dma(hw::Op::kLoad, v.dtype, rd, kBufferReg, v.raw, 0, static_cast<uint64_t>(v.col_stride) * es,
+                           cols, rows * es, true, kLoadTag));
           break;
       }
       loaded = true;
@@ -528,11 +528,11 @@ std::vector<Kernel> lower_pointwise(const ir::Graph& g, const ir::Pointwise& p, 
     const uint32_t es = hw::dtype_size(out_type);
     const uint32_t rd = operand_reg(out_slot);
     if (out_move == Move::kElems) {
-      b.emit(emit::dma(hw::Op::kStore, rd, kBufferReg, final_buf, 0, static_cast<uint64_t>(out_col) * es, cols, es,
-                       true, kStoreTag));
+      b.emit(emit::dma(hw::Op::kStore, out_type, rd, kBufferReg, final_buf, 0, static_cast<uint64_t>(out_col) * es,
+                       cols, es, true, kStoreTag));
     } else {
-      b.emit(emit::dma(hw::Op::kStore, rd, kBufferReg, final_buf, 0, static_cast<uint64_t>(out_row) * es, rows,
-                       cols * es, true, kStoreTag));
+      b.emit(emit::dma(hw::Op::kStore, out_type, rd, kBufferReg, final_buf, 0, static_cast<uint64_t>(out_row) * es,
+                       rows, cols * es, true, kStoreTag));
     }
   };
   std::vector<Kernel> kernels;

@@ -171,15 +171,15 @@ std::optional<Kernel> lower_reduce(const ir::Graph& g, const ir::Reduce& r, cons
     const auto cols = static_cast<uint32_t>(tail && split ? tail_cols : tc);
     switch (move) {
       case Move::kRows:
-        b.emit(emit::dma(hw::Op::kLoad, operand_reg(0), rl, raw, 0, static_cast<uint64_t>(sk) * es_i, rows,
+        b.emit(emit::dma(hw::Op::kLoad, in_type, operand_reg(0), rl, raw, 0, static_cast<uint64_t>(sk) * es_i, rows,
                          static_cast<uint32_t>(cols * es_i), true, kLoadTag));
         break;
       case Move::kTransposed:
-        b.emit(emit::dma(hw::Op::kLoad, operand_reg(0), rl, raw, 0, static_cast<uint64_t>(sr) * es_i, cols,
+        b.emit(emit::dma(hw::Op::kLoad, in_type, operand_reg(0), rl, raw, 0, static_cast<uint64_t>(sr) * es_i, cols,
                          static_cast<uint32_t>(rows * es_i), true, kLoadTag));
         break;
       case Move::kElems:
-        b.emit(emit::dma(hw::Op::kLoad, operand_reg(0), rl, raw, 0, static_cast<uint64_t>(sr) * es_i, cols,
+        b.emit(emit::dma(hw::Op::kLoad, in_type, operand_reg(0), rl, raw, 0, static_cast<uint64_t>(sr) * es_i, cols,
                          static_cast<uint32_t>(es_i), true, kLoadTag));
         break;
     }
@@ -222,11 +222,11 @@ std::optional<Kernel> lower_reduce(const ir::Graph& g, const ir::Reduce& r, cons
     }
     b.emit(emit::wait_tags(1u << kStoreTag));
     if (ok == 1 || rows == 1) {
-      b.emit(emit::dma(hw::Op::kStore, operand_reg(1), rl, final_buf, 0, 0, 1, static_cast<uint32_t>(rows * es_o), true,
-                       kStoreTag));
+      b.emit(emit::dma(hw::Op::kStore, out_type, operand_reg(1), rl, final_buf, 0, 0, 1,
+                       static_cast<uint32_t>(rows * es_o), true, kStoreTag));
     } else {
-      b.emit(emit::dma(hw::Op::kStore, operand_reg(1), rl, final_buf, 0, static_cast<uint64_t>(ok) * es_o, rows,
-                       static_cast<uint32_t>(es_o), true, kStoreTag));
+      b.emit(emit::dma(hw::Op::kStore, out_type, operand_reg(1), rl, final_buf, 0, static_cast<uint64_t>(ok) * es_o,
+                       rows, static_cast<uint32_t>(es_o), true, kStoreTag));
     }
     // A split reduction reuses its accumulator for the next rows: let the store drain first.
     if (split) b.emit(emit::wait_tags(1u << kStoreTag));

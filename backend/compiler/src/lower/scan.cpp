@@ -90,7 +90,7 @@ std::optional<Kernel> lower_scan(const ir::Graph& g, const ir::Scan& s, const Ta
   k.body = [=](emit::Builder& b, uint32_t tails) {
     const auto rows = static_cast<uint32_t>((tails & row_bit) ? tail_rows : tr);
     const auto cols = static_cast<uint32_t>((tails & col_bit) ? tail_cols : tc);
-    b.emit(emit::dma(hw::Op::kLoad, operand_reg(0), 0, raw, 0, static_cast<uint64_t>(sr_in) * es_i, rows,
+    b.emit(emit::dma(hw::Op::kLoad, in_type, operand_reg(0), 0, raw, 0, static_cast<uint64_t>(sr_in) * es_i, rows,
                      static_cast<uint32_t>(cols * es_i), true, kLoadTag));
     b.emit(emit::wait_tags(1u << kLoadTag));
     uint32_t src = raw;
@@ -120,7 +120,7 @@ std::optional<Kernel> lower_scan(const ir::Graph& g, const ir::Scan& s, const Ta
       b.emit(emit::sfp(hw::Op::kConvert, out_type, 0, outc, res, static_cast<uint64_t>(compute), rows, cols));
       result = outc;
     }
-    b.emit(emit::dma(hw::Op::kStore, operand_reg(1), 0, result, 0, static_cast<uint64_t>(sr_out) * es_o, rows,
+    b.emit(emit::dma(hw::Op::kStore, out_type, operand_reg(1), 0, result, 0, static_cast<uint64_t>(sr_out) * es_o, rows,
                      static_cast<uint32_t>(cols * es_o), true, kStoreTag));
     b.emit(emit::wait_tags(1u << kStoreTag));  // res is rewritten by the next block
   };

@@ -79,14 +79,14 @@ std::optional<Kernel> lower_sort(const ir::Graph& g, const ir::Sort& s, const Ta
   k.body = [=](emit::Builder& b, uint32_t tails) {
     const auto rows = static_cast<uint32_t>((tails & row_bit) ? tail_rows : tr);
     const auto cols = static_cast<uint32_t>(n);
-    b.emit(emit::dma(hw::Op::kLoad, operand_reg(0), 0, raw, 0, static_cast<uint64_t>(sr_in) * es, rows,
+    b.emit(emit::dma(hw::Op::kLoad, type, operand_reg(0), 0, raw, 0, static_cast<uint64_t>(sr_in) * es, rows,
                      static_cast<uint32_t>(cols * es), true, kLoadTag));
     b.emit(emit::wait_tags(1u << kLoadTag | 1u << kStoreTag));  // the previous block's stores read sorted, idx
     b.emit(emit::sfp(hw::Op::kSort, type, 0, sorted, raw, idx, rows, cols, descending ? hw::kSortDescending : 0));
-    b.emit(emit::dma(hw::Op::kStore, operand_reg(1), 0, sorted, 0, static_cast<uint64_t>(sr_val) * es, rows,
+    b.emit(emit::dma(hw::Op::kStore, type, operand_reg(1), 0, sorted, 0, static_cast<uint64_t>(sr_val) * es, rows,
                      static_cast<uint32_t>(cols * es), true, kStoreTag));
-    b.emit(emit::dma(hw::Op::kStore, operand_reg(2), 0, idx, 0, static_cast<uint64_t>(sr_idx) * 8, rows, cols * 8, true,
-                     kStoreTag));
+    b.emit(emit::dma(hw::Op::kStore, hw::DType::kI64, operand_reg(2), 0, idx, 0, static_cast<uint64_t>(sr_idx) * 8,
+                     rows, cols * 8, true, kStoreTag));
   };
   return k;
 }

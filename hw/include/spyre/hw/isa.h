@@ -195,6 +195,8 @@ constexpr uint32_t reg_rl(uint8_t regs) {
 enum class Cond : uint8_t { kAlways = 0, kEq = 1, kNe = 2, kLtu = 3, kGeu = 4, kLt = 5, kGe = 6, kCount };
 
 // LOAD / STORE / GATHER / SCATTER: flags bit 0 makes the transfer asynchronous; bits 7..4 are its tag.
+// `dtype` names the element type of the rows moved: it changes neither the bytes nor the time, but
+// a simulator in timing mode moves only rows of an integer or bool type (docs/architect-guide.md).
 inline constexpr uint8_t kDmaAsync = 1u << 0;
 inline constexpr uint32_t kNumDmaTags = 16;
 constexpr uint8_t dma_flags(bool async, uint32_t tag) {

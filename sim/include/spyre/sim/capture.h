@@ -20,6 +20,8 @@ struct CaptureEvent {
     kDmaWrite,   // card -> host: `size` bytes at IOVA `addr`, FNV-1a `hash` of them
     kIrq,        // card -> host: MSI-X vector `value`
     kEnd,        // the card's cycle counter when the run ended, in `value`
+    kIndices,    // core `value` of the card ran a GATHER or SCATTER over these `size` bytes of int64
+                 // indices (at `data`): what a replay in timing mode indexes with
   };
   Kind kind = Kind::kEnd;
   bool ok = true;  // DMA: whether the IOMMU let it through
@@ -28,12 +30,14 @@ struct CaptureEvent {
   uint64_t addr = 0;
   uint64_t value = 0;
   uint64_t size = 0;
-  uint64_t data = 0;  // kDmaRead: offset into Capture::data
+  uint64_t data = 0;  // kDmaRead, kIndices: offset into Capture::data
   uint64_t hash = 0;  // kDmaWrite
 
   /// Events the host caused, which a replay re-enacts; the others are the cards' side.
   bool from_host() const { return kind == Kind::kMmioWrite || kind == Kind::kCfgWrite; }
   bool to_host() const { return kind == Kind::kDmaWrite || kind == Kind::kIrq; }
+  /// Events whose `size` bytes follow their record in the file (and sit at `data` once loaded).
+  bool has_bytes() const { return (kind == Kind::kDmaRead && ok) || kind == Kind::kIndices; }
 };
 
 struct Capture {
@@ -55,6 +59,8 @@ struct ReplayResult {
   uint64_t host_actions = 0;     // BAR0 and config writes re-enacted
   uint64_t missing_reads = 0;    // DMA reads the capture had no bytes for (they failed as DMA faults)
   uint64_t diverged_writes = 0;  // DMA writes whose bytes differ from the capture's (same config: 0)
+  uint64_t played_indices = 0;   // timing mode: indirect instructions that indexed with the capture's
+  uint64_t missing_indices = 0;  // timing mode: indirect instructions the capture had no indices for
 };
 
 }  // namespace spyre::sim

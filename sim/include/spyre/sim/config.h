@@ -97,7 +97,7 @@ struct SimConfig {
   uint32_t devices = 1;              // cards in this process
   uint64_t host_quantum_ns = 10000;  // simulated time between looks at host requests
   bool async_compute = true;         // tile arithmetic on a worker thread beside SystemC (same results)
-  std::string mode = "timed";        // "functional": the same programs and results, no timing
+  std::string mode = "timed";        // "functional": results, no timing; "timing": timing, no arithmetic
   bool host_paced = true;            // time advances only while the host waits: host speed cannot change it
   uint64_t host_memory_bytes = 0;    // host memory a card's written pages may take; 0 = while the host has it
 };

@@ -96,10 +96,12 @@ inline hw::Instr rank(uint32_t r) {
   return i;
 }
 /// LOAD or STORE of `rows` rows of `row_bytes` bytes between scratchpad `lx` (+ r[rl]) and device
-/// r[rd] + `offset`, device rows `stride` bytes apart.
-inline hw::Instr dma(hw::Op op, uint32_t rd, uint32_t rl, uint32_t lx, uint64_t offset, uint64_t stride, uint32_t rows,
-                     uint32_t row_bytes, bool async, uint32_t tag) {
+/// r[rd] + `offset`, device rows `stride` bytes apart. `type` is the element type of the rows: it
+/// does not change what moves, but tells a card in timing mode whether they can hold indices.
+inline hw::Instr dma(hw::Op op, hw::DType type, uint32_t rd, uint32_t rl, uint32_t lx, uint64_t offset, uint64_t stride,
+                     uint32_t rows, uint32_t row_bytes, bool async, uint32_t tag) {
   hw::Instr i = instr(op);
+  i.dtype = type;
   i.regs = hw::pack_regs(rd, rl);
   i.flags = hw::dma_flags(async, tag);
   i.a = lx;
