@@ -1,6 +1,7 @@
 #include "capture.h"
 
 #include <cstring>
+#include <filesystem>
 #include <stdexcept>
 
 #include <fmt/format.h>
@@ -135,6 +136,10 @@ Capture Capture::load(const std::string& path) {
   if (std::fread(c.config_json.data(), 1, len, f.get()) != len) {
     throw std::runtime_error(fmt::format("capture: '{}' is truncated", path));
   }
+  // The bytes of the file are at most its size: one allocation, not one growth per record.
+  std::error_code size_error;
+  const uintmax_t file_bytes = std::filesystem::file_size(path, size_error);
+  if (!size_error) c.data.reserve(file_bytes);
   Record r;
   while (std::fread(&r, sizeof r, 1, f.get()) == 1) {
     if (r.kind > static_cast<uint8_t>(CaptureEvent::Kind::kIndices)) {
