@@ -28,8 +28,9 @@ class Clock {
     if (m.n != n || !m.valid) m = {n, true, sc_core::sc_time(static_cast<double>(n) * 1e6 / mhz_, sc_core::SC_PS)};
     return m.t;
   }
+  /// Whole cycles in `t`: floor(ps * MHz / 10^6 + 10^-6), in integers (sc_time's value is picoseconds).
   uint64_t to_cycles(const sc_core::sc_time& t) const {
-    return static_cast<uint64_t>(t.to_seconds() * 1e6 * mhz_ + 1e-6);
+    return static_cast<uint64_t>((static_cast<unsigned __int128>(t.value()) * mhz_ + 1) / 1'000'000);
   }
   uint64_t now_cycles() const { return to_cycles(sc_core::sc_time_stamp()); }
   uint32_t mhz() const { return mhz_; }
