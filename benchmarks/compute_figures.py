@@ -41,7 +41,8 @@ def op_overhead(calls: int) -> None:
     print(f"op overhead   x.add_(1), 16 elements: spyre {t_dev * 1e6:7.1f} us/call   cpu {t_cpu * 1e6:6.2f} us/call")
 
 
-def llama_step(repeat: int) -> None:
+def llama_model():
+    """The Llama-style decoder of the step figures (seeded, on the CPU) and its 4 x 129 tokens."""
     import transformers
 
     config = transformers.LlamaConfig(
@@ -54,8 +55,12 @@ def llama_step(repeat: int) -> None:
         max_position_embeddings=256,
     )
     torch.manual_seed(0)
-    base = transformers.LlamaForCausalLM(config)
     data = torch.randint(0, config.vocab_size, (4, 129), generator=torch.Generator().manual_seed(0))
+    return transformers.LlamaForCausalLM(config), data
+
+
+def llama_step(repeat: int) -> None:
+    base, data = llama_model()
     results = {device: _time_llama(copy.deepcopy(base), data, device, repeat) for device in ("cpu", "spyre")}
     (cs, cf), (ss, sf) = results["cpu"], results["spyre"]
     print(
@@ -64,8 +69,8 @@ def llama_step(repeat: int) -> None:
     )
 
 
-def _time_llama(model, data: torch.Tensor, device: str, repeat: int) -> tuple[float, float]:
-    """(training step, forward) median wall seconds of `model` on `device`."""
+def llama_calls(model, data: torch.Tensor, device: str):
+    """(training step, forward) of `model` moved to `device`, each a call that waits for its result."""
     model = model.to(device)
     vocab = model.config.vocab_size
     opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
@@ -83,6 +88,12 @@ def _time_llama(model, data: torch.Tensor, device: str, repeat: int) -> tuple[fl
         with torch.no_grad():
             model(inputs).logits.sum().item()
 
+    return step, forward
+
+
+def _time_llama(model, data: torch.Tensor, device: str, repeat: int) -> tuple[float, float]:
+    """(training step, forward) median wall seconds of `model` on `device`."""
+    step, forward = llama_calls(model, data, device)
     return median_seconds(step, repeat), median_seconds(forward, repeat)
 
 

@@ -2,7 +2,8 @@
 
 Runs the step of benchmarks/compute_figures.py (HuggingFace LlamaForCausalLM, 4 layers of 256,
 4 x 128 tokens, AdamW) in a child process. After a warm-up step, `perf record` samples the
-process while it runs N more steps. The samples are then split two ways:
+process while it runs N more steps, and stops with the last one, before the process exits. The
+samples are split two ways:
 - by thread: the Python thread that runs PyTorch, the simulator's SystemC thread, and its worker
   for the cores' arithmetic;
 - by kind of work: tile products, SFP arithmetic, the timing model, copies, spin-waits, ...
@@ -21,6 +22,7 @@ import os
 import pathlib
 import re
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
@@ -31,26 +33,11 @@ HZ = 2000  # perf's samples per second of a running thread
 
 # The child: builds the model, warms up, says it is ready (its pid in `ready`), then runs the steps.
 CHILD = """
-import os, sys, time, torch, torch_spyre, transformers
-import torch.nn.functional as F
+import os, sys, time
+sys.path.insert(0, "benchmarks")
+from compute_figures import llama_calls, llama_model
 what, steps, ready = sys.argv[1], int(sys.argv[2]), sys.argv[3]
-config = transformers.LlamaConfig(vocab_size=512, hidden_size=256, intermediate_size=688, num_hidden_layers=4,
-                                  num_attention_heads=8, num_key_value_heads=4, max_position_embeddings=256)
-torch.manual_seed(0)
-model = transformers.LlamaForCausalLM(config).to("spyre")
-data = torch.randint(0, 512, (4, 129), generator=torch.Generator().manual_seed(0))
-inputs, targets = data[:, :-1].to("spyre"), data[:, 1:].to("spyre")
-opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
-def step():
-    logits = model(inputs).logits
-    loss = F.cross_entropy(logits.reshape(-1, 512), targets.reshape(-1))
-    opt.zero_grad()
-    loss.backward()
-    opt.step()
-    loss.item()
-def forward():
-    with torch.no_grad():
-        model(inputs).logits.sum().item()
+step, forward = llama_calls(*llama_model(), "spyre")
 fn = step if what == "step" else forward
 fn()
 open(ready, "w").write(str(os.getpid()))
@@ -58,7 +45,8 @@ time.sleep(1.0)  # perf attaches
 start = time.perf_counter()
 for _ in range(steps):
     fn()
-print(f"{(time.perf_counter() - start) / steps * 1e3:.1f}")
+print(f"{(time.perf_counter() - start) / steps * 1e3:.1f}", flush=True)
+sys.stdin.read()  # the profiler stops before the interpreter's teardown
 """
 
 # Kinds of work, by symbol (and library); the first that matches wins.
@@ -107,6 +95,7 @@ def main() -> None:
             [sys.executable, "-c", CHILD, args.what, str(args.steps), str(ready)],
             env=env,
             cwd=ROOT,
+            stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             text=True,
         )
@@ -119,8 +108,10 @@ def main() -> None:
             stdout=subprocess.DEVNULL,
             stderr=subprocess.DEVNULL,
         )
-        ms = float(child.communicate()[0].strip())
+        ms = float(child.stdout.readline().strip())
+        perf.send_signal(signal.SIGINT)
         perf.wait()
+        child.communicate("")
         script = subprocess.run(
             ["perf", "script", "-i", str(data), "-F", "comm,tid,time,ip,sym,dso"], capture_output=True, text=True
         ).stdout

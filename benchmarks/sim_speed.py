@@ -99,33 +99,34 @@ def cpu(argv: list[str], env: dict[str, str] | None = None) -> tuple[float, str]
     return (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime), out
 
 
+TIMING = ["--set", "sim.mode=timing"]
+
+
 def cycles(out: str) -> float:
     s = json.loads(out)
     return s["cycles"] if isinstance(s["cycles"], float) else sum(s["cycles"])
 
 
-# One AdamW step of the 4-layer Llama-style decoder of scripts/workloads/llama_forward.py.
-TRAINING_STEP = """
-import torch, torch_spyre, transformers
-torch.manual_seed(0)
-config = transformers.LlamaConfig(vocab_size=512, hidden_size=256, intermediate_size=688, num_hidden_layers=4,
-                                  num_attention_heads=8, num_key_value_heads=4, max_position_embeddings=256)
-model = transformers.LlamaForCausalLM(config).to("spyre")
-opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
-tokens = torch.randint(0, 512, (4, 129)).to("spyre")
-loss = model(tokens[:, :-1], labels=tokens[:, 1:]).loss
-loss.backward()
-opt.step()
-print(float(loss))
+# One AdamW step of the Llama-style decoder of benchmarks/compute_figures.py (4 layers of 256).
+TRAINING_STEP = f"""
+import sys
+sys.path.insert(0, {str(ROOT / "benchmarks")!r})
+from compute_figures import llama_calls, llama_model
+llama_calls(*llama_model(), "spyre")[0]()
 """
 
 
-def timing_mode(repeat: int = 3) -> None:
-    timing = ["--set", "sim.mode=timing"]
-    gemm = [str(SPYRE_SIM), "gemm", "--m", "4096", "--k", "4096", "--n", "4096", "--dtype", "f16", "--json"]
-    runs = {name: [cpu(gemm + extra) for _ in range(repeat)] for name, extra in (("timed", []), ("timing", timing))}
+def timed_and_timing(argv: list[str], repeat: int) -> tuple[float, float]:
+    """Median host CPU seconds of `argv` (a spyre-sim command with --json) timed and in timing mode,
+    which must take the same cycles."""
+    runs = {n: [cpu(argv + extra) for _ in range(repeat)] for n, extra in (("timed", []), ("timing", TIMING))}
     assert cycles(runs["timed"][0][1]) == cycles(runs["timing"][0][1]), "timing mode changed the cycles"
-    t, f = (statistics.median(c for c, _ in runs[n]) for n in ("timed", "timing"))
+    return statistics.median(c for c, _ in runs["timed"]), statistics.median(c for c, _ in runs["timing"])
+
+
+def timing_mode(repeat: int = 3) -> None:
+    gemm = [str(SPYRE_SIM), "gemm", "--m", "4096", "--k", "4096", "--n", "4096", "--dtype", "f16", "--json"]
+    t, f = timed_and_timing(gemm, repeat)
     print(
         f"spyre-sim gemm 4096^3 f16, host CPU:        timed {t:6.2f} s, timing {f:6.3f} s: {t / f:5.1f}x"
         f"  (same cycles; goal <= 0.1 s)"
@@ -135,10 +136,7 @@ def timing_mode(repeat: int = 3) -> None:
         wall([sys.executable, str(LLAMA)], clean_env(SPYRE_CAPTURE=str(forward)))
         wall([sys.executable, "-c", TRAINING_STEP], clean_env(SPYRE_CAPTURE=str(step)))
         for what, capture in (("forward", forward), ("training step", step)):
-            replay = [str(SPYRE_SIM), "replay", str(capture), "--json"]
-            runs = {n: [cpu(replay + extra) for _ in range(repeat)] for n, extra in (("timed", []), ("timing", timing))}
-            assert cycles(runs["timed"][0][1]) == cycles(runs["timing"][0][1]), "timing mode changed the cycles"
-            t, f = (statistics.median(c for c, _ in runs[n]) for n in ("timed", "timing"))
+            t, f = timed_and_timing([str(SPYRE_SIM), "replay", str(capture), "--json"], repeat)
             print(
                 f"llama {what + ' replay,':24s} host CPU: timed {t:6.2f} s, timing {f:6.3f} s: {t / f:5.1f}x"
                 f"  (same cycles; goal >= 20x)"
