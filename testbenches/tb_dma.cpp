@@ -3,6 +3,7 @@
 #define DOCTEST_CONFIG_IMPLEMENT
 #include <doctest/doctest.h>
 
+#include <algorithm>
 #include <cstring>
 #include <functional>
 #include <random>
@@ -94,6 +95,26 @@ TEST_CASE("host -> device -> device -> host moves the bytes unchanged") {
   CHECK(h->stats.h2d_bytes == data.size());
   CHECK(h->stats.d2d_bytes == data.size());
   CHECK(h->stats.d2h_bytes == data.size());
+}
+
+TEST_CASE("zeros copied into never-written memory take no host memory and read back as zeros") {
+  constexpr uint64_t kAt = 0x40000000;  // 1 GiB in: no case before wrote there
+  const size_t n = (1 << 20) + 3;
+  std::fill(h->host.mem.begin(), h->host.mem.end(), 0);
+  const uint64_t before = h->memory.resident_bytes();
+  CHECK(h->copy(kIova, kAt, n, hw::kCopySrcHost).ok());
+  CHECK(h->memory.resident_bytes() == before);
+  std::vector<uint8_t> back(n, 0xee);
+  h->memory.read(kAt, back.data(), n);
+  CHECK(std::all_of(back.begin(), back.end(), [](uint8_t b) { return b == 0; }));
+  // One byte that is not zero backs its page (64 KiB), and zeros written over a backed page land.
+  const uint8_t one = 1, zero = 0;
+  CHECK(h->memory.write(kAt + 5, &one, 1));
+  CHECK(h->memory.resident_bytes() == before + (64 << 10));
+  CHECK(h->memory.write(kAt + 5, &zero, 1));
+  uint8_t got = 0xee;
+  h->memory.read(kAt + 5, &got, 1);
+  CHECK(got == 0);
 }
 
 TEST_CASE("a host copy takes its PCIe transfer time plus latency once") {
