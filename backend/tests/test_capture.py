@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import pathlib
+import struct
 import subprocess
 
 import pytest
@@ -94,3 +95,11 @@ def test_a_damaged_capture_is_refused_with_its_reason(captured, tmp_path):
     junk.write_bytes(b"not a capture at all")
     p, _ = _replay(junk)
     assert p.returncode == 1 and "is not a Spyre capture file" in p.stderr
+    # A record that claims more bytes than the whole file (index bytes, 2^60 of them) is refused
+    # before anything is allocated for it.
+    data = capture.read_bytes()
+    header = 16 + int.from_bytes(data[12:16], "little")  # magic, version, the config's length and text
+    huge = tmp_path / "huge.cap"
+    huge.write_bytes(data[:header] + struct.pack("<BBHIQQQQQ", 6, 1, 0, 0, 0, 0, 0, 1 << 60, 0))
+    p, _ = _replay(huge)
+    assert p.returncode == 1 and "is truncated" in p.stderr

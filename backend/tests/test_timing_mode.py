@@ -123,3 +123,15 @@ def test_a_live_run_whose_indices_come_from_the_host_takes_the_timed_cycles_stat
         proc = run_python(WORKLOADS["llama training step"], env=env, timeout=600)
         assert proc.returncode == 0, proc.stderr
     _assert_same_run(tmp_path, "timed", "timing")
+
+
+def test_a_functional_capture_replays_in_timing_mode_as_another_config(tmp_path):
+    # Its cycles count instructions, not time: a timing replay times them, and is not held to them.
+    config, capture = tmp_path / "functional.json", tmp_path / "run.cap"
+    config.write_text(json.dumps({**json.loads(IEEE_FP16.read_text()), "sim": {"mode": "functional"}}))
+    code = "import torch, torch_spyre\nx = torch.ones(64, 64).to('spyre')\nprint(float((x @ x).sum()))"
+    proc = run_python(code, env={"SPYRE_CONFIG": str(config), "SPYRE_CAPTURE": str(capture)})
+    assert proc.returncode == 0, proc.stderr
+    timing = _spyre_sim("replay", str(capture), *TIMING)
+    assert timing["same_config"] is False
+    assert timing["cycles"][0] > timing["captured_cycles"][0]

@@ -155,6 +155,9 @@ Capture Capture::load(const std::string& path) {
     e.size = r.size;
     e.hash = r.hash;
     if (e.has_bytes()) {
+      if (!size_error && e.size > file_bytes) {  // no file holds a record longer than itself
+        throw std::runtime_error(fmt::format("capture: '{}' is truncated", path));
+      }
       e.data = c.data.size();
       c.data.resize(c.data.size() + e.size);
       if (std::fread(c.data.data() + e.data, 1, e.size, f.get()) != e.size) {

@@ -137,8 +137,8 @@ int replay(const Options& o, std::chrono::steady_clock::time_point start) {
   const sim::Config config = run_config(o, capture.config_json);
   const sim::Config captured_config = sim::parse_config(capture.config_json);
   const bool timing = config.sim.mode == "timing";
-  sim::Config as_timed = config;
-  if (timing) as_timed.sim.mode = captured_config.sim.mode;
+  sim::Config as_timed = config;  // a timed capture replayed in timing mode keeps its cycles
+  if (timing && captured_config.sim.mode == "timed") as_timed.sim.mode = "timed";
   const bool same_config = as_timed.hash() == captured_config.hash();
   sim::Simulator::configure(config);
   sim::Simulator& simulator = sim::Simulator::instance();
