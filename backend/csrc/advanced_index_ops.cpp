@@ -364,8 +364,8 @@ void nonzero_kernel(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
   }
   Launch l;
   const at::Tensor nz = l.scratch(self.sizes(), self, at::kBool);
-  ir::Expr ne(checked_device_dtype(self.scalar_type()) == hw::DType::kBool ? hw::DType::kI64
-                                                                           : checked_device_dtype(self.scalar_type()));
+  const hw::DType type = checked_device_dtype(self.scalar_type());
+  ir::Expr ne(type == hw::DType::kBool ? hw::DType::kI64 : type);
   ne.binary(hw::BinaryFn::kNe, ne.input(ir::Operand::of(l.view(self))), ne.constant(0));
   l.add(ne.done(l.view(nz)));
   at::Tensor count;

@@ -52,8 +52,7 @@ uint32_t Launch::view(const at::Tensor& t, int64_t offset, c10::IntArrayRef size
   if (device_ < 0) device_ = t.device().index();
   TORCH_CHECK(t.device().index() == device_, "spyre: expected all tensors on spyre:", static_cast<int>(device_),
               ", got one on ", t.device());
-  const std::optional<hw::DType> type = device_dtype(t.scalar_type());
-  TORCH_CHECK(type, "spyre: internal: no device type for ", t.scalar_type());
+  const hw::DType type = checked_device_dtype(t.scalar_type());
   const uint64_t addr = device_addr(t);
   scratch_.push_back(t);
   uint32_t arg = 0;
@@ -64,7 +63,7 @@ uint32_t Launch::view(const at::Tensor& t, int64_t offset, c10::IntArrayRef size
   v.offset = offset;
   v.sizes.assign(sizes.begin(), sizes.end());
   v.strides.assign(strides.begin(), strides.end());
-  v.dtype = *type;
+  v.dtype = type;
   return add_view(std::move(v));
 }
 

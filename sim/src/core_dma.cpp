@@ -77,7 +77,7 @@ bool Core::indirect(const hw::Instr& in) {
   // Every index is checked before any byte moves, so a bad one faults with memory untouched.
   const uint64_t rows = in.d, row_bytes = in.e, stride = in.c & 0xffffffffu;
   uint8_t* buf = scratchpad(in.a, rows * row_bytes);
-  const uint8_t* idx = scratchpad(in.c >> 32, rows * 8);
+  uint8_t* idx = scratchpad(in.c >> 32, rows * 8);
   const hw::ScatterReduce reduce = in.op == hw::Op::kScatter ? hw::scatter_reduce(in.flags) : hw::ScatterReduce::kNone;
   if (reduce == hw::ScatterReduce::kInvalid) return false;
   const bool add = reduce != hw::ScatterReduce::kNone;
@@ -86,20 +86,18 @@ bool Core::indirect(const hw::Instr& in) {
     return false;
   }
   sync_to_book();
-  settle(idx, rows * 8, false);
-  // The indices: a replay in timing mode takes the captured run's (this core computed no values);
-  // a captured run records them.
-  std::vector<int64_t> index(rows);
-  if (!(timing_ && tape_ && tape_->play(id_, reinterpret_cast<uint8_t*>(index.data()), rows * 8))) {
-    std::memcpy(index.data(), idx, rows * 8);
-  }
-  if (tape_) tape_->record(id_, reinterpret_cast<const uint8_t*>(index.data()), rows * 8);
+  // The indices: a replay in timing mode puts the captured run's in place of the scratchpad's (its
+  // cores computed no values, and nothing reads them but this); a captured run records them.
+  settle(idx, rows * 8, !values_);
+  if (!values_) tape_->play(id_, idx, rows * 8);
+  if (tape_) tape_->record(id_, idx, rows * 8);
   const uint64_t limit = regs_[hw::reg_rl(in.regs)];
   uint64_t base = 0;
   if (__builtin_add_overflow(regs_[hw::reg_rd(in.regs)], in.b, &base)) return false;
   std::vector<uint64_t> addrs(rows);
   for (uint64_t r = 0; r < rows; ++r) {
-    const int64_t i = index[r];
+    int64_t i;
+    std::memcpy(&i, idx + 8 * r, 8);
     uint64_t off = 0;
     if (i < 0 || static_cast<uint64_t>(i) >= limit || __builtin_mul_overflow(static_cast<uint64_t>(i), stride, &off) ||
         __builtin_add_overflow(base, off, &addrs[r])) {

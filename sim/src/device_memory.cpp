@@ -35,6 +35,11 @@ std::pair<uint64_t, uint64_t> host_memory() {
 }
 }  // namespace
 
+const uint8_t* DeviceMemory::zero_page() {
+  static const std::vector<uint8_t> zeros(kPageBytes);
+  return zeros.data();
+}
+
 bool DeviceMemory::may_grow() {
   if (host_limit_ != 0) return (pages_.size() + 1) * kPageBytes <= host_limit_;
   if (headroom_ > 0) {
@@ -69,12 +74,11 @@ void DeviceMemory::read(uint64_t addr, void* dst, uint64_t n) const {
 }
 
 void DeviceMemory::locate(uint64_t addr, uint64_t n, std::vector<std::pair<const uint8_t*, uint64_t>>& out) const {
-  static const std::vector<uint8_t> zeros(kPageBytes);  // never written: reads as zero
   while (n > 0) {
     const uint64_t off = addr % kPageBytes;
     const uint64_t len = std::min(n, kPageBytes - off);
     const auto it = pages_.find(addr / kPageBytes);
-    const uint8_t* at = it == pages_.end() ? zeros.data() : it->second.get() + off;
+    const uint8_t* at = it == pages_.end() ? zero_page() : it->second.get() + off;
     if (!out.empty() && out.back().first + out.back().second == at) {
       out.back().second += len;  // pages that happen to follow each other in host memory
     } else {
@@ -93,9 +97,8 @@ bool DeviceMemory::write(uint64_t addr, const void* src, uint64_t n) {
     const uint64_t off = addr % kPageBytes;
     const uint64_t len = std::min(n, kPageBytes - off);
     // Zeros into a page never written change nothing it reads: it needs no host memory yet.
-    static const std::vector<uint8_t> zeros(kPageBytes);
     auto it = pages_.find(page);
-    if (it == pages_.end() && std::memcmp(in, zeros.data(), len) != 0) {
+    if (it == pages_.end() && std::memcmp(in, zero_page(), len) != 0) {
       if (!may_grow()) return false;
       it = pages_.emplace(page, std::make_unique<uint8_t[]>(kPageBytes)).first;  // value-initialised: zero
     }

@@ -48,6 +48,8 @@ class DeviceMemory : public sc_core::sc_module {
 
  private:
   static constexpr uint64_t kPageBytes = 64 * 1024;
+  /// A page of zeros: what a never-written page reads as.
+  static const uint8_t* zero_page();
   /// Whether one more page may be backed: below sim.host_memory_bytes when it is set, else while
   /// the host keeps a sixteenth of its memory, at least 256 MiB, available (/proc/meminfo, read
   /// once per kLookPages pages).
