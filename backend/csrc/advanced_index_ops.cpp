@@ -11,7 +11,9 @@
 #include <c10/util/strides.h>
 #include <torch/library.h>
 
+#include <algorithm>
 #include <stdexcept>
+#include <utility>
 
 #include "boxed.h"
 #include "compute.h"
@@ -112,6 +114,28 @@ std::optional<LinearIndex> linear_index(const at::Tensor& self, const c10::IValu
   return r;
 }
 
+// Integer indices split by a slice (x[:, i, :, j]) index as torch indexes them: over self with the
+// indexed dims moved to its front, in order, where they are adjacent (the result's index dims come
+// first). Anything else (adjacent indices, a mask, more indices than dims) is returned as it is.
+std::pair<at::Tensor, c10::IValue> indexed_dims_to_front(const at::Tensor& self, const c10::IValue& list) {
+  const c10::List<std::optional<at::Tensor>> indices = list.toOptionalTensorList();
+  std::vector<int64_t> front;
+  c10::List<std::optional<at::Tensor>> kept;
+  for (size_t k = 0; k < indices.size(); ++k) {
+    const std::optional<at::Tensor> t = indices.get(k);
+    if (!t || !t->defined()) continue;
+    if (t->scalar_type() == at::kBool || static_cast<int64_t>(indices.size()) > self.dim()) return {self, list};
+    front.push_back(static_cast<int64_t>(k));
+    kept.push_back(t);
+  }
+  if (front.empty() || front.back() - front.front() + 1 == static_cast<int64_t>(front.size())) return {self, list};
+  std::vector<int64_t> order = front;
+  for (int64_t d = 0; d < self.dim(); ++d) {
+    if (std::find(front.begin(), front.end(), d) == front.end()) order.push_back(d);
+  }
+  return {self.permute(order), c10::IValue(kept)};
+}
+
 // self with dims [dim, dim + span) merged into one, as a view (nullopt when they do not merge; a
 // tensor with no elements always merges). Dims of size 1 take no part: their strides are arbitrary.
 std::optional<at::Tensor> merged(const at::Tensor& self, int64_t dim, int64_t span) {
@@ -175,9 +199,11 @@ std::vector<int64_t> index_result_strides(const at::Tensor& self, const LinearIn
 // index.Tensor(self, indices): index_select of the linear index along the merged indexed dims.
 void index_kernel(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
   BoxedCall c(op, stack);
-  const at::Tensor self = c.at(0).toTensor();
-  if (self.dim() == 0 || c.out() || !device_dtype(self.scalar_type())) return c.fall_back();
-  const std::optional<LinearIndex> ix = linear_index(self, c.at(1));
+  if (c.at(0).toTensor().dim() == 0 || c.out() || !device_dtype(c.at(0).toTensor().scalar_type())) {
+    return c.fall_back();
+  }
+  const auto [self, list] = indexed_dims_to_front(c.at(0).toTensor(), c.at(1));
+  const std::optional<LinearIndex> ix = linear_index(self, list);
   if (!ix) return c.fall_back();
   std::optional<at::Tensor> table = merged(self, ix->dim, ix->span);
   if (!table) table = merged(self.contiguous(), ix->dim, ix->span);

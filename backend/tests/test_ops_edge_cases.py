@@ -94,6 +94,15 @@ def test_indexing_edge_cases_match_cpu():
     neg = torch.tensor([[-1, 0], [2, -5]])
     _compare(d[neg.to("spyre")], x[neg], None)
     _compare(d[:, torch.tensor([-1, -4], device="spyre")], x[:, [-1, -4]], None)
+    # Indices split by a slice put their dims first, as on CPU (OpInfo's __getitem__ sample 15),
+    # with CPU's strides, also over a transposed tensor.
+    y = torch.randn(5, 6, 7, 8, generator=torch.Generator().manual_seed(0))
+    i, j = torch.tensor([[0], [-2]]), torch.tensor([1, 5, 3])
+    for base in (y, y.transpose(1, 3)):
+        want = base[:, i, :, j]
+        got = base.to("spyre")[:, i.to("spyre"), :, j.to("spyre")]
+        _compare(got, want, None)
+        assert got.stride() == want.stride()
     for accumulate in (False, True):
         want, got = x.clone(), d.clone()
         values = torch.tensor([[10.0], [20.0]])  # broadcasts against x[neg]'s shape [2, 2, 4]
