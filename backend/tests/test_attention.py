@@ -3,10 +3,13 @@ CPU torch, forward and backward, and the cases it leaves to torch's math path.""
 
 from __future__ import annotations
 
+import json
+
 import pytest
 import torch
 import torch.nn.functional as F
 import torch_spyre
+from conftest import run_python
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
 OVERRIDEABLE = int(SDPBackend.OVERRIDEABLE)
@@ -83,6 +86,68 @@ def test_grouped_query_attention_runs_on_the_kernel(B, H, Hkv, L, S, E, causal, 
     got.backward(grad.to("spyre"))
     for d, c in ((dq, q), (dk, k), (dv, v)):
         torch.testing.assert_close(d.grad.cpu(), c.grad, rtol=1e-4, atol=1e-4)
+
+
+# The fused kernel's tiling: keys in blocks of up to 128 (several blocks, a short last one), rows
+# in blocks (a short last one), grouped query heads packed per key head, causal blocks skipped.
+FUSED = [  # B, H, Hkv, L, S, E, Ev, mask, dtype
+    (1, 4, 1, 300, 300, 32, 32, "causal", torch.float32),  # four row blocks of 75: skips and a partial block
+    (2, 8, 2, 130, 300, 64, 64, "bool", torch.float32),  # a fully masked row below
+    (1, 6, 3, 33, 257, 40, 24, "float", torch.float32),  # bias per head, head dims 40 and 24
+    (2, 4, 4, 1, 700, 16, 16, None, torch.float32),  # decode: one query row, six key blocks
+    (1, 32, 8, 64, 520, 128, 128, "bool", torch.bfloat16),  # Llama-3's heads
+    (1, 4, 2, 100, 260, 64, 64, "causal", torch.float16),
+]
+
+
+@pytest.mark.parametrize("B,H,Hkv,L,S,E,Ev,mask,dtype", FUSED)
+def test_the_fused_kernel_matches_cpu_over_many_key_blocks(B, H, Hkv, L, S, E, Ev, mask, dtype, cpu_gen):
+    q = torch.randn(B, H, L, E, generator=cpu_gen).to(dtype)
+    k = torch.randn(B, Hkv, S, E, generator=cpu_gen).to(dtype)
+    v = torch.randn(B, Hkv, S, Ev, generator=cpu_gen).to(dtype)
+    bias = None
+    if mask == "bool":
+        bias = torch.rand(B, 1, L, S, generator=cpu_gen) > 0.2
+        bias[:, :, L // 2] = False  # a row that sees no key: zeros, as torch's math path gives
+    elif mask == "float":
+        bias = torch.randn(1, H, L, S, generator=cpu_gen).to(dtype)
+    causal = mask == "causal"
+    ref_bias = bias if bias is None or bias.dtype == torch.bool else bias.float()
+    want = F.scaled_dot_product_attention(
+        q.float(), k.float(), v.float(), attn_mask=ref_bias, is_causal=causal, enable_gqa=True
+    )
+    torch_spyre.set_cpu_fallback("error")
+    with sdpa_kernel([SDPBackend.OVERRIDEABLE]):
+        got = F.scaled_dot_product_attention(
+            q.to("spyre"),
+            k.to("spyre"),
+            v.to("spyre"),
+            attn_mask=None if bias is None else bias.to("spyre"),
+            is_causal=causal,
+            enable_gqa=True,
+        )
+    tol = 1e-4 if dtype == torch.float32 else (2e-3 if dtype == torch.float16 else 2e-2)
+    torch.testing.assert_close(got.float().cpu(), want, rtol=tol, atol=tol)
+    if mask == "bool":
+        assert got[:, :, L // 2].abs().sum().item() == 0
+
+
+def test_attention_runs_as_one_launch_that_keeps_its_scores_on_chip(tmp_path):
+    # The stats name each launch's program: one "attention" launch, no score matrix in memory
+    # (it would be 64 x 1000 x 1000 fp32 = 256 MB of stores; the output is 64 x 1000 x 64 and the
+    # logsumexp that torch's kernel returns 64 x 1000, both fp32).
+    stats = tmp_path / "stats.json"
+    code = (
+        "import torch, torch_spyre, torch.nn.functional as F\n"
+        "q = torch.randn(1, 64, 1000, 64).to('spyre'); k = torch.randn(1, 8, 1000, 64).to('spyre')\n"
+        "o = F.scaled_dot_product_attention(q, k, k, is_causal=True, enable_gqa=True); torch.spyre.synchronize()\n"
+    )
+    proc = run_python(code, env={"SPYRE_STATS": str(stats)})
+    assert proc.returncode == 0, proc.stderr
+    launches = json.loads(stats.read_text())["cards"][0]["launches"]
+    attention = [x for x in launches if x["name"].startswith("attention")]
+    assert len(attention) == 1 and attention[0]["name"] == "attention f32 [1,64,1000,64] x 1000 keys causal"
+    assert attention[0]["bytes_stored"] == 64 * 1000 * 64 * 4 + 64 * 1000 * 4
 
 
 def test_a_row_with_every_key_masked_gives_zeros_like_torch(cpu_gen):

@@ -77,17 +77,6 @@ void add_reduce(ir::Graph& g, hw::ReduceFn fn, uint32_t in, uint32_t out, int64_
   g.ops.push_back(std::move(op));
 }
 
-void add_matmul(ir::Graph& g, uint32_t a, uint32_t b, uint32_t out, double alpha, DType compute) {
-  ir::Op op;
-  op.family = ir::Op::Family::kMatmul;
-  op.matmul.a = a;
-  op.matmul.b = b;
-  op.matmul.out = out;
-  op.matmul.alpha = alpha;
-  op.matmul.compute = compute;
-  g.ops.push_back(std::move(op));
-}
-
 // One row per elementwise function: its SFP function, its cost class, and the input range that
 // keeps it defined and well conditioned (the second input of a binary function has its own).
 struct ElementwiseRow {
@@ -282,37 +271,27 @@ Kernel make_attention(const BuildEnv& env, uint32_t batch, uint32_t heads, uint3
   const uint32_t v = add_buffer(kern, "V", dtype, numel, Role::kInput);
   const uint32_t o = add_buffer(kern, "O", dtype, numel, Role::kOutput);
   for (uint32_t in : {q, k, v}) kern.buffers[in].values = random_values(rng, numel, -1, 1, dtype, env);
-  const uint32_t s = add_buffer(kern, "scores", DType::kF32, scores, Role::kScratch);
-  const uint32_t mx = add_buffer(kern, "row max", DType::kF32, bh * seq, Role::kScratch);
-  const uint32_t sum = add_buffer(kern, "row sum", DType::kF32, bh * seq, Role::kScratch);
-  // The second product takes the weights in the operands' type: fp32 ones stay in the scores.
-  const uint32_t p = dtype == DType::kF32 ? s : add_buffer(kern, "weights", dtype, scores, Role::kScratch);
-
-  // S = Q K^T / sqrt(D) (fp32);  S = exp(S - rowmax(S));  P = S / rowsum(S);  O = P V.
+  // One ir::Attention op: the device's SDPA kernel (compiler/src/lower/attention.cpp), whose scores
+  // stay in the scratchpad: S = Q K^T / sqrt(D) and its online row softmax in fp32, O = P V.
   ir::Graph g;
   const double scale = 1.0 / std::sqrt(static_cast<double>(dim));
-  const uint32_t qv = g.add_view(contiguous(q, {B, H, S, D}, dtype));
-  const uint32_t kt = g.add_view(ir::View{k, 0, {B, H, D, S}, {H * S * D, S * D, 1, D}, dtype});  // K^T
-  const uint32_t vv = g.add_view(contiguous(v, {B, H, S, D}, dtype));
-  const uint32_t ov = g.add_view(contiguous(o, {B, H, S, D}, dtype));
-  const uint32_t sv = g.add_view(contiguous(s, {B, H, S, S}, DType::kF32));
-  const uint32_t mv = g.add_view(contiguous(mx, {B, H, S, 1}, DType::kF32));
-  const uint32_t uv = g.add_view(contiguous(sum, {B, H, S, 1}, DType::kF32));
-  const uint32_t pv = p == s ? sv : g.add_view(contiguous(p, {B, H, S, S}, dtype));
-  add_matmul(g, qv, kt, sv, scale, dtype);
-  add_reduce(g, hw::ReduceFn::kMax, sv, mv, 3);
-  add_expr(g, {sv, mv}, sv,
-           [](ir::Expr& e, auto in) { e.unary(UnaryFn::kExp, e.binary(BinaryFn::kSub, in[0], in[1])); });
-  add_reduce(g, hw::ReduceFn::kSum, sv, uv, 3);
-  add_expr(g, {sv, uv}, pv, [](ir::Expr& e, auto in) { e.binary(BinaryFn::kDiv, in[0], in[1]); });
-  add_matmul(g, pv, vv, ov, 1.0, dtype);
+  ir::Op op;
+  op.family = ir::Op::Family::kAttention;
+  op.attention.q = g.add_view(contiguous(q, {B, H, S, D}, dtype));
+  op.attention.k = g.add_view(contiguous(k, {B, H, S, D}, dtype));
+  op.attention.v = g.add_view(contiguous(v, {B, H, S, D}, dtype));
+  op.attention.out = g.add_view(contiguous(o, {B, H, S, D}, dtype));
+  op.attention.scale = scale;
+  g.ops.push_back(op);
   g.num_args = static_cast<uint32_t>(kern.args.size());
   kern.program = compiler::compile(g, env.target);
 
   const auto n = static_cast<double>(scores);
   kern.work.matmul_flops = 4.0 * static_cast<double>(scores) * dim;
   kern.work.matmul_dtype = dtype;
-  kern.work.vector = {{3 * n, DType::kF32, false}, {2 * n, DType::kF32, true}};
+  // The softmax's least SFP work: row max, subtract and row sum (simple) and exp (transcendental)
+  // per score, and one divide per output element (the normalization).
+  kern.work.vector = {{3 * n, DType::kF32, false}, {n + static_cast<double>(numel), DType::kF32, true}};
   kern.work.min_bytes = 4 * kern.buffers[q].bytes();
   kern.work.min_store_bytes = kern.buffers[q].bytes();
   kern.check_size = 2.0 * static_cast<double>(scores) * dim;

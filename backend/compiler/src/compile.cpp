@@ -41,6 +41,9 @@ Program compile(const ir::Graph& g, const Target& t) {
       case ir::Op::Family::kSort:
         k = lower::lower_sort(g, op.sort, t);
         break;
+      case ir::Op::Family::kAttention:
+        k = lower::lower_attention(g, op.attention, t);
+        break;
     }
     if (k) kernels.push_back(std::move(*k));
   }

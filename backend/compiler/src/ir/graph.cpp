@@ -10,6 +10,11 @@ namespace spyre::compiler::ir {
 namespace {
 
 std::string describe(const Op& op) {
+  if (op.family == Op::Family::kAttention) {
+    const Attention& a = op.attention;
+    return fmt::format("attn{}/{},{},{}>{}/{}/{}/{}", a.causal ? "c" : "", a.q, a.k, a.v, a.out, a.lse, a.bias,
+                       a.scale);
+  }
   if (op.family == Op::Family::kSort) {
     return fmt::format("sort{}/{}>{},{}", op.sort.descending ? "d" : "a", op.sort.in, op.sort.values, op.sort.indices);
   }
@@ -91,6 +96,15 @@ std::string Graph::name() const {
     return fmt::format("{}mm {} {}{}x{}x{}{}", batch > 1 ? "b" : "", hw::dtype_name(op.matmul.compute),
                        batch > 1 ? fmt::format("{}x", batch) : "", o[o.size() - 2], a.back(), o.back(),
                        op.matmul.bias >= 0 ? " +bias" : "");
+  }
+  if (op.family == Op::Family::kAttention) {
+    const std::vector<int64_t>& q = views.at(op.attention.q).sizes;
+    const std::vector<int64_t>& k = views.at(op.attention.k).sizes;
+    return fmt::format("attention {} [{}] x {} keys{}", hw::dtype_name(views.at(op.attention.q).dtype),
+                       fmt::join(q, ","), k.size() == 4 ? k[2] : 0,
+                       op.attention.causal      ? " causal"
+                       : op.attention.bias >= 0 ? " +mask"
+                                                : "");
   }
   if (op.family == Op::Family::kSort) {
     const View& v = views.at(op.sort.values);

@@ -224,8 +224,23 @@ Graph graph_from_json(std::string_view text) {
       const json& d = field(x, "descending", wx);
       if (!d.is_boolean()) bad(wx + ".descending", "expected a bool");
       op.sort.descending = d.get<bool>();
+    } else if (o.contains("attention")) {
+      const json& x = o.at("attention");
+      const std::string wx = w + ".attention";
+      op.family = Op::Family::kAttention;
+      op.attention.q = index(field(x, "q", wx), nv, wx + ".q");
+      op.attention.k = index(field(x, "k", wx), nv, wx + ".k");
+      op.attention.v = index(field(x, "v", wx), nv, wx + ".v");
+      op.attention.out = index(field(x, "out", wx), nv, wx + ".out");
+      if (x.contains("lse")) op.attention.lse = index(x.at("lse"), nv, wx + ".lse");
+      if (x.contains("bias")) op.attention.bias = index(x.at("bias"), nv, wx + ".bias");
+      if (x.contains("causal")) {
+        if (!x.at("causal").is_boolean()) bad(wx + ".causal", "expected a bool");
+        op.attention.causal = x.at("causal").get<bool>();
+      }
+      op.attention.scale = number(field(x, "scale", wx), wx + ".scale");
     } else {
-      bad(w, "expected one of 'pointwise', 'reduce', 'matmul', 'index', 'scan', 'sort'");
+      bad(w, "expected one of 'pointwise', 'reduce', 'matmul', 'index', 'scan', 'sort', 'attention'");
     }
     g.ops.push_back(std::move(op));
   }
@@ -351,6 +366,14 @@ std::string graph_to_json(const Graph& g) {
                      {"indices", op.sort.indices},
                      {"descending", op.sort.descending}};
         break;
+      case Op::Family::kAttention: {
+        const Attention& a = op.attention;
+        o["attention"] = {{"q", a.q},     {"k", a.k},           {"v", a.v},
+                          {"out", a.out}, {"causal", a.causal}, {"scale", num(a.scale)}};
+        if (a.lse >= 0) o["attention"]["lse"] = a.lse;
+        if (a.bias >= 0) o["attention"]["bias"] = a.bias;
+        break;
+      }
     }
     doc["ops"].push_back(std::move(o));
   }

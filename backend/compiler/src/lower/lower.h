@@ -26,6 +26,7 @@ std::optional<Kernel> lower_matmul(const ir::Graph& g, const ir::Matmul& m, cons
 std::optional<Kernel> lower_index(const ir::Graph& g, const ir::Index& x, const Target& t);
 std::optional<Kernel> lower_scan(const ir::Graph& g, const ir::Scan& s, const Target& t);
 std::optional<Kernel> lower_sort(const ir::Graph& g, const ir::Sort& s, const Target& t);
+std::optional<Kernel> lower_attention(const ir::Graph& g, const ir::Attention& a, const Target& t);
 
 /// True when lower_reduce takes `in` reduced over `dims` into `out` as laid out: the reduced dims
 /// merge into one run of the input (the op library copies the input first when they do not).

@@ -123,6 +123,38 @@ void check(const Call& c) {
   if (c.flag("is_causal", false) && c.get("attn_bias")) reject(c, "a bias and causal masking together");
 }
 
+// The forward as one ir::Attention op (the fused kernel of lower/attention.cpp: no temporaries, the
+// scores stay on chip) when its layout allows: every tensor's last dim contiguous, and a bias that
+// is bool or float with its keys contiguous. False when the decomposition below must run instead.
+bool fused(Builder& b, const Call& c, uint32_t q, uint32_t k, uint32_t v, const Shape& sh) {
+  const uint32_t out = c.out(0);
+  for (const uint32_t x : {q, k, v, out}) {
+    if (b.view(x).strides[3] != 1) return false;
+  }
+  if (sh.length == 0 || b.view(q).sizes[3] == 0) return false;
+  ir::Attention a;
+  a.q = q;
+  a.k = k;
+  a.v = v;
+  a.out = out;
+  a.causal = c.flag("is_causal", false);
+  a.scale = scale_of(c, b.view(q));
+  if (const Arg* bias = c.get("attn_bias")) {
+    if (bias->kind != Arg::Kind::kTensor) return false;
+    const uint32_t bv = expand(b, bias->view, {sh.batch, sh.heads, sh.length, sh.keys});
+    const ir::View& x = b.view(bv);
+    if (x.strides[3] != 1 || !(x.dtype == DType::kBool || hw::dtype_is_float(x.dtype))) return false;
+    a.bias = bv;
+  }
+  if (c.wants(1)) {
+    const ir::View& l = b.view(c.out(1));
+    if (l.sizes.size() != 3 || l.dtype != DType::kF32) return false;
+    a.lse = c.out(1);
+  }
+  b.add(a);
+  return true;
+}
+
 // _scaled_dot_product_fused_attention_overrideable(query, key, value, attn_bias, dropout_p,
 // is_causal, return_debug_mask, scale) -> (output, logsumexp, ...): results 0 and 1 are written.
 void forward(Builder& b, const Call& c) {
@@ -140,6 +172,7 @@ void forward(Builder& b, const Call& c) {
     if (lse) fill(b, c.out(1), -kInf);
     return;
   }
+  if (fused(b, c, q, k, v, sh)) return;
   const DType type = b.view(q).dtype;
   const bool f32 = type == DType::kF32;
   const std::vector<int64_t> full = {sh.batch, sh.heads, sh.length, sh.keys}, row = {sh.batch, sh.heads, sh.length, 1};

@@ -187,6 +187,12 @@ void Builder::add(ir::Sort s) {
   g_.ops.push_back(std::move(op));
 }
 
+void Builder::add(ir::Attention a) {
+  ir::Op op = op_of(ir::Op::Family::kAttention);
+  op.attention = a;
+  g_.ops.push_back(std::move(op));
+}
+
 // ---- shared helpers ------------------------------------------------------------------------------
 
 void reject(const Call& c, const std::string& why) {

@@ -116,6 +116,13 @@ std::vector<uint32_t> views_of(const ir::Op& op) {
       return {op.scan.in, op.scan.out};
     case ir::Op::Family::kSort:
       return {op.sort.in, op.sort.values, op.sort.indices};
+    case ir::Op::Family::kAttention: {
+      const ir::Attention& a = op.attention;
+      std::vector<uint32_t> v = {a.q, a.k, a.v, a.out};
+      if (a.lse >= 0) v.push_back(static_cast<uint32_t>(a.lse));
+      if (a.bias >= 0) v.push_back(static_cast<uint32_t>(a.bias));
+      return v;
+    }
   }
   return {};
 }

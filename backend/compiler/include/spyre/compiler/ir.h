@@ -216,14 +216,39 @@ struct Sort {
   bool descending = false;
 };
 
+/// Scaled dot-product attention as one op (a fused kernel: the scores never leave the scratchpad).
+/// q [B, H, L, D], k [B, Hkv, S, D] and v [B, Hkv, S, Dv] with H a multiple of Hkv (query head h
+/// attends with key head h / (H / Hkv)), out [B, H, L, Dv], all of one float type with a contiguous
+/// last dim.
+///   out = softmax(scale * q k^T + mask) v, rows whose every key is masked giving zeros;
+///   lse [B, H, L] (fp32, optional) = the log of each row's softmax denominator (-inf for those).
+/// The mask is causal (key j masked for query i when j > i) or a bias broadcastable to
+/// [B, H, L, S] with a contiguous last dim: bool (true keeps the key) or float (added), or none.
+/// Scores, the softmax and the output's accumulation are fp32; the probabilities enter the second
+/// product in the operands' type, before their normalization (which divides the output).
+struct Attention {
+  uint32_t q = 0, k = 0, v = 0, out = 0;
+  int64_t lse = -1, bias = -1;  // view indices, or -1 for none
+  bool causal = false;
+  double scale = 1;
+};
 struct Op {
-  enum class Family : uint8_t { kPointwise, kReduce, kMatmul, kIndex, kScan, kSort } family = Family::kPointwise;
+  enum class Family : uint8_t {
+    kPointwise,
+    kReduce,
+    kMatmul,
+    kIndex,
+    kScan,
+    kSort,
+    kAttention
+  } family = Family::kPointwise;
   Pointwise pointwise;
   Reduce reduce;
   Matmul matmul;
   Index index;
   Scan scan;
   Sort sort;
+  Attention attention;
 };
 
 /// Views and the ops that read and write them, in program order. Ops run one after another,

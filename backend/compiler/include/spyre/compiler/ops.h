@@ -95,6 +95,7 @@ class Builder {
   void add(ir::Index x);
   void add(ir::Scan s);
   void add(ir::Sort s);
+  void add(ir::Attention a);
 
  protected:
   uint32_t add_view(ir::View v);
