@@ -370,3 +370,36 @@ def test_a_malformed_graph_is_a_value_error_naming_the_field():
     bad["ops"] = [{"pointwise": {"compute": "f32", "inputs": [], "out": 0, "steps": [{"kind": "frob"}]}}]
     with pytest.raises(ValueError, match=r"ops\[0\]\.pointwise\.steps\[0\]\.kind"):
         _C._compile_graph(0, json.dumps(bad))
+
+
+def test_repeated_key_heads_fold_into_the_attention_and_match_cpu():
+    """HuggingFace's repeat_kv (grouped-query attention with a mask, as its static cache gives)
+    copies each key and value head g times; compiled, the attention reads the unrepeated heads."""
+    import transformers
+
+    cfg = transformers.LlamaConfig(
+        vocab_size=256,
+        hidden_size=128,
+        intermediate_size=256,
+        num_hidden_layers=2,
+        num_attention_heads=8,
+        num_key_value_heads=2,
+        max_position_embeddings=128,
+    )
+    torch.manual_seed(0)
+    model = transformers.LlamaForCausalLM(cfg).eval()
+    ids, step = torch.randint(0, 256, (2, 20)), torch.tensor([[5], [7]])
+    torch_spyre.set_cpu_fallback("error")
+    compile_stats(reset=True)
+    with torch.no_grad():
+        first = model(ids, use_cache=True)
+        want = model(step, past_key_values=first.past_key_values, use_cache=True).logits
+        dev = copy.deepcopy(model).to("spyre")
+        for layer in dev.model.layers:
+            layer.self_attn.forward = torch.compile(layer.self_attn.forward, backend="spyre")
+        cache = transformers.StaticCache(config=cfg, max_cache_len=32)
+        got_first = dev(ids.to("spyre"), cache=cache, use_cache=True).logits
+        got = dev(step.to("spyre"), cache=cache, use_cache=True).logits
+    torch.testing.assert_close(got_first.cpu(), first.logits, rtol=1e-4, atol=1e-4)
+    torch.testing.assert_close(got.cpu(), want, rtol=1e-4, atol=1e-4)
+    assert compile_stats()["kv_repeats_folded"] >= 1

@@ -17,7 +17,7 @@ import torch
 import torch.fx as fx
 
 from .. import _C
-from . import cache, lower
+from . import cache, lower, passes
 
 logger = logging.getLogger("torch_spyre.compile")
 
@@ -34,6 +34,7 @@ _stats = {
     "shape_limit_hits": 0,  # calls past the recompile limit, run op by op
     "programs_not_compiled": 0,  # programs the compiler refused: their ops ran one by one
     "graphs_run_eagerly": 0,  # graphs the planner failed on: run op by op, with a warning
+    "kv_repeats_folded": 0,  # attention ops that read unrepeated key heads (passes.fold_repeated_kv)
 }
 _graph_ids = 0
 
@@ -297,6 +298,7 @@ def _graph_compiler(kind: str):
         global _graph_ids
         _graph_ids += 1
         _stats["graphs"] += 1
+        _stats["kv_repeats_folded"] += passes.fold_repeated_kv(gm)
         cg = CompiledGraph(gm, f"graph{_graph_ids}_{kind}")
 
         def run(args):
