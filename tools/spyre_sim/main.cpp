@@ -7,9 +7,11 @@
 // config, compiler, driver or card failed, 2 when the command line is wrong.
 #include <unistd.h>
 
+#include <cerrno>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <exception>
 #include <fstream>
 #include <map>
@@ -198,6 +200,30 @@ int replay(const Options& o, std::chrono::steady_clock::time_point start) {
   return 0;
 }
 
+// `spyre-sim model`: the model, its HuggingFace config and its compile need Python, so this
+// replaces the process with spyre_arch.model_cli on the Python the backend was built with
+// ($SPYRE_PYTHON overrides it), passing the common options this command line already took.
+[[noreturn]] int run_model(const Options& o, const std::vector<std::string>& rest) {
+  const char* chosen = std::getenv("SPYRE_PYTHON");
+  const std::string python = chosen != nullptr && *chosen != '\0' ? chosen : SPYRE_PYTHON_EXECUTABLE;
+  std::vector<std::string> args = {python, "-m", "spyre_arch.model_cli"};
+  if (!o.config_file.empty()) args.insert(args.end(), {"--config", o.config_file});
+  for (const std::string& s : o.sets) args.insert(args.end(), {"--set", s});
+  if (!o.stats_path.empty()) args.insert(args.end(), {"--stats", o.stats_path});
+  if (!o.trace_path.empty()) args.insert(args.end(), {"--trace", o.trace_path});
+  if (o.json) args.emplace_back("--json");
+  args.insert(args.end(), rest.begin(), rest.end());
+  std::vector<char*> argv;
+  argv.reserve(args.size() + 1);
+  for (std::string& a : args) argv.push_back(a.data());
+  argv.push_back(nullptr);
+  std::fflush(stdout);
+  ::execv(python.c_str(), argv.data());
+  fmt::print(stderr, "spyre-sim: model runs Python ({}), which cannot start: {} (set $SPYRE_PYTHON)\n", python,
+             std::strerror(errno));
+  std::exit(1);
+}
+
 int run(const CLI::App& app, const Options& o, const CLI::Option& check_flag,
         std::chrono::steady_clock::time_point start) {
   if (app.got_subcommand("replay")) return replay(o, start);
@@ -344,12 +370,22 @@ int run(int argc, char** argv) {
       "replay", "plays a capture ($SPYRE_CAPTURE of any run) on its config or, with --config/--set, another");
   rp->add_option("file", o.capture, "the capture file")->required()->check(CLI::ExistingFile);
 
+  CLI::App* md = app.add_subcommand("model",
+                                    "a HuggingFace LLM's prefill and decode on the card without its weights "
+                                    "(spyre-sim model --help; runs Python: spyre_arch.model_cli)");
+  md->prefix_command();  // everything after it is the Python command's, --help included
+  md->set_help_flag();
+  md->allow_extras();
+  md->fallthrough(false);
+
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
     const int rc = app.exit(e);
     return rc == 0 ? 0 : 2;
   }
+  if (app.got_subcommand(md)) return spyre::simtool::run_model(o, md->remaining());
+
   try {
     return spyre::simtool::run(app, o, *check_flag, start);
   } catch (const std::exception& e) {
