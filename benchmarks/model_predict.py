@@ -15,40 +15,9 @@ import argparse
 
 from spyre_arch import model
 from spyre_arch.model_cli import format_result
+from spyre_arch.model_configs import CONFIGS
 
-# The public configs (the numbers that size the models), as their HuggingFace config.json has them.
-LLAMA3_8B = {
-    "model_type": "llama",
-    "vocab_size": 128256,
-    "hidden_size": 4096,
-    "intermediate_size": 14336,
-    "num_hidden_layers": 32,
-    "num_attention_heads": 32,
-    "num_key_value_heads": 8,
-    "max_position_embeddings": 8192,
-    "rope_theta": 500000.0,
-    "rms_norm_eps": 1e-05,
-    "hidden_act": "silu",
-    "tie_word_embeddings": False,
-}
-MIXTRAL_8X7B = {
-    "model_type": "mixtral",
-    "vocab_size": 32000,
-    "hidden_size": 4096,
-    "intermediate_size": 14336,
-    "num_hidden_layers": 32,
-    "num_attention_heads": 32,
-    "num_key_value_heads": 8,
-    "num_local_experts": 8,
-    "num_experts_per_tok": 2,
-    "max_position_embeddings": 32768,
-    "rope_theta": 1000000.0,
-    "rms_norm_eps": 1e-05,
-    "hidden_act": "silu",
-    "sliding_window": None,
-    "tie_word_embeddings": False,
-}
-MODELS = {"llama3-8b": LLAMA3_8B, "mixtral-8x7b": MIXTRAL_8X7B}
+MODELS = {name: CONFIGS[name] for name in ("llama3-8b", "mixtral-8x7b")}
 
 
 def main() -> None:

@@ -15,6 +15,7 @@ import subprocess
 import pytest
 from conftest import ROOT
 from spyre_arch import model, model_roofline
+from spyre_arch.model_configs import LLAMA3_8B, LLAMA3_70B
 from spyre_arch.stats import load_json
 
 SPYRE_SIM = ROOT / "build" / "tools" / "spyre_sim" / "spyre-sim"
@@ -32,27 +33,6 @@ SMALL_LLAMA = {
     "tie_word_embeddings": False,
 }
 SMALL_MIXTRAL = {**SMALL_LLAMA, "model_type": "mixtral", "num_local_experts": 4, "num_experts_per_tok": 2}
-
-# The public configs of Llama-3-8B and Llama-3-70B (the numbers that size them).
-LLAMA3_8B = {
-    "model_type": "llama",
-    "vocab_size": 128256,
-    "hidden_size": 4096,
-    "intermediate_size": 14336,
-    "num_hidden_layers": 32,
-    "num_attention_heads": 32,
-    "num_key_value_heads": 8,
-    "max_position_embeddings": 8192,
-    "rope_theta": 500000.0,
-    "tie_word_embeddings": False,
-}
-LLAMA3_70B = {
-    **LLAMA3_8B,
-    "hidden_size": 8192,
-    "intermediate_size": 28672,
-    "num_hidden_layers": 80,
-    "num_attention_heads": 64,
-}
 
 
 @pytest.mark.parametrize("config", [SMALL_LLAMA, SMALL_MIXTRAL], ids=["llama", "mixtral"])
@@ -107,9 +87,14 @@ def test_a_model_too_large_for_the_card_is_refused_with_both_sizes():
     message = str(refusal.value)
     assert "141.1" in message  # GB of weights (70.6 B parameters in bf16)
     assert "120.26 GB" in message and "memory.usable_bytes" in message
-    # A bigger card takes it (nothing is allocated before the check, so the refusal is cheap).
-    sizes = model_roofline.Shape.from_config(LLAMA3_70B)
-    assert sizes.layers == 80
+    # By its built-in name, from the command line: exit status 1 and the same message.
+    cli = subprocess.run(
+        [str(SPYRE_SIM), "model", "llama3-70b", "--prefill", "16", "--decode", "1"],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert cli.returncode == 1 and "141.1" in cli.stderr and "120.26 GB" in cli.stderr
 
 
 def test_memory_bandwidth_moves_decode_and_not_a_compute_bound_prefill(tmp_path):

@@ -23,6 +23,7 @@ from typing import Any
 
 from spyre_arch import model_roofline as roofline
 from spyre_arch.grid import set_dotted
+from spyre_arch.model_configs import CONFIGS
 from spyre_arch.stats import load_json, memory_roof, peak_flops
 
 REFUSED = 3  # model_run's exit status for a job it refused (kept in step with model_run.REFUSED)
@@ -51,7 +52,8 @@ def predict(
 
     Args:
         source: the model's HuggingFace config: a dict with "model_type", a config.json, a model
-            folder, or a model id whose config is in the local HuggingFace cache.
+            folder, a model id whose config is in the local HuggingFace cache, or a name of
+            `model_configs.CONFIGS` ("llama3-8b", "llama3-70b", "mixtral-8x7b").
         prefill: prompt tokens per sequence; decode: decode steps after it; batch: sequences.
         card: simulator config overrides (as in $SPYRE_CONFIG); `sim.mode` is set to `mode`.
         dtype: the weights' and activations' torch dtype name.
@@ -69,6 +71,8 @@ def predict(
     for name, value, least in (("prefill", prefill, 1), ("decode", decode, 0), ("batch", batch, 1)):
         if not isinstance(value, int) or value < least:
             raise ModelError(f"{name} must be an integer of at least {least} (got {value!r})")
+    if isinstance(source, str) and source in CONFIGS:
+        source = CONFIGS[source]
     config = copy.deepcopy(dict(card or {}))
     set_dotted(config, "sim.mode", mode)
     job = {"source": source, "prefill": prefill, "decode": decode, "batch": batch, "dtype": dtype, "weights": weights}

@@ -17,13 +17,14 @@ from spyre_arch.grid import GridError, parse_value, set_dotted
 from spyre_arch.stats import load_json
 
 _EPILOG = """\
-MODEL is a config.json, a model folder, or a model id whose config is in the local HuggingFace
-cache (nothing is downloaded). The card runs in timing mode: every instruction and transfer is
+MODEL is a config.json, a model folder, a model id whose config is in the local HuggingFace cache
+(nothing is downloaded), or one of the public configs built in: llama3-8b, llama3-70b,
+mixtral-8x7b. The card runs in timing mode: every instruction and transfer is
 timed, no floating-point value is computed, and no weight exists (docs/architect-guide.md,
 "Full-size models without weights").
 
 example:
-  spyre-sim model llama3-8b/config.json --prefill 2048 --decode 128 --batch 1 8
+  spyre-sim model llama3-8b --prefill 2048 --decode 128 --batch 1 8
   spyre-sim model mixtral.json --set memory.bandwidth_gbps=409.6 --json
 """
 
