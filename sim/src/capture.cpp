@@ -62,7 +62,10 @@ CaptureWriter::~CaptureWriter() {
 void CaptureWriter::write(const CaptureEvent& e, const void* bytes) {
   const Record r{static_cast<uint8_t>(e.kind), e.ok, 0, e.card, e.time_ps, e.addr, e.value, e.size, e.hash};
   std::fwrite(&r, sizeof r, 1, f_);
-  if (e.has_bytes()) std::fwrite(bytes, 1, e.size, f_);
+  if (e.has_bytes()) {
+    if (bytes == nullptr) throw std::logic_error("capture: an event with bytes was written without them");
+    std::fwrite(bytes, 1, e.size, f_);
+  }
   if (std::ferror(f_)) throw std::runtime_error(fmt::format("capture: error writing '{}'", path_));
 }
 

@@ -14,6 +14,9 @@ Fabric::Fabric(const Config& c)
       memory_latency_ps_(uint64_t{c.memory.latency_ns} * 1000),
       hop_ps_(static_cast<uint64_t>(std::llround(c.ring.hop_cycles * 1e6 / c.chip.clock_mhz))) {
   while ((1u << channel_bits_) < c.memory.channels) ++channel_bits_;
+  if ((interleave_ & (interleave_ - 1)) == 0) shift_ = __builtin_ctzll(interleave_);
+  fold_halves_ = (1u << channel_bits_) == c.memory.channels && channel_bits_ > 0 &&
+                 (channel_bits_ & (channel_bits_ - 1)) == 0 && channel_bits_ <= 32;
   hw::RingStops ring = hw::ring_stops(c.chip.cores, controllers_);
   stops_ = ring.count;
   core_stops_ = std::move(ring.cores);
@@ -29,12 +32,19 @@ Fabric::Fabric(const Config& c)
 }
 
 uint32_t Fabric::channel_of(uint64_t addr) const {
-  uint64_t g = addr / interleave_;
+  return channel_of_granule(granule(addr));
+}
+
+uint32_t Fabric::channel_of_granule(uint64_t g) const {
   if (!hashed_) return static_cast<uint32_t>(g % channels_.size());
   // XOR-fold every channel_bits_-bit digit of the granule index: rows a power of two apart, which
   // plain interleaving sends to one channel, spread over all; C aligned granules still cover each
   // of the C channels once.
   const uint64_t mask = channels_.size() - 1;
+  if (fold_halves_) {
+    for (uint32_t s = 32; s >= channel_bits_; s >>= 1) g ^= g >> s;
+    return static_cast<uint32_t>(g & mask);
+  }
   uint64_t h = 0;
   for (; g != 0; g >>= channel_bits_) h ^= g & mask;
   return static_cast<uint32_t>(h);
@@ -43,10 +53,8 @@ uint32_t Fabric::channel_of(uint64_t addr) const {
 void Fabric::spread(uint64_t addr, uint64_t n) {
   if (n == 0) return;
   const uint64_t channels = channels_.size();
-  const uint64_t first = addr / interleave_, last = (addr + n - 1) / interleave_;
-  const auto add = [&](uint64_t granule, uint64_t bytes) {
-    bytes_per_channel_[channel_of(granule * interleave_)] += bytes;
-  };
+  const uint64_t first = granule(addr), last = granule(addr + n - 1);
+  const auto add = [&](uint64_t g, uint64_t bytes) { bytes_per_channel_[channel_of_granule(g)] += bytes; };
   if (first == last) {
     add(first, n);
     return;

@@ -52,6 +52,9 @@ class Fabric {
  private:
   /// Adds the bytes of [addr, addr + n) to each channel's count in `bytes_per_channel_`.
   void spread(uint64_t addr, uint64_t n);
+  /// The granule that holds `addr`, and the channel of granule `g` (channel_of's two halves).
+  uint64_t granule(uint64_t addr) const { return shift_ >= 0 ? addr >> shift_ : addr / interleave_; }
+  uint32_t channel_of_granule(uint64_t g) const;
   /// Adds `bytes` to every link from stop `from` to stop `to` by the shorter way; returns the hops.
   uint32_t route(uint32_t from, uint32_t to, uint64_t bytes);
 
@@ -61,6 +64,10 @@ class Fabric {
   uint32_t controllers_;
   bool hashed_;
   uint32_t channel_bits_ = 0;  // log2 of the channel count
+  int32_t shift_ = -1;         // log2 of the interleave when it is a power of two
+  // The XOR of the granule's channel_bits_-bit digits folds in halves (32, 16, ... bits) when the
+  // channels are a power of two whose exponent divides 64: the same channel, in log steps.
+  bool fold_halves_ = false;
   bool functional_;
   uint64_t memory_latency_ps_, hop_ps_;
   std::vector<BandwidthServer> channels_;
