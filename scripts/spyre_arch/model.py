@@ -195,8 +195,10 @@ def summarize(
             "decode_tokens_per_s": batch / per_token,
             "tokens_per_s": batch * decode / (phases["prefill"]["seconds"] + per_token * decode),
         }
+    stalls_kept = bool(stalls) or not run["launch_ranges"]
     return {
         "model": run["model_type"],
+        "stalls_attributed": stalls_kept,
         "parameters": run["parameters"],
         "dtype": run["dtype"],
         "workload": {"prefill": prefill, "decode": decode, "batch": batch},

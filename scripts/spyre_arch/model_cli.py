@@ -145,6 +145,11 @@ def format_result(r: dict[str, Any]) -> str:
             f"{_cell(d.get('utilisation'), '{:.0%}'):>6} | "
             f"{_top_stall(p)}, {_top_stall(d)}"
         )
+    if not r["stalls_attributed"]:
+        lines.append(
+            f"  stalls      not attributed: the stats file lists at most 100,000 launches, this run made "
+            f"{r['launches']:,}"
+        )
     host = r["host"]
     phases = ", ".join(f"{k} {v:.1f} s" for k, v in host["phase_cpu_seconds"].items())
     lines.append(
