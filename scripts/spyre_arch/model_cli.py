@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 from collections.abc import Sequence
 from typing import Any
@@ -52,8 +53,6 @@ def make_parser() -> argparse.ArgumentParser:
 
 def card_config(path: str | None, sets: Sequence[str]) -> dict[str, Any]:
     """The card config: a file (or $SPYRE_CONFIG's) with `--set key=value` on top."""
-    import os
-
     path = path or os.environ.get("SPYRE_CONFIG")
     config = dict(load_json(path)) if path else {}
     for item in sets:

@@ -159,10 +159,6 @@ void matmul(Builder& b, DType t, uint32_t c, uint32_t a, uint32_t bm, int64_t m,
   b.emit(in);
 }
 
-int64_t elem(const ir::View& v, size_t d) {
-  return v.strides[d];
-}
-
 }  // namespace
 
 std::optional<Kernel> lower_attention(const ir::Graph& g, const ir::Attention& a, const Target& t) {
@@ -215,11 +211,11 @@ std::optional<Kernel> lower_attention(const ir::Graph& g, const ir::Attention& a
   };
   int32_t lv_b = -1, lv_kvh = -1, lv_sub = -1, lv_rb = -1;
   const Dim dims[] = {
-      {d.batch, elem(q, 0) * ses, elem(out, 0) * seo, elem(k, 0) * ses, elem(v, 0) * ses, &lv_b},
-      {d.kv_heads, d.group * elem(q, 1) * ses, d.group * elem(out, 1) * seo, elem(k, 1) * ses, elem(v, 1) * ses,
+      {d.batch, q.strides[0] * ses, out.strides[0] * seo, k.strides[0] * ses, v.strides[0] * ses, &lv_b},
+      {d.kv_heads, d.group * q.strides[1] * ses, d.group * out.strides[1] * seo, k.strides[1] * ses, v.strides[1] * ses,
        &lv_kvh},
-      {d.group / tl.gs, tl.gs * elem(q, 1) * ses, tl.gs * elem(out, 1) * seo, 0, 0, &lv_sub},
-      {row_blocks, tl.r * elem(q, 2) * ses, tl.r * elem(out, 2) * seo, 0, 0, &lv_rb},
+      {d.group / tl.gs, tl.gs * q.strides[1] * ses, tl.gs * out.strides[1] * seo, 0, 0, &lv_sub},
+      {row_blocks, tl.r * q.strides[2] * ses, tl.r * out.strides[2] * seo, 0, 0, &lv_rb},
   };
   for (const Dim& x : dims) {
     if (x.count == 1) continue;
@@ -231,8 +227,8 @@ std::optional<Kernel> lower_attention(const ir::Graph& g, const ir::Attention& a
 
   const int64_t blocks = (d.keys + tl.kb - 1) / tl.kb;
   const DType type = q.dtype, out_type = out.dtype;
-  const int64_t s_qh = elem(q, 1) * ses, s_ql = elem(q, 2) * ses, s_oh = elem(out, 1) * seo, s_ol = elem(out, 2) * seo,
-                s_kl = elem(k, 2) * ses, s_vl = elem(v, 2) * ses;
+  const int64_t s_qh = q.strides[1] * ses, s_ql = q.strides[2] * ses, s_oh = out.strides[1] * seo,
+                s_ol = out.strides[2] * seo, s_kl = k.strides[2] * ses, s_vl = v.strides[2] * ses;
   const ir::View bias_view = bias ? *bias : ir::View{};
   const ir::View lse_view = lse ? *lse : ir::View{};
   const int64_t gs = tl.gs, r = tl.r, kb = tl.kb, dim = d.dim, vdim = d.vdim, group = d.group;
