@@ -13,7 +13,8 @@ Printed, never asserted (run it alone on the machine):
               utilisation of each of its linear layers' matmuls (2MNK over the launch's cycles
               times the PT peak; each compiled alone, with its bias and its weight as the layer
               holds it, so that the launch holds nothing else) and of the compiled forward's
-              launch (its FLOPs over its cycles and the peak), with where its core cycles went
+              launch (its FLOPs over its cycles and the peak), with where its core cycles went, and
+              how far its output is from CPU's
 
     .venv/bin/python benchmarks/compile.py
 """
@@ -152,15 +153,17 @@ def runtime_figures(name: str, repeat: int) -> None:
 
 
 LARGE_CHILD = """
-import json, sys
+import copy, json, sys
 import torch, torch_spyre
 import torch.nn as nn
 sys.path.insert(0, sys.argv[-1])
 from test_models import GPTBlock
 width, tokens = int(sys.argv[1]), int(sys.argv[2])
 torch.manual_seed(0)
-block = GPTBlock(width, width // 64).to(torch.bfloat16).to("spyre")
-x = (torch.randn(tokens // 256, 256, width) * 0.5).to(torch.bfloat16).to("spyre")
+cpu_block = GPTBlock(width, width // 64).to(torch.bfloat16)
+block = copy.deepcopy(cpu_block).to("spyre")
+cpu_x = (torch.randn(tokens // 256, 256, width) * 0.5).to(torch.bfloat16)
+x = cpu_x.to("spyre")
 shapes = [(tokens, width, 3 * width), (tokens, width, width), (tokens, width, 4 * width), (tokens, 4 * width, width)]
 linear = torch.compile(nn.functional.linear, backend="spyre", dynamic=False)
 for m, k, n in shapes:  # as the block's layers run them: weight [n, k], a bias
@@ -168,18 +171,20 @@ for m, k, n in shapes:  # as the block's layers run them: weight [n, k], a bias
     linear(torch.randn(m, k, dtype=torch.bfloat16).to("spyre"), w.to("spyre"), b.to("spyre"))
 cb = torch.compile(block, backend="spyre")
 with torch.no_grad():
-    cb(x)
-torch.spyre.synchronize()
+    got = cb(x).cpu().float()
+    want = cpu_block(cpu_x).float()
 torch_spyre.write_reports()
-print(json.dumps(shapes))
+print(json.dumps({"shapes": shapes, "max_abs_diff": (got - want).abs().max().item(),
+                  "max_abs_want": want.abs().max().item()}))
 """
 
 
 def large_figures(width: int, tokens: int) -> None:
     with tempfile.TemporaryDirectory() as tmp:
         stats = os.path.join(tmp, "stats.json")
-        shapes = _child(LARGE_CHILD, [width, tokens], SPYRE_STATS=stats, TORCH_SPYRE_CACHE_DIR=tmp)
+        result = _child(LARGE_CHILD, [width, tokens], SPYRE_STATS=stats, TORCH_SPYRE_CACHE_DIR=tmp)
         doc = json.loads(Path(stats).read_text())
+    shapes = result["shapes"]
     cfg = doc["config"]["chip"]
     peak = cfg["cores"] * cfg["corelets_per_core"] * cfg["pt_rows"] * cfg["pt_cols"] * cfg["pt_simd"] * 2
     launches = doc["cards"][0]["launches"]
@@ -199,6 +204,10 @@ def large_figures(width: int, tokens: int) -> None:
             f"  block launch '{launch['op']}': {cycles} cycles, {launch['flops'] / 1e9:.2f} GFLOP, "
             f"PT utilisation {launch['flops'] / cycles / peak:.1%}; core cycles: {where}"
         )
+    print(
+        f"  the block's output against CPU's (bf16): largest difference {result['max_abs_diff']:.4g} "
+        f"where the largest value is {result['max_abs_want']:.4g}"
+    )
 
 
 def main() -> None:

@@ -403,3 +403,201 @@ def test_repeated_key_heads_fold_into_the_attention_and_match_cpu():
     torch.testing.assert_close(got_first.cpu(), first.logits, rtol=1e-4, atol=1e-4)
     torch.testing.assert_close(got.cpu(), want, rtol=1e-4, atol=1e-4)
     assert compile_stats()["kv_repeats_folded"] >= 1
+
+
+class _RMSNorm(nn.Module):
+    """As HuggingFace's Llama writes it: in fp32, mean of squares, rsqrt, weight."""
+
+    def __init__(self, d):
+        super().__init__()
+        self.weight = nn.Parameter(torch.randn(d))
+
+    def forward(self, x):
+        h = x.to(torch.float32)
+        h = h * torch.rsqrt(h.pow(2).mean(-1, keepdim=True) + 1e-6)
+        return self.weight * h.to(x.dtype)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_norms_compile_to_one_pass_over_their_rows_and_match_cpu(dtype):
+    """A layer norm and an RMS norm compiled (inference): their means and variances are steps of
+    the normalising expression, nothing of them goes through memory, and the results are CPU's:
+    rows of constants (variance exactly 0), rows far from 0 (the variance's cancellation), a NaN."""
+    torch.manual_seed(0)
+    ln, rms = nn.LayerNorm(96).to(dtype), _RMSNorm(96).to(dtype)
+    with torch.no_grad():
+        ln.weight.normal_()
+        ln.bias.normal_()
+
+    norms = nn.ModuleList([ln, rms])
+
+    def f(m, x):
+        return m[1](m[0](x) + x)
+
+    x = torch.randn(3, 40, 96)
+    x[0, 1] = 2.5  # constant row
+    x[1, 2] = 1e4 + torch.randn(96)  # a large mean
+    x[2, 3, 5] = float("nan")
+    x = x.to(dtype)
+    dev = copy.deepcopy(norms).to("spyre")
+    cf = torch.compile(f, backend="spyre")
+    with torch.no_grad():
+        cf(dev, x.to("spyre"))
+        before = launch_count()
+        got = cf(dev, x.to("spyre"))
+        assert launch_count() - before == 1
+        want = f(norms, x)
+    tol = 1e-4 if dtype == torch.float32 else 2e-2
+    torch.testing.assert_close(got.cpu(), want, rtol=tol, atol=tol, equal_nan=True)
+    assert compile_stats()["row_reductions_fused"] == 3  # the layer norm's mean and variance, the RMS
+
+
+def test_a_softmax_written_out_and_reductions_of_other_dims_match_cpu():
+    """Reductions over the last dim fuse into their consumers; one over another dim, or one whose
+    value is also a result, is computed apart: every result is CPU's."""
+
+    def f(x, w):
+        e = torch.exp(x - x.amax(-1, keepdim=True))
+        p = e / e.sum(-1, keepdim=True)
+        m = x.mean(-1)  # a result itself: not fused
+        c = x - x.mean(0, keepdim=True)  # over the first dim
+        return p * w, m, c * x.var(-1, keepdim=True, correction=0)
+
+    torch.manual_seed(1)
+    x, w = torch.randn(64, 300) * 4, torch.randn(300)
+    got = torch.compile(f, backend="spyre")(*_spyre(x, w))
+    for g, r in zip(got, f(x, w), strict=True):
+        torch.testing.assert_close(g.cpu(), r, rtol=1e-4, atol=1e-5)
+    assert compile_stats()["row_reductions_fused"] == 3  # amax, sum and var
+
+
+_PRE = [lambda x: x, lambda x: x * 2 - 1, lambda x: torch.exp(x * 0.1), lambda x: x.abs()]
+_RED = [
+    lambda x: x.sum(-1, keepdim=True),
+    lambda x: x.mean(-1).unsqueeze(-1),
+    lambda x: x.amax(-1, keepdim=True),
+    lambda x: x.amin(-1, keepdim=True),
+    lambda x: x.var(-1, keepdim=True),
+    lambda x: x.var(-1, keepdim=True, correction=0),
+]
+_ROW = [lambda r: r, lambda r: r + 0.5, lambda r: torch.rsqrt(r.abs() + 1), lambda r: r * r]
+_USE = [
+    lambda x, r: x - r,
+    lambda x, r: x * r,
+    lambda x, r: torch.tanh(x + r),
+    lambda x, r: torch.where(x > r, x, r),
+]
+
+
+@pytest.mark.parametrize("seed", range(8))
+def test_random_row_reductions_fused_into_their_consumers_match_cpu(seed):
+    """A small differential fuzzer of the fusion: a random shape (rows of 2 to 700 elements, 1 to 3
+    dims, fp32 or bf16 input), a random elementwise producer, reduction over the last dim, per-row
+    steps and consumer; compiled against CPU."""
+    g = torch.Generator().manual_seed(seed)
+
+    def pick(options):
+        return options[int(torch.randint(len(options), (1,), generator=g))]
+
+    rank = int(torch.randint(1, 4, (1,), generator=g))
+    shape = [int(torch.randint(1, 6, (1,), generator=g)) for _ in range(rank - 1)]
+    shape.append(int(torch.randint(2, 701, (1,), generator=g)))  # a row of one is not reduced at all
+    dtype = pick([torch.float32, torch.bfloat16])
+    pre, red, row, use = pick(_PRE), pick(_RED), pick(_ROW), pick(_USE)
+
+    def f(x):
+        h = pre(x.to(torch.float32))
+        return use(h, row(red(h))).to(x.dtype)
+
+    x = (torch.randn(shape, generator=g) * 3).to(dtype)
+    got = torch.compile(f, backend="spyre")(x.to("spyre"))
+    want = f(x)
+    tol = 1e-4 if dtype == torch.float32 else 2e-2
+    torch.testing.assert_close(got.cpu(), want, rtol=tol, atol=tol, equal_nan=True)
+    assert compile_stats()["row_reductions_fused"] == 1
+
+
+def test_rows_too_long_to_fuse_are_reduced_apart_and_match_cpu(caplog):
+    """A layer norm over rows longer than the scratchpad holds with its steps is planned again with
+    its reductions as passes of their own: nothing runs op by op, and the result is CPU's."""
+    ln = nn.LayerNorm(100_000)
+    x = torch.randn(2, 100_000)
+    with torch.no_grad(), caplog.at_level(logging.INFO, logger="torch_spyre.compile"):
+        got = torch.compile(ln.to("spyre"), backend="spyre")(x.to("spyre"))
+        want = ln.cpu()(x)
+    torch.testing.assert_close(got.cpu(), want, rtol=1e-4, atol=1e-4)
+    assert "does not compile with its row reductions fused" in caplog.text
+    assert compile_stats()["row_reductions_fused"] == 0
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_activations_apply_in_the_matmul_epilogue_and_match_cpu(dtype, tmp_path, monkeypatch):
+    """gelu (both forms), relu, silu, sigmoid and tanh of a linear layer's product are applied
+    before the product is stored (the plan fuses them into the matmul), and give CPU's values: the
+    product is rounded to its type first, as CPU stores it."""
+    monkeypatch.setenv("TORCH_SPYRE_COMPILE_DEBUG", str(tmp_path / "dbg"))
+    torch.manual_seed(0)
+    acts = [F.gelu, lambda h: F.gelu(h, approximate="tanh"), F.relu, F.silu, torch.sigmoid, torch.tanh]
+    x, w, b = torch.randn(4, 24, 64), torch.randn(80, 64) * 0.2, torch.randn(80)
+
+    def f(x, w, b):
+        return [act(F.linear(x, w, b)) for act in acts] + [torch.tanh(x[0] @ w.t())]
+
+    args = [t.to(dtype) for t in (x, w, b)]
+    with torch.no_grad():
+        got = torch.compile(f, backend="spyre")(*_spyre(*args))
+        want = f(*args)
+    tol = 1e-4 if dtype == torch.float32 else 1e-2
+    for g, r in zip(got, want, strict=True):
+        torch.testing.assert_close(g.cpu(), r, rtol=tol, atol=tol)
+    (d,) = list((tmp_path / "dbg").iterdir())
+    plan = (d / "plan.txt").read_text()
+    assert plan.count("fuses gelu") == 2 and "fuses relu" in plan and "fuses silu" in plan
+    assert "fuses sigmoid" in plan and plan.count("fuses tanh") == 2
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_residual_adds_apply_in_the_matmul_epilogue_and_match_cpu(dtype, tmp_path, monkeypatch):
+    """A residual added to a linear layer's product (or to its activation, or to a batched
+    product) is added in the matmul's epilogue; one made after the matmul is added apart. Every
+    result is CPU's: each step rounds to the type as CPU's ops do."""
+    monkeypatch.setenv("TORCH_SPYRE_COMPILE_DEBUG", str(tmp_path / "dbg"))
+    torch.manual_seed(0)
+    x, h, w, b = torch.randn(4, 24, 80), torch.randn(4, 24, 64), torch.randn(80, 64) * 0.2, torch.randn(80)
+    bx, by = torch.randn(4, 24, 64), torch.randn(4, 64, 80) * 0.2
+
+    def f(x, h, w, b, bx, by):
+        late = h @ w.t()
+        return [
+            x + F.linear(h, w, b),
+            F.gelu(F.linear(h, w, b)) + x,
+            torch.bmm(bx, by) + x,
+            late + (x * 2),  # made after the product: not fused
+        ]
+
+    args = [t.to(dtype) for t in (x, h, w, b, bx, by)]
+    with torch.no_grad():
+        got = torch.compile(f, backend="spyre")(*_spyre(*args))
+        want = f(*args)
+    tol = 1e-4 if dtype == torch.float32 else 1e-2
+    for g, r in zip(got, want, strict=True):
+        torch.testing.assert_close(g.cpu(), r, rtol=tol, atol=tol)
+    (d,) = list((tmp_path / "dbg").iterdir())
+    plan = (d / "plan.txt").read_text()
+    assert "-> add in" in plan and "fuses gelu, add_1" in plan and "fuses add_2" in plan
+    assert "add_3 (aten.add.Tensor)" in plan  # the late residual: an op of its own
+
+
+@pytest.mark.parametrize("m,k,n", [(8, 32, 16), (512, 256, 768), (2048, 128, 512), (96, 2048, 96), (2048, 2048, 2048)])
+def test_residual_epilogue_over_the_matmul_plans(m, k, n):
+    """Shapes that take the matmul's different plans (blocks per core, shared panels, a resident
+    B): the residual's block is found where the output's is, in each."""
+    torch.manual_seed(m + n)
+    x, h, w, b = torch.randn(m, n), torch.randn(m, k), torch.randn(n, k) * k**-0.5, torch.randn(n)
+
+    def f(x, h, w, b):
+        return x + F.silu(F.linear(h, w, b))
+
+    with torch.no_grad():
+        got = torch.compile(f, backend="spyre")(*_spyre(x, h, w, b))
+    torch.testing.assert_close(got.cpu(), f(x, h, w, b), rtol=1e-4, atol=1e-4)

@@ -35,6 +35,7 @@ _stats = {
     "programs_not_compiled": 0,  # programs the compiler refused: their ops ran one by one
     "graphs_run_eagerly": 0,  # graphs the planner failed on: run op by op, with a warning
     "kv_repeats_folded": 0,  # attention ops that read unrepeated key heads (passes.fold_repeated_kv)
+    "row_reductions_fused": 0,  # reductions over a row computed inside their consumer's expression
 }
 _graph_ids = 0
 
@@ -124,9 +125,9 @@ class CompiledGraph:
             logger.warning("%s: planning failed; the graph runs op by op", self.name, exc_info=True)
             return lambda args: _eager(gm, args)
 
-    def _plan(self, gm: fx.GraphModule) -> _Runner:
+    def _plan(self, gm: fx.GraphModule, row_fusion: bool = True) -> _Runner:
         t0 = time.perf_counter()
-        planner = lower.Planner(gm, self.name)
+        planner = lower.Planner(gm, self.name, row_fusion)
         plan = planner.plan()
         steps = []
         for kind, s in plan.steps:
@@ -135,6 +136,13 @@ class CompiledGraph:
                 try:
                     s.program = cache.program(s)
                 except _C.Unsupported as e:  # a shape the lowerings do not take: its ops run eagerly
+                    if planner.row_reductions.intersection(planner.segment_nodes(s)):
+                        # Rows too long for the scratchpad with their steps: planned again, the
+                        # reductions apart (each a pass of its own over memory).
+                        logger.info(
+                            "%s: program s%d does not compile with its row reductions fused (%s)", self.name, s.index, e
+                        )
+                        return self._plan(gm, row_fusion=False)
                     _stats["programs_not_compiled"] += 1
                     logger.warning(
                         "%s: program s%d does not compile (%s); its ops run one by one", self.name, s.index, e
@@ -146,6 +154,7 @@ class CompiledGraph:
         segments = [s for kind, s in plan.steps if kind == "segment"]
         dt = time.perf_counter() - t0
         _stats["plans"] += 1
+        _stats["row_reductions_fused"] += len(planner.row_reductions)
         _stats["segments"] += len(segments)
         _stats["eager_steps"] += sum(1 for kind, _ in plan.steps if kind == "eager")
         _stats["compile_seconds"] += dt
@@ -281,7 +290,7 @@ def _dump(name: str, gm: fx.GraphModule, plan: lower.Plan) -> None:
         for n in s.nodes:
             fused = ", ".join(x.name for x in s.fused.get(n, []))
             values = (
-                [n]
+                [x for x in s.fused.get(n, []) if plan.kinds.get(x) == "epilogue"] or [n]
                 if isinstance(n.meta.get("val"), torch.Tensor)
                 else [u for u in n.users if plan.kinds.get(u) == "part"]
             )
@@ -318,6 +327,8 @@ def _decompositions() -> dict:
     table = dict(core_aten_decompositions())
     # The planner lowers embedding's backward to one scatter-add; decomposed, it is an index_put.
     table.pop(torch.ops.aten.embedding_dense_backward.default, None)
+    # silu stays one op (the SFP has it): a matmul's epilogue can apply it (fusion.py).
+    table.pop(torch.ops.aten.silu.default, None)
     # Norms and softmax become reductions and elementwise steps the planner fuses (core ATen
     # decomposes their backwards already); their eager kernels would be one launch each.
     table.update(

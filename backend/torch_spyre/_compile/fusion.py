@@ -32,6 +32,14 @@ from .nodes import (
 )
 
 _NARROW = (torch.float16, torch.bfloat16)
+# Reductions the op library fuses into an expression when they reduce its last dim (ops/pointwise.cpp
+# row_reduction), and the conversions cheap enough to recompute in each expression that reads them.
+_ROW_REDUCTIONS = {"sum", "prims::sum", "mean", "amax", "amin", "prims::var", "var"}
+_CONVERSIONS = {"_to_copy", "prims::convert_element_type"}
+# Matmuls whose epilogue applies an activation (ops/matmul.cpp activation_of), and those activations.
+_EPILOGUE_MATMULS = {"mm", "addmm", "bmm", "baddbmm"}
+_ACTIVATIONS = {"gelu", "relu", "silu", "sigmoid", "tanh"}
+_RESHAPES = (torch.ops.aten.view.default, torch.ops.aten._unsafe_view.default)
 
 
 class Fusion:
@@ -167,7 +175,10 @@ class Fusion:
         return call
 
     def produces(self, n) -> list:
-        """The memory-owning values node n's op writes: n, or the parts of a tuple result."""
+        """The memory-owning values node n's op writes: n (or the activation its epilogue applies),
+        or the parts of a tuple result."""
+        if n in self.epilogue:
+            return [self.epilogue[n][0]]
         if isinstance(_val(n), torch.Tensor):
             return [n]
         return [u for u in n.users if self.kind.get(u) == "part"]
@@ -234,9 +245,151 @@ class Fusion:
             return False
         return _val(n).dtype not in _NARROW
 
+    def _row_nodes(self, n) -> list | None:
+        """For a reduction n over the last dim of its input (shape S, fp32), the nodes that carry its
+        value to pointwise consumers of shape S: at most one view to S's row shape (S with a last
+        dim of 1), then pointwise nodes of that shape, every reader of each on the way one of them
+        or a consumer. None when its value goes anywhere else: then n is not fused."""
+        if self.kind.get(n) != "reduce" or library_name(n.target) not in _ROW_REDUCTIONS:
+            return None
+        x = n.args[0] if n.args else None
+        if not _is_tensor_node(x) or _val(n).dtype != torch.float32:  # the library names no compute type
+            return None
+        shape = tuple(_val(x).shape)
+        dims = _arguments(n).get("dims" if library_name(n.target).startswith("prims::") else "dim")
+        if not shape or not isinstance(dims, (list, tuple)) or len(dims) != 1 or dims[0] % len(shape) != len(shape) - 1:
+            return None
+        row = (*shape[:-1], 1)
+        if tuple(_val(n).shape) not in (row, shape[:-1]):
+            return None
+        nodes, todo = [n], [n]
+        while todo:
+            v = todo.pop()
+            if v in self.outputs or not v.users:
+                return None
+            for u in v.users:
+                if self.kind.get(u) == "view" and v is n and tuple(_val(u).shape) == row:
+                    todo.append(u)  # keepdim's view: not a step
+                    continue
+                if self.kind.get(u) != "pointwise" or _constant_of(u) is not None:
+                    return None
+                if self._compute(u) not in ("f32", "f16", "bf16"):
+                    return None
+                if self.kind.get(v) == "pointwise" and not self._fusable(v, u):
+                    return None
+                if tuple(_val(u).shape) == row:
+                    if u not in nodes:
+                        nodes.append(u)
+                        todo.append(u)
+                elif tuple(_val(u).shape) != shape:
+                    return None
+        return nodes
+
+    def _fuse_row_reductions(self):
+        """Reductions over a row whose value only pointwise nodes of the row's shape use (through
+        per-row steps: a layer norm's mean and variance, an RMS norm's mean square, a softmax's
+        max and sum written out) become steps of those nodes' expressions: the rows stay in the
+        scratchpad, and nothing of the reduction is written to memory. A value read by several
+        consumers is computed in each (in one expression, once: the op library shares a step)."""
+        if not self.row_fusion:
+            return
+        for n in self.nodes:
+            nodes = self._row_nodes(n)
+            if nodes is None:
+                continue
+            self.row_reductions.add(n)
+            for a in nodes:
+                self.kind[a] = "inline"
+                self.inline_into.setdefault(a, next(iter(a.users)))
+                self.row_valued.add(a)
+
+    def _recomputed(self, n) -> bool:
+        """Whether conversion n of a tensor is recomputed in every expression that reads it, rather
+        than written to memory: every reader is a fused reduction or a pointwise node of its shape."""
+        if library_name(n.target) not in _CONVERSIONS or n in self.outputs or len(n.users) < 2:
+            return False
+        if _val(n).dtype in _NARROW or any(self.kind.get(x) == "inline" for x in n.all_input_nodes):
+            return False
+        for u in n.users:
+            if u in self.row_reductions:
+                continue
+            if self.kind.get(u) != "pointwise" or _val(u).shape != _val(n).shape or not self._fusable(n, u):
+                return False
+        return True
+
+    def _only_reader(self, v):
+        """v's only reader, seen through one reshape of v; None when v is read elsewhere too."""
+        if v in self.outputs or len(v.users) != 1:
+            return None
+        (u,) = v.users
+        if self.kind.get(u) == "view":
+            if u.target not in _RESHAPES or u in self.outputs or len(u.users) != 1:
+                return None
+            (u,) = u.users
+        return u
+
+    def _epilogue_of(self, n):
+        """What matmul n's epilogue can apply: (the node whose value it writes, the activation's
+        name or None, the residual node or None, the nodes it computes). An activation is gelu
+        (either form), relu, silu, sigmoid or tanh of the product; a residual is added to the
+        product (or its activation) by `add`. Each is the only reader of what it reads (through a
+        reshape), and every value is contiguous, in the product's type. None when there is none."""
+        if self.kind.get(n) != "matmul" or library_name(n.target) not in _EPILOGUE_MATMULS:
+            return None
+        mv = _val(n)
+
+        def like(v) -> bool:  # the product's layout and type
+            x = _val(v)
+            return x.dtype == mv.dtype and x.numel() == mv.numel() and x.is_contiguous() and not x.storage_offset()
+
+        if not like(n):
+            return None
+        last, name, residual, chain = n, None, None, []
+        u = self._only_reader(n)
+        if u is not None and self.kind.get(u) == "pointwise" and library_name(u.target) in _ACTIVATIONS and like(u):
+            name = library_name(u.target)
+            if name == "gelu" and _arguments(u).get("approximate", "none") == "tanh":
+                name = "gelu_tanh"
+            last = u
+            chain.append(u)
+            u = self._only_reader(u)
+        if u is not None and self.kind.get(u) == "pointwise" and u.target is torch.ops.aten.add.Tensor and like(u):
+            args = _arguments(u)
+            mine = [
+                x for x in (args["self"], args["other"]) if x is last or x.target in _RESHAPES and x.args[0] is last
+            ]
+            others = [x for x in (args["self"], args["other"]) if x not in mine]
+            if args.get("alpha", 1) == 1 and len(mine) == 1 and len(others) == 1:
+                (other,) = others
+                o = _val(other) if _is_tensor_node(other) else None
+                # Made before the matmul (its epilogue reads it), in the product's layout and type.
+                made = self.order.get(self.root.get(other, other), len(self.order)) < self.order[n]
+                if made and o.shape == _val(u).shape and o.dtype == mv.dtype and o.is_contiguous():
+                    last, residual = u, other
+                    chain.append(u)
+        return None if last is n else (last, name, residual, chain)
+
+    def _fuse_epilogues(self):
+        """An activation, a residual add, or both, that only a matmul's product feeds are applied
+        in the matmul's epilogue before its result is stored: the matmul writes the last one's
+        value, and the product never goes to memory."""
+        for n in self.nodes:
+            found = self._epilogue_of(n)
+            if found is None:
+                continue
+            last, _, residual, chain = found
+            self.epilogue[n] = found
+            for u in chain:
+                self.kind[u] = "epilogue"
+            self.root[n] = last  # the product's memory is the last value's
+            if residual is not None:
+                self.reads[n] = [*self.reads.get(n, []), residual]
+
     def _choose_inlining(self):
         """A pointwise node with one user, a pointwise node of its shape that reads it directly,
         becomes part of that user's expression: it is never written to memory."""
+        self._fuse_epilogues()
+        self._fuse_row_reductions()
         for n in self.nodes:
             k = self.kind.get(n)
             if k == "pointwise" and _constant_of(n) is not None:
@@ -252,10 +405,18 @@ class Fusion:
                 if readers_take_it and n not in self.outputs and n.users:
                     self.kind[n] = "inline"
                 continue
+            if k == "pointwise" and self._recomputed(n):
+                self.kind[n] = "inline"
+                self.inline_into[n] = next(iter(n.users))
+                continue
             if k != "pointwise" or n in self.outputs or len(n.users) != 1:
                 continue
             (u,) = n.users
-            if self.kind.get(u) != "pointwise" or _val(u).shape != _val(n).shape or not self._fusable(n, u):
+            # Into a pointwise reader of its shape, or into a fused row reduction (a mean of squares).
+            if u in self.row_reductions:  # which reduces in fp32
+                if self._compute(n) not in ("f32", "f16", "bf16") or _val(n).dtype in _NARROW:
+                    continue
+            elif self.kind.get(u) != "pointwise" or _val(u).shape != _val(n).shape or not self._fusable(n, u):
                 continue
             self.kind[n] = "inline"
             self.inline_into[n] = u
@@ -272,7 +433,7 @@ class Fusion:
                 continue
             while True:
                 own, parts = set(), {}
-                for x in n.all_input_nodes:
+                for x in map(self._fused_through_view, n.all_input_nodes):
                     if x in self.inline_into:
                         parts[x] = leaves[x]
                     elif self.kind.get(x) != "inline":
@@ -281,6 +442,11 @@ class Fusion:
                 if len(total) <= most or not parts:
                     leaves[n] = total
                     break
-                big = max(parts, key=lambda x: len(parts[x]))
+                # Never a step of a fused row reduction's chain: its value is per row.
+                movable = [x for x in parts if x not in self.row_valued]
+                if not movable:
+                    leaves[n] = total
+                    break
+                big = max(movable, key=lambda x: len(parts[x]))
                 del self.inline_into[big]
                 self.kind[big] = "pointwise"

@@ -69,8 +69,9 @@ class Plan:
 class Planner(Fusion, MemoryPlanning):
     """Builds the plan of one graph whose nodes carry concrete fake values (meta["val"])."""
 
-    def __init__(self, gm: fx.GraphModule, name: str):
+    def __init__(self, gm: fx.GraphModule, name: str, row_fusion: bool = True):
         self.gm, self.name = gm, name
+        self.row_fusion = row_fusion  # reductions over a row fused into their consumers (fusion.py)
         self.nodes = list(gm.graph.nodes)
         self.order = {n: i for i, n in enumerate(self.nodes)}
         self.root: dict = {}  # view node -> the node whose memory it views
@@ -80,6 +81,11 @@ class Planner(Fusion, MemoryPlanning):
         # op writes), "unwritten" or "static" (a number)
         self.kind: dict = {}
         self.inline_into: dict = {}  # inlined pointwise node -> its consumer
+        self.row_valued: set = set()  # inlined nodes of a fused row reduction's chain (fusion.py)
+        self.row_reductions: set = set()  # the reductions among them
+        # matmul node -> (the node whose value it writes, activation name, residual node, the
+        # nodes its epilogue computes) (fusion.py _epilogue_of)
+        self.epilogue: dict = {}
         self.outputs = set()
         self.info: dict = {}  # op node -> (temporary bytes, compute dtype name or None), from the library
         self.reads: dict = {}  # op node -> the operand nodes its lowering reads
@@ -134,12 +140,20 @@ class Planner(Fusion, MemoryPlanning):
         """The fx nodes an emitted op reads (through inlined producers)."""
         out = []
         for x in n.all_input_nodes:
+            x = self._fused_through_view(x)
             if self.kind.get(x) == "inline" and (x in self.inline_into or _constant_of(x) is not None):
                 if x in self.inline_into:
                     out.extend(self._leaves(x))
                 continue
             out.append(x)
         return out
+
+    def _fused_through_view(self, x):
+        """x, or the fused reduction x is a view of (its value has no memory: a step of the
+        expression reading x computes it)."""
+        if self.kind.get(x) == "view" and self.kind.get(self.root.get(x)) == "inline":
+            return self.root[x]
+        return x
 
     def _mem(self, x):
         """The node owning the memory x's value lives in."""
@@ -216,6 +230,8 @@ class Planner(Fusion, MemoryPlanning):
         out = set(s.nodes)
         for n in s.nodes:
             out.update(self._inlined(n))
+            if n in self.epilogue:
+                out.update(self.epilogue[n][3])
             out.update(x for x in n.all_input_nodes if self.kind.get(x) == "inline")
         for n in list(out):
             out.update(x for x in n.all_input_nodes if self.kind.get(x) == "inline")
@@ -224,6 +240,7 @@ class Planner(Fusion, MemoryPlanning):
     def _inlined(self, n) -> list:
         out = []
         for x in n.all_input_nodes:
+            x = self._fused_through_view(x)
             if x in self.inline_into:
                 out.append(x)
                 out.extend(self._inlined(x))

@@ -85,11 +85,22 @@ class MemoryPlanning:
             if self.kind[n] == "empty":
                 continue
             node = b.call(n)
+            if n in self.epilogue:
+                _, name, residual, _ = self.epilogue[n]
+                if name is not None:
+                    node["args"]["activation"] = name
+                if residual is not None:  # read as the product's [.., M, N] (both are contiguous)
+                    sizes = list(_val(n).shape)
+                    strides = [int(x) for x in torch.empty(sizes, device="meta").stride()]
+                    node["args"]["residual"] = {"view": b.view(residual, sizes, strides)}
             if (n, "temp") in s.arena:
                 node["temp"] = {"arg": s.arena_slot, "offset": s.arena[(n, "temp")], "bytes": temps[(n, "temp")]}
             nodes.append(node)
         s.spec = json.dumps({"num_args": num_args, "views": b.views, "nodes": nodes}, separators=(",", ":"))
-        s.fused = {n: sorted(self._inlined(n), key=self.order.get) for n in s.nodes}
+        s.fused = {
+            n: sorted(self._inlined(n) + (self.epilogue[n][3] if n in self.epilogue else []), key=self.order.get)
+            for n in s.nodes
+        }
         kinds = {}
         for n in s.nodes:
             kinds[self.kind[n]] = kinds.get(self.kind[n], 0) + 1
@@ -143,12 +154,17 @@ class _Builder:
         root = n if root is None else root
 
         def fused(x):
+            x = self.p._fused_through_view(x)
             if self.p.kind.get(x) == "inline":
                 c = _constant_of(x)
                 if c is not None:
                     return _num(c)
                 if x in self.p.inline_into:
-                    return {"node": self.call(x, root)}
+                    node = self.call(x, root)
+                    if x in self.p.row_reductions:
+                        # What the op library checks: the rows it reduces are the expression's.
+                        node["args"]["input_sizes"] = [int(d) for d in _val(x.args[0]).shape]
+                    return {"node": node}
             return None
 
         return self.p._call(n, library_name(n.target), self.view, fused, self.view, root)

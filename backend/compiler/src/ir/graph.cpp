@@ -28,7 +28,8 @@ std::string describe(const Op& op) {
   }
   if (op.family == Op::Family::kMatmul) {
     const Matmul& m = op.matmul;
-    return fmt::format("mm/{}/{}@{}>{}+{}/{}/{}", hw::dtype_name(m.compute), m.a, m.b, m.out, m.bias, m.alpha, m.beta);
+    return fmt::format("mm/{}/{}@{}>{}+{}/{}/{}/act{}+{}", hw::dtype_name(m.compute), m.a, m.b, m.out, m.bias, m.alpha,
+                       m.beta, static_cast<int>(m.activation), m.residual);
   }
   if (op.family == Op::Family::kReduce) {
     const Reduce& r = op.reduce;
@@ -51,6 +52,7 @@ std::string describe(const Op& op) {
     s += fmt::format(";{}/{}/{}/{}/{}/{}({})", static_cast<int>(st.kind), static_cast<int>(st.unary),
                      static_cast<int>(st.binary), st.start, st.start_int ? fmt::format("i{}", *st.start_int) : "",
                      st.step, fmt::join(st.args, ","));
+    if (st.kind == PointwiseKind::kReduce) s += fmt::format("r{}", static_cast<int>(st.reduce));
   }
   return s;
 }

@@ -141,6 +141,9 @@ Pointwise pointwise(const json& j, uint32_t views, const std::string& where) {
       step.kind = PointwiseKind::kFill;
       step.start = number(field(s, "value", w), w + ".value");
       step.start_int = s.contains("int") ? std::optional(integer(s.at("int"), w + ".int")) : Operand::exact(step.start);
+    } else if (k == "reduce") {
+      step.kind = PointwiseKind::kReduce, arity = 1;
+      step.reduce = enum_value<hw::ReduceFn>(field(s, "fn", w), w + ".fn");
     } else if (k == "iota") {
       step.kind = PointwiseKind::kIota;
       step.start = number(field(s, "start", w), w + ".start");
@@ -198,6 +201,10 @@ Graph graph_from_json(std::string_view text) {
       if (m.contains("alpha")) op.matmul.alpha = number(m.at("alpha"), wm + ".alpha");
       if (m.contains("beta")) op.matmul.beta = number(m.at("beta"), wm + ".beta");
       op.matmul.compute = dtype(field(m, "compute", wm), wm + ".compute");
+      if (m.contains("activation")) {
+        op.matmul.activation = enum_value<hw::UnaryFn>(m.at("activation"), wm + ".activation");
+      }
+      if (m.contains("residual")) op.matmul.residual = index(m.at("residual"), nv, wm + ".residual");
     } else if (o.contains("index")) {
       const json& x = o.at("index");
       const std::string wx = w + ".index";
@@ -291,6 +298,10 @@ json step_json(const Step& st) {
     case PointwiseKind::kRandom:
       j["kind"] = "random";  // not read back: random ops are eager only
       break;
+    case PointwiseKind::kReduce:
+      j["kind"] = "reduce";
+      j["fn"] = static_cast<int>(st.reduce);
+      break;
   }
   if (!st.args.empty()) j["args"] = st.args;
   return j;
@@ -346,6 +357,8 @@ std::string graph_to_json(const Graph& g) {
                        {"beta", num(m.beta)},
                        {"compute", hw::dtype_name(m.compute)}};
         if (m.bias >= 0) o["matmul"]["bias"] = m.bias;
+        if (m.activation != hw::UnaryFn::kCopy) o["matmul"]["activation"] = static_cast<int>(m.activation);
+        if (m.residual >= 0) o["matmul"]["residual"] = m.residual;
         break;
       }
       case Op::Family::kIndex:

@@ -60,8 +60,22 @@ Bcast bias_mode(int64_t s_rows, int64_t s_cols, int64_t rows, int64_t cols) {
 
 }  // namespace
 
+void emit_residual_address(emit::Builder& bld, const MatmulProblem& p, uint32_t reg, uint32_t scratch) {
+  const auto es_o = static_cast<int64_t>(p.es_o);
+  bld.emit(emit::arg(scratch, p.out->arg));
+  bld.emit(emit::muli(scratch, scratch, -1));
+  bld.emit(emit::add(reg, reg, scratch));
+  bld.emit(emit::arg(scratch, p.residual->arg));
+  bld.emit(emit::add(reg, reg, scratch));
+  bld.emit(emit::addi(reg, reg, (p.residual->offset - p.out->offset) * es_o));
+}
+
+uint64_t epilogue_bytes(const MatmulProblem& p, uint64_t m, uint64_t n) {
+  return m * n * (p.es_o + (p.bias ? p.es_bias + 4 : 0) + (p.residual ? 4 : 0));
+}
+
 void emit_matmul_epilogue(emit::Builder& bld, const MatmulProblem& p, const EpilogueLx& lx, uint32_t mt, uint32_t nt,
-                          uint32_t bias_reg, uint64_t bias_offset) {
+                          uint32_t bias_reg, uint64_t bias_offset, const ResidualAt& residual_at) {
   if (p.alpha != 1.0) {
     bld.emit(emit::sfp(hw::Op::kBinary, DType::kF32, 0, lx.acc, emit::pack2(lx.acc, 0),
                        static_cast<uint64_t>(hw::BinaryFn::kMul) | uint64_t{f32_bits(p.alpha)} << 32, mt, nt,
@@ -86,6 +100,27 @@ void emit_matmul_epilogue(emit::Builder& bld, const MatmulProblem& p, const Epil
                        static_cast<uint64_t>(hw::BinaryFn::kAdd), mt, nt, hw::bcast_flags(Bcast::kFull, bc)));
   }
   bld.emit(emit::wait_tags(1u << kMatmulTagStore));  // the previous block's store still reads the tile
+  // As an unfused program: the value so far rounded into the output's type, then read back.
+  const auto rounded = [&] {
+    if (p.out_type == DType::kF32) return;
+    bld.emit(emit::sfp(hw::Op::kConvert, p.out_type, 0, lx.out, lx.acc, static_cast<uint64_t>(DType::kF32), mt, nt));
+    bld.emit(emit::sfp(hw::Op::kConvert, DType::kF32, 0, lx.acc, lx.out, static_cast<uint64_t>(p.out_type), mt, nt));
+  };
+  if (p.activation != hw::UnaryFn::kCopy) {
+    rounded();
+    bld.emit(emit::sfp(hw::Op::kUnary, DType::kF32, 0, lx.acc, lx.acc, static_cast<uint64_t>(p.activation), mt, nt));
+  }
+  if (p.residual) {
+    rounded();
+    const auto [reg, offset] = residual_at(bld);
+    const auto eo = static_cast<uint32_t>(p.es_o);
+    bld.emit(emit::dma(hw::Op::kLoad, p.out_type, reg, 0, lx.out, offset, static_cast<uint64_t>(p.so_m) * eo, mt,
+                       nt * eo, false, 0));
+    bld.emit(emit::sfp(hw::Op::kConvert, DType::kF32, 0, lx.residual_f32, lx.out, static_cast<uint64_t>(p.out_type), mt,
+                       nt));
+    bld.emit(emit::sfp(hw::Op::kBinary, DType::kF32, 0, lx.acc, emit::pack2(lx.acc, lx.residual_f32),
+                       static_cast<uint64_t>(hw::BinaryFn::kAdd), mt, nt));
+  }
   bld.emit(emit::sfp(hw::Op::kConvert, p.out_type, 0, lx.out, lx.acc, static_cast<uint64_t>(DType::kF32), mt, nt));
 }
 
@@ -169,6 +204,17 @@ std::optional<MatmulProblem> read_matmul(const ir::Graph& g, const ir::Matmul& m
   p.out_type = out.dtype;
   p.alpha = mm.alpha;
   p.beta = mm.beta;
+  if (mm.activation >= hw::UnaryFn::kCount || hw::unary_is_bool(mm.activation)) {
+    throw Malformed("compiler: a matmul's activation is a float function");
+  }
+  p.activation = mm.activation;
+  if (mm.residual >= 0) {
+    const ir::View& r = g.views.at(static_cast<size_t>(mm.residual));
+    if (r.sizes != out.sizes || r.strides != out.strides || r.dtype != out.dtype) {
+      throw Malformed("compiler: a matmul's residual has its output's shape, strides and type");
+    }
+    p.residual = &r;
+  }
   p.macs_per_cycle = t.pt_macs_per_cycle() * (mm.compute == DType::kF32 ? t.fp32_rate : 1.0);
   return p;
 }
@@ -192,7 +238,7 @@ std::optional<Kernel> lower_matmul(const ir::Graph& g, const ir::Matmul& mm, con
   const auto need = [&] {
     const uint64_t m = static_cast<uint64_t>(tm), n = static_cast<uint64_t>(tn), k = static_cast<uint64_t>(tk);
     return m * n * 4 + (2 + (A.transposed ? 1 : 0)) * m * k * es + (2 + (B.transposed ? 1 : 0)) * k * n * es +
-           m * n * es_o + (bias ? m * n * (es_bias + 4) : 0) + uint64_t{16} * 128;
+           epilogue_bytes(problem, m, n) + uint64_t{16} * 128;
   };
   while (need() > t.lx_bytes) {
     if (tk >= tm && tk >= tn && tk > 8) {
@@ -321,6 +367,7 @@ std::optional<Kernel> lower_matmul(const ir::Graph& g, const ir::Matmul& mm, con
   const uint32_t outc = lx.take(static_cast<uint64_t>(tm * tn) * es_o);
   const uint32_t braw = bias ? lx.take(static_cast<uint64_t>(tm * tn) * es_bias) : 0;
   const uint32_t bf32 = bias ? lx.take(static_cast<uint64_t>(tm * tn) * 4) : 0;
+  const uint32_t rf32 = problem.residual ? lx.take(static_cast<uint64_t>(tm * tn) * 4) : 0;
 
   const DType compute = problem.compute, out_type = problem.out_type;
   const int64_t full_steps = K / tk, k_tail = K % tk;
@@ -491,7 +538,17 @@ std::optional<Kernel> lower_matmul(const ir::Graph& g, const ir::Matmul& mm, con
       bld.emit(emit::add(kTmp, kCurA, operand_reg(3)));
       bias_from = kTmp;
     }
-    emit_matmul_epilogue(bld, problem, {acc, braw, bf32, outc}, mt, nt, bias_from, 0);
+    const auto residual_at = [&](emit::Builder& b) -> std::pair<uint32_t, uint64_t> {
+      if (shared) {  // the K loop is done: the cursors are free
+        block_offset(b, so_m * static_cast<int64_t>(es_o), so_n * static_cast<int64_t>(es_o));
+        b.emit(emit::add(kCurA, kCurA, operand_reg(2)));
+      } else {
+        b.emit(emit::addi(kCurA, operand_reg(2), 0));
+      }
+      emit_residual_address(b, problem, kCurA, kCurB);
+      return {kCurA, 0};
+    };
+    emit_matmul_epilogue(bld, problem, {acc, braw, bf32, outc, rf32}, mt, nt, bias_from, 0, residual_at);
     const uint32_t dst = operand_reg(2);
     if (shared) {
       block_offset(bld, so_m * static_cast<int64_t>(es_o), so_n * static_cast<int64_t>(es_o));

@@ -4,7 +4,9 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <optional>
+#include <utility>
 #include <vector>
 
 #include "lower.h"
@@ -22,7 +24,8 @@ struct MatmulProblem {
   const ir::View* a = nullptr;
   const ir::View* b = nullptr;
   const ir::View* out = nullptr;
-  const ir::View* bias = nullptr;  // null: no bias term
+  const ir::View* bias = nullptr;      // null: no bias term
+  const ir::View* residual = nullptr;  // null: none; else out's shape, strides and type
   int64_t M = 0, N = 0, K = 0;
   std::vector<int64_t> batch;      // the output's leading dims
   std::vector<int64_t> ba, bb;     // a's and b's strides over them (0: broadcast)
@@ -33,7 +36,8 @@ struct MatmulProblem {
   hw::Bcast bias_bc = hw::Bcast::kFull;
   hw::DType compute = hw::DType::kF32, out_type = hw::DType::kF32, bias_type = hw::DType::kF32;
   double alpha = 1.0, beta = 1.0;
-  double macs_per_cycle = 1.0;  // one core's PT rate in this compute type
+  hw::UnaryFn activation = hw::UnaryFn::kCopy;  // after the bias (kCopy: none)
+  double macs_per_cycle = 1.0;                  // one core's PT rate in this compute type
 };
 
 // DMA tags: the A and B loads of buffer i are tags 2i and 2i + 1; stores have their own.
@@ -49,13 +53,28 @@ constexpr uint32_t matmul_tag_b(uint32_t i) {
 /// the output tile in the output type.
 struct EpilogueLx {
   uint32_t acc = 0, bias_raw = 0, bias_f32 = 0, out = 0;
+  uint32_t residual_f32 = 0;  // the residual's tile in fp32 (it loads into `out`)
 };
 
+/// Where the residual's block of this epilogue is: a register holding a device address and an
+/// offset from it; the callback may emit instructions (the bias's address register is free).
+/// The residual is no operand of the nest (a nest walks four): its block is where the output's is,
+/// moved from the output's base to the residual's (emit_residual_address).
+using ResidualAt = std::function<std::pair<uint32_t, uint64_t>(emit::Builder&)>;
+
+/// r[reg], an address in the output, becomes the same place in the residual (r[scratch] is
+/// clobbered).
+void emit_residual_address(emit::Builder& bld, const MatmulProblem& p, uint32_t reg, uint32_t scratch);
+
+/// Scratchpad bytes of an m x n block's epilogue tiles beyond the accumulator: the output, the
+/// bias's (raw and fp32) and the residual's (fp32).
+uint64_t epilogue_bytes(const MatmulProblem& p, uint64_t m, uint64_t n);
+
 /// The epilogue of an mt x nt block, in fp32: alpha, then beta times the bias (its block at device
-/// r[bias_reg] + bias_offset), then one rounding into the output tile, once the previous block's
-/// store has stopped reading it.
+/// r[bias_reg] + bias_offset), then the activation (of the value rounded into the output's type),
+/// then one rounding into the output tile, once the previous block's store has stopped reading it.
 void emit_matmul_epilogue(emit::Builder& bld, const MatmulProblem& p, const EpilogueLx& lx, uint32_t mt, uint32_t nt,
-                          uint32_t bias_reg, uint64_t bias_offset);
+                          uint32_t bias_reg, uint64_t bias_offset, const ResidualAt& residual_at);
 
 /// A kernel over the problem's operands with a level per batch dim of more than one (outermost
 /// first); add_matmul_level appends a level (strides in elements of a, b, the output and the bias).

@@ -127,8 +127,7 @@ double estimate(const MatmulProblem& p, const Target& t, const Traffic& traffic,
 int64_t fitting_rows(const MatmulProblem& p, const Target& t, int64_t tk, int64_t cols) {
   const auto k = static_cast<uint64_t>(p.K), c = static_cast<uint64_t>(cols), step = static_cast<uint64_t>(tk);
   const uint64_t fixed = k * c * p.es + (p.B.transposed ? 2 * step * c * p.es : 0) + uint64_t{16} * 128;  // alignment
-  const uint64_t per_row =
-      c * 4 + (p.A.transposed ? 3 : 2) * step * p.es + c * p.es_o + (p.bias ? c * (p.es_bias + 4) : 0);
+  const uint64_t per_row = c * 4 + (p.A.transposed ? 3 : 2) * step * p.es + epilogue_bytes(p, 1, c);
   return fixed >= t.lx_bytes ? 0 : static_cast<int64_t>((t.lx_bytes - fixed) / per_row);
 }
 
@@ -191,7 +190,8 @@ std::optional<Kernel> lower_matmul_resident(const MatmulProblem& p, const Target
   const uint32_t at = p.A.transposed ? lx.take(tile_a) : 0;
   const EpilogueLx epi{acc, p.bias ? lx.take(static_cast<uint64_t>(most * C * eb)) : 0,
                        p.bias ? lx.take(static_cast<uint64_t>(most * C) * 4) : 0,
-                       lx.take(static_cast<uint64_t>(most * C * es_o))};
+                       lx.take(static_cast<uint64_t>(most * C * es_o)),
+                       p.residual ? lx.take(static_cast<uint64_t>(most * C) * 4) : 0};
   if (lx.used() > t.lx_bytes) throw std::logic_error("compiler: the resident matmul plan overfills the scratchpad");
 
   // K in steps of tk; the first strip starts with a quarter step and the rest of it, so that the
@@ -319,8 +319,13 @@ std::optional<Kernel> lower_matmul_resident(const MatmulProblem& p, const Target
 
       // The strip's epilogue; its stores go out during the next strip (the last one's at once).
       if (p.bias) block_address(kOut, operand_reg(3), p.sbias_m * eb, p.sbias_n * eb, 0);
+      const auto residual_at = [&](emit::Builder&) -> std::pair<uint32_t, uint64_t> {
+        block_address(kOut, operand_reg(2), p.so_m * es_o, p.so_n * es_o, 0);
+        emit_residual_address(bld, p, kOut, kTmp);
+        return {kOut, static_cast<uint64_t>(st.row0 * p.so_m * es_o)};
+      };
       emit_matmul_epilogue(bld, p, epi, static_cast<uint32_t>(rows), static_cast<uint32_t>(C), kOut,
-                           static_cast<uint64_t>(st.row0 * p.sbias_m * eb));
+                           static_cast<uint64_t>(st.row0 * p.sbias_m * eb), residual_at);
       block_address(kOut, operand_reg(2), p.so_m * es_o, p.so_n * es_o, st.row0 * p.so_m * es_o);
       if (st.strip + 1 == pl.strips.size()) {
         bld.emit(emit::dma(hw::Op::kStore, p.out_type, kOut, 0, epi.out, 0, static_cast<uint64_t>(p.so_m * es_o),

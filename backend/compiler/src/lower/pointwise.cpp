@@ -5,6 +5,11 @@
 // tiled into columns, the next into rows, the rest are loop levels. Per tile: asynchronous loads of
 // every view, conversion to the compute type, one SFP instruction per step, conversion to the
 // output type, and an asynchronous store that drains while the next tile runs.
+//
+// An expression with row reductions (a layer norm, an RMS norm, a softmax written out) keeps the
+// output's last dim whole in each tile: a reduction step reduces the tile's rows into one value per
+// row, and the steps on such values (and on [rows, 1] inputs) run over one element per row.
+#include <algorithm>
 #include <array>
 #include <cmath>
 #include <cstring>
@@ -115,6 +120,7 @@ size_t arity(ir::PointwiseKind k) {
       return 0;
     case ir::PointwiseKind::kCopy:
     case ir::PointwiseKind::kUnary:
+    case ir::PointwiseKind::kReduce:
       return 1;
     case ir::PointwiseKind::kBinary:
       return 2;
@@ -215,7 +221,28 @@ std::vector<Kernel> lower_pointwise(const ir::Graph& g, const ir::Pointwise& p, 
     throw Unsupported(
         fmt::format("compiler: a pointwise op of {} tensors exceeds {}", views.size(), schedule::kMaxOperands));
   }
-  space = simplify(space);
+  const bool row_reduce =
+      std::any_of(steps.begin(), steps.end(), [](const ir::Step& st) { return st.kind == ir::PointwiseKind::kReduce; });
+  if (row_reduce) {
+    for (const ir::Step& st : steps) {
+      if (st.kind == ir::PointwiseKind::kReduce &&
+          (st.reduce == hw::ReduceFn::kArgMax || st.reduce == hw::ReduceFn::kArgMin ||
+           st.reduce >= hw::ReduceFn::kCount)) {
+        throw Malformed("compiler: a pointwise row reduction is a sum, product, max or min");
+      }
+    }
+    if (out.sizes.empty()) throw Malformed("compiler: a row reduction needs an output with a last dim");
+    // The last dim stays whole and apart: only the dims before it merge.
+    Space rows = space;
+    rows.sizes.pop_back();
+    for (auto& s : rows.strides) s.pop_back();
+    rows = simplify(rows);
+    rows.sizes.push_back(space.sizes.back());
+    for (size_t o = 0; o < rows.strides.size(); ++o) rows.strides[o].push_back(space.strides[o].back());
+    space = rows;
+  } else {
+    space = simplify(space);
+  }
   if (space.sizes.empty()) {  // one element
     space.sizes.push_back(1);
     for (auto& s : space.strides) s.push_back(1);
@@ -229,7 +256,7 @@ std::vector<Kernel> lower_pointwise(const ir::Graph& g, const ir::Pointwise& p, 
   const auto broadcast_rows = [&] {
     return std::any_of(space.strides.begin(), space.strides.end(), [&](const auto& s) { return s[nd - 2] == 0; });
   };
-  if (nd >= 3 && space.sizes[nd - 2] < 64 && !broadcast_rows()) {
+  if (nd >= 3 && space.sizes[nd - 2] < 64 && !broadcast_rows() && !row_reduce) {
     size_t longest = nd - 2;
     for (size_t d = 0; d + 2 < nd; ++d) {
       if (space.sizes[d] > space.sizes[longest]) longest = d;
@@ -273,11 +300,47 @@ std::vector<Kernel> lower_pointwise(const ir::Graph& g, const ir::Pointwise& p, 
   // Tile size: every buffer of one tile must fit in half the scratchpad: per input as loaded and
   // converted, per step its result and an operand conversion, and the converted output.
   const uint64_t es_c = std::max<uint64_t>(hw::dtype_size(compute), 1), es_o = hw::dtype_size(out.dtype);
+  // A row reduction's expression holds whole rows, so its steps share buffers: a step's result takes
+  // a slot freed by results no later step reads, and every step's argument conversions share three.
+  std::vector<uint32_t> slot_of(steps.size());
+  uint32_t slots = 0;
+  if (row_reduce) {
+    std::vector<size_t> last(steps.size());
+    for (size_t j = 0; j < steps.size(); ++j) {
+      last[j] = j;
+      for (int32_t a : steps[j].args) {
+        if (a < 0) last[static_cast<size_t>(-1 - a)] = j;
+      }
+    }
+    last.back() = steps.size();  // the result outlives the steps
+    std::vector<uint32_t> free;
+    std::vector<bool> freed(steps.size(), false);
+    for (size_t j = 0; j < steps.size(); ++j) {
+      for (size_t i = 0; i < j; ++i) {  // results no step from j on reads (step j's own arguments stay)
+        if (!freed[i] && last[i] < j) {
+          free.push_back(slot_of[i]);
+          freed[i] = true;
+        }
+      }
+      if (free.empty()) {
+        slot_of[j] = slots++;
+      } else {
+        slot_of[j] = free.back();
+        free.pop_back();
+      }
+    }
+  }
   uint64_t per_elem = es_o;
   for (const Input& x : in) {
     per_elem += (x.view ? hw::dtype_size(x.dtype) * (x.move == Move::kTransposed ? 2 : 1) : 0) + es_c;
   }
-  per_elem += steps.size() * 4 * es_c;
+  // Per step its result and a scratch buffer per argument (a row reduction's expression holds only
+  // the buffers its steps' arities need: its rows are whole, so its tiles are few rows).
+  if (row_reduce) {
+    per_elem += (slots + 3) * es_c;
+  } else {
+    per_elem += steps.size() * 4 * es_c;
+  }
   const uint64_t half = t.lx_bytes / 2;
   const uint64_t slack = 128 * (2 * in.size() + 2 * steps.size() + 4);
   if (half <= slack + 64 * per_elem) throw Unsupported("compiler: scratchpad too small for a pointwise tile");
@@ -288,6 +351,19 @@ std::vector<Kernel> lower_pointwise(const ir::Graph& g, const ir::Pointwise& p, 
   if (!elems && std::any_of(in.begin(), in.end(), [](const Input& x) { return x.move == Move::kTransposed; })) {
     widest = 64;
     while (widest * widest * 4 <= static_cast<int64_t>(budget)) widest *= 2;
+  }
+  if (row_reduce) {
+    if (out_move != Move::kBlock || std::any_of(in.begin(), in.end(), [](const Input& x) {
+          return x.view && (x.move == Move::kElems || x.move == Move::kTransposed);
+        })) {
+      throw Unsupported("compiler: a row reduction's operands must be contiguous along the row (or broadcast)");
+    }
+    if (static_cast<uint64_t>(cols_all) > budget) {
+      throw Unsupported(
+          fmt::format("compiler: a row of {} elements does not fit the scratchpad with its steps", cols_all));
+    }
+    elems = false;
+    widest = cols_all;
   }
   const int64_t tc = std::min<int64_t>(cols_all, widest);
   const int64_t tr = elems ? 1 : std::min<int64_t>(rows_all, static_cast<int64_t>(budget) / tc);
@@ -330,9 +406,19 @@ std::vector<Kernel> lower_pointwise(const ir::Graph& g, const ir::Pointwise& p, 
   // Per step: its result, and one scratch buffer per argument (conversions and expansions).
   std::vector<uint32_t> res(steps.size());
   std::vector<std::array<uint32_t, 3>> tmp(steps.size());
-  for (size_t j = 0; j < steps.size(); ++j) {
-    res[j] = lx.take(tile * es_c);
-    for (uint32_t& b : tmp[j]) b = lx.take(tile * es_c);
+  if (row_reduce) {
+    std::vector<uint32_t> slot(slots);
+    for (uint32_t& a : slot) a = lx.take(tile * es_c);
+    const std::array<uint32_t, 3> shared = {lx.take(tile * es_c), lx.take(tile * es_c), lx.take(tile * es_c)};
+    for (size_t j = 0; j < steps.size(); ++j) {
+      res[j] = slot[slot_of[j]];
+      tmp[j] = shared;
+    }
+  } else {
+    for (size_t j = 0; j < steps.size(); ++j) {
+      res[j] = lx.take(tile * es_c);
+      for (uint32_t& b : tmp[j]) b = lx.take(tile * es_c);
+    }
   }
   const uint32_t outc = lx.take(tile * es_o);
 
@@ -409,8 +495,9 @@ std::vector<Kernel> lower_pointwise(const ir::Graph& g, const ir::Pointwise& p, 
       if (arg < 0) {
         Value v = results[static_cast<size_t>(-1 - arg)];
         if (v.type != want) {  // a bool result used as a number, or a number as a mask
-          sfp(hw::Op::kConvert, want, scratch, v.addr, static_cast<uint64_t>(v.type), rows, cols);
-          v = Value{scratch, Bcast::kFull, want, std::nullopt};
+          sfp(hw::Op::kConvert, want, scratch, v.addr, static_cast<uint64_t>(v.type), 1,
+              static_cast<uint32_t>(hw::bcast_elements(v.bcast, rows, cols)));
+          v = Value{scratch, v.bcast, want, std::nullopt};
         }
         return v;
       }
@@ -440,25 +527,52 @@ std::vector<Kernel> lower_pointwise(const ir::Graph& g, const ir::Pointwise& p, 
       return Value{tmp[j][k], Bcast::kFull, v.type, std::nullopt};
     };
     const auto bc = [](const Value& v) { return v.imm ? Bcast::kImm : v.bcast; };
+    // In an expression with row reductions, a step whose arguments are all one value per row (or
+    // one value) runs over one element per row, and its result is one per row too.
+    const auto per_row = [&](std::initializer_list<Value> args) {
+      if (!row_reduce) return false;
+      bool any = false;
+      for (const Value& v : args) {
+        if (bc(v) == Bcast::kCol) {
+          any = true;
+        } else if (bc(v) != Bcast::kScalar && bc(v) != Bcast::kImm) {
+          return false;
+        }
+      }
+      return any;
+    };
+    const auto narrowed = [](const Value& v) { return v.bcast == Bcast::kCol ? Bcast::kFull : v.bcast; };
     for (size_t j = 0; j < steps.size(); ++j) {
       const ir::Step& st = steps[j];
       const DType type = types[j];
       const uint32_t dst = res[j];
+      Bcast shape = Bcast::kFull;  // of this step's result
       switch (st.kind) {
         case ir::PointwiseKind::kCopy:
         case ir::PointwiseKind::kUnary: {
-          const Value x = fetch(j, 0, compute, false);
+          Value x = fetch(j, 0, compute, false);
           const hw::UnaryFn fn = st.kind == ir::PointwiseKind::kCopy ? hw::UnaryFn::kCopy : st.unary;
-          sfp(hw::Op::kUnary, compute, dst, x.addr, static_cast<uint64_t>(fn), rows, cols,
+          const bool one = per_row({x});
+          if (one) x.bcast = narrowed(x), shape = Bcast::kCol;
+          sfp(hw::Op::kUnary, compute, dst, x.addr, static_cast<uint64_t>(fn), one ? 1 : rows, one ? rows : cols,
               static_cast<uint8_t>(x.bcast));
           break;
         }
         case ir::PointwiseKind::kBinary: {  // one immediate at most: the first argument's if both are
-          const Value x = fetch(j, 0, compute, true);
-          const Value y = fetch(j, 1, compute, !x.imm);
+          Value x = fetch(j, 0, compute, true);
+          Value y = fetch(j, 1, compute, !x.imm);
           const uint32_t imm = x.imm ? *x.imm : (y.imm ? *y.imm : 0);
+          const bool one = per_row({x, y});
+          if (one) x.bcast = narrowed(x), y.bcast = narrowed(y), shape = Bcast::kCol;
           sfp(hw::Op::kBinary, compute, dst, emit::pack2(x.addr, y.addr),
-              static_cast<uint64_t>(st.binary) | uint64_t{imm} << 32, rows, cols, hw::bcast_flags(bc(x), bc(y)));
+              static_cast<uint64_t>(st.binary) | uint64_t{imm} << 32, one ? 1 : rows, one ? rows : cols,
+              hw::bcast_flags(bc(x), bc(y)));
+          break;
+        }
+        case ir::PointwiseKind::kReduce: {  // over the tile's whole rows: one value per row
+          const Value x = full(j, 0, fetch(j, 0, compute, false));
+          sfp(hw::Op::kReduce, compute, dst, x.addr, static_cast<uint64_t>(st.reduce), rows, cols);
+          shape = Bcast::kCol;
           break;
         }
         case ir::PointwiseKind::kSelect: {
@@ -515,11 +629,14 @@ std::vector<Kernel> lower_pointwise(const ir::Graph& g, const ir::Pointwise& p, 
           break;
         }
       }
-      results[j] = Value{dst, Bcast::kFull, type, std::nullopt};
+      results[j] = Value{dst, shape, type, std::nullopt};
     }
     uint32_t final_buf = res.back();
+    if (results.back().bcast != Bcast::kFull) {  // one value per row, written to each of its elements
+      final_buf = full(steps.size() - 1, 0, results.back()).addr;
+    }
     if (out_type != result) {
-      sfp(hw::Op::kConvert, out_type, outc, res.back(), static_cast<uint64_t>(result), rows, cols);
+      sfp(hw::Op::kConvert, out_type, outc, final_buf, static_cast<uint64_t>(result), rows, cols);
       final_buf = outc;
     }
     // The previous tile's store drains from the other half; wait for it before queueing this one,

@@ -41,9 +41,13 @@ class RegionBuilder final : public Builder {
   uint64_t start_, at_, limit_;
 };
 
-Arg arg_of(const json& j, uint32_t views, const std::string& where);
+// The fused producers of one node's expression by their text: a producer the planner nests in
+// several places (a value read twice) is one call, so the expression computes it once.
+using Shared = std::map<std::string, std::shared_ptr<Call>, std::less<>>;
 
-std::shared_ptr<Call> call_of(const json& j, uint32_t views, const std::string& where) {
+Arg arg_of(const json& j, uint32_t views, const std::string& where, Shared& shared);
+
+std::shared_ptr<Call> call_of(const json& j, uint32_t views, const std::string& where, Shared& shared) {
   auto c = std::make_shared<Call>();
   const json& op = field(j, "op", where);
   if (!op.is_string()) bad(where + ".op", "expected an op name");
@@ -55,7 +59,7 @@ std::shared_ptr<Call> call_of(const json& j, uint32_t views, const std::string& 
       std::string at = where;
       at += ".args.";
       at += name;
-      c->args[name] = arg_of(value, views, at);
+      c->args[name] = arg_of(value, views, at, shared);
     }
   }
   if (j.contains("outs")) {
@@ -71,7 +75,7 @@ std::shared_ptr<Call> call_of(const json& j, uint32_t views, const std::string& 
   return c;
 }
 
-Arg arg_of(const json& j, uint32_t views, const std::string& where) {
+Arg arg_of(const json& j, uint32_t views, const std::string& where, Shared& shared) {
   if (j.is_null()) return {};
   if (j.is_boolean()) return Arg::boolean(j.get<bool>());
   if (j.is_number_integer()) return Arg::whole(j.get<int64_t>());
@@ -87,7 +91,14 @@ Arg arg_of(const json& j, uint32_t views, const std::string& where) {
     return Arg::tensors(std::move(v));
   }
   if (j.is_object() && j.contains("float")) return Arg::num(number(j.at("float"), where + ".float"));
-  if (j.is_object() && j.contains("node")) return Arg::fused(call_of(j.at("node"), views, where + ".node"));
+  if (j.is_object() && j.contains("node")) {
+    std::string text = j.at("node").dump();
+    const auto it = shared.find(text);
+    if (it != shared.end()) return Arg::fused(it->second);
+    std::shared_ptr<Call> c = call_of(j.at("node"), views, where + ".node", shared);
+    shared.emplace(std::move(text), c);
+    return Arg::fused(std::move(c));
+  }
   bad(where,
       "expected null, a number, a bool, a string, a list of ints or an object with 'view', 'views', "
       "'float' or 'node'");
@@ -155,7 +166,8 @@ ir::Graph segment_from_json(std::string_view text) {
   const auto views = static_cast<uint32_t>(g.views.size());
   for (size_t i = 0; i < nodes.size(); ++i) {
     const std::string w = fmt::format("nodes[{}]", i);
-    const std::shared_ptr<Call> c = call_of(nodes[i], views, w);
+    Shared shared;
+    const std::shared_ptr<Call> c = call_of(nodes[i], views, w, shared);
     uint32_t arg = 0;
     uint64_t offset = 0, bytes = 0;
     if (nodes[i].contains("temp")) {
@@ -184,7 +196,8 @@ std::vector<NodeInfo> examine(std::string_view text) {
   const auto views = static_cast<uint32_t>(base.views.size());
   std::vector<NodeInfo> out;
   for (size_t i = 0; i < nodes.size(); ++i) {
-    const std::shared_ptr<Call> c = call_of(nodes[i], views, fmt::format("nodes[{}]", i));
+    Shared shared;
+    const std::shared_ptr<Call> c = call_of(nodes[i], views, fmt::format("nodes[{}]", i), shared);
     ir::Graph g = base;
     RegionBuilder b(g, base.num_args, 0, UINT64_MAX);  // temporaries in an argument of their own
     lower_node(b, *c, i);

@@ -2,6 +2,9 @@
 // with alpha, beta and the bias in the epilogue). Vectors become one-row or one-column matrices; an
 // operand with no unit-stride dim (which the PT array cannot read a tile of) is packed first, and
 // a result whose rows are not contiguous is written through a temporary.
+#include <map>
+#include <string>
+
 #include <fmt/format.h>
 
 #include "family.h"
@@ -22,6 +25,17 @@ Names names_of(const std::string& op) {
   if (op == "mv") return {"self", "vec", nullptr};
   if (op == "dot") return {"self", "tensor", nullptr};
   return {"self", "mat2", nullptr};  // mm, bmm
+}
+
+// A pointwise op the planner fused into a matmul's epilogue, by its name ("gelu_tanh": gelu's
+// tanh form).
+hw::UnaryFn activation_of(const Call& c, const Arg& a) {
+  static const std::map<std::string, hw::UnaryFn, std::less<>> names = {
+      {"gelu", hw::UnaryFn::kGeluErf}, {"gelu_tanh", hw::UnaryFn::kGeluTanh}, {"relu", hw::UnaryFn::kRelu},
+      {"silu", hw::UnaryFn::kSilu},    {"sigmoid", hw::UnaryFn::kSigmoid},    {"tanh", hw::UnaryFn::kTanh}};
+  const auto it = a.kind == Arg::Kind::kString ? names.find(a.text) : names.end();
+  if (it == names.end()) reject(c, "the fused activation is not gelu, relu, silu, sigmoid or tanh");
+  return it->second;
 }
 
 // The PT array reads a tile along a contiguous dim of each operand.
@@ -87,16 +101,18 @@ void matmul(Builder& b, const Call& c) {
     const bool cols_ok = bn == 0 || bv.sizes[bn - 1] == 1 || bv.strides[bn - 1] == 0 || bv.strides[bn - 1] == 1;
     m.bias = cols_ok ? bias->view : packed(b, bias->view);
   }
-  b.add(m);
   if (c.op == "_addmm_activation") {  // relu, or gelu (torch's CPU kernel: the erf form)
-    ir::Pointwise act;
-    act.kind = ir::PointwiseKind::kUnary;
-    act.unary = c.flag("use_gelu", false) ? hw::UnaryFn::kGeluErf : hw::UnaryFn::kRelu;
-    act.compute = type;
-    act.inputs = {ir::Operand::of(out)};
-    act.out = out;
-    b.add(act);
+    m.activation = c.flag("use_gelu", false) ? hw::UnaryFn::kGeluErf : hw::UnaryFn::kRelu;
+  } else if (const Arg* act = c.get("activation")) {  // the planner's fused activation (fusion.py)
+    m.activation = activation_of(c, *act);
   }
+  if (const Arg* residual = c.get("residual")) {  // the planner's fused residual add (fusion.py)
+    if (residual->kind != Arg::Kind::kTensor || out != result || mv || c.op == "dot") {
+      reject(c, "a fused residual is a tensor added to a matrix result written in place");
+    }
+    m.residual = residual->view;
+  }
+  b.add(m);
   if (out != result) copy(b, out, result);
 }
 

@@ -201,6 +201,12 @@ std::map<std::string, PointwiseOp, std::less<>> make_table() {
   for (const auto& [name, fn] : arith) t[name] = binary(fn, Types::kPromote);
   t["atan2"] = binary(BinaryFn::kAtan2, Types::kToFloat);
   t["div"] = row({"self", "other"}, Types::kTrueDiv, div);
+  // prims.div (what torch's decompositions write, a layer norm's mean among them): true division of
+  // floats; of integers it truncates, which is left to the eager kernel.
+  t["prims::div"] = row({"self", "other"}, Types::kPromote, [](Expr& e, const Refs& in, const Call& c) {
+    if (!is_float(c.result)) reject(c, "prims.div of integers truncates; it runs eagerly");
+    return e.binary(BinaryFn::kDiv, in[0], in[1]);
+  });
   t["pow"] = row({"self", "exponent"}, Types::kPromote, pow);
   const std::pair<const char*, BinaryFn> compare[] = {
       {"eq", BinaryFn::kEq},
@@ -306,7 +312,7 @@ std::map<std::string, PointwiseOp, std::less<>> make_table() {
   t["clamp_min"] = row({"self", "min"}, Types::kPromote, clamp);
   t["clamp_max"] = row({"self", "max"}, Types::kPromote,
                        [](Expr& e, const Refs& in, const Call&) { return e.binary(BinaryFn::kMin, in[0], in[1]); });
-  for (const char* name : {"mul", "div", "floor_divide"}) t[name].exact_numbers = {"other"};
+  for (const char* name : {"mul", "div", "prims::div", "floor_divide"}) t[name].exact_numbers = {"other"};
   t["pow"].exact_numbers = {"exponent"};
   t["lerp"].exact_numbers = {"weight"};
   // Copies (any strides, broadcasting the source, converting to the result's type).
@@ -342,9 +348,75 @@ DType widened(DType t) {
   return t == DType::kF16 || t == DType::kBF16 ? DType::kF32 : t;
 }
 
-// Appends the steps of call `c` to `e`: its inputs (views shared through `memo`, numbers as
-// constants, fused producers recursively), then its row's expression; the result's ref.
-int32_t steps_of(Expr& e, const Call& c, std::map<uint32_t, int32_t>& memo) {
+// What the steps of one expression share: the ref of each view already an input, and the shape of
+// the expression's output (a fused reduction reduces its last dim).
+struct Walk {
+  const Builder* b = nullptr;
+  std::map<uint32_t, int32_t> memo;
+  std::map<const Call*, int32_t> done;  // fused producers already computed (one call nested twice)
+  std::vector<int64_t> shape;
+};
+
+int32_t steps_of(Expr& e, const Call& c, Walk& w);
+
+bool row_reduction_op(std::string_view op) {
+  return op == "sum" || op == "prims::sum" || op == "mean" || op == "amax" || op == "amin" || op == "prims::var" ||
+         op == "var";
+}
+
+// A reduction fused into the expression: sum, mean, amax, amin or var of its input over the output's
+// last dim, one value per row (the planner fuses only those, into a consumer of the input's shape).
+// var is two passes over the row as the unfused lowering computes it: shifted by the row's largest
+// value (a constant row is exactly 0) and scaled by its largest magnitude (squares do not overflow).
+int32_t row_reduction(Expr& e, const Call& c, Walk& w) {
+  const bool prims = c.op.rfind("prims::", 0) == 0;
+  const size_t rank = w.shape.size();
+  const Arg* dims = c.get(prims ? "dims" : "dim");
+  if (rank == 0 || !dims || dims->kind != Arg::Kind::kInts ||
+      wrap_dims(dims->ints, rank) != std::vector<int64_t>{static_cast<int64_t>(rank) - 1}) {
+    reject(c, "only a reduction over the expression's last dim can be fused into it");
+  }
+  if (c.result != DType::kF32 || widened(e.compute()) != DType::kF32) reject(c, "a fused reduction computes in fp32");
+  // The planner names the shape it reduces: the expression's (an expression input has no view).
+  const Arg* sizes = c.get("input_sizes");
+  if (sizes && (sizes->kind != Arg::Kind::kInts || sizes->ints != w.shape)) {
+    reject(c, "a fused reduction's input has the expression's shape");
+  }
+  const Arg* a = c.get(prims ? "inp" : "self");
+  if (!a) reject(c, "the reduction has no input");
+  int32_t x = 0;
+  if (a->kind == Arg::Kind::kTensor) {
+    if (w.b->view(a->view).sizes != w.shape) reject(c, "a fused reduction's input has the expression's shape");
+    const auto it = w.memo.find(a->view);
+    x = it != w.memo.end() ? it->second : w.memo[a->view] = e.input(ir::Operand::of(a->view));
+  } else if (a->kind == Arg::Kind::kExpr) {
+    const auto it = w.done.find(a->expr.get());
+    x = it != w.done.end() ? it->second : w.done[a->expr.get()] = steps_of(e, *a->expr, w);
+  } else {
+    reject(c, "the reduction's input is not a tensor");
+  }
+  const auto n = static_cast<double>(w.shape.back());
+  if (c.op == "amax") return e.reduce(hw::ReduceFn::kMax, x);
+  if (c.op == "amin") return e.reduce(hw::ReduceFn::kMin, x);
+  if (c.op == "sum" || c.op == "prims::sum") return e.reduce(hw::ReduceFn::kSum, x);
+  if (c.op == "mean") return e.binary(BinaryFn::kMul, e.reduce(hw::ReduceFn::kSum, x), e.constant(1.0 / n));
+  const int32_t shifted = e.binary(BinaryFn::kSub, x, e.reduce(hw::ReduceFn::kMax, x));
+  const int32_t low = e.reduce(hw::ReduceFn::kMin, shifted);  // -(largest magnitude): shifted <= 0
+  const int32_t mag =
+      e.select(e.binary(BinaryFn::kEq, low, e.constant(0.0)), e.constant(1.0), e.unary(UnaryFn::kNeg, low));
+  const int32_t u = e.binary(BinaryFn::kDiv, shifted, mag);
+  const int32_t mean = e.binary(BinaryFn::kMul, e.reduce(hw::ReduceFn::kSum, u), e.constant(1.0 / n));
+  const int32_t d = e.binary(BinaryFn::kSub, u, mean);
+  const double correction = c.number("correction", 1);
+  const int32_t v = e.binary(BinaryFn::kMul, e.reduce(hw::ReduceFn::kSum, e.binary(BinaryFn::kMul, d, d)),
+                             e.constant(1.0 / std::max(0.0, n - correction)));
+  return e.binary(BinaryFn::kMul, e.binary(BinaryFn::kMul, v, mag), mag);
+}
+
+// Appends the steps of call `c` to `e`: its inputs (views shared through the walk's memo, numbers
+// as constants, fused producers recursively), then its row's expression; the result's ref.
+int32_t steps_of(Expr& e, const Call& c, Walk& w) {
+  std::map<uint32_t, int32_t>& memo = w.memo;
   const PointwiseOp* p = pointwise_op(c.op);
   if (!p) reject(c, "not a pointwise op: it cannot be fused into an expression");
   Refs refs;
@@ -371,13 +443,21 @@ int32_t steps_of(Expr& e, const Call& c, std::map<uint32_t, int32_t>& memo) {
         break;
       case Arg::Kind::kExpr: {
         const Call& child = *a->expr;
+        if (const auto it = w.done.find(&child); it != w.done.end()) {
+          refs.push_back(it->second);
+          break;
+        }
+        if (row_reduction_op(child.op)) {
+          refs.push_back(w.done[&child] = row_reduction(e, child, w));
+          break;
+        }
         const PointwiseOp* q = pointwise_op(child.op);
         // A child in fp16 or bf16 would round its value when stored: fused, it would not.
         if (!q || narrow(child.result) || widened(compute_type(*q, child)) != widened(e.compute())) {
           reject(c, fmt::format("argument '{}' ({}) computes or rounds in another type; it cannot be fused", name,
                                 child.op));
         }
-        refs.push_back(steps_of(e, child, memo));
+        refs.push_back(w.done[&child] = steps_of(e, child, w));
         break;
       }
       default:
@@ -438,8 +518,10 @@ void lower_pointwise(Builder& b, const Call& c) {
     if (s == 0) return;  // nothing to write
   }
   Expr e(compute_type(*p, c));
-  std::map<uint32_t, int32_t> memo;
-  const int32_t r = steps_of(e, c, memo);
+  Walk w;
+  w.b = &b;
+  w.shape = b.view(out).sizes;
+  const int32_t r = steps_of(e, c, w);
   // The result must be the last step: an input as it is becomes a copy, a number a fill.
   if (r >= 0) {
     const ir::Operand& o = e.inputs().at(static_cast<size_t>(r));

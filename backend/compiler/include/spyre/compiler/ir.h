@@ -60,6 +60,8 @@ enum class PointwiseKind : uint8_t {
   kIota,    // out[i] = start + i * step over the output's elements in row-major order (1-D output)
   kRandom,  // out[i] = uniform [0, 1) (start 0) or standard normal (start 1) number of element i
             // (1-D output), from the key and counter base in launch arguments rng_arg, rng_arg + 1
+  kReduce,  // a row reduction: reduce (sum, max, min or prod) of in0 over the output's last dim,
+            // the same value for every element of a row (a layer norm's mean, a softmax's max)
 };
 
 /// One step of a pointwise expression. An argument names an input of the op (i >= 0) or the result
@@ -70,8 +72,9 @@ struct Step {
   hw::UnaryFn unary = hw::UnaryFn::kCopy;
   hw::BinaryFn binary = hw::BinaryFn::kAdd;
   std::vector<int32_t> args;
-  double start = 0, step = 1;        // kFill uses start as the value; kIota both
-  std::optional<int64_t> start_int;  // kFill: the value exactly, when it is an integer
+  double start = 0, step = 1;                // kFill uses start as the value; kIota both
+  std::optional<int64_t> start_int;          // kFill: the value exactly, when it is an integer
+  hw::ReduceFn reduce = hw::ReduceFn::kSum;  // kReduce
 };
 constexpr int32_t step_ref(uint32_t j) {
   return -1 - static_cast<int32_t>(j);
@@ -119,6 +122,12 @@ class Expr {
     return add(PointwiseKind::kFma, {a, b, c}, hw::UnaryFn::kCopy, hw::BinaryFn::kAdd);
   }
   int32_t copy(int32_t a) { return add(PointwiseKind::kCopy, {a}, hw::UnaryFn::kCopy, hw::BinaryFn::kAdd); }
+  /// f of a over each row (the output's last dim), broadcast along it.
+  int32_t reduce(hw::ReduceFn f, int32_t a) {
+    const int32_t r = add(PointwiseKind::kReduce, {a}, hw::UnaryFn::kCopy, hw::BinaryFn::kAdd);
+    p_.steps.back().reduce = f;
+    return r;
+  }
   int32_t fill(double value) {
     const int32_t r = add(PointwiseKind::kFill, {}, hw::UnaryFn::kCopy, hw::BinaryFn::kAdd);
     p_.steps.back().start = value;
@@ -173,11 +182,16 @@ struct Reduce {
 /// out = alpha * (a @ b) + beta * bias over the last two dims ([..., M, K] @ [..., K, N]), batched
 /// over the leading dims, which broadcast (as do bias's dims). The PT array takes `compute` (f32, f16
 /// or bf16) and accumulates in fp32; the epilogue runs in fp32 and rounds once into out.
+/// An activation (kCopy: none) applies after the bias, and then a residual (a view of out's shape,
+/// strides and type) is added: each to the value rounded into out's type first (as a program that
+/// stored the product and applied them after would see it), each rounding again.
 struct Matmul {
   uint32_t a = 0, b = 0, out = 0;
   int64_t bias = -1;  // a view index, or -1 for none
   double alpha = 1, beta = 1;
   hw::DType compute = hw::DType::kF32;
+  hw::UnaryFn activation = hw::UnaryFn::kCopy;
+  int64_t residual = -1;  // a view index, or -1 for none
 };
 
 /// Rows chosen by an index vector (indirect DMA). `table` is [B..., R, C...], `index` is int64
