@@ -559,8 +559,8 @@ def test_activations_apply_in_the_matmul_epilogue_and_match_cpu(dtype, tmp_path,
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 def test_residual_adds_apply_in_the_matmul_epilogue_and_match_cpu(dtype, tmp_path, monkeypatch):
     """A residual added to a linear layer's product (or to its activation, or to a batched
-    product) is added in the matmul's epilogue; one made after the matmul is added apart. Every
-    result is CPU's: each step rounds to the type as CPU's ops do."""
+    product), or a gate multiplying it, is applied in the matmul's epilogue; one made after the
+    matmul is applied apart. Every result is CPU's: each step rounds to the type as CPU's do."""
     monkeypatch.setenv("TORCH_SPYRE_COMPILE_DEBUG", str(tmp_path / "dbg"))
     torch.manual_seed(0)
     x, h, w, b = torch.randn(4, 24, 80), torch.randn(4, 24, 64), torch.randn(80, 64) * 0.2, torch.randn(80)
@@ -573,6 +573,7 @@ def test_residual_adds_apply_in_the_matmul_epilogue_and_match_cpu(dtype, tmp_pat
             F.gelu(F.linear(h, w, b)) + x,
             torch.bmm(bx, by) + x,
             late + (x * 2),  # made after the product: not fused
+            F.silu(h @ w.t()) * F.linear(h, w, b),  # a gated MLP: the up projection times the gate
         ]
 
     args = [t.to(dtype) for t in (x, h, w, b, bx, by)]
@@ -586,6 +587,7 @@ def test_residual_adds_apply_in_the_matmul_epilogue_and_match_cpu(dtype, tmp_pat
     plan = (d / "plan.txt").read_text()
     assert "-> add in" in plan and "fuses gelu, add_1" in plan and "fuses add_2" in plan
     assert "add_3 (aten.add.Tensor)" in plan  # the late residual: an op of its own
+    assert "fuses silu" in plan and "fuses mul_1" in plan
 
 
 @pytest.mark.parametrize("m,k,n", [(8, 32, 16), (512, 256, 768), (2048, 128, 512), (96, 2048, 96), (2048, 2048, 2048)])

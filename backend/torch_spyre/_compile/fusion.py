@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import operator
+from typing import NamedTuple
 
 import torch
 import torch.fx as fx
@@ -40,6 +41,17 @@ _CONVERSIONS = {"_to_copy", "prims::convert_element_type"}
 _EPILOGUE_MATMULS = {"mm", "addmm", "bmm", "baddbmm"}
 _ACTIVATIONS = {"gelu", "relu", "silu", "sigmoid", "tanh"}
 _RESHAPES = (torch.ops.aten.view.default, torch.ops.aten._unsafe_view.default)
+_RESIDUAL_FNS = {torch.ops.aten.add.Tensor: "add", torch.ops.aten.mul.Tensor: "mul"}
+
+
+class Epilogue(NamedTuple):
+    """What a matmul's epilogue applies (Fusion._epilogue_of)."""
+
+    last: fx.Node  # the node whose value the matmul writes
+    activation: str | None  # ops/matmul.cpp activation_of's name
+    residual: fx.Node | None  # added to (or multiplying) the product or its activation
+    residual_fn: str  # "add" or "mul"
+    nodes: list  # the nodes the epilogue computes
 
 
 class Fusion:
@@ -178,7 +190,7 @@ class Fusion:
         """The memory-owning values node n's op writes: n (or the activation its epilogue applies),
         or the parts of a tuple result."""
         if n in self.epilogue:
-            return [self.epilogue[n][0]]
+            return [self.epilogue[n].last]
         if isinstance(_val(n), torch.Tensor):
             return [n]
         return [u for u in n.users if self.kind.get(u) == "part"]
@@ -328,12 +340,12 @@ class Fusion:
             (u,) = u.users
         return u
 
-    def _epilogue_of(self, n):
-        """What matmul n's epilogue can apply: (the node whose value it writes, the activation's
-        name or None, the residual node or None, the nodes it computes). An activation is gelu
-        (either form), relu, silu, sigmoid or tanh of the product; a residual is added to the
-        product (or its activation) by `add`. Each is the only reader of what it reads (through a
-        reshape), and every value is contiguous, in the product's type. None when there is none."""
+    def _epilogue_of(self, n) -> Epilogue | None:
+        """What matmul n's epilogue can apply. An activation is gelu (either form), relu, silu,
+        sigmoid or tanh of the product; a residual is added to the product (or its activation) by
+        `add`, or multiplies it by `mul` (a gated MLP's gate times its up projection). Each is the
+        only reader of what it reads (through a reshape), and every value is contiguous, in the
+        product's type. None when there is none."""
         if self.kind.get(n) != "matmul" or library_name(n.target) not in _EPILOGUE_MATMULS:
             return None
         mv = _val(n)
@@ -353,12 +365,15 @@ class Fusion:
             last = u
             chain.append(u)
             u = self._only_reader(u)
-        if u is not None and self.kind.get(u) == "pointwise" and u.target is torch.ops.aten.add.Tensor and like(u):
+        fn = "add"
+        if u is not None and self.kind.get(u) == "pointwise" and u.target in _RESIDUAL_FNS and like(u):
+            fn = _RESIDUAL_FNS[u.target]
             args = _arguments(u)
+            pair = (args["self"], args["other"])
             mine = [
-                x for x in (args["self"], args["other"]) if x is last or x.target in _RESHAPES and x.args[0] is last
+                x for x in pair if x is last or isinstance(x, fx.Node) and x.target in _RESHAPES and x.args[0] is last
             ]
-            others = [x for x in (args["self"], args["other"]) if x not in mine]
+            others = [x for x in pair if x not in mine]
             if args.get("alpha", 1) == 1 and len(mine) == 1 and len(others) == 1:
                 (other,) = others
                 o = _val(other) if _is_tensor_node(other) else None
@@ -367,7 +382,7 @@ class Fusion:
                 if made and o.shape == _val(u).shape and o.dtype == mv.dtype and o.is_contiguous():
                     last, residual = u, other
                     chain.append(u)
-        return None if last is n else (last, name, residual, chain)
+        return None if last is n else Epilogue(last, name, residual, fn, chain)
 
     def _fuse_epilogues(self):
         """An activation, a residual add, or both, that only a matmul's product feeds are applied
@@ -377,13 +392,12 @@ class Fusion:
             found = self._epilogue_of(n)
             if found is None:
                 continue
-            last, _, residual, chain = found
             self.epilogue[n] = found
-            for u in chain:
+            for u in found.nodes:
                 self.kind[u] = "epilogue"
-            self.root[n] = last  # the product's memory is the last value's
-            if residual is not None:
-                self.reads[n] = [*self.reads.get(n, []), residual]
+            self.root[n] = found.last  # the product's memory is the last value's
+            if found.residual is not None:
+                self.reads[n] = [*self.reads.get(n, []), found.residual]
 
     def _choose_inlining(self):
         """A pointwise node with one user, a pointwise node of its shape that reads it directly,

@@ -83,9 +83,7 @@ class Planner(Fusion, MemoryPlanning):
         self.inline_into: dict = {}  # inlined pointwise node -> its consumer
         self.row_valued: set = set()  # inlined nodes of a fused row reduction's chain (fusion.py)
         self.row_reductions: set = set()  # the reductions among them
-        # matmul node -> (the node whose value it writes, activation name, residual node, the
-        # nodes its epilogue computes) (fusion.py _epilogue_of)
-        self.epilogue: dict = {}
+        self.epilogue: dict = {}  # matmul node -> the fusion.Epilogue it applies
         self.outputs = set()
         self.info: dict = {}  # op node -> (temporary bytes, compute dtype name or None), from the library
         self.reads: dict = {}  # op node -> the operand nodes its lowering reads
@@ -231,7 +229,7 @@ class Planner(Fusion, MemoryPlanning):
         for n in s.nodes:
             out.update(self._inlined(n))
             if n in self.epilogue:
-                out.update(self.epilogue[n][3])
+                out.update(self.epilogue[n].nodes)
             out.update(x for x in n.all_input_nodes if self.kind.get(x) == "inline")
         for n in list(out):
             out.update(x for x in n.all_input_nodes if self.kind.get(x) == "inline")

@@ -86,19 +86,20 @@ class MemoryPlanning:
                 continue
             node = b.call(n)
             if n in self.epilogue:
-                _, name, residual, _ = self.epilogue[n]
-                if name is not None:
-                    node["args"]["activation"] = name
-                if residual is not None:  # read as the product's [.., M, N] (both are contiguous)
+                e = self.epilogue[n]
+                if e.activation is not None:
+                    node["args"]["activation"] = e.activation
+                if e.residual is not None:  # read as the product's [.., M, N] (both are contiguous)
                     sizes = list(_val(n).shape)
                     strides = [int(x) for x in torch.empty(sizes, device="meta").stride()]
-                    node["args"]["residual"] = {"view": b.view(residual, sizes, strides)}
+                    node["args"]["residual"] = {"view": b.view(e.residual, sizes, strides)}
+                    node["args"]["residual_fn"] = e.residual_fn
             if (n, "temp") in s.arena:
                 node["temp"] = {"arg": s.arena_slot, "offset": s.arena[(n, "temp")], "bytes": temps[(n, "temp")]}
             nodes.append(node)
         s.spec = json.dumps({"num_args": num_args, "views": b.views, "nodes": nodes}, separators=(",", ":"))
         s.fused = {
-            n: sorted(self._inlined(n) + (self.epilogue[n][3] if n in self.epilogue else []), key=self.order.get)
+            n: sorted(self._inlined(n) + (self.epilogue[n].nodes if n in self.epilogue else []), key=self.order.get)
             for n in s.nodes
         }
         kinds = {}

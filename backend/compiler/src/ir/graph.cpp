@@ -28,8 +28,8 @@ std::string describe(const Op& op) {
   }
   if (op.family == Op::Family::kMatmul) {
     const Matmul& m = op.matmul;
-    return fmt::format("mm/{}/{}@{}>{}+{}/{}/{}/act{}+{}", hw::dtype_name(m.compute), m.a, m.b, m.out, m.bias, m.alpha,
-                       m.beta, static_cast<int>(m.activation), m.residual);
+    return fmt::format("mm/{}/{}@{}>{}+{}/{}/{}/act{}+{}/{}", hw::dtype_name(m.compute), m.a, m.b, m.out, m.bias,
+                       m.alpha, m.beta, static_cast<int>(m.activation), m.residual, static_cast<int>(m.residual_fn));
   }
   if (op.family == Op::Family::kReduce) {
     const Reduce& r = op.reduce;

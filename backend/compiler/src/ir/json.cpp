@@ -205,6 +205,9 @@ Graph graph_from_json(std::string_view text) {
         op.matmul.activation = enum_value<hw::UnaryFn>(m.at("activation"), wm + ".activation");
       }
       if (m.contains("residual")) op.matmul.residual = index(m.at("residual"), nv, wm + ".residual");
+      if (m.contains("residual_fn")) {
+        op.matmul.residual_fn = enum_value<hw::BinaryFn>(m.at("residual_fn"), wm + ".residual_fn");
+      }
     } else if (o.contains("index")) {
       const json& x = o.at("index");
       const std::string wx = w + ".index";
@@ -358,7 +361,10 @@ std::string graph_to_json(const Graph& g) {
                        {"compute", hw::dtype_name(m.compute)}};
         if (m.bias >= 0) o["matmul"]["bias"] = m.bias;
         if (m.activation != hw::UnaryFn::kCopy) o["matmul"]["activation"] = static_cast<int>(m.activation);
-        if (m.residual >= 0) o["matmul"]["residual"] = m.residual;
+        if (m.residual >= 0) {
+          o["matmul"]["residual"] = m.residual;
+          o["matmul"]["residual_fn"] = static_cast<int>(m.residual_fn);
+        }
         break;
       }
       case Op::Family::kIndex:

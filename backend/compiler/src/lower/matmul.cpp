@@ -119,7 +119,7 @@ void emit_matmul_epilogue(emit::Builder& bld, const MatmulProblem& p, const Epil
     bld.emit(emit::sfp(hw::Op::kConvert, DType::kF32, 0, lx.residual_f32, lx.out, static_cast<uint64_t>(p.out_type), mt,
                        nt));
     bld.emit(emit::sfp(hw::Op::kBinary, DType::kF32, 0, lx.acc, emit::pack2(lx.acc, lx.residual_f32),
-                       static_cast<uint64_t>(hw::BinaryFn::kAdd), mt, nt));
+                       static_cast<uint64_t>(p.residual_fn), mt, nt));
   }
   bld.emit(emit::sfp(hw::Op::kConvert, p.out_type, 0, lx.out, lx.acc, static_cast<uint64_t>(DType::kF32), mt, nt));
 }
@@ -213,7 +213,11 @@ std::optional<MatmulProblem> read_matmul(const ir::Graph& g, const ir::Matmul& m
     if (r.sizes != out.sizes || r.strides != out.strides || r.dtype != out.dtype) {
       throw Malformed("compiler: a matmul's residual has its output's shape, strides and type");
     }
+    if (mm.residual_fn != hw::BinaryFn::kAdd && mm.residual_fn != hw::BinaryFn::kMul) {
+      throw Malformed("compiler: a matmul's residual is added or multiplied");
+    }
     p.residual = &r;
+    p.residual_fn = mm.residual_fn;
   }
   p.macs_per_cycle = t.pt_macs_per_cycle() * (mm.compute == DType::kF32 ? t.fp32_rate : 1.0);
   return p;

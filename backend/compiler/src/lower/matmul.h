@@ -36,8 +36,9 @@ struct MatmulProblem {
   hw::Bcast bias_bc = hw::Bcast::kFull;
   hw::DType compute = hw::DType::kF32, out_type = hw::DType::kF32, bias_type = hw::DType::kF32;
   double alpha = 1.0, beta = 1.0;
-  hw::UnaryFn activation = hw::UnaryFn::kCopy;  // after the bias (kCopy: none)
-  double macs_per_cycle = 1.0;                  // one core's PT rate in this compute type
+  hw::UnaryFn activation = hw::UnaryFn::kCopy;    // after the bias (kCopy: none)
+  hw::BinaryFn residual_fn = hw::BinaryFn::kAdd;  // the residual added (kAdd) or multiplied (kMul)
+  double macs_per_cycle = 1.0;                    // one core's PT rate in this compute type
 };
 
 // DMA tags: the A and B loads of buffer i are tags 2i and 2i + 1; stores have their own.

@@ -111,6 +111,9 @@ void matmul(Builder& b, const Call& c) {
       reject(c, "a fused residual is a tensor added to a matrix result written in place");
     }
     m.residual = residual->view;
+    const std::string fn = c.text("residual_fn", "add");
+    if (fn != "add" && fn != "mul") reject(c, "a fused residual is added or multiplied");
+    m.residual_fn = fn == "mul" ? hw::BinaryFn::kMul : hw::BinaryFn::kAdd;
   }
   b.add(m);
   if (out != result) copy(b, out, result);

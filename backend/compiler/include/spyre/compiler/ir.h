@@ -183,8 +183,9 @@ struct Reduce {
 /// over the leading dims, which broadcast (as do bias's dims). The PT array takes `compute` (f32, f16
 /// or bf16) and accumulates in fp32; the epilogue runs in fp32 and rounds once into out.
 /// An activation (kCopy: none) applies after the bias, and then a residual (a view of out's shape,
-/// strides and type) is added: each to the value rounded into out's type first (as a program that
-/// stored the product and applied them after would see it), each rounding again.
+/// strides and type) is added to the result or multiplies it (residual_fn: kAdd or kMul; a gated
+/// MLP's up projection times its gate): each to the value rounded into out's type first (as a
+/// program that stored the product and applied them after would see it), each rounding again.
 struct Matmul {
   uint32_t a = 0, b = 0, out = 0;
   int64_t bias = -1;  // a view index, or -1 for none
@@ -192,6 +193,7 @@ struct Matmul {
   hw::DType compute = hw::DType::kF32;
   hw::UnaryFn activation = hw::UnaryFn::kCopy;
   int64_t residual = -1;  // a view index, or -1 for none
+  hw::BinaryFn residual_fn = hw::BinaryFn::kAdd;
 };
 
 /// Rows chosen by an index vector (indirect DMA). `table` is [B..., R, C...], `index` is int64
