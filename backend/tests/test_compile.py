@@ -530,20 +530,10 @@ def test_rows_too_long_to_fuse_are_reduced_apart_and_match_cpu(caplog):
     assert compile_stats()["row_reductions_fused"] == 0
 
 
-@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
-def test_activations_apply_in_the_matmul_epilogue_and_match_cpu(dtype, tmp_path, monkeypatch):
-    """gelu (both forms), relu, silu, sigmoid and tanh of a linear layer's product are applied
-    before the product is stored (the plan fuses them into the matmul), and give CPU's values: the
-    product is rounded to its type first, as CPU stores it."""
+def _matches_cpu_with_plan(f, args, dtype, tmp_path, monkeypatch) -> str:
+    """Asserts that f compiled on spyre gives CPU's results over args in dtype; returns its plan."""
     monkeypatch.setenv("TORCH_SPYRE_COMPILE_DEBUG", str(tmp_path / "dbg"))
-    torch.manual_seed(0)
-    acts = [F.gelu, lambda h: F.gelu(h, approximate="tanh"), F.relu, F.silu, torch.sigmoid, torch.tanh]
-    x, w, b = torch.randn(4, 24, 64), torch.randn(80, 64) * 0.2, torch.randn(80)
-
-    def f(x, w, b):
-        return [act(F.linear(x, w, b)) for act in acts] + [torch.tanh(x[0] @ w.t())]
-
-    args = [t.to(dtype) for t in (x, w, b)]
+    args = [t.to(dtype) for t in args]
     with torch.no_grad():
         got = torch.compile(f, backend="spyre")(*_spyre(*args))
         want = f(*args)
@@ -551,7 +541,22 @@ def test_activations_apply_in_the_matmul_epilogue_and_match_cpu(dtype, tmp_path,
     for g, r in zip(got, want, strict=True):
         torch.testing.assert_close(g.cpu(), r, rtol=tol, atol=tol)
     (d,) = list((tmp_path / "dbg").iterdir())
-    plan = (d / "plan.txt").read_text()
+    return (d / "plan.txt").read_text()
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_activations_apply_in_the_matmul_epilogue_and_match_cpu(dtype, tmp_path, monkeypatch):
+    """gelu (both forms), relu, silu, sigmoid and tanh of a linear layer's product are applied
+    before the product is stored (the plan fuses them into the matmul), and give CPU's values: the
+    product is rounded to its type first, as CPU stores it."""
+    torch.manual_seed(0)
+    acts = [F.gelu, lambda h: F.gelu(h, approximate="tanh"), F.relu, F.silu, torch.sigmoid, torch.tanh]
+    x, w, b = torch.randn(4, 24, 64), torch.randn(80, 64) * 0.2, torch.randn(80)
+
+    def f(x, w, b):
+        return [act(F.linear(x, w, b)) for act in acts] + [torch.tanh(x[0] @ w.t())]
+
+    plan = _matches_cpu_with_plan(f, (x, w, b), dtype, tmp_path, monkeypatch)
     assert plan.count("fuses gelu") == 2 and "fuses relu" in plan and "fuses silu" in plan
     assert "fuses sigmoid" in plan and plan.count("fuses tanh") == 2
 
@@ -561,7 +566,6 @@ def test_residual_adds_apply_in_the_matmul_epilogue_and_match_cpu(dtype, tmp_pat
     """A residual added to a linear layer's product (or to its activation, or to a batched
     product), or a gate multiplying it, is applied in the matmul's epilogue; one made after the
     matmul is applied apart. Every result is CPU's: each step rounds to the type as CPU's do."""
-    monkeypatch.setenv("TORCH_SPYRE_COMPILE_DEBUG", str(tmp_path / "dbg"))
     torch.manual_seed(0)
     x, h, w, b = torch.randn(4, 24, 80), torch.randn(4, 24, 64), torch.randn(80, 64) * 0.2, torch.randn(80)
     bx, by = torch.randn(4, 24, 64), torch.randn(4, 64, 80) * 0.2
@@ -576,15 +580,7 @@ def test_residual_adds_apply_in_the_matmul_epilogue_and_match_cpu(dtype, tmp_pat
             F.silu(h @ w.t()) * F.linear(h, w, b),  # a gated MLP: the up projection times the gate
         ]
 
-    args = [t.to(dtype) for t in (x, h, w, b, bx, by)]
-    with torch.no_grad():
-        got = torch.compile(f, backend="spyre")(*_spyre(*args))
-        want = f(*args)
-    tol = 1e-4 if dtype == torch.float32 else 1e-2
-    for g, r in zip(got, want, strict=True):
-        torch.testing.assert_close(g.cpu(), r, rtol=tol, atol=tol)
-    (d,) = list((tmp_path / "dbg").iterdir())
-    plan = (d / "plan.txt").read_text()
+    plan = _matches_cpu_with_plan(f, (x, h, w, b, bx, by), dtype, tmp_path, monkeypatch)
     assert "-> add in" in plan and "fuses gelu, add_1" in plan and "fuses add_2" in plan
     assert "add_3 (aten.add.Tensor)" in plan  # the late residual: an op of its own
     assert "fuses silu" in plan and "fuses mul_1" in plan
