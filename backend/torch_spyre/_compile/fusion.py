@@ -274,14 +274,14 @@ class Fusion:
         row = (*shape[:-1], 1)
         if tuple(_val(n).shape) not in (row, shape[:-1]):
             return None
-        nodes, todo = [n], [n]
-        while todo:
-            v = todo.pop()
+        nodes, frontier = [n], [n]  # frontier: nodes whose readers are still to be looked at
+        while frontier:
+            v = frontier.pop()
             if v in self.outputs or not v.users:
                 return None
             for u in v.users:
                 if self.kind.get(u) == "view" and v is n and tuple(_val(u).shape) == row:
-                    todo.append(u)  # keepdim's view: not a step
+                    frontier.append(u)  # keepdim's view: not a step
                     continue
                 if self.kind.get(u) != "pointwise" or _constant_of(u) is not None:
                     return None
@@ -292,7 +292,7 @@ class Fusion:
                 if tuple(_val(u).shape) == row:
                     if u not in nodes:
                         nodes.append(u)
-                        todo.append(u)
+                        frontier.append(u)
                 elif tuple(_val(u).shape) != shape:
                     return None
         return nodes

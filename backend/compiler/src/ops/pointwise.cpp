@@ -358,6 +358,13 @@ struct Walk {
 };
 
 int32_t steps_of(Expr& e, const Call& c, Walk& w);
+int32_t fused_ref(Expr& e, const Call& parent, const std::string& name, const Call& child, Walk& w);
+
+// The ref of view `v` as an input of the expression: one input per view.
+int32_t view_ref(Expr& e, uint32_t v, Walk& w) {
+  const auto it = w.memo.find(v);
+  return it != w.memo.end() ? it->second : w.memo[v] = e.input(ir::Operand::of(v));
+}
 
 bool row_reduction_op(std::string_view op) {
   return op == "sum" || op == "prims::sum" || op == "mean" || op == "amax" || op == "amin" || op == "prims::var" ||
@@ -382,16 +389,15 @@ int32_t row_reduction(Expr& e, const Call& c, Walk& w) {
   if (sizes && (sizes->kind != Arg::Kind::kInts || sizes->ints != w.shape)) {
     reject(c, "a fused reduction's input has the expression's shape");
   }
-  const Arg* a = c.get(prims ? "inp" : "self");
+  const std::string input = prims ? "inp" : "self";
+  const Arg* a = c.get(input);
   if (!a) reject(c, "the reduction has no input");
   int32_t x = 0;
   if (a->kind == Arg::Kind::kTensor) {
     if (w.b->view(a->view).sizes != w.shape) reject(c, "a fused reduction's input has the expression's shape");
-    const auto it = w.memo.find(a->view);
-    x = it != w.memo.end() ? it->second : w.memo[a->view] = e.input(ir::Operand::of(a->view));
+    x = view_ref(e, a->view, w);
   } else if (a->kind == Arg::Kind::kExpr) {
-    const auto it = w.done.find(a->expr.get());
-    x = it != w.done.end() ? it->second : w.done[a->expr.get()] = steps_of(e, *a->expr, w);
+    x = fused_ref(e, c, input, *a->expr, w);
   } else {
     reject(c, "the reduction's input is not a tensor");
   }
@@ -413,10 +419,23 @@ int32_t row_reduction(Expr& e, const Call& c, Walk& w) {
   return e.binary(BinaryFn::kMul, e.binary(BinaryFn::kMul, v, mag), mag);
 }
 
+// The ref of fused producer `child`, argument `name` of `parent`: a row reduction, or a pointwise
+// call computing in the expression's type; each call once per expression.
+int32_t fused_ref(Expr& e, const Call& parent, const std::string& name, const Call& child, Walk& w) {
+  if (const auto it = w.done.find(&child); it != w.done.end()) return it->second;
+  if (row_reduction_op(child.op)) return w.done[&child] = row_reduction(e, child, w);
+  const PointwiseOp* q = pointwise_op(child.op);
+  // A child in fp16 or bf16 would round its value when stored: fused, it would not.
+  if (!q || narrow(child.result) || widened(compute_type(*q, child)) != widened(e.compute())) {
+    reject(parent,
+           fmt::format("argument '{}' ({}) computes or rounds in another type; it cannot be fused", name, child.op));
+  }
+  return w.done[&child] = steps_of(e, child, w);
+}
+
 // Appends the steps of call `c` to `e`: its inputs (views shared through the walk's memo, numbers
 // as constants, fused producers recursively), then its row's expression; the result's ref.
 int32_t steps_of(Expr& e, const Call& c, Walk& w) {
-  std::map<uint32_t, int32_t>& memo = w.memo;
   const PointwiseOp* p = pointwise_op(c.op);
   if (!p) reject(c, "not a pointwise op: it cannot be fused into an expression");
   Refs refs;
@@ -427,11 +446,9 @@ int32_t steps_of(Expr& e, const Call& c, Walk& w) {
       continue;
     }
     switch (a->kind) {
-      case Arg::Kind::kTensor: {
-        const auto it = memo.find(a->view);
-        refs.push_back(it != memo.end() ? it->second : memo[a->view] = e.input(ir::Operand::of(a->view)));
+      case Arg::Kind::kTensor:
+        refs.push_back(view_ref(e, a->view, w));
         break;
-      }
       case Arg::Kind::kNumber:
       case Arg::Kind::kBool:
         if (narrow(c.common) &&
@@ -441,25 +458,9 @@ int32_t steps_of(Expr& e, const Call& c, Walk& w) {
           refs.push_back(a->integral ? e.constant_int(a->integer) : e.constant(a->number));
         }
         break;
-      case Arg::Kind::kExpr: {
-        const Call& child = *a->expr;
-        if (const auto it = w.done.find(&child); it != w.done.end()) {
-          refs.push_back(it->second);
-          break;
-        }
-        if (row_reduction_op(child.op)) {
-          refs.push_back(w.done[&child] = row_reduction(e, child, w));
-          break;
-        }
-        const PointwiseOp* q = pointwise_op(child.op);
-        // A child in fp16 or bf16 would round its value when stored: fused, it would not.
-        if (!q || narrow(child.result) || widened(compute_type(*q, child)) != widened(e.compute())) {
-          reject(c, fmt::format("argument '{}' ({}) computes or rounds in another type; it cannot be fused", name,
-                                child.op));
-        }
-        refs.push_back(w.done[&child] = steps_of(e, child, w));
+      case Arg::Kind::kExpr:
+        refs.push_back(fused_ref(e, c, name, *a->expr, w));
         break;
-      }
       default:
         reject(c, fmt::format("argument '{}' is not a tensor or a number", name));
     }
