@@ -22,7 +22,11 @@ class BoxedCall {
   const std::string& base() const { return base_; }
   const std::string& overload() const { return op_.schema().overload_name(); }
   /// "aten::add_.Tensor": how traces and messages name the call.
-  std::string name() const { return c10::toString(op_.schema().operator_name()); }
+  std::string name() const {
+    std::string n = op_.schema().name();
+    if (!overload().empty()) n += '.' + overload();
+    return n;
+  }
   /// True for the in-place variant (add_), which writes its first argument.
   bool inplace() const { return inplace_; }
   /// The out= tensor, if this is an out variant (the first keyword-only argument it writes, whatever

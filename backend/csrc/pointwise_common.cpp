@@ -37,18 +37,46 @@ c10::IValue stand_in(const c10::IValue& v) {
   return at::empty(std::vector<int64_t>(static_cast<size_t>(t.dim()), 0), cpu);
 }
 
+template <typename T>
+void append_bits(std::string& key, const T& v) {
+  key.append(reinterpret_cast<const char*>(&v), sizeof v);
+}
+
+// The key is bytes, not text: built on every call, it must cost nanoseconds, not a stream's
+// microseconds.
 void append_type(std::string& key, const c10::IValue& v) {
   if (v.isTensor()) {
     const at::Tensor& t = v.toTensor();
-    key += t.defined() ? c10::str(t.scalar_type(), ':', t.dim()) : "u";  // the stand-in's type and rank
+    if (t.defined()) {  // the stand-in's type and rank
+      key += 't';
+      append_bits(key, static_cast<int8_t>(t.scalar_type()));
+      append_bits(key, t.dim());
+    } else {
+      key += 'u';
+    }
   } else if (v.isScalar()) {
     key += v.isDouble() ? 'd' : (v.isBool() ? 'b' : (v.isComplexDouble() ? 'c' : 'i'));
   } else if (v.isString()) {
+    key += 's';
+    append_bits(key, v.toStringRef().size());
     key += v.toStringRef();
   } else {
-    key += v.tagKind();
+    key += 'k';
+    append_bits(key, static_cast<int>(v.tag));
   }
-  key += ',';
+}
+
+// A number exactly, by its bits.
+void append_number(std::string& key, const c10::Scalar& s) {
+  if (s.isComplex()) {
+    append_bits(key, s.toComplexDouble());
+  } else if (s.isFloatingPoint()) {
+    append_bits(key, s.toDouble());
+  } else if (s.isBoolean()) {
+    append_bits(key, s.toBool());
+  } else {
+    append_bits(key, s.toLong());
+  }
 }
 
 }  // namespace
@@ -62,19 +90,22 @@ void check_types_as_cpu(const BoxedCall& c) {
   };
   static std::mutex mu;
   static std::unordered_map<std::string, Verdict> seen;
-  std::string key = c.name() + ':';
+  std::string key = c.name();
+  key += '\0';
   for (size_t i = 0; i < c.size(); ++i) append_type(key, c.at(i));
   // Numbers go in as they are, and may decide (an integer fmod by False raises): they key too.
   for (size_t i = 0; i < c.size(); ++i) {
-    if (c.at(i).isScalar()) key += c10::str(c.at(i).toScalar(), ',');
+    if (c.at(i).isScalar()) append_number(key, c.at(i).toScalar());
   }
   Verdict verdict;
+  bool known = false;
   {
     const std::lock_guard lock(mu);
     const auto it = seen.find(key);
-    if (it != seen.end()) verdict = it->second;
+    known = it != seen.end();
+    if (known) verdict = it->second;
   }
-  if (!seen.count(key)) {
+  if (!known) {
     torch::jit::Stack stack;
     for (size_t i = 0; i < c.size(); ++i) stack.push_back(stand_in(c.at(i)));
     try {

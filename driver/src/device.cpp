@@ -243,11 +243,16 @@ DeviceStatus Device::status() {
 }
 
 void Device::on_irq(uint32_t /*vector*/) {
+  bool wake = false;
   {
     std::lock_guard lock(irq_mu_);
     ++irq_count_;
+    for (const Sleeper& s : sleepers_) {
+      const uint64_t fence = s.queue->fence_value();
+      wake = wake || fence >= s.seq || fence == s.seen;
+    }
   }
-  irq_cv_.notify_all();
+  if (wake) irq_cv_.notify_all();
 }
 
 void Device::release_queue(uint32_t id) {

@@ -1,3 +1,4 @@
+#include <algorithm>
 #include <chrono>
 #include <cstring>
 
@@ -158,7 +159,12 @@ Queue::WaitEnd Queue::wait_for_fence(std::unique_lock<std::mutex>& lock, uint64_
       break;
     }
     std::unique_lock irq(dev_.irq_mu_);
+    dev_.sleepers_.push_back({this, seq, fence});
     dev_.irq_cv_.wait_for(irq, kHaltPoll, [&] { return fence_value() >= seq || dev_.irq_count_ != seen; });
+    auto mine = std::find_if(dev_.sleepers_.begin(), dev_.sleepers_.end(), [&](const Device::Sleeper& s) {
+      return s.queue == this && s.seq == seq && s.seen == fence;
+    });
+    dev_.sleepers_.erase(mine);
   }
   if (token != 0) dev_.transport().wait_end(token, end != WaitEnd::kAbandoned);
   lock.lock();

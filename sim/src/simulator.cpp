@@ -90,7 +90,7 @@ class SimulatorImpl final : public Simulator {
     e.card = card;
     e.addr = offset;
     e.value = value;
-    post([=, this] { host_write(e); });
+    post([=, this] { host_write(e); }, Wake::kUnlessHeld);
   }
 
   uint64_t wait_begin(uint32_t card, uint32_t queue, uint64_t seq) override {
@@ -210,16 +210,28 @@ class SimulatorImpl final : public Simulator {
     }
   }
 
+  // Whether a task wakes a simulator thread that host pacing holds still. A host write need not:
+  // held, the model does nothing with it until a host thread waits or reads, and those tasks wake
+  // it and run after every write queued before them. Not waking it saves a thread hand-over per
+  // doorbell, which costs more than a small command's simulation.
+  enum class Wake { kAlways, kUnlessHeld };
+
   // Queues `fn` for the simulator thread and returns at once; tasks run in order.
   // False (and `fn` dropped) once the simulator thread has stopped.
-  bool post(std::function<void()> fn) {
+  bool post(std::function<void()> fn, Wake wake = Wake::kAlways) {
+    bool notify = true;
     {
       std::lock_guard lock(mu_);
       if (stopped_) return false;
       tasks_.push_back(std::move(fn));
       has_tasks_.store(true, std::memory_order_release);
+      if (wake == Wake::kAlways) {
+        ++waking_tasks_;
+      } else {
+        notify = !parked_in_hold_;
+      }
     }
-    cv_.notify_one();
+    if (notify) cv_.notify_one();
     return true;
   }
 
@@ -251,6 +263,7 @@ class SimulatorImpl final : public Simulator {
       std::lock_guard lock(mu_);
       batch.swap(tasks_);
       has_tasks_.store(false, std::memory_order_relaxed);
+      waking_tasks_ = 0;
     }
     for (auto& t : batch) t();
   }
@@ -464,11 +477,13 @@ class SimulatorImpl final : public Simulator {
       return;
     }
     std::unique_lock lock(mu_);
+    parked_in_hold_ = true;
     if (polled) {
-      cv_.wait_until(lock, held_since_ + kHoldLimit, [&] { return !tasks_.empty(); });
+      cv_.wait_until(lock, held_since_ + kHoldLimit, [&] { return waking_tasks_ > 0; });
     } else {
-      cv_.wait(lock, [&] { return !tasks_.empty() || polled_.load(std::memory_order_relaxed); });
+      cv_.wait(lock, [&] { return waking_tasks_ > 0 || polled_.load(std::memory_order_relaxed); });
     }
+    parked_in_hold_ = false;
   }
 
   // The model threw (a bug, or host memory exhausted): stop simulating, but keep answering the
@@ -487,6 +502,8 @@ class SimulatorImpl final : public Simulator {
   std::atomic<bool> simulating_{false};  // the simulator thread is inside sc_start
   std::deque<std::function<void()>> tasks_;
   std::atomic<bool> has_tasks_{false};
+  size_t waking_tasks_ = 0;      // under mu_: tasks_ posted with Wake::kAlways
+  bool parked_in_hold_ = false;  // under mu_: the simulator thread sleeps in hold()
   bool ready_ = false;
   bool quit_ = false;
   bool stopped_ = false;

@@ -1,5 +1,9 @@
 #include <functional>
 #include <numeric>
+#include <optional>
+#include <string>
+#include <type_traits>
+#include <vector>
 
 #include <fmt/format.h>
 #include <fmt/ranges.h>
@@ -9,52 +13,77 @@
 namespace spyre::compiler::ir {
 namespace {
 
-std::string describe(const Op& op) {
-  if (op.family == Op::Family::kAttention) {
-    const Attention& a = op.attention;
-    return fmt::format("attn{}/{},{},{}>{}/{}/{}/{}", a.causal ? "c" : "", a.q, a.k, a.v, a.out, a.lse, a.bias,
-                       a.scale);
+// The program cache's key, as bytes: every number by its bits, every list after its length. Built
+// on every eager launch, so it must cost far less than formatting text would.
+class Key {
+ public:
+  template <typename T>
+  Key& operator<<(const T& v) {
+    static_assert(std::is_arithmetic_v<T> || std::is_enum_v<T>, "a key holds numbers");
+    bytes_.append(reinterpret_cast<const char*>(&v), sizeof v);
+    return *this;
   }
-  if (op.family == Op::Family::kSort) {
-    return fmt::format("sort{}/{}>{},{}", op.sort.descending ? "d" : "a", op.sort.in, op.sort.values, op.sort.indices);
+  Key& operator<<(char tag) {
+    bytes_ += tag;
+    return *this;
   }
-  if (op.family == Op::Family::kScan) {
-    return fmt::format("scan{}/{}/{}>{}", static_cast<int>(op.scan.fn), hw::dtype_name(op.scan.compute), op.scan.in,
-                       op.scan.out);
+  template <typename T>
+  Key& operator<<(const std::optional<T>& v) {
+    *this << v.has_value();
+    return v ? *this << *v : *this;
   }
-  if (op.family == Op::Family::kIndex) {
-    const Index& x = op.index;
-    return fmt::format("idx{}/{}/{}/{}", static_cast<int>(x.kind), x.table, x.index, x.rows);
+  template <typename T>
+  Key& operator<<(const std::vector<T>& v) {
+    *this << v.size();
+    for (const T& x : v) *this << x;
+    return *this;
   }
-  if (op.family == Op::Family::kMatmul) {
-    const Matmul& m = op.matmul;
-    return fmt::format("mm/{}/{}@{}>{}+{}/{}/{}/act{}+{}/{}", hw::dtype_name(m.compute), m.a, m.b, m.out, m.bias,
-                       m.alpha, m.beta, static_cast<int>(m.activation), m.residual, static_cast<int>(m.residual_fn));
-  }
-  if (op.family == Op::Family::kReduce) {
-    const Reduce& r = op.reduce;
-    return fmt::format("reduce{}/{}/{}>{}[{}]", static_cast<int>(r.fn), hw::dtype_name(r.compute), r.in, r.out,
-                       fmt::join(r.dims, ","));
+  std::string take() { return std::move(bytes_); }
+
+ private:
+  std::string bytes_;
+};
+
+// Appends what makes `op` itself: with the views, it names the program.
+void describe(Key& k, const Op& op) {
+  k << op.family;
+  switch (op.family) {
+    case Op::Family::kAttention: {
+      const Attention& a = op.attention;
+      k << a.causal << a.q << a.k << a.v << a.out << a.lse << a.bias << a.scale;
+      return;
+    }
+    case Op::Family::kSort:
+      k << op.sort.descending << op.sort.in << op.sort.values << op.sort.indices;
+      return;
+    case Op::Family::kScan:
+      k << op.scan.fn << op.scan.compute << op.scan.in << op.scan.out;
+      return;
+    case Op::Family::kIndex:
+      k << op.index.kind << op.index.table << op.index.index << op.index.rows;
+      return;
+    case Op::Family::kMatmul: {
+      const Matmul& m = op.matmul;
+      k << m.compute << m.a << m.b << m.out << m.bias << m.alpha << m.beta << m.activation << m.residual
+        << m.residual_fn;
+      return;
+    }
+    case Op::Family::kReduce: {
+      const Reduce& r = op.reduce;
+      k << r.fn << r.compute << r.in << r.out << r.dims;
+      return;
+    }
+    case Op::Family::kPointwise:
+      break;
   }
   const Pointwise& p = op.pointwise;
-  std::string s = fmt::format("pw{}/{}/{}/{}/{}{}/{}/{}>{}", static_cast<int>(p.kind), static_cast<int>(p.unary),
-                              static_cast<int>(p.binary), hw::dtype_name(p.compute), p.start,
-                              p.start_int ? fmt::format("i{}", *p.start_int) : "", p.step, p.inputs.size(), p.out);
-  for (const Operand& o : p.inputs) {
-    if (o.kind == Operand::Kind::kView) {
-      s += fmt::format(",v{}", o.view);
-    } else {
-      s += o.integer ? fmt::format(",i{}", *o.integer) : fmt::format(",s{}", o.scalar);
-    }
-  }
-  if (p.rng_arg >= 0) s += fmt::format(",rng{}", p.rng_arg);
+  k << p.kind << p.unary << p.binary << p.compute << p.start << p.start_int << p.step << p.out << p.rng_arg
+    << p.inputs.size();
+  for (const Operand& o : p.inputs) k << o.kind << o.view << o.scalar << o.integer;
+  k << p.steps.size();
   for (const Step& st : p.steps) {
-    s += fmt::format(";{}/{}/{}/{}/{}/{}({})", static_cast<int>(st.kind), static_cast<int>(st.unary),
-                     static_cast<int>(st.binary), st.start, st.start_int ? fmt::format("i{}", *st.start_int) : "",
-                     st.step, fmt::join(st.args, ","));
-    if (st.kind == PointwiseKind::kReduce) s += fmt::format("r{}", static_cast<int>(st.reduce));
+    k << st.kind << st.unary << st.binary << st.start << st.start_int << st.step << st.args << st.reduce;
   }
-  return s;
 }
 
 }  // namespace
@@ -79,13 +108,12 @@ int64_t View::numel() const {
 }
 
 std::string Graph::signature() const {
-  std::string s = fmt::format("args{}", num_args);
-  for (const View& v : views) {
-    s += fmt::format("|{}@{}+{}:{}:{}", hw::dtype_name(v.dtype), v.arg, v.offset, fmt::join(v.sizes, "x"),
-                     fmt::join(v.strides, ","));
-  }
-  for (const Op& op : ops) s += "|" + describe(op);
-  return s;
+  Key k;
+  k << num_args << views.size();
+  for (const View& v : views) k << v.dtype << v.arg << v.offset << v.sizes << v.strides;
+  k << ops.size();
+  for (const Op& op : ops) describe(k, op);
+  return k.take();
 }
 
 std::string Graph::name() const {

@@ -255,10 +255,21 @@ class Device {
   std::mutex queue_mu_;
   std::vector<bool> queue_used_;
 
-  // Interrupts wake every waiter; each re-checks its own fence.
+  // A thread asleep in Queue::wait_for_fence: it wants `queue`'s fence at `seq`, and saw it at
+  // `seen` when it went to sleep.
+  struct Sleeper {
+    const Queue* queue;
+    uint64_t seq;
+    uint64_t seen;
+  };
+  // An interrupt wakes the sleepers it may concern: one whose fence reached its seq, or one whose
+  // fence has not moved (the interrupt may be a halt, which writes no fence). A completion that
+  // only moves a fence part of the way wakes nobody: a host thread waiting for half a ring sleeps
+  // through the other completions instead of waking for each.
   std::mutex irq_mu_;
   std::condition_variable irq_cv_;
   uint64_t irq_count_ = 0;
+  std::vector<Sleeper> sleepers_;  // under irq_mu_
 };
 
 }  // namespace spyre::driver

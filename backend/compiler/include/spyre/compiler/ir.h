@@ -278,8 +278,8 @@ struct Graph {
     views.push_back(std::move(v));
     return static_cast<uint32_t>(views.size() - 1);
   }
-  /// A stable text naming everything the program depends on (shapes, strides, types, ops, but not
-  /// addresses): the key of the program cache.
+  /// Bytes naming everything the program depends on (shapes, strides, types, ops, but not
+  /// addresses): the key of the program cache. Not text: it is built on every eager launch.
   std::string signature() const;
   /// A short human-readable name for traces, e.g. "add f32 [64,64]".
   std::string name() const;
