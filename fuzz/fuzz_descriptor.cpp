@@ -199,6 +199,17 @@ class Card final : public fw::Hal {
   }
 
   bool host_read(uint64_t iova, void* dst, uint32_t n) override {
+    if (in_call_ && call_.fetched) {  // only a launch's arguments, once, after its program header
+      const hw::LaunchArgs& l = call_.d.launch;
+      FUZZ_CHECK(call_.d.opcode == hw::Opcode::kLaunch && (call_.d.flags & hw::kLaunchArgsHost) && call_.program_read &&
+                     !call_.args_read && iova == l.args && n == l.args_size,
+                 "host read of %u bytes at 0x%llx", n, (unsigned long long)iova);
+      fuzz::check_descriptor_safe(call_.d, limits_);
+      call_.args_read = true;
+      if (!mapped(iova, n)) return false;
+      std::memcpy(dst, &host_[iova - kHostBase], n);
+      return true;
+    }
     FUZZ_CHECK(in_call_ && n == sizeof(hw::Descriptor), "host read of %u bytes", n);
     FUZZ_CHECK(!call_.fetched, "two descriptors fetched in one service_queue");
     FUZZ_CHECK(usable_ring(call_.entries) && call_.tail - call_.head <= call_.entries,
@@ -295,19 +306,21 @@ class Card final : public fw::Hal {
     return hw::Verdict{ErrorCode::kDmaFault, hw::Field::kCopySrc, 0};
   }
 
-  hw::Verdict launch(uint64_t program, uint64_t args, uint64_t args_size, uint64_t core_mask, uint32_t priority,
+  hw::Verdict launch(uint64_t program, const fw::Arguments& args, uint64_t core_mask, uint32_t priority,
                      const fw::Window& window) override {
     FUZZ_CHECK(call_.executing, "a launch runs without ACTIVE");
     FUZZ_CHECK(window.base == 0 && window.size == limits_.mem_size, "launch window 0x%llx + %llu",
                (unsigned long long)window.base, (unsigned long long)window.size);
     const hw::LaunchArgs& l = call_.d.launch;
-    FUZZ_CHECK(call_.d.opcode == hw::Opcode::kLaunch && program == l.program && args == l.args &&
-                   args_size == l.args_size && core_mask == l.core_mask,
+    const bool from_host = (call_.d.flags & hw::kLaunchArgsHost) != 0;
+    FUZZ_CHECK(call_.d.opcode == hw::Opcode::kLaunch && program == l.program && args.addr == l.args &&
+                   args.size == l.args_size && args.from_host == from_host && core_mask == l.core_mask,
                "launch for opcode %u", static_cast<unsigned>(call_.d.opcode));
+    FUZZ_CHECK(!from_host || l.args_size == 0 || call_.args_read, "host arguments not read");
     FUZZ_CHECK(call_.program_read, "launch without reading the program header");
     check_executable();
     check_priority(priority);
-    fuzz::check_launch_safe(l, limits_);
+    fuzz::check_launch_safe(l, call_.d.flags, limits_);
     fuzz::check_program_safe(program_, l);
     const uint8_t fate = in_.take<uint8_t>();
     if (fate < 0xe0) return fate < 0xd0 ? hw::Verdict{} : reset_meanwhile();
@@ -364,8 +377,8 @@ class Card final : public fw::Hal {
     hw::Descriptor d{};                                    // the fetched descriptor
     hw::Completion c{};                                    // its completion record
     uint64_t fetched_iova = 0;
-    bool fetched = false, program_read = false, cpl_attempted = false, cpl_written = false, head_moved = false,
-         fence_written = false;
+    bool fetched = false, program_read = false, args_read = false, cpl_attempted = false, cpl_written = false,
+         head_moved = false, fence_written = false;
     bool halted = false, reset = false;
     bool executing = false;  // ACTIVE is 1
     int completions = 0, irqs = 0, wakeups = 0;

@@ -80,9 +80,10 @@ inline void check_copy_safe(const hw::CopyArgs& c, uint8_t flags, const fw::Limi
   }
 }
 
-/// A launch the firmware lets reach the cores: program, arguments and label in device memory,
+/// A launch the firmware lets reach the cores: program, label and (unless read from the host)
+/// arguments in device memory,
 /// aligned, within their limits; the core mask names existing cores only, and at least one.
-inline void check_launch_safe(const hw::LaunchArgs& l, const fw::Limits& lim) {
+inline void check_launch_safe(const hw::LaunchArgs& l, uint8_t flags, const fw::Limits& lim) {
   const uint64_t mem = lim.mem_size;
   FUZZ_CHECK(l.program % hw::kProgramAlign == 0, "program 0x%llx", (unsigned long long)l.program);
   FUZZ_CHECK(l.program_size >= sizeof(hw::ProgramHeader) && l.program_size <= hw::kMaxProgramBytes &&
@@ -92,8 +93,10 @@ inline void check_launch_safe(const hw::LaunchArgs& l, const fw::Limits& lim) {
              (unsigned long long)l.program, (unsigned long long)l.program_size, (unsigned long long)mem);
   FUZZ_CHECK(l.args % 8 == 0 && l.args_size % 8 == 0 && l.args_size <= 8u * hw::kMaxLaunchArgs, "args %llu/%llu",
              (unsigned long long)l.args, (unsigned long long)l.args_size);
-  FUZZ_CHECK(l.args_size == 0 || inside(l.args, l.args_size, mem), "args 0x%llx + %llu outside %llu bytes",
-             (unsigned long long)l.args, (unsigned long long)l.args_size, (unsigned long long)mem);
+  FUZZ_CHECK((flags & ~hw::kLaunchFlagMask) == 0, "launch flags 0x%x", flags);
+  FUZZ_CHECK(l.args_size == 0 || (flags & hw::kLaunchArgsHost) || inside(l.args, l.args_size, mem),
+             "args 0x%llx + %llu outside %llu bytes", (unsigned long long)l.args, (unsigned long long)l.args_size,
+             (unsigned long long)mem);
   FUZZ_CHECK(l.label == 0 || inside(l.label, 1, mem), "label 0x%llx", (unsigned long long)l.label);
   FUZZ_CHECK(l.core_mask != 0, "empty core mask");
   for (uint32_t core = lim.num_cores; core < 64; ++core) {
@@ -113,8 +116,7 @@ inline void check_descriptor_safe(const hw::Descriptor& d, const fw::Limits& lim
       check_copy_safe(d.copy, d.flags, lim);
       break;
     case hw::Opcode::kLaunch:
-      FUZZ_CHECK(d.flags == 0, "launch flags 0x%x", d.flags);
-      check_launch_safe(d.launch, lim);
+      check_launch_safe(d.launch, d.flags, lim);
       break;
     case hw::Opcode::kTimestamp:
       FUZZ_CHECK(d.flags == 0 && d.timestamp.dst % 8 == 0, "timestamp");

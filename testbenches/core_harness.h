@@ -228,7 +228,8 @@ struct Harness {
     std::vector<sim::Core*> ranks;
     for (uint32_t i = 0; i < n; ++i) ranks.push_back(cores[i].get());
     launch.reset(ranks);
-    for (uint32_t i = 0; i < n; ++i) cores[i]->start(kProgram, kArgs, args.size() * 8, i, &launch);
+    for (uint32_t i = 0; i < n; ++i)
+      cores[i]->start(kProgram, fw::Arguments{kArgs, args.size() * 8, false, {}}, i, &launch);
     sc_core::sc_start();
     double end = 0;
     for (uint32_t i = 0; i < n; ++i) {

@@ -46,7 +46,7 @@ struct Harness {
     memory.write(kArgs, args.data(), args.size() * 8);
     const Clock clock(config.chip.clock_mhz);
     launch.reset({&core});
-    core.start(kProgram, kArgs, args.size() * 8, 0, &launch);
+    core.start(kProgram, fw::Arguments{kArgs, args.size() * 8, false, {}}, 0, &launch);
     sc_core::sc_start();  // until the core is idle again
     REQUIRE_FALSE(core.busy());
     return clock.now_cycles() - clock.to_cycles(core.code_ready());  // without the program fetch

@@ -69,7 +69,8 @@ struct Chip {
     launch.reset(ranks);
     // NOLINTNEXTLINE(performance-unnecessary-copy-initialization): a copy, the time as it is now
     const sc_core::sc_time start = sc_core::sc_time_stamp();
-    for (uint32_t i = 0; i < n; ++i) cores[i]->start(kProgram, kArgs, args.size() * 8, i, &launch);
+    for (uint32_t i = 0; i < n; ++i)
+      cores[i]->start(kProgram, fw::Arguments{kArgs, args.size() * 8, false, {}}, i, &launch);
     sc_core::sc_start();
     for (uint32_t i = 0; i < n; ++i) {
       REQUIRE_FALSE(cores[i]->busy());

@@ -140,8 +140,8 @@ class DeviceRuntime {
   void launch(const std::string& key, const std::function<compiler::Program()>& build,
               const std::vector<uint64_t>& args, const std::string& op);
 
-  /// Launches in order on the current stream with their argument blocks in one upload (a compiled
-  /// graph's sequence of programs). Asynchronous.
+  /// Launches in order on the current stream, every program loaded before the first is queued (a
+  /// compiled graph's sequence of programs). Asynchronous.
   struct LaunchRequest {
     std::string key;
     std::function<compiler::Program()> build;
@@ -216,9 +216,9 @@ class DeviceRuntime {
   /// The program cached under `key`, loaded (built and uploaded) on a miss; evictions are appended.
   LoadedProgram loaded(const std::string& key, const std::function<compiler::Program()>& build, size_t num_args,
                        std::vector<LoadedProgram>* evicted);
-  /// Queues a LAUNCH of `prog` with the argument block at `args` on `q`, noted for the profiler;
-  /// its sequence number.
-  uint64_t queue_launch(driver::Queue& q, const LoadedProgram& prog, uint64_t args, uint64_t args_bytes,
+  /// Queues a LAUNCH of `prog` with `args` (carried in the queue's argument ring) on `q`, noted
+  /// for the profiler; its sequence number.
+  uint64_t queue_launch(driver::Queue& q, const LoadedProgram& prog, const std::vector<uint64_t>& args,
                         uint64_t op_label);
   /// alloc() for the runtime's own memory (programs, launch arguments, labels): when the device is
   /// full, asks the tensor allocator to give back what it caches, and tries once more.

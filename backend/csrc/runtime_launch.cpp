@@ -72,61 +72,44 @@ void DeviceRuntime::submit_launch(const std::string& key, const std::function<co
                                   std::vector<LoadedProgram>* evicted) {
   const LoadedProgram prog = loaded(key, build, args.size(), evicted);
   TORCH_CHECK(args.size() <= hw::kMaxLaunchArgs, "spyre: too many launch arguments (", args.size(), ")");
-  const uint64_t args_bytes = args.size() * sizeof(uint64_t);
-  const uint64_t args_addr = alloc_reclaiming(hw::kMaxLaunchArgs * sizeof(uint64_t));
-  upload(args_addr, args.data(), args_bytes);
   const uint64_t op_label = label(op);
-  if (CaptureSink* sink = capture_sink()) {
+  if (CaptureSink* sink = capture_sink()) {  // a captured graph replays from device memory it owns
+    const uint64_t args_bytes = args.size() * sizeof(uint64_t);
+    const uint64_t args_addr = alloc_reclaiming(hw::kMaxLaunchArgs * sizeof(uint64_t));
+    upload(args_addr, args.data(), args_bytes);
     sink->launch(prog, args_addr, args_bytes, op_label, prog.name);
     return;
   }
-  driver::Queue& q = queue();
-  const uint64_t seq = queue_launch(q, prog, args_addr, args_bytes, op_label);
-  q.on_complete(seq, [this, args_addr] { (void)device_->free(args_addr); });
+  (void)queue_launch(queue(), prog, args, op_label);
 }
 
-uint64_t DeviceRuntime::queue_launch(driver::Queue& q, const LoadedProgram& prog, uint64_t args, uint64_t args_bytes,
+uint64_t DeviceRuntime::queue_launch(driver::Queue& q, const LoadedProgram& prog, const std::vector<uint64_t>& args,
                                      uint64_t op_label) {
+  // The arguments travel in the queue's argument ring: no copy command, no device memory.
   uint64_t seq = 0;
-  SPYRE_CHECK(q.launch(prog.addr, prog.size, args, args_bytes, prog.core_mask, op_label, &seq));
+  SPYRE_CHECK(q.launch(prog.addr, prog.size, args.data(), args.size(), prog.core_mask, op_label, &seq));
   profiling::note(index_, current_stream(), q, seq, profiling::Kind::kKernel, prog.name, 0);
   return seq;
 }
 
 void DeviceRuntime::launch_sequence(const std::vector<LaunchRequest>& launches) {
   if (launches.empty()) return;
-  if (launches.size() == 1 || capture_sink() != nullptr) {  // a capture owns each argument block
+  if (capture_sink() != nullptr) {  // a capture owns each argument block
     for (const LaunchRequest& r : launches) launch(r.key, r.build, r.args, r.op);
     return;
   }
   std::vector<LoadedProgram> evicted;
   {
     std::shared_lock using_programs(programs_rw_);
+    // Every program is loaded before the first launch is queued.
     std::vector<LoadedProgram> progs;
-    constexpr uint64_t kSlot = hw::kMaxLaunchArgs;
-    std::vector<uint64_t> block(launches.size() * kSlot, 0);
-    for (size_t i = 0; i < launches.size(); ++i) {
-      const LaunchRequest& r = launches[i];
-      TORCH_CHECK(r.args.size() <= kSlot, "spyre: too many launch arguments (", r.args.size(), ")");
+    for (const LaunchRequest& r : launches) {
+      TORCH_CHECK(r.args.size() <= hw::kMaxLaunchArgs, "spyre: too many launch arguments (", r.args.size(), ")");
       progs.push_back(loaded(r.key, r.build, r.args.size(), &evicted));
-      std::copy(r.args.begin(), r.args.end(), block.begin() + static_cast<std::ptrdiff_t>(i * kSlot));
     }
-    // Every argument block in one upload: one transfer for the sequence instead of one per launch.
-    const uint64_t bytes = block.size() * sizeof(uint64_t);
-    const uint64_t base = alloc_reclaiming(bytes);
-    upload(base, block.data(), bytes);
     driver::Queue& q = queue();
-    uint64_t seq = 0;
-    try {
-      for (size_t i = 0; i < launches.size(); ++i) {
-        seq = queue_launch(q, progs[i], base + i * kSlot * sizeof(uint64_t), launches[i].args.size() * sizeof(uint64_t),
-                           label(launches[i].op));
-      }
-    } catch (...) {  // the launches queued before the failure still read the block
-      q.on_complete(q.last_seq(), [this, base] { (void)device_->free(base); });
-      throw;
-    }
-    q.on_complete(seq, [this, base] { (void)device_->free(base); });
+    for (size_t i = 0; i < launches.size(); ++i)
+      (void)queue_launch(q, progs[i], launches[i].args, label(launches[i].op));
   }
   if (evicted.empty()) return;
   std::unique_lock freeing(programs_rw_);

@@ -283,10 +283,11 @@ Status Device::create_queue(uint32_t entries, std::unique_ptr<Queue>* out, uint3
     }
     queue_used_[id] = true;
   }
-  std::unique_ptr<HostBuffer> ring, cpl, fence;
+  std::unique_ptr<HostBuffer> ring, cpl, fence, args;
   Status s = map_host(uint64_t{entries} * sizeof(hw::Descriptor), &ring);
   if (s.ok()) s = map_host(uint64_t{entries} * sizeof(hw::Completion), &cpl);
   if (s.ok()) s = map_host(sizeof(uint64_t), &fence);
+  if (s.ok()) s = map_host(uint64_t{entries} * hw::kMaxLaunchArgs * sizeof(uint64_t), &args);
   if (!s.ok()) {
     release_queue(id);
     return s;
@@ -304,7 +305,7 @@ Status Device::create_queue(uint32_t entries, std::unique_ptr<Queue>* out, uint3
   w(hw::kQPriority, priority);
   w(hw::kQControl, hw::kQControlEnable);
   log("driver").debug("{}: queue {} created with {} entries, priority {}", name_, id, entries, priority);
-  out->reset(new Queue(*this, id, entries, std::move(ring), std::move(cpl), std::move(fence)));
+  out->reset(new Queue(*this, id, entries, std::move(ring), std::move(cpl), std::move(fence), std::move(args)));
   return {};
 }
 

@@ -32,8 +32,14 @@ WaitPolicy wait_policy() {
 }
 
 Queue::Queue(Device& dev, uint32_t id, uint32_t entries, std::unique_ptr<HostBuffer> ring,
-             std::unique_ptr<HostBuffer> cpl, std::unique_ptr<HostBuffer> fence)
-    : dev_(dev), id_(id), entries_(entries), ring_(std::move(ring)), cpl_(std::move(cpl)), fence_(std::move(fence)) {}
+             std::unique_ptr<HostBuffer> cpl, std::unique_ptr<HostBuffer> fence, std::unique_ptr<HostBuffer> args)
+    : dev_(dev),
+      id_(id),
+      entries_(entries),
+      ring_(std::move(ring)),
+      cpl_(std::move(cpl)),
+      fence_(std::move(fence)),
+      args_(std::move(args)) {}
 
 Queue::~Queue() {
   // A queue whose host gave up waiting (a timeout, Ctrl-C) is not waited for again: the reset
@@ -197,7 +203,8 @@ void Queue::note_halt_locked() {
   }
 }
 
-Status Queue::submit_locked(std::unique_lock<std::mutex>& lock, hw::Descriptor d, uint64_t* seq) {
+Status Queue::submit_locked(std::unique_lock<std::mutex>& lock, hw::Descriptor d, uint64_t* seq, const uint64_t* args,
+                            size_t num_args) {
   poll_locked();
   while (pending_.size() >= entries_) {
     // Ring full: wait until half of it is free, not one slot, so that a host far ahead of the card
@@ -214,6 +221,15 @@ Status Queue::submit_locked(std::unique_lock<std::mutex>& lock, hw::Descriptor d
   }
   d.seq = next_seq_++;
   const uint32_t slot = tail_ & (entries_ - 1);
+  if (args != nullptr) {
+    // The slot's last descriptor has completed (the ring was not full), so its launch has read
+    // its arguments already.
+    constexpr uint64_t kSlot = uint64_t{hw::kMaxLaunchArgs} * sizeof(uint64_t);
+    std::memcpy(static_cast<uint8_t*>(args_->data()) + slot * kSlot, args, num_args * sizeof(uint64_t));
+    d.flags |= hw::kLaunchArgsHost;
+    d.launch.args = args_->iova() + slot * kSlot;
+    d.launch.args_size = num_args * sizeof(uint64_t);
+  }
   std::memcpy(static_cast<uint8_t*>(ring_->data()) + uint64_t{slot} * sizeof d, &d, sizeof d);
   pending_.push_back({d.seq, slot, d.opcode});
   ++tail_;
@@ -248,6 +264,22 @@ Status Queue::launch(uint64_t program, uint64_t program_size, uint64_t args, uin
   d.launch.label = label;
   std::unique_lock lock(mu_);
   return submit_locked(lock, d, seq);
+}
+
+Status Queue::launch(uint64_t program, uint64_t program_size, const uint64_t* args, size_t num_args, uint64_t core_mask,
+                     uint64_t label, uint64_t* seq) {
+  if (num_args > hw::kMaxLaunchArgs) {
+    return {StatusCode::kInvalidArgument, fmt::format("{} queue {}: a launch takes at most {} arguments, not {}",
+                                                      dev_.name(), id_, hw::kMaxLaunchArgs, num_args)};
+  }
+  hw::Descriptor d{};
+  d.opcode = hw::Opcode::kLaunch;
+  d.launch.program = program;
+  d.launch.program_size = program_size;
+  d.launch.core_mask = core_mask;
+  d.launch.label = label;
+  std::unique_lock lock(mu_);
+  return submit_locked(lock, d, seq, args, num_args);
 }
 
 namespace {

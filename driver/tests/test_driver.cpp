@@ -236,36 +236,55 @@ TEST_CASE("a matmul program runs on the cores and matches a CPU reference") {
       upload(*q, addr, bytes.data(), bytes.size());
       return addr;
     };
-    const uint64_t da = to_dev(a), db = to_dev(b), dc = alloc(uint64_t{m} * n * es);
+    const uint64_t da = to_dev(a), db = to_dev(b);
     const uint64_t dprog = alloc(prog.image.size());
     upload(*q, dprog, prog.image.data(), prog.image.size());
-    const uint64_t args[3] = {da, db, dc};
-    const uint64_t dargs = alloc(sizeof args);
-    upload(*q, dargs, args, sizeof args);
-    uint64_t seq = 0;
-    REQUIRE(q->launch(dprog, prog.image.size(), dargs, sizeof args, prog.core_mask, 0, &seq).ok());
-    const driver::Status s = q->wait(seq);
-    REQUIRE_MESSAGE(s.ok(), s.message());
-    std::vector<uint8_t> out(uint64_t{m} * n * es);
-    download(*q, out.data(), dc, out.size());
-    int bad = 0;
-    for (uint32_t i = 0; i < m * n; ++i) {
-      float v = 0;
-      if (type == hw::DType::kF32) {
-        std::memcpy(&v, &out[uint64_t{i} * 4], 4);
+    // The arguments in device memory, uploaded first, or carried in the queue's argument ring.
+    for (const bool in_ring : {false, true}) {
+      CAPTURE(in_ring);
+      const uint64_t dc = alloc(uint64_t{m} * n * es);
+      const uint64_t args[3] = {da, db, dc};
+      uint64_t seq = 0;
+      if (in_ring) {
+        REQUIRE(q->launch(dprog, prog.image.size(), args, 3, prog.core_mask, 0, &seq).ok());
       } else {
-        uint16_t h = 0;
-        std::memcpy(&h, &out[uint64_t{i} * 2], 2);
-        const int e = (h >> frac_bits) & (dl ? 63 : 31);
-        const float mant = static_cast<float>(h & ((1 << frac_bits) - 1)) / static_cast<float>(1 << frac_bits);
-        v = (e == 0 ? (dl ? 0.0f : std::ldexp(mant, 1 - bias)) : std::ldexp(1 + mant, e - bias)) *
-            ((h & 0x8000) ? -1 : 1);
+        const uint64_t dargs = alloc(sizeof args);
+        upload(*q, dargs, args, sizeof args);
+        REQUIRE(q->launch(dprog, prog.image.size(), dargs, sizeof args, prog.core_mask, 0, &seq).ok());
       }
-      const float tol = type == hw::DType::kF32 ? 1e-4f : 1e-3f * std::fabs(ref[i]) + 1e-3f;
-      bad += std::fabs(v - ref[i]) > tol;
+      const driver::Status s = q->wait(seq);
+      REQUIRE_MESSAGE(s.ok(), s.message());
+      std::vector<uint8_t> out(uint64_t{m} * n * es);
+      download(*q, out.data(), dc, out.size());
+      int bad = 0;
+      for (uint32_t i = 0; i < m * n; ++i) {
+        float v = 0;
+        if (type == hw::DType::kF32) {
+          std::memcpy(&v, &out[uint64_t{i} * 4], 4);
+        } else {
+          uint16_t h = 0;
+          std::memcpy(&h, &out[uint64_t{i} * 2], 2);
+          const int e = (h >> frac_bits) & (dl ? 63 : 31);
+          const float mant = static_cast<float>(h & ((1 << frac_bits) - 1)) / static_cast<float>(1 << frac_bits);
+          v = (e == 0 ? (dl ? 0.0f : std::ldexp(mant, 1 - bias)) : std::ldexp(1 + mant, e - bias)) *
+              ((h & 0x8000) ? -1 : 1);
+        }
+        const float tol = type == hw::DType::kF32 ? 1e-4f : 1e-3f * std::fabs(ref[i]) + 1e-3f;
+        bad += std::fabs(v - ref[i]) > tol;
+      }
+      CHECK(bad == 0);
     }
-    CHECK(bad == 0);
   }
+}
+
+TEST_CASE("a launch carries at most the hardware's number of arguments in the ring") {
+  auto q = make_queue();
+  const std::vector<uint64_t> args(hw::kMaxLaunchArgs + 1, 0);
+  uint64_t seq = 0;
+  const driver::Status s = q->launch(0, 4096, args.data(), args.size(), 1, 0, &seq);
+  CHECK(s.code() == StatusCode::kInvalidArgument);
+  CHECK(s.message().find("at most 16 arguments, not 17") != std::string::npos);
+  CHECK(q->last_seq() == 0);  // nothing was submitted
 }
 
 TEST_CASE("malformed descriptors fail their queue with the field named, and only that queue") {

@@ -47,7 +47,7 @@ hw::Verdict validate_copy(const hw::Descriptor& d, const Limits& lim) {
 
 hw::Verdict validate_launch(const hw::Descriptor& d, const Limits& lim) {
   const hw::LaunchArgs& l = d.launch;
-  if (d.flags != 0) return fail(ErrorCode::kBadFlags, Field::kFlags);
+  if ((d.flags & ~hw::kLaunchFlagMask) != 0) return fail(ErrorCode::kBadFlags, Field::kFlags);
   if (l.label != 0 && !in_device(l.label, 1, lim)) return fail(ErrorCode::kOutOfRange, Field::kLaunchLabel);
   if (l.program % hw::kProgramAlign != 0) return fail(ErrorCode::kBadAlignment, Field::kLaunchProgram);
   if (l.program_size < sizeof(hw::ProgramHeader) || l.program_size % sizeof(hw::Instr) != 0 ||
@@ -61,7 +61,9 @@ hw::Verdict validate_launch(const hw::Descriptor& d, const Limits& lim) {
   if (l.args_size % 8 != 0 || l.args_size > uint64_t{hw::kMaxLaunchArgs} * 8) {
     return fail(ErrorCode::kBadSize, Field::kLaunchArgsSize);
   }
-  if (l.args_size != 0 && !in_device(l.args, l.args_size, lim)) {
+  if (d.flags & hw::kLaunchArgsHost) {
+    if (l.args_size != 0 && !in_host(l.args, l.args_size, lim)) return fail(ErrorCode::kDmaFault, Field::kLaunchArgs);
+  } else if (l.args_size != 0 && !in_device(l.args, l.args_size, lim)) {
     return fail(ErrorCode::kOutOfRange, Field::kLaunchArgs);
   }
   const uint64_t present = lim.num_cores >= 64 ? ~0ull : ((1ull << lim.num_cores) - 1);
@@ -289,7 +291,7 @@ hw::Verdict Firmware::execute(uint32_t q, const hw::Descriptor& d, const Limits&
     case hw::Opcode::kCopy:
       return hal_.copy(d.copy, d.flags, priority);
     case hw::Opcode::kLaunch:
-      return run_launch(d.launch, priority, limits);
+      return run_launch(d.launch, d.flags, priority, limits);
     case hw::Opcode::kSignal:
       return signal(d.semaphore);
     case hw::Opcode::kTimestamp: {
@@ -304,12 +306,16 @@ hw::Verdict Firmware::execute(uint32_t q, const hw::Descriptor& d, const Limits&
   }
 }
 
-hw::Verdict Firmware::run_launch(const hw::LaunchArgs& l, uint32_t priority, const Limits& limits) {
+hw::Verdict Firmware::run_launch(const hw::LaunchArgs& l, uint8_t flags, uint32_t priority, const Limits& limits) {
   hw::ProgramHeader h{};
   hal_.dev_read(l.program, &h, sizeof h);
   const hw::Verdict v = validate_program(h, l);
   if (!v.ok()) return v;
-  return hal_.launch(l.program, l.args, l.args_size, l.core_mask, priority, Window{limits.mem_base, limits.mem_size});
+  Arguments args{l.args, l.args_size, (flags & hw::kLaunchArgsHost) != 0, {}};
+  if (args.from_host && args.size != 0 && !hal_.host_read(args.addr, args.values, static_cast<uint32_t>(args.size))) {
+    return fail(ErrorCode::kDmaFault, Field::kLaunchArgs);
+  }
+  return hal_.launch(l.program, args, l.core_mask, priority, Window{limits.mem_base, limits.mem_size});
 }
 
 hw::Verdict Firmware::signal(const hw::SemaphoreArgs& s) {

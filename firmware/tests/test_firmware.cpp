@@ -92,10 +92,13 @@ class FakeHal final : public fw::Hal {
     priorities.push_back(priority);
     return {};
   }
-  std::vector<fw::Window> windows;  // of each launch
-  hw::Verdict launch(uint64_t, uint64_t, uint64_t, uint64_t, uint32_t priority, const fw::Window& window) override {
+  std::vector<fw::Window> windows;       // of each launch
+  std::vector<fw::Arguments> arguments;  // of each launch
+  hw::Verdict launch(uint64_t, const fw::Arguments& args, uint64_t, uint32_t priority,
+                     const fw::Window& window) override {
     ++launches;
     windows.push_back(window);
+    arguments.push_back(args);
     priorities.push_back(priority);
     return {};
   }
@@ -564,4 +567,56 @@ TEST_CASE("ACTIVE is set while a command of the queue executes, and only then") 
   CHECK(firmware.service_queue(0));
   CHECK(hal.active == std::vector<uint32_t>{1});
   CHECK(hal.regs[hw::queue_reg(0, hw::kQActive)] == 0);
+}
+
+TEST_CASE("a launch reads its arguments from host memory when the descriptor says so") {
+  FakeHal hal;
+  hal.programs_valid = true;
+  hal.setup_queue(0, 8);
+  set64(hal, hw::mgmt_reg(0, hw::kMQIovaBaseLo), FakeHal::kBase);
+  set64(hal, hw::mgmt_reg(0, hw::kMQIovaSizeLo), 0x8000);
+  const uint64_t at = FakeHal::kBase + 0x5000;  // inside the IOVA window, beside queue 0's rings
+  const uint64_t values[3] = {0x1000, 42, ~0ull};
+  std::memcpy(&hal.host[at - FakeHal::kBase], values, sizeof values);
+  fw::Firmware firmware(hal);
+
+  hw::Descriptor d = launch(64, 4096, 1);
+  d.flags = hw::kLaunchArgsHost;
+  d.launch.args = at;
+  d.launch.args_size = sizeof values;
+  hal.push(0, d, 1);
+  CHECK(firmware.service_queue(0));
+  CHECK(hal.completion(0, 0).error == ErrorCode::kOk);
+  REQUIRE(hal.arguments.size() == 1);
+  CHECK(hal.arguments[0].from_host);
+  CHECK(hal.arguments[0].size == sizeof values);
+  CHECK(hal.arguments[0].values[0] == values[0]);
+  CHECK(hal.arguments[0].values[1] == values[1]);
+  CHECK(hal.arguments[0].values[2] == values[2]);
+
+  // Without the flag the same address is device memory, left for the cores to read.
+  d.flags = 0;
+  d.launch.args = 0x2000;
+  hal.push(0, d, 2);
+  CHECK(firmware.service_queue(0));
+  REQUIRE(hal.arguments.size() == 2);
+  CHECK_FALSE(hal.arguments[1].from_host);
+  CHECK(hal.arguments[1].addr == 0x2000);
+
+  // Host arguments outside the queue's IOVA window are a DMA fault, and nothing runs.
+  d.flags = hw::kLaunchArgsHost;
+  d.launch.args = FakeHal::kBase + 0x9000;
+  hal.push(0, d, 3);
+  CHECK(firmware.service_queue(0));
+  CHECK(hal.completion(0, 2).error == ErrorCode::kDmaFault);
+  CHECK(hal.completion(0, 2).field == Field::kLaunchArgs);
+  CHECK(hal.arguments.size() == 2);
+}
+
+TEST_CASE("a launch flag other than host arguments is refused") {
+  hw::Descriptor d = launch(64, 4096, 1);
+  d.flags = 2;
+  const hw::Verdict v = fw::validate_descriptor(d, kLimits);
+  CHECK(v.error == ErrorCode::kBadFlags);
+  CHECK(v.field == Field::kFlags);
 }

@@ -43,8 +43,8 @@ bool ControlProcessor::host_write(uint64_t iova, const void* src, uint32_t n) {
   return ok;
 }
 
-hw::Verdict ControlProcessor::launch(uint64_t program, uint64_t args, uint64_t args_size, uint64_t core_mask,
-                                     uint32_t priority, const fw::Window& window) {
+hw::Verdict ControlProcessor::launch(uint64_t program, const fw::Arguments& args, uint64_t core_mask, uint32_t priority,
+                                     const fw::Window& window) {
   core_arbiter_.acquire(core_mask, priority, /*any=*/false);
   std::unique_ptr<Launch> launch;
   if (idle_launches_.empty()) {
@@ -75,7 +75,7 @@ hw::Verdict ControlProcessor::launch(uint64_t program, uint64_t args, uint64_t a
   const uint64_t start = clock_.now_cycles();
   for (uint32_t rank = 0; rank < ranks.size(); ++rank) {
     ranks[rank]->set_window(window.base, window.size);
-    ranks[rank]->start(program, args, args_size, rank, launch.get());
+    ranks[rank]->start(program, args, rank, launch.get());
   }
   for (Core* core : ranks) {
     while (core->busy()) wait(core->done_event());
@@ -88,7 +88,7 @@ hw::Verdict ControlProcessor::launch(uint64_t program, uint64_t args, uint64_t a
   record.cores = static_cast<uint32_t>(ranks.size());
   record.start = start;
   record.end = clock_.now_cycles();
-  finished_launches_.emplace(std::make_pair(program, args), std::move(record));
+  finished_launches_.emplace(std::make_pair(program, args.addr), std::move(record));
   hw::Verdict v;
   for (Core* core : ranks) {
     if (!core->result().ok()) {

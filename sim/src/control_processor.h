@@ -36,7 +36,7 @@ class ControlProcessor : public sc_core::sc_module, private fw::Hal {
   hw::Verdict copy(const hw::CopyArgs& args, uint8_t flags, uint32_t priority) override {
     return dma_.copy(args, flags, priority);
   }
-  hw::Verdict launch(uint64_t program, uint64_t args, uint64_t args_size, uint64_t core_mask, uint32_t priority,
+  hw::Verdict launch(uint64_t program, const fw::Arguments& args, uint64_t core_mask, uint32_t priority,
                      const fw::Window& window) override;
   void raise_msix(uint32_t vector) override { endpoint_.raise_msix(vector); }
   uint64_t now_cycles() override { return clock_.now_cycles(); }

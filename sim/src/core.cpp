@@ -90,10 +90,10 @@ void Core::settle(const uint8_t* p, uint64_t n, bool write) {
   drop_pending(need);
 }
 
-void Core::start(uint64_t program, uint64_t args, uint64_t args_size, uint32_t rank, Launch* launch) {
+void Core::start(uint64_t program, const fw::Arguments& args, uint32_t rank, Launch* launch) {
   program_ = program;
-  args_addr_ = args;
-  num_args_ = static_cast<uint32_t>(std::min<uint64_t>(args_size / 8, hw::kMaxLaunchArgs));
+  args_block_ = args;
+  num_args_ = static_cast<uint32_t>(std::min<uint64_t>(args.size / 8, hw::kMaxLaunchArgs));
   rank_ = rank;
   launch_ = launch;
   // Allocated before any core of the launch runs: a multicast may write here first.
@@ -158,8 +158,12 @@ hw::Verdict Core::run() {
   std::vector<uint32_t> entries(h.num_entries);
   if (rank_ >= h.num_entries || !fetch(program_ + sizeof h, entries.data(), 4ull * h.num_entries)) return fault(0);
   const uint32_t entry = entries[rank_];
-  args_.assign(num_args_, 0);
-  if (num_args_ > 0 && !fetch(args_addr_, args_.data(), num_args_ * 8ull)) return fault(0);
+  if (args_block_.from_host) {  // the firmware read them over PCIe
+    args_.assign(args_block_.values, args_block_.values + num_args_);
+  } else {
+    args_.assign(num_args_, 0);
+    if (num_args_ > 0 && !fetch(args_block_.addr, args_.data(), num_args_ * 8ull)) return fault(0);
+  }
   if (entry >= h.num_instrs) return fault(entry);
   code_.resize(h.num_instrs);
   if (!fetch(program_ + h.instr_offset, code_.data(), code_.size() * sizeof(hw::Instr))) return fault(entry);

@@ -14,6 +14,7 @@
 #include <tlm_utils/simple_initiator_socket.h>
 
 #include "index_tape.h"
+#include "spyre/firmware/hal.h"
 #include "spyre/hw/errors.h"
 #include "spyre/hw/isa.h"
 #include "spyre/sim/config.h"
@@ -80,9 +81,9 @@ class Core : public sc_core::sc_module {
        Trace& trace, CoreStats& stats, Worker& worker);
   ~Core() override;
 
-  /// Starts `program` as the `rank`-th core of `launch`, with the `args_size`-byte argument block
-  /// at `args` (an instruction naming a slot past it faults).
-  void start(uint64_t program, uint64_t args, uint64_t args_size, uint32_t rank, Launch* launch);
+  /// Starts `program` as the `rank`-th core of `launch`, with the argument block `args` (an
+  /// instruction naming a slot past it faults).
+  void start(uint64_t program, const fw::Arguments& args, uint32_t rank, Launch* launch);
   /// The device memory the next program may touch, [base, base + size) (size 0: all of it): its
   /// queue's window. Any fetch, load or store outside it faults with kDmaFault.
   void set_window(uint64_t base, uint64_t size) {
@@ -208,7 +209,7 @@ class Core : public sc_core::sc_module {
   void sync_to_book() { sync(); }
   uint64_t now() const { return clock_.to_cycles(sc_core::sc_time_stamp() + local_); }
   uint64_t program_ = 0;
-  uint64_t args_addr_ = 0;
+  fw::Arguments args_block_;  // where the arguments are, or (from the host) what they are
   uint32_t num_args_ = 0;
   uint32_t rank_ = 0;
   Launch* launch_ = nullptr;

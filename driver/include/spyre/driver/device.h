@@ -113,6 +113,12 @@ class Queue {
   /// name for traces (the host operation), or 0.
   Status launch(uint64_t program, uint64_t program_size, uint64_t args, uint64_t args_size, uint64_t core_mask,
                 uint64_t label, uint64_t* seq);
+  /// The same with the arguments carried by the queue: the driver writes `args` (at most
+  /// hw::kMaxLaunchArgs) into the queue's argument ring, in the slot of the launch's descriptor,
+  /// and the card reads them from there as the launch starts (hw::kLaunchArgsHost). No copy
+  /// command and no device memory hold them.
+  Status launch(uint64_t program, uint64_t program_size, const uint64_t* args, size_t num_args, uint64_t core_mask,
+                uint64_t label, uint64_t* seq);
   /// Submits a SIGNAL: raises the u64 timeline semaphore at device address `sem` to `value`.
   Status signal(uint64_t sem, uint64_t value, uint64_t* seq);
   /// Submits a WAIT: later descriptors of this queue start once the semaphore at `sem` is at
@@ -160,8 +166,10 @@ class Queue {
     hw::Opcode opcode;
   };
   Queue(Device& dev, uint32_t id, uint32_t entries, std::unique_ptr<HostBuffer> ring, std::unique_ptr<HostBuffer> cpl,
-        std::unique_ptr<HostBuffer> fence);
-  Status submit_locked(std::unique_lock<std::mutex>& lock, hw::Descriptor d, uint64_t* seq);
+        std::unique_ptr<HostBuffer> fence, std::unique_ptr<HostBuffer> args);
+  /// Submits `d`; with `args`, a launch's `num_args` arguments go into the argument ring's slot.
+  Status submit_locked(std::unique_lock<std::mutex>& lock, hw::Descriptor d, uint64_t* seq,
+                       const uint64_t* args = nullptr, size_t num_args = 0);
   void poll_locked();
   void run_due_callbacks_locked();
   uint64_t fence_value() const;
@@ -178,6 +186,7 @@ class Queue {
   std::unique_ptr<HostBuffer> ring_;
   std::unique_ptr<HostBuffer> cpl_;
   std::unique_ptr<HostBuffer> fence_;
+  std::unique_ptr<HostBuffer> args_;  // one slot of hw::kMaxLaunchArgs u64 per ring entry
   std::mutex mu_;
   uint64_t next_seq_ = 1;
   uint64_t completed_ = 0;  // highest sequence number processed by poll_locked()

@@ -50,7 +50,7 @@ class Firmware {
   Limits limits(uint32_t q);
   uint64_t reg64(uint32_t lo);
   hw::Verdict execute(uint32_t q, const hw::Descriptor& d, const Limits& limits);
-  hw::Verdict run_launch(const hw::LaunchArgs& l, uint32_t priority, const Limits& limits);
+  hw::Verdict run_launch(const hw::LaunchArgs& l, uint8_t flags, uint32_t priority, const Limits& limits);
   hw::Verdict signal(const hw::SemaphoreArgs& s);
   /// Holds queue `q` until the semaphore reaches its value; false when the queue was reset meanwhile.
   bool wait_semaphore(uint32_t q, const hw::SemaphoreArgs& s, uint32_t resets);

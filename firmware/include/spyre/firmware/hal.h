@@ -17,6 +17,16 @@ struct Window {
   uint64_t size = 0;
 };
 
+/// A launch's u64 argument block of `size` bytes: at `addr` in device memory, where each core reads
+/// it as it starts; or, `from_host`, read by the firmware from host memory at IOVA `addr` into
+/// `values`, which the cores take as they are.
+struct Arguments {
+  uint64_t addr = 0;
+  uint64_t size = 0;
+  bool from_host = false;
+  uint64_t values[hw::kMaxLaunchArgs] = {};
+};
+
 class Hal {
  public:
   virtual ~Hal() = default;
@@ -42,9 +52,9 @@ class Hal {
   /// waiters) and returns when it has finished.
   virtual hw::Verdict copy(const hw::CopyArgs& args, uint8_t flags, uint32_t priority) = 0;
   /// Waits until every core in `core_mask` is free (ahead of lower `priority` waiters), starts the
-  /// program on them with the `args_size`-byte argument block at `args`, and returns when all
-  /// have stopped. The cores fault (kDmaFault) on any device access outside `window`.
-  virtual hw::Verdict launch(uint64_t program, uint64_t args, uint64_t args_size, uint64_t core_mask, uint32_t priority,
+  /// program on them with the argument block `args`, and returns when all have stopped. The cores
+  /// fault (kDmaFault) on any device access outside `window`.
+  virtual hw::Verdict launch(uint64_t program, const Arguments& args, uint64_t core_mask, uint32_t priority,
                              const Window& window) = 0;
 
   virtual void raise_msix(uint32_t vector) = 0;

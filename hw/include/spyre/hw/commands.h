@@ -44,6 +44,12 @@ inline constexpr uint8_t kCopySrcHost = 1u << 0;
 inline constexpr uint8_t kCopyDstHost = 1u << 1;
 inline constexpr uint8_t kCopyFlagMask = kCopySrcHost | kCopyDstHost;
 
+// Launch flags. kLaunchArgsHost: `args` is an IOVA in host memory, which the firmware reads over
+// PCIe as it starts the launch, as a GPU reads a kernel-argument buffer; so the host needs no copy
+// command before each launch.
+inline constexpr uint8_t kLaunchArgsHost = 1u << 0;
+inline constexpr uint8_t kLaunchFlagMask = kLaunchArgsHost;
+
 inline constexpr uint64_t kMaxCopyBytes = 1ull << 32;      // 4 GiB per descriptor
 inline constexpr uint32_t kMaxLaunchArgs = 16;             // u64 argument slots per launch
 inline constexpr uint64_t kMaxProgramBytes = 64ull << 20;  // largest program a launch may name
@@ -58,7 +64,7 @@ struct CopyArgs {
 struct LaunchArgs {
   uint64_t program;       // device address of the program (64-byte aligned)
   uint64_t program_size;  // bytes
-  uint64_t args;          // device address of the u64 argument block (8-byte aligned)
+  uint64_t args;          // device address of the u64 argument block (8-byte aligned), or IOVA with kLaunchArgsHost
   uint64_t args_size;     // bytes, a multiple of 8, at most kMaxLaunchArgs * 8
   uint64_t core_mask;     // bit i runs the program on core i
   uint64_t label;         // device address of a NUL-terminated label for traces (the host op), or 0
