@@ -253,6 +253,10 @@ namespace {
 // that only interleaves with it (x[:, 0] and x[:, 1]), is fine.
 void assert_no_hidden_overlap(const at::Tensor& out, const at::Tensor& in) {
   if (out.numel() == 0 || in.numel() == 0 || !out.storage().is_alias_of(in.storage())) return;
+  if (in.sizes().equals(out.sizes()) && in.strides().equals(out.strides()) &&
+      in.storage_offset() == out.storage_offset() && in.element_size() == out.element_size()) {
+    return;  // the input is the output, element for element (x.add_(1)): without building a view
+  }
   if (!at::is_expandable_to(in.sizes(), out.sizes())) return;
   const at::Tensor wide = in.expand(out.sizes());
   const auto bytes = [](const at::Tensor& t, int64_t n) { return n * static_cast<int64_t>(t.element_size()); };

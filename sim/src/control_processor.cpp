@@ -115,7 +115,10 @@ void ControlProcessor::command_done(uint32_t queue, const hw::Descriptor& d, con
   const char* name = hw::opcode_name(d.opcode);
   ++stats_.commands[name];
   if (c.error != hw::ErrorCode::kOk) ++stats_.command_errors;
-  const uint32_t track = trace_.track(card_, fmt::format("queue {:02}", queue));
+  // The track's name is formatted once per queue: this runs for every command.
+  if (queue >= queue_tracks_.size()) queue_tracks_.resize(queue + 1, 0);
+  if (queue_tracks_[queue] == 0) queue_tracks_[queue] = trace_.track(card_, fmt::format("queue {:02}", queue)) + 1;
+  const uint32_t track = queue_tracks_[queue] - 1;
   // A launch is named by its program and tagged with the host op that queued it: debug information
   // read without timing, as a debugger reads symbols.
   std::string slice = c.error == hw::ErrorCode::kOk ? name : "error";

@@ -58,6 +58,7 @@ class ControlProcessor : public sc_core::sc_module, private fw::Hal {
   sc_core::sc_event signalled_;
   // Launches whose cores are done, until command_done names them: by (program, argument block).
   std::multimap<std::pair<uint64_t, uint64_t>, LaunchStats> finished_launches_;
+  std::vector<uint32_t> queue_tracks_;  // trace track of each queue, made on its first command (0: none yet)
   Trace& trace_;
   CardStats& stats_;
   uint32_t card_;

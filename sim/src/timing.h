@@ -30,7 +30,11 @@ class Clock {
   }
   /// Whole cycles in `t`: floor(ps * MHz / 10^6 + 10^-6), in integers (sc_time's value is picoseconds).
   uint64_t to_cycles(const sc_core::sc_time& t) const {
-    return static_cast<uint64_t>((static_cast<unsigned __int128>(t.value()) * mhz_ + 1) / 1'000'000);
+    // 64-bit arithmetic while the product fits (the first 12,000 s of simulated time at 1.5 GHz):
+    // a 128-bit division is a library call, and this runs several times per instruction.
+    const uint64_t ps = t.value();
+    if (ps <= (UINT64_MAX - 1) / mhz_) return (ps * mhz_ + 1) / 1'000'000;
+    return static_cast<uint64_t>((static_cast<unsigned __int128>(ps) * mhz_ + 1) / 1'000'000);
   }
   uint64_t now_cycles() const { return to_cycles(sc_core::sc_time_stamp()); }
   uint32_t mhz() const { return mhz_; }
