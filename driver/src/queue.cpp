@@ -252,16 +252,23 @@ Status Queue::copy(uint64_t src, uint64_t dst, uint64_t size, uint8_t flags, uin
   return submit_locked(lock, d, seq);
 }
 
-Status Queue::launch(uint64_t program, uint64_t program_size, uint64_t args, uint64_t args_size, uint64_t core_mask,
-                     uint64_t label, uint64_t* seq) {
+namespace {
+hw::Descriptor launch_op(uint64_t program, uint64_t program_size, uint64_t core_mask, uint64_t label) {
   hw::Descriptor d{};
   d.opcode = hw::Opcode::kLaunch;
   d.launch.program = program;
   d.launch.program_size = program_size;
-  d.launch.args = args;
-  d.launch.args_size = args_size;
   d.launch.core_mask = core_mask;
   d.launch.label = label;
+  return d;
+}
+}  // namespace
+
+Status Queue::launch(uint64_t program, uint64_t program_size, uint64_t args, uint64_t args_size, uint64_t core_mask,
+                     uint64_t label, uint64_t* seq) {
+  hw::Descriptor d = launch_op(program, program_size, core_mask, label);
+  d.launch.args = args;
+  d.launch.args_size = args_size;
   std::unique_lock lock(mu_);
   return submit_locked(lock, d, seq);
 }
@@ -272,14 +279,8 @@ Status Queue::launch(uint64_t program, uint64_t program_size, const uint64_t* ar
     return {StatusCode::kInvalidArgument, fmt::format("{} queue {}: a launch takes at most {} arguments, not {}",
                                                       dev_.name(), id_, hw::kMaxLaunchArgs, num_args)};
   }
-  hw::Descriptor d{};
-  d.opcode = hw::Opcode::kLaunch;
-  d.launch.program = program;
-  d.launch.program_size = program_size;
-  d.launch.core_mask = core_mask;
-  d.launch.label = label;
   std::unique_lock lock(mu_);
-  return submit_locked(lock, d, seq, args, num_args);
+  return submit_locked(lock, launch_op(program, program_size, core_mask, label), seq, args, num_args);
 }
 
 namespace {
