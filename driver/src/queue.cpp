@@ -125,6 +125,7 @@ Queue::WaitEnd Queue::wait_for_fence(std::unique_lock<std::mutex>& lock, uint64_
   WaitPolicy pol;  // fetched once the wait sleeps
   bool fetched = false;
   uint64_t checked = ~uint64_t{0};  // the fence value at the last status read
+  bool slept_out = false;           // the last sleep lasted kHaltPoll: no interrupt for this waiter
   while (fence_value() < seq) {
     // Take the interrupt count before looking at the queue's status: a halt raises the interrupt
     // after setting the status, so either the status read sees it or the count changes.
@@ -136,9 +137,10 @@ Queue::WaitEnd Queue::wait_for_fence(std::unique_lock<std::mutex>& lock, uint64_
     const uint64_t fence = fence_value();
     if (fence >= seq) break;
     // The status is an MMIO read (a round trip to the card); a queue whose fence moved since the
-    // last read is running, so only a wake-up without progress reads it. A halt right after
-    // progress is seen at the next interrupt or after kHaltPoll at the latest.
-    if (fence == checked || checked == ~uint64_t{0}) {
+    // last read is running, so only a wake-up without progress reads it, or a sleep that no
+    // interrupt ended: a halt right after progress wakes no sleeper (Device::on_irq), and is seen
+    // after kHaltPoll.
+    if (slept_out || fence == checked || checked == ~uint64_t{0}) {
       if (reg(hw::kQStatus) & hw::kQStatusHalted) {
         end = WaitEnd::kHalted;
         break;
@@ -166,7 +168,9 @@ Queue::WaitEnd Queue::wait_for_fence(std::unique_lock<std::mutex>& lock, uint64_
     }
     std::unique_lock irq(dev_.irq_mu_);
     dev_.sleepers_.push_back({this, seq, fence});
+    const auto slept = std::chrono::steady_clock::now();
     dev_.irq_cv_.wait_for(irq, kHaltPoll, [&] { return fence_value() >= seq || dev_.irq_count_ != seen; });
+    slept_out = std::chrono::steady_clock::now() - slept >= kHaltPoll;
     auto mine = std::find_if(dev_.sleepers_.begin(), dev_.sleepers_.end(), [&](const Device::Sleeper& s) {
       return s.queue == this && s.seq == seq && s.seen == fence;
     });
@@ -221,7 +225,7 @@ Status Queue::submit_locked(std::unique_lock<std::mutex>& lock, hw::Descriptor d
   }
   d.seq = next_seq_++;
   const uint32_t slot = tail_ & (entries_ - 1);
-  if (args != nullptr) {
+  if (args != nullptr || num_args != 0) {
     // The slot's last descriptor has completed (the ring was not full), so its launch has read
     // its arguments already.
     constexpr uint64_t kSlot = uint64_t{hw::kMaxLaunchArgs} * sizeof(uint64_t);
@@ -275,6 +279,10 @@ Status Queue::launch(uint64_t program, uint64_t program_size, uint64_t args, uin
 
 Status Queue::launch(uint64_t program, uint64_t program_size, const uint64_t* args, size_t num_args, uint64_t core_mask,
                      uint64_t label, uint64_t* seq) {
+  if (args == nullptr && num_args != 0) {
+    return {StatusCode::kInvalidArgument,
+            fmt::format("{} queue {}: a launch of {} arguments needs them (null pointer)", dev_.name(), id_, num_args)};
+  }
   if (num_args > hw::kMaxLaunchArgs) {
     return {StatusCode::kInvalidArgument, fmt::format("{} queue {}: a launch takes at most {} arguments, not {}",
                                                       dev_.name(), id_, hw::kMaxLaunchArgs, num_args)};

@@ -285,6 +285,8 @@ TEST_CASE("a launch carries at most the hardware's number of arguments in the ri
   CHECK(s.code() == StatusCode::kInvalidArgument);
   CHECK(s.message().find("at most 16 arguments, not 17") != std::string::npos);
   CHECK(q->last_seq() == 0);  // nothing was submitted
+  CHECK(q->launch(0, 4096, nullptr, 2, 1, 0, &seq).code() == StatusCode::kInvalidArgument);
+  CHECK(q->last_seq() == 0);
 }
 
 TEST_CASE("malformed descriptors fail their queue with the field named, and only that queue") {

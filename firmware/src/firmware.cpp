@@ -236,7 +236,7 @@ bool Firmware::service_queue(uint32_t q) {
         if (!wait_semaphore(q, d.semaphore, resets)) return true;
       } else {
         hal_.reg_write(qreg(q, hw::kQActive), 1);
-        v = execute(q, d, limits);
+        v = execute(q, resets, d, limits);
         hal_.reg_write(qreg(q, hw::kQActive), 0);
       }
     }
@@ -283,7 +283,7 @@ Limits Firmware::limits(uint32_t q) {
   return lim;
 }
 
-hw::Verdict Firmware::execute(uint32_t q, const hw::Descriptor& d, const Limits& limits) {
+hw::Verdict Firmware::execute(uint32_t q, uint32_t resets, const hw::Descriptor& d, const Limits& limits) {
   const uint32_t priority = hal_.reg_read(qreg(q, hw::kQPriority)) != 0 ? hw::kQPriorityHigh : hw::kQPriorityNormal;
   switch (d.opcode) {
     case hw::Opcode::kNop:
@@ -291,7 +291,7 @@ hw::Verdict Firmware::execute(uint32_t q, const hw::Descriptor& d, const Limits&
     case hw::Opcode::kCopy:
       return hal_.copy(d.copy, d.flags, priority);
     case hw::Opcode::kLaunch:
-      return run_launch(d.launch, d.flags, priority, limits);
+      return run_launch(q, resets, d.launch, d.flags, priority, limits);
     case hw::Opcode::kSignal:
       return signal(d.semaphore);
     case hw::Opcode::kTimestamp: {
@@ -306,7 +306,8 @@ hw::Verdict Firmware::execute(uint32_t q, const hw::Descriptor& d, const Limits&
   }
 }
 
-hw::Verdict Firmware::run_launch(const hw::LaunchArgs& l, uint8_t flags, uint32_t priority, const Limits& limits) {
+hw::Verdict Firmware::run_launch(uint32_t q, uint32_t resets, const hw::LaunchArgs& l, uint8_t flags, uint32_t priority,
+                                 const Limits& limits) {
   hw::ProgramHeader h{};
   hal_.dev_read(l.program, &h, sizeof h);
   const hw::Verdict v = validate_program(h, l);
@@ -315,6 +316,9 @@ hw::Verdict Firmware::run_launch(const hw::LaunchArgs& l, uint8_t flags, uint32_
   if (args.from_host && args.size != 0 && !hal_.host_read(args.addr, args.values, static_cast<uint32_t>(args.size))) {
     return fail(ErrorCode::kDmaFault, Field::kLaunchArgs);
   }
+  // A reset since the descriptor was fetched gave the host the ring back: those bytes may be a
+  // new launch's arguments. The command is dropped (the caller writes no completion either).
+  if (args.from_host && hal_.reg_read(qreg(q, hw::kQResets)) != resets) return {};
   return hal_.launch(l.program, args, l.core_mask, priority, Window{limits.mem_base, limits.mem_size});
 }
 

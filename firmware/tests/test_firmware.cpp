@@ -59,8 +59,10 @@ class FakeHal final : public fw::Hal {
     return regs[off];
   }
   void reg_write(uint32_t off, uint32_t v) override { regs[off] = v; }
+  std::function<void(uint64_t iova)> on_host_read;  // after each successful read
   bool host_read(uint64_t iova, void* dst, uint32_t n) override {
     if (iova < kBase || iova + n > kBase + host.size()) return false;
+    if (on_host_read) on_host_read(iova);
     std::memcpy(dst, &host[iova - kBase], n);
     return true;
   }
@@ -619,4 +621,23 @@ TEST_CASE("a launch flag other than host arguments is refused") {
   const hw::Verdict v = fw::validate_descriptor(d, kLimits);
   CHECK(v.error == ErrorCode::kBadFlags);
   CHECK(v.field == Field::kFlags);
+}
+
+TEST_CASE("a queue reset while a launch reads its host arguments drops the launch") {
+  FakeHal hal;
+  hal.programs_valid = true;
+  hal.setup_queue(0, 8);
+  const uint64_t at = FakeHal::kBase + 0x5000;
+  hal.on_host_read = [&](uint64_t iova) {
+    if (iova == at) ++hal.regs[hw::queue_reg(0, hw::kQResets)];  // the host resets the queue meanwhile
+  };
+  fw::Firmware firmware(hal);
+  hw::Descriptor d = launch(64, 4096, 1);
+  d.flags = hw::kLaunchArgsHost;
+  d.launch.args = at;
+  d.launch.args_size = 16;
+  hal.push(0, d, 1);
+  CHECK(firmware.service_queue(0));
+  CHECK(hal.launches == 0);
+  CHECK(hal.fence_value(0) == 0);  // no completion either
 }

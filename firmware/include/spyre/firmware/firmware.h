@@ -49,8 +49,10 @@ class Firmware {
   /// Queue `q`'s limits: the device's, narrowed by its windows in the management page.
   Limits limits(uint32_t q);
   uint64_t reg64(uint32_t lo);
-  hw::Verdict execute(uint32_t q, const hw::Descriptor& d, const Limits& limits);
-  hw::Verdict run_launch(const hw::LaunchArgs& l, uint8_t flags, uint32_t priority, const Limits& limits);
+  // `resets` is the queue's reset count when its descriptor was fetched.
+  hw::Verdict execute(uint32_t q, uint32_t resets, const hw::Descriptor& d, const Limits& limits);
+  hw::Verdict run_launch(uint32_t q, uint32_t resets, const hw::LaunchArgs& l, uint8_t flags, uint32_t priority,
+                         const Limits& limits);
   hw::Verdict signal(const hw::SemaphoreArgs& s);
   /// Holds queue `q` until the semaphore reaches its value; false when the queue was reset meanwhile.
   bool wait_semaphore(uint32_t q, const hw::SemaphoreArgs& s, uint32_t resets);
