@@ -178,7 +178,9 @@ def _grid_sampler(dims: int):
 
 
 def _trilinear_backward(grad, x, grid, padding: int, align_corners: bool, want_x: bool):
-    """grid_sampler_3d's bilinear gradients, in CPU's arithmetic order. Its grid gradient
+    """grid_sampler_3d's bilinear gradients, in CPU's arithmetic order. The input's gradient
+    adds each position's corners in turn, depth outermost, width fastest (the device's index_add
+    of floats keeps index order). Its grid gradient
     sums, per output position, value * (the other two dims' weights) * gradient with the sign of
     the corner, channel by channel and corner by corner, then times the coordinate's derivative:
     a sum that cancels heavily, so only the same order gives CPU's rounding (the 2-d kernel sums
@@ -199,15 +201,15 @@ def _trilinear_backward(grad, x, grid, padding: int, align_corners: bool, want_x
     rows = _channel_rows(x)
     g_out = grad.reshape(n, c, positions).transpose(0, 1).contiguous()  # [C, N, L]
     g_rows = grad.reshape(n, c, positions).transpose(1, 2).reshape(-1, c) if want_x else None
-    gx = torch.zeros_like(rows) if want_x else None
+    taps, tap_weights = [], []  # per corner: the input row it adds to, and its weight
     terms = []
     for corner in itertools.product((0, 1), repeat=3):  # depth outermost, width fastest: CPU's order
         index, valid = _tap_rows([lo + side for lo, side in zip(low, corner, strict=True)], sizes, padding)
         wz, wy, wx = (weights[k][corner[k]] for k in range(3))
         if valid is not None:
             wx = wx * valid  # an outside corner adds 0 to both gradients
-        if want_x:
-            gx.index_add_(0, index, g_rows * ((wx * wy) * wz).reshape(-1, 1))
+        taps.append(index)
+        tap_weights.append((wx * wy) * wz)
         value = rows.index_select(0, index).t().contiguous().view(c, n, positions)  # [C, N, L]
         sign = [1.0 if side else -1.0 for side in reversed(corner)]  # x, y, z
         tx = ((value * wy) * wz) * g_out * sign[0]
@@ -221,7 +223,10 @@ def _trilinear_backward(grad, x, grid, padding: int, align_corners: bool, want_x
         for t in terms:
             total = total + t[channel]
     gg = (torch.stack(slope[::-1]) * total).permute(1, 2, 0).reshape(grid.shape)
-    if want_x:
+    gx = None
+    if want_x:  # one index_add of every position's 8 corners, position by position: CPU's order
+        added = (g_rows.unsqueeze(1) * torch.stack(tap_weights, -1).reshape(-1, 8, 1)).reshape(-1, c)
+        gx = torch.zeros_like(rows).index_add_(0, torch.stack(taps, 1).reshape(-1), added)
         gx = gx.reshape(n, -1, c).transpose(1, 2).reshape(x.shape)
     return gx, gg
 

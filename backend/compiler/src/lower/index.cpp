@@ -3,7 +3,8 @@
 // when a row does not fit a tile), over the batch dims; per tile: load the indices, then one GATHER
 // and a store of the rows, or a load of the rows and one SCATTER. The indirect instructions check
 // every index against the table's row count, so a bad index faults instead of reading or writing
-// outside the table.
+// outside the table. A float scatter-add or scatter-multiply, or a plain scatter, keeps index
+// order for every element (see `ordered` below).
 #include <algorithm>
 #include <stdexcept>
 
@@ -21,6 +22,7 @@ using schedule::operand_reg;
 
 constexpr uint32_t kTagIndex = 0, kTagRows = 1, kTagOut = 2;
 constexpr uint32_t kLimitReg = schedule::kBodyReg;  // the table's row count, for the bounds check
+constexpr uint64_t kMinChunkBytes = 128;            // the narrowest column chunk an ordered scatter gives a core
 
 }  // namespace
 
@@ -61,6 +63,17 @@ std::optional<Kernel> lower_index(const ir::Graph& g, const ir::Index& x, const 
   const uint64_t es = hw::dtype_size(table.dtype);
   const uint64_t budget = t.lx_bytes / 2 - 1024;
   int64_t tc = std::min<int64_t>(C, static_cast<int64_t>(budget / (2 * es)));
+  // A float add or multiply, or a plain scatter, into a row named twice depends on the order of
+  // its rows. Then each table element is written by one core only, in index order (CPU's order,
+  // so the same bits as CPU and the same on every card): the cores split the row's columns, and
+  // the core of a column chunk runs every index tile.
+  const bool ordered = x.kind == ir::Index::Kind::kScatter ||
+                       (hw::dtype_is_float(table.dtype) &&
+                        (x.kind == ir::Index::Kind::kScatterAdd || x.kind == ir::Index::Kind::kScatterMul));
+  if (ordered) {
+    const int64_t per_core = (C + t.cores - 1) / t.cores;
+    tc = std::min(tc, std::max(per_core, static_cast<int64_t>((kMinChunkBytes + es - 1) / es)));
+  }
   int64_t tn = std::max<int64_t>(1, std::min<int64_t>(n, static_cast<int64_t>(budget / (8 + 2 * es * tc))));
   tn = std::min<int64_t>(tn, 4096);  // keeps one GATHER's row count bounded
 
@@ -94,19 +107,29 @@ std::optional<Kernel> lower_index(const ir::Graph& g, const ir::Index& x, const 
   const int64_t n_tail = n - static_cast<int64_t>(n_tiles - 1) * tn,
                 c_tail = C - static_cast<int64_t>(c_tiles - 1) * tc;
   uint32_t n_bit = 0, c_bit = 0;
-  if (n_tiles > 1) {
+  const auto index_tiles = [&] {
+    if (n_tiles == 1) return;
     k.nest.levels.push_back({n_tiles, {0, tn * s_idx * 8, tn * s_rows * static_cast<int64_t>(es)}});
     if (n_tail != tn) {
       n_bit = 1u << k.nest.tail_levels.size();
       k.nest.tail_levels.push_back(static_cast<uint32_t>(k.nest.levels.size() - 1));
     }
-  }
-  if (c_tiles > 1) {  // sub-rows: the table and the rows move along the row, the indices stay
+  };
+  const auto column_tiles = [&] {  // sub-rows: the table and the rows move along the row, the indices stay
+    if (c_tiles == 1) return;
     k.nest.levels.push_back({c_tiles, {tc * static_cast<int64_t>(es), 0, tc * static_cast<int64_t>(es)}});
     if (c_tail != tc) {
       c_bit = 1u << k.nest.tail_levels.size();
       k.nest.tail_levels.push_back(static_cast<uint32_t>(k.nest.levels.size() - 1));
     }
+  };
+  if (ordered) {  // the index tiles innermost, run whole by one core
+    column_tiles();
+    index_tiles();
+    k.nest.serial_levels = n_tiles > 1 ? 1 : 0;
+  } else {
+    index_tiles();
+    column_tiles();
   }
   LxPlan lx;
   const uint32_t idx_buf = lx.take(static_cast<uint64_t>(tn) * 8);

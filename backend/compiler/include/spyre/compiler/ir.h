@@ -200,9 +200,9 @@ struct Matmul {
 /// [B..., n] (its batch dims may broadcast) and `rows` is [B..., n, C...]; the trailing C dims are
 /// contiguous in table and rows.
 ///   kGather:     rows[b, i] = table[b, index[b, i]]
-///   kScatter:    table[b, index[b, i]] = rows[b, i]   (a row named twice gets one of its values)
-///   kScatterAdd: table[b, index[b, i]] += rows[b, i]  (in table's type, in index order per core)
-///   kScatterMul: table[b, index[b, i]] *= rows[b, i]
+///   kScatter:    table[b, index[b, i]] = rows[b, i]   (a row named twice gets its last value)
+///   kScatterAdd: table[b, index[b, i]] += rows[b, i]  (in table's type; floats in index order)
+///   kScatterMul: table[b, index[b, i]] *= rows[b, i]  (likewise)
 ///   kScatterMax, kScatterMin: table[b, index[b, i]] = max (min) of itself and rows[b, i] (NaN wins)
 /// An index outside [0, R) faults the core (the launch fails; nothing is written).
 struct Index {
