@@ -3,6 +3,7 @@
 #define DOCTEST_CONFIG_IMPLEMENT
 #include <doctest/doctest.h>
 
+#include <array>
 #include <atomic>
 #include <chrono>
 #include <cmath>
@@ -16,6 +17,7 @@
 #include "device_memory.h"
 #include "spyre/compiler/program.h"
 #include "spyre/hw/commands.h"
+#include "tile_math.h"
 #include "trace.h"
 
 using namespace spyre;
@@ -110,6 +112,54 @@ TEST_CASE("a compiled matmul program matches the golden model") {
   for (uint32_t i = 0; i < m * n; ++i) bad += std::fabs(c[i] - golden[i]) > 1e-4f * (1 + std::fabs(golden[i]));
   CHECK(bad == 0);
   CHECK(h->stats.flops >= 2ull * m * k * n);
+}
+
+TEST_CASE("a MATMUL sums each element's products by fused multiply-adds in k order: the same bits for every shape") {
+  // The reference: one element at a time, std::fma in k order from +0, then added to C under
+  // accumulate. The shapes cover whole register blocks, partial ones and narrow remainders in M and N.
+  std::mt19937 rng(5);
+  std::normal_distribution<float> dist(0, 1);
+  for (const hw::DType t : {hw::DType::kF32, hw::DType::kBF16}) {
+    for (const auto& [m, k, n] : std::vector<std::array<uint32_t, 3>>{
+             {1, 1, 1}, {8, 128, 128}, {13, 37, 53}, {160, 128, 128}, {9, 5, 47}, {6, 300, 16}, {17, 64, 33}}) {
+      for (const bool accumulate : {false, true}) {
+        CAPTURE(static_cast<int>(t));
+        CAPTURE(m);
+        CAPTURE(k);
+        CAPTURE(n);
+        CAPTURE(accumulate);
+        std::vector<float> a(size_t{m} * k), b(size_t{k} * n), c(size_t{m} * n), want(size_t{m} * n);
+        for (auto& x : a) x = dist(rng);
+        for (auto& x : b) x = dist(rng);
+        for (auto& x : c) x = 100 * dist(rng);
+        std::vector<uint16_t> a16(a.size()), b16(b.size());  // bf16: the top half of the float
+        const auto to_bf16 = [](std::vector<float>& v, std::vector<uint16_t>& out) {
+          for (size_t i = 0; i < v.size(); ++i) {
+            uint32_t bits = 0;
+            std::memcpy(&bits, &v[i], 4);
+            out[i] = static_cast<uint16_t>(bits >> 16);
+            bits &= 0xffff0000u;
+            std::memcpy(&v[i], &bits, 4);  // the value the bf16 input holds
+          }
+        };
+        if (t == hw::DType::kBF16) {
+          to_bf16(a, a16);
+          to_bf16(b, b16);
+        }
+        for (uint32_t i = 0; i < m; ++i) {
+          for (uint32_t j = 0; j < n; ++j) {
+            float acc = 0.0f;
+            for (uint32_t p = 0; p < k; ++p) acc = std::fma(a[size_t{i} * k + p], b[size_t{p} * n + j], acc);
+            want[size_t{i} * n + j] = accumulate ? c[size_t{i} * n + j] + acc : acc;
+          }
+        }
+        const void* pa = t == hw::DType::kF32 ? static_cast<const void*>(a.data()) : a16.data();
+        const void* pb = t == hw::DType::kF32 ? static_cast<const void*>(b.data()) : b16.data();
+        tile_matmul(c.data(), pa, pb, m, k, n, t, accumulate);
+        CHECK(std::memcmp(c.data(), want.data(), c.size() * 4) == 0);
+      }
+    }
+  }
 }
 
 TEST_CASE("a PT matmul instruction runs at the array's peak on full tiles and pays whole tiles for partial ones") {

@@ -1,5 +1,7 @@
-// Functional tile arithmetic of a core, computed with a real linear-algebra library (Eigen).
-// Exact for the declared numerics: fp16 and bf16 inputs are widened exactly, products accumulate in fp32.
+// Functional tile arithmetic of a core. fp16 and bf16 inputs are widened exactly; each element of
+// the product is a chain of fp32 fused multiply-adds over k in order, added to C under accumulate
+// (the MATMUL's defined numerics), computed in register blocks of Eigen's packets, so the bits are
+// the same on every host with FMA.
 #pragma once
 
 #include <cstdint>
