@@ -51,7 +51,7 @@ sys.stdin.read()  # the profiler stops before the interpreter's teardown
 
 # Kinds of work, by symbol (and library); the first that matches wins.
 KINDS = [
-    ("tile products (Eigen)", r"Eigen::"),
+    ("tile products", r"tile_matmul|chain_block|chain_strip|chain_columns|Eigen::internal::gebp"),
     ("SFP arithmetic", r"spyre::sim::sfp|spyre::sim::sfp_"),
     ("copies and page faults", r"memmove|memcpy|memset|clear_page|page_fault|do_anonymous|handle_mm_fault"),
     ("spin-waits (clock polls)", r"clock_gettime|steady_clock|\[vdso\]"),
@@ -74,7 +74,7 @@ def kind_of(dso: str, symbol: str) -> str:
 def thread_role(kinds: collections.Counter) -> str:
     """Which of the process's threads this is, by what it spends its time on."""
     top = kinds.most_common(1)[0][0] if kinds else ""
-    if top == "tile products (Eigen)":
+    if top == "tile products":
         return "simulator worker (cores' arithmetic)"
     if top in ("timing model (SystemC, fabric, cores)", "SFP arithmetic"):
         return "simulator SystemC thread"

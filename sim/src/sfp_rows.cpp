@@ -266,18 +266,18 @@ void sfp_transpose(uint32_t es, void* dst, const void* src, uint64_t rows, uint6
     for (uint64_t r0 = 0; r0 < rows; r0 += kBlock) {
       for (uint64_t c0 = 0; c0 < cols; c0 += kBlock) {
         const uint64_t r1 = std::min(rows, r0 + kBlock), c1 = std::min(cols, c0 + kBlock);
+        uint64_t r8 = r0, c8 = c0;  // the part done in whole 8 x 8 blocks: [r0, r8) x [c0, c8)
 #ifdef __AVX__
         if constexpr (sizeof(W) == 4) {  // whole 8 x 8 blocks of words in vector registers
-          if (r1 - r0 == kBlock && c1 - c0 == kBlock) {
-            for (uint64_t r = r0; r < r1; r += 8) {
-              for (uint64_t c = c0; c < c1; c += 8) transpose8x8_32(in + r * cols + c, cols, out + c * rows + r, rows);
-            }
-            continue;
+          r8 = r0 + (r1 - r0) / 8 * 8;
+          c8 = c0 + (c1 - c0) / 8 * 8;
+          for (uint64_t r = r0; r < r8; r += 8) {
+            for (uint64_t c = c0; c < c8; c += 8) transpose8x8_32(in + r * cols + c, cols, out + c * rows + r, rows);
           }
         }
 #endif
-        for (uint64_t r = r0; r < r1; ++r) {
-          for (uint64_t c = c0; c < c1; ++c) out[c * rows + r] = in[r * cols + c];
+        for (uint64_t r = r0; r < r1; ++r) {  // the edges one word at a time
+          for (uint64_t c = r < r8 ? c8 : c0; c < c1; ++c) out[c * rows + r] = in[r * cols + c];
         }
       }
     }

@@ -2,6 +2,7 @@
 
 #include "sfp.h"
 
+#include <algorithm>
 #include <cmath>
 #include <vector>
 
@@ -26,9 +27,9 @@ const float* as_float(const void* p, uint64_t count, hw::DType t, std::vector<fl
 // computes that, so the bits do not depend on the path, the tile's shape or the host's vector
 // width. (A BLAS splits and reorders the chain as suits the host and the shape.)
 
-// Columns [j, j + cols) of rows [0, rows), one element at a time: the narrow remainder.
-void chain_columns(float* c, const float* a, const float* b, uint32_t rows, uint32_t cols, uint32_t k, uint32_t n,
-                   bool accumulate) {
+// One element at a time: the host without FMA instructions.
+[[maybe_unused]] void chain_columns(float* c, const float* a, const float* b, uint32_t rows, uint32_t cols, uint32_t k,
+                                    uint32_t n, bool accumulate) {
   for (uint32_t i = 0; i < rows; ++i) {
     for (uint32_t j = 0; j < cols; ++j) {
       float s = 0.0f;
@@ -87,12 +88,24 @@ void tile_matmul(float* c, const void* a, const void* b, uint32_t m, uint32_t k,
   thread_local std::vector<float> sa, sb;
   const float* fa = as_float(a, uint64_t{m} * k, in, sa);
   const float* fb = as_float(b, uint64_t{k} * n, in, sb);
-  uint32_t j = 0;
 #ifdef EIGEN_VECTORIZE_FMA
+  uint32_t j = 0;
   for (; j + 2 * kLanes <= n; j += 2 * kLanes) chain_strip<kRows, 2>(c + j, fa, fb + j, m, k, n, accumulate);
   for (; j + kLanes <= n; j += kLanes) chain_strip<kRows, 1>(c + j, fa, fb + j, m, k, n, accumulate);
+  if (j < n) {  // the last columns padded to one packet (its other lanes multiply zeros, unread)
+    const uint32_t cols = n - j;
+    thread_local std::vector<float> pb, pc;
+    pb.assign(size_t{k} * kLanes, 0.0f);
+    pc.assign(size_t{m} * kLanes, 0.0f);
+    for (uint32_t kk = 0; kk < k; ++kk) std::copy_n(fb + size_t{kk} * n + j, cols, pb.data() + size_t{kk} * kLanes);
+    for (uint32_t i = 0; i < m && accumulate; ++i)
+      std::copy_n(c + size_t{i} * n + j, cols, pc.data() + size_t{i} * kLanes);
+    chain_strip<kRows, 1>(pc.data(), fa, pb.data(), m, k, kLanes, accumulate);
+    for (uint32_t i = 0; i < m; ++i) std::copy_n(pc.data() + size_t{i} * kLanes, cols, c + size_t{i} * n + j);
+  }
+#else
+  chain_columns(c, fa, fb, m, n, k, n, accumulate);
 #endif
-  chain_columns(c + j, fa, fb + j, m, n - j, k, n, accumulate);
 }
 
 }  // namespace spyre::sim
