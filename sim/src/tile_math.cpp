@@ -27,19 +27,6 @@ const float* as_float(const void* p, uint64_t count, hw::DType t, std::vector<fl
 // computes that, so the bits do not depend on the path, the tile's shape or the host's vector
 // width. (A BLAS splits and reorders the chain as suits the host and the shape.)
 
-// One element at a time: the host without FMA instructions.
-[[maybe_unused]] void chain_columns(float* c, const float* a, const float* b, uint32_t rows, uint32_t cols, uint32_t k,
-                                    uint32_t n, bool accumulate) {
-  for (uint32_t i = 0; i < rows; ++i) {
-    for (uint32_t j = 0; j < cols; ++j) {
-      float s = 0.0f;
-      for (uint32_t kk = 0; kk < k; ++kk) s = std::fma(a[uint64_t{i} * k + kk], b[uint64_t{kk} * n + j], s);
-      float& out = c[uint64_t{i} * n + j];
-      out = accumulate ? out + s : s;
-    }
-  }
-}
-
 #ifdef EIGEN_VECTORIZE_FMA
 using Packet = ei::packet_traits<float>::type;
 constexpr uint32_t kLanes = sizeof(Packet) / sizeof(float);
@@ -79,6 +66,18 @@ void chain_strip(float* c, const float* a, const float* b, uint32_t m, uint32_t 
 
 // R rows x 2 packets of accumulators, plus B's 2 packets and a broadcast, fill the registers.
 constexpr uint32_t kRows = EIGEN_ARCH_DEFAULT_NUMBER_OF_REGISTERS >= 32 ? 8 : 6;
+#else
+// One element at a time: the host without FMA instructions.
+void chain_elements(float* c, const float* a, const float* b, uint32_t m, uint32_t k, uint32_t n, bool accumulate) {
+  for (uint32_t i = 0; i < m; ++i) {
+    for (uint32_t j = 0; j < n; ++j) {
+      float s = 0.0f;
+      for (uint32_t kk = 0; kk < k; ++kk) s = std::fma(a[uint64_t{i} * k + kk], b[uint64_t{kk} * n + j], s);
+      float& out = c[uint64_t{i} * n + j];
+      out = accumulate ? out + s : s;
+    }
+  }
+}
 #endif
 
 }  // namespace
@@ -104,7 +103,7 @@ void tile_matmul(float* c, const void* a, const void* b, uint32_t m, uint32_t k,
     for (uint32_t i = 0; i < m; ++i) std::copy_n(pc.data() + size_t{i} * kLanes, cols, c + size_t{i} * n + j);
   }
 #else
-  chain_columns(c, fa, fb, m, n, k, n, accumulate);
+  chain_elements(c, fa, fb, m, k, n, accumulate);
 #endif
 }
 
