@@ -136,9 +136,7 @@ hw::Verdict Core::run() {
     const uint64_t before = now();
     sc_core::sc_time delay = sc_core::SC_ZERO_TIME, done;
     RowList list;
-    list.addrs = &addr;
-    list.rows = 1;
-    list.row_bytes = n;
+    list.rows = Rows::strided(addr, 0, 1, n);
     list.stop = stop_;
     list.book = !(launch_ && launch_->fetched(addr, n, &done));
     tlm::tlm_response_status status = tlm::TLM_OK_RESPONSE;

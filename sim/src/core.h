@@ -121,9 +121,9 @@ class Core : public sc_core::sc_module {
   bool indirect(const hw::Instr& in);
   bool multicast(const hw::Instr& in);
   enum class Move { kRead, kWrite, kAccumulate };
-  /// Moves rows of `row_bytes` between `buf` and the device addresses `addrs`, timed on the memory
-  /// and ring servers (asynchronously if the instruction says so). False on a memory error.
-  bool transfer(const hw::Instr& in, const std::vector<uint64_t>& addrs, uint8_t* buf, uint64_t row_bytes, Move move);
+  /// Moves `rows` between device memory and `buf` (back to back there), timed on the memory and
+  /// ring servers (asynchronously if the instruction says so). False on a memory error.
+  bool transfer(const hw::Instr& in, const Rows& rows, uint8_t* buf, Move move);
   bool sfp(const hw::Instr& in);
   /// Scratchpad pointer for `n` bytes at `addr` + r[rl] of `in`; nullptr when out of range.
   uint8_t* lx(const hw::Instr& in, uint64_t addr, uint64_t n);

@@ -16,36 +16,29 @@
 namespace spyre::sim {
 
 namespace {
-// The device addresses of the d rows of a LOAD or STORE; false when the arithmetic wraps around
-// (it would land somewhere valid: fault instead). Rows that follow each other in device memory
-// come back as one row of all their bytes (`row_bytes`): the same bytes, and the same time, since
-// the memory server takes rows back to back and pays its latency once either way.
-bool strided_rows(const hw::Instr& in, uint64_t base_reg, std::vector<uint64_t>& addrs, uint64_t& row_bytes) {
-  const uint64_t rows = in.d;
-  row_bytes = in.e;
+// The d rows of a LOAD or STORE in device memory; false when the arithmetic wraps around (it
+// would land somewhere valid: fault instead). Rows that follow each other in device memory come
+// back as one row of all their bytes: the same bytes, and the same time, since the memory server
+// takes rows back to back and pays its latency once either way.
+bool strided_rows(const hw::Instr& in, uint64_t base_reg, Rows& rows) {
+  const uint64_t count = in.d, row_bytes = in.e;
   uint64_t base = 0, span = 0, last = 0;
-  if (rows == 0 || row_bytes == 0 || __builtin_add_overflow(base_reg, in.b, &base) ||
-      __builtin_mul_overflow(rows - 1, in.c, &span) || __builtin_add_overflow(base, span, &last) ||
+  if (count == 0 || row_bytes == 0 || __builtin_add_overflow(base_reg, in.b, &base) ||
+      __builtin_mul_overflow(count - 1, in.c, &span) || __builtin_add_overflow(base, span, &last) ||
       __builtin_add_overflow(last, row_bytes, &last)) {
     return false;
   }
-  if (in.c == row_bytes && rows * row_bytes <= UINT32_MAX) {
-    addrs.assign(1, base);
-    row_bytes *= rows;
-    return true;
-  }
-  addrs.resize(rows);
-  for (uint64_t r = 0; r < rows; ++r) addrs[r] = base + r * in.c;
+  rows = in.c == row_bytes && count * row_bytes <= UINT32_MAX ? Rows::strided(base, 0, 1, count * row_bytes)
+                                                              : Rows::strided(base, in.c, count, row_bytes);
   return true;
 }
 }  // namespace
 
 bool Core::dma(const hw::Instr& in) {
   uint8_t* buf = lx(in, in.a, uint64_t{in.d} * in.e);
-  std::vector<uint64_t> addrs;
-  uint64_t row_bytes = 0;
-  if (!buf || !strided_rows(in, regs_[hw::reg_rd(in.regs)], addrs, row_bytes)) return false;
-  return transfer(in, addrs, buf, row_bytes, in.op == hw::Op::kLoad ? Move::kRead : Move::kWrite);
+  Rows rows;
+  if (!buf || !strided_rows(in, regs_[hw::reg_rd(in.regs)], rows)) return false;
+  return transfer(in, rows, buf, in.op == hw::Op::kLoad ? Move::kRead : Move::kWrite);
 }
 
 bool Core::multicast(const hw::Instr& in) {
@@ -59,14 +52,13 @@ bool Core::multicast(const hw::Instr& in) {
     dst[i] = launch_->rank(static_cast<uint32_t>(first + i * stride)).scratchpad(in.a, bytes);
     if (!dst[i]) return false;
   }
-  std::vector<uint64_t> addrs;
-  uint64_t row_bytes = 0;
-  if (!strided_rows(in, regs_[hw::reg_rd(in.regs)], addrs, row_bytes)) return false;
+  Rows rows;
+  if (!strided_rows(in, regs_[hw::reg_rd(in.regs)], rows)) return false;
   sync_to_book();
   for (uint64_t i = 0; i < count; ++i)
     launch_->rank(static_cast<uint32_t>(first + i * stride)).settle(dst[i], bytes, true);
   // The rows land in the first receiver and are copied on as the ring passes the others.
-  if (!transfer(in, addrs, dst[0], row_bytes, Move::kRead)) return false;
+  if (!transfer(in, rows, dst[0], Move::kRead)) return false;
   for (uint64_t i = 1; moves_bytes(in) && i < count; ++i) {
     if (dst[i] != dst[0]) std::memcpy(dst[i], dst[0], bytes);
   }
@@ -104,21 +96,24 @@ bool Core::indirect(const hw::Instr& in) {
       return false;
     }
   }
-  return transfer(in, addrs, buf, row_bytes,
+  return transfer(in, Rows::listed(addrs.data(), rows, row_bytes), buf,
                   in.op == hw::Op::kGather ? Move::kRead : (add ? Move::kAccumulate : Move::kWrite));
 }
 
-bool Core::transfer(const hw::Instr& in, const std::vector<uint64_t>& addrs, uint8_t* buf, uint64_t row_bytes,
-                    Move move) {
-  for (const uint64_t addr : addrs) {  // every row is checked before any byte moves
-    if (!in_window(addr, row_bytes)) return false;
+bool Core::transfer(const hw::Instr& in, const Rows& rows, uint8_t* buf, Move move) {
+  // Every row is checked before any byte moves; the first and last of strided rows check them all.
+  const uint64_t row_bytes = rows.bytes;
+  const uint64_t first = rows.at(0), last = rows.at(rows.count - 1);
+  if (!in_window(first, row_bytes) || !in_window(last, row_bytes)) return false;
+  for (uint64_t r = 0; rows.list && r < rows.count; ++r) {
+    if (!in_window(rows.list[r], row_bytes)) return false;
   }
   sync_to_book();
   // A LOAD's copy is posted to the worker after the other arithmetic of this core (so it needs no
   // settling here); every other transfer moves its bytes now.
   const bool bytes = moves_bytes(in);
   const bool deferred = move == Move::kRead && in.op == hw::Op::kLoad && bytes;
-  const uint64_t total = addrs.size() * row_bytes;
+  const uint64_t total = rows.count * row_bytes;
   if (!deferred) settle(buf, total, move == Move::kRead);  // multicast settled its receivers
   // The data moves now; its time is booked on the memory and ring servers from the issue cycle.
   // Rows are issued back to back: memory bandwidth spaces them, its latency is paid once. An
@@ -133,9 +128,7 @@ bool Core::transfer(const hw::Instr& in, const std::vector<uint64_t>& addrs, uin
   if (move != Move::kAccumulate) {  // every row in one transaction: all of them move, or none
     RowList list;
     list.ring_bound = &ring;
-    list.addrs = addrs.data();
-    list.rows = addrs.size();
-    list.row_bytes = row_bytes;
+    list.rows = rows;
     list.stop = stop_;
     list.data = bytes;
     std::vector<std::pair<const uint8_t*, uint64_t>> chunks;
@@ -156,16 +149,16 @@ bool Core::transfer(const hw::Instr& in, const std::vector<uint64_t>& addrs, uin
             }
           },
           {{buf, total, true}});
-      worker_.note_device_read(lane_, last_ticket_, addrs.front(), addrs.back() + row_bytes);
+      worker_.note_device_read(lane_, last_ticket_, first, last + row_bytes);
     }
   }
   std::vector<uint8_t> row(move == Move::kAccumulate ? row_bytes : 0);
-  for (size_t r = 0; move == Move::kAccumulate && r < addrs.size(); ++r) {
+  for (uint64_t r = 0; move == Move::kAccumulate && r < rows.count; ++r) {
     uint8_t* data = buf + r * row_bytes;
     // Read and write both booked from the issue: latency once.
     sc_core::sc_time read_delay = issue, write_delay = issue;
     tlm::tlm_response_status status = tlm::TLM_OK_RESPONSE;
-    if (!tlm_access(mem, tlm::TLM_READ_COMMAND, addrs[r], row.data(), row_bytes, read_delay, stop_, &status, bytes)) {
+    if (!tlm_access(mem, tlm::TLM_READ_COMMAND, rows.at(r), row.data(), row_bytes, read_delay, stop_, &status, bytes)) {
       fault_code_ = memory_error(status, fault_code_);
       return false;
     }
@@ -178,7 +171,8 @@ bool Core::transfer(const hw::Instr& in, const std::vector<uint64_t>& addrs, uin
     if (bytes) {
       sfp_binary(fn, in.dtype, row.data(), row.data(), hw::Bcast::kFull, data, hw::Bcast::kFull, 0, 1, n);
     }
-    if (!tlm_access(mem, tlm::TLM_WRITE_COMMAND, addrs[r], row.data(), row_bytes, write_delay, stop_, &status, bytes)) {
+    if (!tlm_access(mem, tlm::TLM_WRITE_COMMAND, rows.at(r), row.data(), row_bytes, write_delay, stop_, &status,
+                    bytes)) {
       fault_code_ = memory_error(status, fault_code_);
       return false;
     }

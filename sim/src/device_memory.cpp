@@ -146,32 +146,45 @@ void DeviceMemory::b_transport(int /*id*/, tlm::tlm_generic_payload& gp, sc_core
   if (const auto* list = gp.get_extension<RowList>()) return transport_rows(*list, gp, delay);
   const uint64_t addr = gp.get_address();
   RowList one;  // a plain access: one row, from the PCIe stop
-  one.addrs = &addr;
-  one.rows = 1;
-  one.row_bytes = gp.get_data_length();
+  one.rows = Rows::strided(addr, 0, 1, gp.get_data_length());
   one.stop = Fabric::pcie_stop();
   transport_rows(one, gp, delay);
 }
 
+bool DeviceMemory::in_memory(uint64_t addr, uint64_t n) const {
+  return n != 0 && addr < size_ && n <= size_ - addr;
+}
+
+bool DeviceMemory::poisoned(uint64_t addr, uint64_t n) const {
+  return addr < poison_hi_ && addr + n > poison_lo_;
+}
+
 void DeviceMemory::transport_rows(const RowList& list, tlm::tlm_generic_payload& gp, sc_core::sc_time& delay) {
-  const uint64_t n = list.row_bytes;
-  for (uint64_t r = 0; r < list.rows; ++r) {
-    if (n == 0 || list.addrs[r] >= size_ || n > size_ - list.addrs[r]) {
-      gp.set_response_status(tlm::TLM_ADDRESS_ERROR_RESPONSE);
-      return;
-    }
-    if (gp.is_read() && list.addrs[r] < poison_hi_ && list.addrs[r] + n > poison_lo_) {
-      gp.set_response_status(kEccErrorResponse);
+  const Rows& rows = list.rows;
+  const uint64_t n = rows.bytes;
+  // Every row is checked before any byte moves, and the first bad row names the error. A strided
+  // set lies inside memory when its first and last rows do, and reads no poisoned byte when its
+  // span does not; only otherwise are its rows looked at one by one, as a listed set's always are.
+  const uint64_t last = rows.count == 0 ? rows.base : rows.at(rows.count - 1);
+  const bool each = rows.list != nullptr || !in_memory(rows.base, n) || !in_memory(last, n) ||
+                    (gp.is_read() && poisoned(rows.base, last + n - rows.base));
+  for (uint64_t r = 0; each && r < rows.count; ++r) {
+    const uint64_t addr = rows.at(r);
+    const tlm::tlm_response_status error = !in_memory(addr, n)                 ? tlm::TLM_ADDRESS_ERROR_RESPONSE
+                                           : gp.is_read() && poisoned(addr, n) ? kEccErrorResponse
+                                                                               : tlm::TLM_OK_RESPONSE;
+    if (error != tlm::TLM_OK_RESPONSE) {
+      gp.set_response_status(error);
       return;
     }
   }
   uint8_t* data = gp.get_data_ptr();
-  for (uint64_t r = 0; list.data && r < list.rows; ++r, data += n) {
+  for (uint64_t r = 0; list.data && r < rows.count; ++r, data += n) {
     if (gp.is_read() && list.deferred) {
-      locate(list.addrs[r], n, *list.deferred);
+      locate(rows.at(r), n, *list.deferred);
     } else if (gp.is_read()) {
-      read(list.addrs[r], data, n);
-    } else if (!write(list.addrs[r], data, n)) {
+      read(rows.at(r), data, n);
+    } else if (!write(rows.at(r), data, n)) {
       gp.set_response_status(kHostMemoryResponse);
       return;
     }
@@ -180,8 +193,7 @@ void DeviceMemory::transport_rows(const RowList& list, tlm::tlm_generic_payload&
   if (!list.book) return;
   // NOLINTNEXTLINE(performance-unnecessary-copy-initialization): a copy, the time as it is now
   const sc_core::sc_time now = sc_core::sc_time_stamp();
-  const uint64_t done =
-      fabric_.transfer((now + delay).value(), list.stop, gp.is_read(), list.addrs, list.rows, n, list.ring_bound);
+  const uint64_t done = fabric_.transfer((now + delay).value(), list.stop, gp.is_read(), rows, list.ring_bound);
   delay = sc_core::sc_time::from_value(done) - now;
 }
 

@@ -57,6 +57,9 @@ class DeviceMemory : public sc_core::sc_module {
   static constexpr uint64_t kLookPages = 1024;
   void b_transport(int id, tlm::tlm_generic_payload& gp, sc_core::sc_time& delay);
   void transport_rows(const RowList& list, tlm::tlm_generic_payload& gp, sc_core::sc_time& delay);
+  /// Whether [addr, addr + n) is a non-empty range inside memory; whether it touches a poisoned byte.
+  bool in_memory(uint64_t addr, uint64_t n) const;
+  bool poisoned(uint64_t addr, uint64_t n) const;
   /// Appends where the n bytes at addr are (never-written pages read from a page of zeros).
   void locate(uint64_t addr, uint64_t n, std::vector<std::pair<const uint8_t*, uint64_t>>& out) const;
 

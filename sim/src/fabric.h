@@ -7,6 +7,7 @@
 #pragma once
 
 #include <cstdint>
+#include <unordered_map>
 #include <vector>
 
 #include "spyre/sim/config.h"
@@ -30,13 +31,12 @@ class Fabric {
   /// The controller that serves channel `c`: consecutive channels go to different controllers.
   uint32_t controller_of(uint32_t c) const { return c % controllers_; }
 
-  /// Books the rows [addrs[r], addrs[r] + row_bytes) moving between device memory and ring stop
-  /// `stop` (towards the stop when `to_stop`), starting at `at_ps`. Returns the picosecond at which
+  /// Books the rows moving between device memory and ring stop `stop` (towards the stop when
+  /// `to_stop`), starting at `at_ps`. Returns the picosecond at which
   /// the last byte has arrived. In functional mode nothing is booked and the bytes arrive at once.
   /// `ring_bound`, when given, says whether a ring link (rather than a memory channel) was the
   /// busiest server of the transfer: the stall it causes is ring time.
-  uint64_t transfer(uint64_t at_ps, uint32_t stop, bool to_stop, const uint64_t* addrs, uint64_t rows,
-                    uint64_t row_bytes, bool* ring_bound = nullptr);
+  uint64_t transfer(uint64_t at_ps, uint32_t stop, bool to_stop, const Rows& rows, bool* ring_bound = nullptr);
 
   struct Link {
     uint32_t from, to;  // neighbouring stops
@@ -52,6 +52,11 @@ class Fabric {
  private:
   /// Adds the bytes of [addr, addr + n) to each channel's count in `bytes_per_channel_`.
   void spread(uint64_t addr, uint64_t n);
+  /// spread() of every row of `rows`.
+  void spread(const Rows& rows);
+  /// Adds to counts[c] the rows at granules g, g + step, ... (`rows` of them) on channel c; counts
+  /// holds four sets of channels_.size(), the last three zero before and after.
+  void count_channels(uint64_t g, uint64_t step, uint64_t rows, uint64_t* counts) const;
   /// The granule that holds `addr`, and the channel of granule `g` (channel_of's two halves).
   uint64_t granule(uint64_t addr) const { return shift_ >= 0 ? addr >> shift_ : addr / interleave_; }
   uint32_t channel_of_granule(uint64_t g) const;
@@ -74,6 +79,23 @@ class Fabric {
   std::vector<BandwidthServer> clockwise_, counter_;  // link i joins stop i and stop i + 1
   // Scratch of one transfer, kept to avoid allocating per transfer.
   std::vector<uint64_t> bytes_per_channel_, bytes_per_controller_;
+  std::vector<uint32_t> controller_of_;  // controller_of(c), looked up rather than divided
+  std::vector<uint64_t> row_counts_;     // rows per channel of strided rows, four interleaved sets
+  // Rows per channel of strided rows by (low granule bits, granule step, rows): see spread(Rows).
+  struct PatternKey {
+    uint64_t low, step, rows;
+    bool operator==(const PatternKey& o) const { return low == o.low && step == o.step && rows == o.rows; }
+  };
+  struct PatternHash {
+    size_t operator()(const PatternKey& k) const {
+      return std::hash<uint64_t>()(k.low * 0x9e3779b97f4a7c15ull ^ k.step * 0xc2b2ae3d27d4eb4full ^ k.rows);
+    }
+  };
+  static constexpr uint64_t kPatternRows = 16;          // fewer rows are counted directly
+  static constexpr uint64_t kPatternEntries = 1 << 20;  // patterns x channels kept at most
+  bool linear_ = false;                                 // whether a granule's channel is XOR-linear in its index
+  std::unordered_map<PatternKey, uint64_t, PatternHash> patterns_;  // offset into pattern_counts_
+  std::vector<uint64_t> pattern_counts_;
   std::vector<uint64_t> clockwise_bytes_, counter_bytes_;
   std::vector<uint32_t> touched_cw_, touched_ccw_;
   uint64_t byte_hops_ = 0;

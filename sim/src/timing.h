@@ -83,14 +83,39 @@ class BandwidthServer {
   uint64_t bytes_ = 0;
 };
 
-/// The Spyre attributes of a device-memory access: rows at scattered device addresses (row r is the
-/// `row_bytes` bytes at addrs[r] and at data + r * row_bytes) and the ring stop of the initiator,
-/// which decides the links the bytes cross. The target moves every row or, if any lies out of
-/// range, none, and books all rows from the same start (latency paid once, bandwidth per row).
+/// Rows of device memory, `count` rows of `bytes` each: row r at list[r] when a list is given (the
+/// indices of a GATHER or SCATTER), else at base + r * stride (a strided LOAD or STORE, whose rows
+/// ascend and are never written out one by one: checking the first and the last checks them all).
+struct Rows {
+  const uint64_t* list = nullptr;
+  uint64_t base = 0, stride = 0;
+  uint64_t count = 0, bytes = 0;
+  static Rows strided(uint64_t base, uint64_t stride, uint64_t count, uint64_t bytes) {
+    Rows r;
+    r.base = base;
+    r.stride = stride;
+    r.count = count;
+    r.bytes = bytes;
+    return r;
+  }
+  static Rows listed(const uint64_t* list, uint64_t count, uint64_t bytes) {
+    Rows r;
+    r.list = list;
+    r.count = count;
+    r.bytes = bytes;
+    return r;
+  }
+  uint64_t at(uint64_t r) const { return list ? list[r] : base + r * stride; }
+  /// The end of the last row of a strided set (not of a list, whose rows may come in any order).
+  uint64_t strided_end() const { return base + (count - 1) * stride + bytes; }
+};
+
+/// The Spyre attributes of a device-memory access: its rows (row r at rows.at(r) in device memory
+/// and at data + r * rows.bytes) and the ring stop of the initiator, which decides the links the
+/// bytes cross. The target moves every row or, if any lies out of range, none, and books all rows
+/// from the same start (latency paid once, bandwidth per row).
 struct RowList : tlm::tlm_extension<RowList> {
-  const uint64_t* addrs = nullptr;
-  uint64_t rows = 0;
-  uint64_t row_bytes = 0;
+  Rows rows;
   uint32_t stop = 0;           // the initiator's ring stop (Fabric::core_stop, Fabric::pcie_stop)
   bool book = true;            // false: the bytes ride on a transfer already booked (a multicast on the ring)
   bool data = true;            // false: the target checks and books the rows but moves no byte (timing mode)
@@ -123,11 +148,12 @@ inline hw::ErrorCode memory_error(tlm::tlm_response_status status, hw::ErrorCode
 template <typename Socket>
 bool tlm_access_rows(Socket& socket, tlm::tlm_command cmd, RowList& list, uint8_t* data, sc_core::sc_time& delay,
                      tlm::tlm_response_status* status = nullptr) {
-  const uint64_t n = list.rows * list.row_bytes;
-  if (list.rows == 0 || list.row_bytes == 0 || n / list.rows != list.row_bytes || n > UINT32_MAX) return false;
+  const Rows& rows = list.rows;
+  const uint64_t n = rows.count * rows.bytes;
+  if (rows.count == 0 || rows.bytes == 0 || n / rows.count != rows.bytes || n > UINT32_MAX) return false;
   tlm::tlm_generic_payload gp;
   gp.set_command(cmd);
-  gp.set_address(list.addrs[0]);
+  gp.set_address(rows.at(0));
   gp.set_data_ptr(data);
   gp.set_data_length(static_cast<unsigned>(n));
   gp.set_streaming_width(static_cast<unsigned>(n));
@@ -145,9 +171,7 @@ template <typename Socket>
 bool tlm_access(Socket& socket, tlm::tlm_command cmd, uint64_t addr, uint8_t* data, uint64_t n, sc_core::sc_time& delay,
                 uint32_t stop, tlm::tlm_response_status* status = nullptr, bool move = true) {
   RowList list;
-  list.addrs = &addr;
-  list.rows = 1;
-  list.row_bytes = n;
+  list.rows = Rows::strided(addr, 0, 1, n);
   list.stop = stop;
   list.data = move;
   return tlm_access_rows(socket, cmd, list, data, delay, status);
