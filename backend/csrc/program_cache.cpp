@@ -14,6 +14,14 @@ std::optional<LoadedProgram> ProgramCache::find(const std::string& key) {
   return it->second.program;
 }
 
+std::optional<LoadedProgram> ProgramCache::at_address(uint64_t addr) const {
+  std::lock_guard lock(mu_);
+  for (const auto& [key, e] : entries_) {
+    if (e.program.addr == addr) return e.program;
+  }
+  return std::nullopt;
+}
+
 std::vector<LoadedProgram> ProgramCache::insert(const std::string& key, const LoadedProgram& p, LoadedProgram* kept) {
   std::lock_guard lock(mu_);
   std::vector<LoadedProgram> evicted;

@@ -39,6 +39,9 @@ class ProgramCache {
   /// memory is the caller's to free once the work using them has run.
   std::vector<LoadedProgram> insert(const std::string& key, const LoadedProgram& p, LoadedProgram* kept);
   ProgramCacheStats stats() const;
+  /// The cached program loaded at device address `addr`, if any (an error path: it looks at every
+  /// entry, and counts neither a hit nor a miss).
+  std::optional<LoadedProgram> at_address(uint64_t addr) const;
 
  private:
   using Order = std::list<std::string>;  // front: most recently used

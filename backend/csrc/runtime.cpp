@@ -144,8 +144,10 @@ void DeviceRuntime::wait(driver::Queue& q, uint64_t seq) {
   if (s.ok()) return;
   // The host stopped waiting; the work goes on, and the queue keeps its state.
   if (s.code() == driver::StatusCode::kTimeout || s.code() == driver::StatusCode::kInterrupted) check_status(s, "wait");
-  // Report the error once, with what it cost, and reset the queue so the device stays usable.
+  // Report the error once, with what failed and what it cost, and reset the queue so the device
+  // stays usable.
   (void)q.synchronize();
+  const std::string culprit = failed_launch(q);
   const uint64_t skipped = q.not_executed();
   (void)q.reset();
   // A halted queue dropped its SIGNALs: raise its semaphore to every value handed out, so that
@@ -158,8 +160,8 @@ void DeviceRuntime::wait(driver::Queue& q, uint64_t seq) {
       (void)q.signal(st.semaphore, st.signalled, &ignored);
     }
   }
-  if (skipped == 0) check_status(s, "wait");
-  check_status(driver::Status(s.code(), c10::str(s.message(), "; ", skipped,
+  if (skipped == 0) check_status(driver::Status(s.code(), s.message() + culprit), "wait");
+  check_status(driver::Status(s.code(), c10::str(s.message(), culprit, "; ", skipped,
                                                  " later command(s) on this device were not executed, so the "
                                                  "tensors they would have written hold undefined data")),
                "wait");

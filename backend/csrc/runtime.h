@@ -209,10 +209,14 @@ class DeviceRuntime {
   /// The queue of the calling thread's current stream.
   driver::Queue& queue() { return queue(current_stream()); }
   void wait(driver::Queue& q, uint64_t seq);
+  /// What `q`'s failed command was, for its error: ", in <op> (kernel '<program>')" for a launch
+  /// whose op and program are known; empty otherwise.
+  std::string failed_launch(driver::Queue& q);
   uint64_t label(const std::string& op);
   /// launch() under the shared program lock; returns the programs the cache evicted in `evicted`.
-  void submit_launch(const std::string& key, const std::function<compiler::Program()>& build,
-                     const std::vector<uint64_t>& args, const std::string& op, std::vector<LoadedProgram>* evicted);
+  /// Returns the launch's sequence number on the current stream's queue (0: a capture took it).
+  uint64_t submit_launch(const std::string& key, const std::function<compiler::Program()>& build,
+                         const std::vector<uint64_t>& args, const std::string& op, std::vector<LoadedProgram>* evicted);
   /// The program cached under `key`, loaded (built and uploaded) on a miss; evictions are appended.
   LoadedProgram loaded(const std::string& key, const std::function<compiler::Program()>& build, size_t num_args,
                        std::vector<LoadedProgram>* evicted);
@@ -259,6 +263,9 @@ std::map<std::string, uint64_t> fallback_counts(bool reset);
 /// How ops without a Spyre kernel are handled.
 enum class FallbackMode { kAllow, kWarn, kError };
 FallbackMode fallback_mode();
+/// TORCH_SPYRE_LAUNCH_BLOCKING=1: every launch is waited for where it is queued, so a device fault
+/// raises at the op (and Python line) that launched the faulting kernel.
+bool launch_blocking();
 void set_fallback_mode(FallbackMode m);
 /// Parses "allow" | "warn" | "error"; throws ValueError otherwise.
 FallbackMode parse_fallback_mode(const std::string& s);

@@ -38,12 +38,14 @@ uint64_t DeviceRuntime::label(const std::string& op) {
 void DeviceRuntime::launch(const std::string& key, const std::function<compiler::Program()>& build,
                            const std::vector<uint64_t>& args, const std::string& op) {
   std::vector<LoadedProgram> evicted;
+  uint64_t seq = 0;
   {
     // Held until the launch is queued: an evicted program's memory is freed only under the
     // exclusive lock, so no launch between finding a program and queueing it sees it freed.
     std::shared_lock using_programs(programs_rw_);
-    submit_launch(key, build, args, op, &evicted);
+    seq = submit_launch(key, build, args, op, &evicted);
   }
+  if (seq != 0 && launch_blocking()) wait(queue(), seq);  // a fault raises at the op that launched it
   if (evicted.empty()) return;
   // Work queued on any stream may still run an evicted program: let it finish first (evictions
   // are rare: the cache holds thousands of programs).
@@ -67,9 +69,9 @@ LoadedProgram DeviceRuntime::loaded(const std::string& key, const std::function<
   return prog;
 }
 
-void DeviceRuntime::submit_launch(const std::string& key, const std::function<compiler::Program()>& build,
-                                  const std::vector<uint64_t>& args, const std::string& op,
-                                  std::vector<LoadedProgram>* evicted) {
+uint64_t DeviceRuntime::submit_launch(const std::string& key, const std::function<compiler::Program()>& build,
+                                      const std::vector<uint64_t>& args, const std::string& op,
+                                      std::vector<LoadedProgram>* evicted) {
   const LoadedProgram prog = loaded(key, build, args.size(), evicted);
   TORCH_CHECK(args.size() <= hw::kMaxLaunchArgs, "spyre: too many launch arguments (", args.size(), ")");
   const uint64_t op_label = label(op);
@@ -78,9 +80,30 @@ void DeviceRuntime::submit_launch(const std::string& key, const std::function<co
     const uint64_t args_addr = alloc_reclaiming(hw::kMaxLaunchArgs * sizeof(uint64_t));
     upload(args_addr, args.data(), args_bytes);
     sink->launch(prog, args_addr, args_bytes, op_label, prog.name);
-    return;
+    return 0;
   }
-  (void)queue_launch(queue(), prog, args, op_label);
+  return queue_launch(queue(), prog, args, op_label);
+}
+
+std::string DeviceRuntime::failed_launch(driver::Queue& q) {
+  hw::Descriptor d{};
+  if (!q.failed_command(&d) || d.opcode != hw::Opcode::kLaunch) return {};
+  const std::string op = d.launch.label != 0 ? labels_.op_at(d.launch.label) : std::string();
+  const std::optional<LoadedProgram> prog = programs_.at_address(d.launch.program);
+  if (op.empty() && !prog) return {};
+  std::string what = ", in ";
+  what += op.empty() ? "a launch" : op;
+  if (prog) what += " (kernel '" + prog->name + "')";
+  return what;
+}
+
+bool launch_blocking() {
+  // Read once: CUDA_LAUNCH_BLOCKING's counterpart, for finding which op faulted.
+  static const bool on = [] {
+    const char* env = std::getenv("TORCH_SPYRE_LAUNCH_BLOCKING");
+    return env != nullptr && std::string(env) == "1";
+  }();
+  return on;
 }
 
 uint64_t DeviceRuntime::queue_launch(driver::Queue& q, const LoadedProgram& prog, const std::vector<uint64_t>& args,
@@ -99,6 +122,7 @@ void DeviceRuntime::launch_sequence(const std::vector<LaunchRequest>& launches) 
     return;
   }
   std::vector<LoadedProgram> evicted;
+  uint64_t last = 0;
   {
     std::shared_lock using_programs(programs_rw_);
     // Every program is loaded before the first launch is queued.
@@ -108,9 +132,12 @@ void DeviceRuntime::launch_sequence(const std::vector<LaunchRequest>& launches) 
       progs.push_back(loaded(r.key, r.build, r.args.size(), &evicted));
     }
     driver::Queue& q = queue();
+    uint64_t seq = 0;
     for (size_t i = 0; i < launches.size(); ++i)
-      (void)queue_launch(q, progs[i], launches[i].args, label(launches[i].op));
+      seq = queue_launch(q, progs[i], launches[i].args, label(launches[i].op));
+    if (launch_blocking()) last = seq;
   }
+  if (last != 0) wait(queue(), last);  // launch blocking: a fault raises at the graph's call
   if (evicted.empty()) return;
   std::unique_lock freeing(programs_rw_);
   drain();

@@ -54,6 +54,14 @@ uint64_t LabelTable::find(const std::string& op) {
   return it == labels_.end() ? 0 : it->second;
 }
 
+std::string LabelTable::op_at(uint64_t addr) {
+  std::lock_guard lock(mu_);
+  for (const auto& [op, at] : labels_) {
+    if (at == addr) return op;
+  }
+  return {};
+}
+
 uint64_t LabelTable::keep(const std::string& op, uint64_t addr) {
   std::lock_guard lock(mu_);
   return labels_.emplace(op, addr).first->second;

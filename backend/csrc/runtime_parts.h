@@ -59,6 +59,8 @@ class LabelTable {
   /// Keeps `addr` as op's label unless another thread kept one first; returns the one kept (when
   /// it is not `addr`, `addr` is the caller's to free).
   uint64_t keep(const std::string& op, uint64_t addr);
+  /// The op whose label is at `addr`; empty when none is (an error path: it looks at every label).
+  std::string op_at(uint64_t addr);
 
  private:
   std::mutex mu_;

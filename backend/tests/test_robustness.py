@@ -131,3 +131,50 @@ def test_the_default_watchdog_lets_a_long_memory_bound_kernel_finish():
     got = torch.amax(u, 1).cpu()
     assert torch_spyre.device_cycles() - start > 300_000_000  # past the old budget
     assert torch.equal(got, torch.amax(v.unfold(0, 50000, 2), 1))
+
+
+# An index past the table's end faults on the card (the host cannot see the index without a sync).
+FAULTING_GATHER = """
+import traceback, torch, torch_spyre
+table = torch.randn(8, 4, device="spyre")
+idx = torch.tensor([0, 9, 2], device="spyre")
+try:
+    rows = torch.index_select(table, 0, idx)  # the faulting op: line 6
+    after = rows + 1
+    torch.spyre.synchronize()
+except RuntimeError as e:
+    print("raised at line", traceback.extract_tb(e.__traceback__)[-1].lineno)
+    print(str(e).splitlines()[0])
+x = torch.arange(6.0, device="spyre")
+print("device works", (x * 2).cpu().tolist() == [0.0, 2.0, 4.0, 6.0, 8.0, 10.0])
+"""
+
+
+def _faulting_gather(env: dict[str, str]) -> tuple[int, str]:
+    proc = run_python(FAULTING_GATHER, env=env)
+    assert proc.returncode == 0, proc.stderr
+    lines = proc.stdout.splitlines()
+    assert lines[2] == "device works True", proc.stdout
+    return int(lines[0].removeprefix("raised at line ")), lines[1]
+
+
+def test_a_device_fault_names_the_op_and_kernel_that_faulted():
+    # Asynchronous by default: the fault surfaces at a later call, naming the op that caused it.
+    line, message = _faulting_gather({})
+    assert line != 6
+    assert "core fault" in message and "(core 0 at instruction " in message
+    assert "in aten::index_select (kernel 'gather " in message
+
+
+def test_launch_blocking_raises_at_the_line_of_the_faulting_op_and_the_trace_keeps_its_name(tmp_path):
+    trace = tmp_path / "trace.json"
+    line, message = _faulting_gather({"TORCH_SPYRE_LAUNCH_BLOCKING": "1", "SPYRE_TRACE": str(trace)})
+    assert line == 6
+    assert "(core 0 at instruction " in message and "in aten::index_select (kernel 'gather " in message
+    assert "later command(s)" not in message  # nothing was queued behind it
+    events = json.loads(trace.read_text())
+    events = events["traceEvents"] if isinstance(events, dict) else events
+    failed = [e for e in events if "(failed: " in str(e.get("name", ""))]
+    assert len(failed) == 1, failed
+    assert failed[0]["name"].startswith("gather ") and failed[0]["name"].endswith("(failed: core fault)")
+    assert failed[0]["args"]["op"] == "aten::index_select"

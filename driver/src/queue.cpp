@@ -89,6 +89,10 @@ void Queue::poll_locked() {
         what += fmt::format(" (core {} at instruction {})", c.detail >> 24, c.detail & 0xffffff);
       }
       log("driver").warn("{}", what);
+      // The failed command as submitted: its slot is not reused while it is pending.
+      std::memcpy(&failed_, static_cast<const uint8_t*>(ring_->data()) + uint64_t{p.slot} * sizeof failed_,
+                  sizeof failed_);
+      has_failed_ = true;
       // The emulator's host ran out of memory for the card's: the caller's out-of-memory, not a fault.
       if (c.error == hw::ErrorCode::kHostMemory) {
         error_ = Status(StatusCode::kOutOfMemory,
@@ -394,6 +398,13 @@ Status Queue::error() {
   return error_;
 }
 
+bool Queue::failed_command(hw::Descriptor* out) {
+  std::lock_guard lock(mu_);
+  poll_locked();
+  if (has_failed_) *out = failed_;
+  return has_failed_;
+}
+
 uint64_t Queue::not_executed() {
   std::lock_guard lock(mu_);
   poll_locked();
@@ -419,6 +430,7 @@ Status Queue::reset() {
   error_ = Status();
   error_seq_ = UINT64_MAX;
   not_executed_ = 0;
+  has_failed_ = false;
   abandoned_ = false;
   return {};
 }

@@ -120,23 +120,31 @@ void ControlProcessor::command_done(uint32_t queue, const hw::Descriptor& d, con
   if (queue_tracks_[queue] == 0) queue_tracks_[queue] = trace_.track(card_, fmt::format("queue {:02}", queue)) + 1;
   const uint32_t track = queue_tracks_[queue] - 1;
   // A launch is named by its program and tagged with the host op that queued it: debug information
-  // read without timing, as a debugger reads symbols.
-  std::string slice = c.error == hw::ErrorCode::kOk ? name : "error";
+  // read without timing, as a debugger reads symbols. A failed launch keeps both (when its program
+  // lies in memory), and its slice says that it failed and why.
+  std::string slice = name;
   std::string op;
-  if (d.opcode == hw::Opcode::kLaunch && c.error == hw::ErrorCode::kOk) {
+  if (d.opcode == hw::Opcode::kLaunch) {
     hw::ProgramHeader h{};
-    memory_.read(d.launch.program, &h, sizeof h);
-    if (h.name_size > 0) {
-      slice.assign(h.name_size, '\0');
-      memory_.read(d.launch.program + h.name_offset, slice.data(), h.name_size);
+    const uint64_t size = memory_.size();
+    if (d.launch.program <= size && sizeof h <= size - d.launch.program) {
+      memory_.read(d.launch.program, &h, sizeof h);
+      const uint64_t at = d.launch.program + h.name_offset;
+      if (h.name_size > 0 && h.name_size < hw::kMaxLabelBytes && at >= d.launch.program && at <= size &&
+          h.name_size <= size - at) {
+        slice.assign(h.name_size, '\0');
+        memory_.read(at, slice.data(), h.name_size);
+      }
     }
     if (d.launch.label != 0) op = read_label(d.launch.label);
   }
+  const std::string launch_name = slice;
+  if (c.error != hw::ErrorCode::kOk) slice = fmt::format("{} (failed: {})", slice, hw::error_name(c.error));
   if (d.opcode == hw::Opcode::kLaunch) {
     const auto it = finished_launches_.find({d.launch.program, d.launch.args});
     if (it != finished_launches_.end()) {
       if (stats_.launches.size() < CardStats::kMaxLaunches) {
-        it->second.name = slice;
+        it->second.name = launch_name;
         it->second.op = op;
         it->second.queue = queue;
         stats_.launches.push_back(std::move(it->second));
