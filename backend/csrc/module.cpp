@@ -326,6 +326,11 @@ PYBIND11_MODULE(_C, m) {
     return d;
     END_HANDLE_TH_ERRORS_PYBIND
   });
+  m.def("_listing", [](int index, const std::string& op) {
+    HANDLE_TH_ERRORS
+    return DeviceRuntime::get(index).listing(op);
+    END_HANDLE_TH_ERRORS_PYBIND
+  });
   m.def("_write_reports", [] {
     HANDLE_TH_ERRORS
     std::string trace, stats;

@@ -147,7 +147,9 @@ void DeviceRuntime::wait(driver::Queue& q, uint64_t seq) {
   // Report the error once, with what failed and what it cost, and reset the queue so the device
   // stays usable.
   (void)q.synchronize();
-  const std::string culprit = failed_launch(q);
+  hw::Descriptor failed{};
+  hw::Completion completion{};
+  const bool known = q.failed_command(&failed, &completion);
   const uint64_t skipped = q.not_executed();
   (void)q.reset();
   // A halted queue dropped its SIGNALs: raise its semaphore to every value handed out, so that
@@ -160,6 +162,7 @@ void DeviceRuntime::wait(driver::Queue& q, uint64_t seq) {
       (void)q.signal(st.semaphore, st.signalled, &ignored);
     }
   }
+  const std::string culprit = known ? failed_launch(failed, completion) : std::string();
   if (skipped == 0) check_status(driver::Status(s.code(), s.message() + culprit), "wait");
   check_status(driver::Status(s.code(), c10::str(s.message(), culprit, "; ", skipped,
                                                  " later command(s) on this device were not executed, so the "

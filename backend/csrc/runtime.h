@@ -9,6 +9,7 @@
 #include <mutex>
 #include <shared_mutex>
 #include <string>
+#include <unordered_map>
 #include <vector>
 
 #include <c10/core/Storage.h>
@@ -166,6 +167,10 @@ class DeviceRuntime {
 
   /// Entries, bytes, hits, misses and evictions of the program cache.
   ProgramCacheStats program_cache_stats();
+  /// The decoded listing of the program last launched for ATen op `op` (empty: of the last launch
+  /// on this device), read back from device memory; a ValueError names the ops launched so far
+  /// when there is none.
+  std::string listing(const std::string& op);
 
   /// Where stream `stream` of this device has got to: a mark for stream_passed(). The caching
   /// allocator takes one when a block used on `stream` is freed, and reuses the block once passed.
@@ -209,9 +214,10 @@ class DeviceRuntime {
   /// The queue of the calling thread's current stream.
   driver::Queue& queue() { return queue(current_stream()); }
   void wait(driver::Queue& q, uint64_t seq);
-  /// What `q`'s failed command was, for its error: ", in <op> (kernel '<program>')" for a launch
-  /// whose op and program are known; empty otherwise.
-  std::string failed_launch(driver::Queue& q);
+  /// What a failed command was, for its error: ", in <op> (kernel '<program>')" for a launch whose
+  /// op or program is known, and for a fault at an instruction of a program still loaded, that
+  /// instruction decoded; empty otherwise. Reads the card: call it once the queue is reset.
+  std::string failed_launch(const hw::Descriptor& d, const hw::Completion& c);
   uint64_t label(const std::string& op);
   /// launch() under the shared program lock; returns the programs the cache evicted in `evicted`.
   /// Returns the launch's sequence number on the current stream's queue (0: a capture took it).
@@ -242,6 +248,9 @@ class DeviceRuntime {
   ProgramCache programs_;
   std::shared_mutex programs_rw_;  // shared while a launch uses a program, exclusive to free evicted ones
   LabelTable labels_;
+  // The program of each op's last launch, by op label address (0: the last launch of any op).
+  std::mutex last_mu_;
+  std::unordered_map<uint64_t, uint64_t> last_program_;
   PeerWindows peers_;
   std::mutex rmw_mu_;
 };

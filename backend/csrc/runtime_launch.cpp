@@ -85,15 +85,30 @@ uint64_t DeviceRuntime::submit_launch(const std::string& key, const std::functio
   return queue_launch(queue(), prog, args, op_label);
 }
 
-std::string DeviceRuntime::failed_launch(driver::Queue& q) {
-  hw::Descriptor d{};
-  if (!q.failed_command(&d) || d.opcode != hw::Opcode::kLaunch) return {};
+std::string DeviceRuntime::failed_launch(const hw::Descriptor& d, const hw::Completion& c) {
+  if (d.opcode != hw::Opcode::kLaunch) return {};
   const std::string op = d.launch.label != 0 ? labels_.op_at(d.launch.label) : std::string();
   const std::optional<LoadedProgram> prog = programs_.at_address(d.launch.program);
   if (op.empty() && !prog) return {};
   std::string what = ", in ";
   what += op.empty() ? "a launch" : op;
   if (prog) what += " (kernel '" + prog->name + "')";
+  // The faulting instruction, read back from the program, which the cache still holds.
+  const bool at_instruction = c.error == hw::ErrorCode::kCoreFault || c.error == hw::ErrorCode::kWatchdog ||
+                              c.error == hw::ErrorCode::kEccError;
+  if (!prog || !at_instruction) return what;
+  try {
+    hw::ProgramHeader h{};
+    d2h(&h, prog->addr, sizeof h);
+    const uint32_t index = c.detail & 0xffffff;
+    const uint64_t at = uint64_t{h.instr_offset} + uint64_t{index} * sizeof(hw::Instr);
+    if (h.magic != hw::kProgramMagic || index >= h.num_instrs || at + sizeof(hw::Instr) > prog->size) return what;
+    hw::Instr in{};
+    d2h(&in, prog->addr + at, sizeof in);
+    what += c10::str("; instruction ", index, " is ", compiler::disassemble(in));
+  } catch (const c10::Error& e) {  // the card cannot be read now: the error says what it knows
+    what += c10::str("; its instruction could not be read back (", e.what_without_backtrace(), ")");
+  }
   return what;
 }
 
@@ -111,6 +126,11 @@ uint64_t DeviceRuntime::queue_launch(driver::Queue& q, const LoadedProgram& prog
   // The arguments travel in the queue's argument ring: no copy command, no device memory.
   uint64_t seq = 0;
   SPYRE_CHECK(q.launch(prog.addr, prog.size, args.data(), args.size(), prog.core_mask, op_label, &seq));
+  {
+    std::lock_guard lock(last_mu_);
+    last_program_[op_label] = prog.addr;
+    last_program_[0] = prog.addr;
+  }
   profiling::note(index_, current_stream(), q, seq, profiling::Kind::kKernel, prog.name, 0);
   return seq;
 }
@@ -142,6 +162,35 @@ void DeviceRuntime::launch_sequence(const std::vector<LaunchRequest>& launches) 
   std::unique_lock freeing(programs_rw_);
   drain();
   for (const LoadedProgram& e : evicted) free(e.addr);
+}
+
+std::string DeviceRuntime::listing(const std::string& op) {
+  const uint64_t op_label = op.empty() ? 0 : labels_.find(op);
+  uint64_t addr = 0;
+  {
+    std::lock_guard lock(last_mu_);
+    const auto it = last_program_.find(op_label);
+    if ((op.empty() || op_label != 0) && it != last_program_.end()) addr = it->second;
+  }
+  const std::optional<LoadedProgram> prog = addr != 0 ? programs_.at_address(addr) : std::nullopt;
+  if (!prog) {
+    std::string launched;
+    {
+      std::lock_guard lock(last_mu_);
+      for (const auto& [label, program] : last_program_) {
+        const std::string name = label != 0 ? labels_.op_at(label) : std::string();
+        if (!name.empty()) launched += (launched.empty() ? "" : ", ") + name;
+      }
+    }
+    TORCH_CHECK_VALUE(false, "spyre: device ", index_, " has no loaded program of ",
+                      op.empty() ? std::string("any launch") : "a launch of " + op,
+                      launched.empty() ? std::string(" (nothing launched yet)") : " (ops launched: " + launched + ")");
+  }
+  synchronize();  // the program's bytes are read back on a queue of their own stream's order
+  std::vector<uint8_t> image(prog->size);
+  d2h(image.data(), prog->addr, image.size());
+  return c10::str("; kernel '", prog->name, "'", op.empty() ? std::string() : " launched by " + op, "\n",
+                  compiler::listing(image));
 }
 
 ProgramCacheStats DeviceRuntime::program_cache_stats() {

@@ -135,7 +135,7 @@ def test_the_default_watchdog_lets_a_long_memory_bound_kernel_finish():
 
 # An index past the table's end faults on the card (the host cannot see the index without a sync).
 FAULTING_GATHER = """
-import traceback, torch, torch_spyre
+import traceback, torch, torch_spyre.debug
 table = torch.randn(8, 4, device="spyre")
 idx = torch.tensor([0, 9, 2], device="spyre")
 try:
@@ -144,7 +144,13 @@ try:
     torch.spyre.synchronize()
 except RuntimeError as e:
     print("raised at line", traceback.extract_tb(e.__traceback__)[-1].lineno)
-    print(str(e).splitlines()[0])
+    message = str(e).splitlines()[0]
+    print(message)
+    # The error's instruction index is a line of the kernel's listing.
+    index = int(message.split("(core 0 at instruction ")[1].split(")")[0])
+    listing = torch_spyre.debug.listing("aten::index_select").splitlines()
+    print(listing[0])
+    print(next(line for line in listing if line.split()[0] == str(index)))
 x = torch.arange(6.0, device="spyre")
 print("device works", (x * 2).cpu().tolist() == [0.0, 2.0, 4.0, 6.0, 8.0, 10.0])
 """
@@ -154,8 +160,13 @@ def _faulting_gather(env: dict[str, str]) -> tuple[int, str]:
     proc = run_python(FAULTING_GATHER, env=env)
     assert proc.returncode == 0, proc.stderr
     lines = proc.stdout.splitlines()
-    assert lines[2] == "device works True", proc.stdout
-    return int(lines[0].removeprefix("raised at line ")), lines[1]
+    assert lines[4] == "device works True", proc.stdout
+    message, head, listed = lines[1], lines[2], lines[3]
+    assert head.startswith("; kernel 'gather ") and head.endswith("' launched by aten::index_select")
+    # The instruction the error decodes is the listing's line of that index.
+    index, decoded = listed.split(maxsplit=1)
+    assert f"(core 0 at instruction {index})" in message and f"; instruction {index} is {decoded}" in message
+    return int(lines[0].removeprefix("raised at line ")), message
 
 
 def test_a_device_fault_names_the_op_and_kernel_that_faulted():
@@ -164,6 +175,9 @@ def test_a_device_fault_names_the_op_and_kernel_that_faulted():
     assert line != 6
     assert "core fault" in message and "(core 0 at instruction " in message
     assert "in aten::index_select (kernel 'gather " in message
+    # The faulting instruction, decoded: a GATHER whose index bound is a register.
+    index = message.split("(core 0 at instruction ")[1].split(")")[0]
+    assert f"; instruction {index} is GATHER " in message and ", index < r" in message
 
 
 def test_launch_blocking_raises_at_the_line_of_the_faulting_op_and_the_trace_keeps_its_name(tmp_path):
@@ -172,9 +186,33 @@ def test_launch_blocking_raises_at_the_line_of_the_faulting_op_and_the_trace_kee
     assert line == 6
     assert "(core 0 at instruction " in message and "in aten::index_select (kernel 'gather " in message
     assert "later command(s)" not in message  # nothing was queued behind it
+    assert "is GATHER " in message
     events = json.loads(trace.read_text())
     events = events["traceEvents"] if isinstance(events, dict) else events
     failed = [e for e in events if "(failed: " in str(e.get("name", ""))]
     assert len(failed) == 1, failed
     assert failed[0]["name"].startswith("gather ") and failed[0]["name"].endswith("(failed: core fault)")
     assert failed[0]["args"]["op"] == "aten::index_select"
+
+
+def test_a_listing_names_each_op_kernel_and_refuses_an_op_never_launched():
+    code = """
+import torch, torch_spyre
+from torch_spyre.debug import listing
+a = torch.arange(12.0, device="spyre").reshape(3, 4)
+(a @ a.t()).cpu()
+print(listing("aten::mm").splitlines()[0])
+print(any(" MATMUL " in line for line in listing("aten::mm").splitlines()))
+print(listing().splitlines()[0])  # the last launch: the copy to the host needs none, mm was last
+try:
+    listing("aten::lgamma")
+except ValueError as e:
+    print(e)
+"""
+    proc = run_python(code)
+    assert proc.returncode == 0, proc.stderr
+    head, has_matmul, last, refused = proc.stdout.splitlines()[:4]
+    assert head.startswith("; kernel 'mm f32 3x4x3") and head.endswith("launched by aten::mm")
+    assert has_matmul == "True"
+    assert last.startswith("; kernel 'mm f32 3x4x3")
+    assert "no loaded program of a launch of aten::lgamma" in refused and "aten::mm" in refused

@@ -92,3 +92,23 @@ def test_the_watchdog_counts_a_short_program_of_long_waits():
     assert p.returncode != 0 and "watchdog: program ran past its cycle budget" in p.stderr, p.stderr
     q = subprocess.run([str(BINARY), *slow], capture_output=True, text=True, env=env, timeout=120)
     assert q.returncode == 0, q.stderr  # the default budget lets the same run finish
+
+
+def test_listing_prints_the_kernels_decoded_program_without_running_it(tmp_path):
+    stats = tmp_path / "stats.json"
+    argv = ["--listing", "--stats", str(stats), "gemm", "--m", "64", "--k", "32", "--n", "16", "--dtype", "f32"]
+    p = subprocess.run(
+        [str(BINARY), *argv],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert p.returncode == 0, p.stderr
+    lines = p.stdout.splitlines()
+    assert lines[0].startswith("; mm f32 64x32x16")
+    assert lines[1].startswith("; ") and " instructions, " in lines[1]
+    numbered = [line.split(maxsplit=1) for line in lines[2:]]
+    assert [int(n) for n, _ in numbered] == list(range(len(numbered)))  # every instruction, in order
+    assert any(text.startswith("MATMUL   f32 ") for _, text in numbered)
+    assert any(text.startswith("LOAD ") for _, text in numbered) and numbered[-1][1] == "END"
+    assert not stats.exists() or json.loads(stats.read_text())["cards"][0]["launches"] == []  # nothing ran

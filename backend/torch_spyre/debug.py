@@ -19,6 +19,19 @@ def submit_raw_descriptor(raw: bytes, device: torch.device | str | int | None = 
     return _C._submit_raw_descriptor(_index(device), bytes(raw))
 
 
+def listing(op: str | None = None, device: torch.device | str | int | None = None) -> str:
+    """The program a kernel ran, one decoded instruction per line, numbered as a device error's
+    instruction index counts (``core 0 at instruction 17``).
+
+    ``op`` names the ATen operator whose last launch to list (``"aten::index_select"``, as a
+    trace's ``args.op`` and a device error name it); without it, the device's last launch. The
+    program is read back from device memory, so it is exactly what ran. Raises ``ValueError``,
+    naming the ops launched so far, when there is no such launch (or its program has left the
+    program cache).
+    """
+    return _C._listing(_index(device), op or "")
+
+
 def device_address(tensor: torch.Tensor) -> int:
     """The device address of a spyre tensor's first element: what a raw descriptor (or a program's
     argument) names to reach the tensor's bytes in device memory."""

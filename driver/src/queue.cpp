@@ -92,6 +92,7 @@ void Queue::poll_locked() {
       // The failed command as submitted: its slot is not reused while it is pending.
       std::memcpy(&failed_, static_cast<const uint8_t*>(ring_->data()) + uint64_t{p.slot} * sizeof failed_,
                   sizeof failed_);
+      failed_completion_ = c;
       has_failed_ = true;
       // The emulator's host ran out of memory for the card's: the caller's out-of-memory, not a fault.
       if (c.error == hw::ErrorCode::kHostMemory) {
@@ -398,10 +399,13 @@ Status Queue::error() {
   return error_;
 }
 
-bool Queue::failed_command(hw::Descriptor* out) {
+bool Queue::failed_command(hw::Descriptor* out, hw::Completion* completion) {
   std::lock_guard lock(mu_);
   poll_locked();
-  if (has_failed_) *out = failed_;
+  if (has_failed_) {
+    *out = failed_;
+    *completion = failed_completion_;
+  }
   return has_failed_;
 }
 

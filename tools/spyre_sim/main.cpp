@@ -43,6 +43,7 @@ struct Options {
   std::string stats_path, trace_path;
   uint32_t repeat = 1;
   bool json = false;
+  bool listing = false;
   uint64_t seed = 1;
   bool check = false;  // meaningful when --check or --no-check was given
   std::string dtype = "f16";
@@ -256,6 +257,10 @@ int run(const CLI::App& app, const Options& o, const CLI::Option& check_flag,
   } else if (app.got_subcommand("instructions")) {
     kernel = make_instructions(build, o.count, o.cores);
   }
+  if (o.listing) {  // the program the card would run, decoded; nothing runs
+    fmt::print("; {}\n{}", kernel.program.name, compiler::listing(kernel.program.image));
+    return 0;
+  }
 
   std::unique_ptr<driver::Queue> queue;
   if (const driver::Status s = dev.create_queue(1024, &queue); !s.ok()) throw std::runtime_error(s.message());
@@ -331,6 +336,8 @@ int run(int argc, char** argv) {
       ->capture_default_str();
   app.add_option("--seed", o.seed, "seed of the random inputs")->type_name("N")->capture_default_str();
   app.add_flag("--json", o.json, "print the summary as JSON");
+  app.add_flag("--listing", o.listing,
+               "print the kernel's program, one decoded instruction per line, instead of running it");
   CLI::Option* check_flag =
       app.add_flag("--check,!--no-check", o.check,
                    "compare the result with a host golden model (default: on when the problem size is at most 2^27)");

@@ -162,3 +162,53 @@ TEST_CASE("a malformed JSON graph names the field") {
             .find("earlier step") != std::string::npos);
   CHECK(error(R"({"num_args": 1, "views": [], "ops": [{"sort": {}}]})").find("ops[0]") != std::string::npos);
 }
+
+TEST_CASE("an instruction decodes to its operands as the ISA defines them") {
+  // Each expectation is written from the field tables of hw/include/spyre/hw/isa.h.
+  hw::Instr load{
+      hw::Op::kLoad, hw::DType::kBF16, hw::dma_flags(true, 3), hw::pack_regs(2, 1), 0x100, 0x40, 8192, 4, 256};
+  CHECK(compiler::disassemble(load) ==
+        "LOAD     bf16 lx[r1+0x100] <- mem[r2+0x40] 4 rows x 256 B stride 8192 async tag 3");
+  hw::Instr gather{hw::Op::kGather, hw::DType::kF32, 0, hw::pack_regs(5, 6), 0, 0x20, 16ull | 0x800ull << 32, 3, 16};
+  CHECK(compiler::disassemble(gather) ==
+        "GATHER   f32 lx[0x0] <- mem[r5+0x20][lx[0x800][i] * 16] for 3 rows x 16 B, index < r6");
+  hw::Instr scatter = gather;
+  scatter.op = hw::Op::kScatter;
+  scatter.flags = hw::kScatterAdd;
+  CHECK(compiler::disassemble(scatter).rfind("SCATTER  add f32 lx[0x0] -> mem[r5+0x20]", 0) == 0);
+  hw::Instr mm{hw::Op::kMatmul,
+               hw::DType::kF16,
+               hw::kMatmulAccumulate,
+               0,
+               0x0,
+               0x1000 | 0x2000ull << 32,
+               hw::pack_mkn(32, 64, 128),
+               0,
+               0};
+  CHECK(compiler::disassemble(mm) == "MATMUL   f16 lx[0x0] += lx[0x1000] @ lx[0x2000], M=32 K=64 N=128");
+  hw::Instr add{hw::Op::kBinary,
+                hw::DType::kF32,
+                hw::bcast_flags(hw::Bcast::kFull, hw::Bcast::kRow),
+                0,
+                0x300,
+                0x100 | 0x200ull << 32,
+                static_cast<uint64_t>(hw::BinaryFn::kAdd),
+                8,
+                64};
+  CHECK(compiler::disassemble(add) == "BINARY   f32 lx[0x300] = add(lx[0x100], lx[0x200].row) [8x64]");
+  hw::Instr scale = add;  // 2.5f is 0x40200000
+  scale.flags = hw::bcast_flags(hw::Bcast::kFull, hw::Bcast::kImm);
+  scale.c = static_cast<uint64_t>(hw::BinaryFn::kMul) | 0x40200000ull << 32;
+  CHECK(compiler::disassemble(scale) == "BINARY   f32 lx[0x300] = mul(lx[0x100], imm 2.5) [8x64]");
+  hw::Instr step{hw::Op::kAddi, hw::DType::kF32, 0, 0, 4, ~uint64_t{0}, 0, 4, 0};
+  CHECK(compiler::disassemble(step) == "ADDI     r4 = r4 - 0x1");
+  hw::Instr branch{hw::Op::kBranch, hw::DType::kF32, static_cast<uint8_t>(hw::Cond::kLtu), 0, 7, 0, 0, 3, 4};
+  CHECK(compiler::disassemble(branch) == "BRANCH   -> 7 if r3 ltu r4");
+  // Every opcode has its own line: none falls to the undecoded form.
+  for (int op = 0; op < 256; ++op) {
+    hw::Instr in{};
+    in.op = static_cast<hw::Op>(op);
+    if (std::string(hw::op_name(in.op)) == "?") continue;
+    CHECK(compiler::disassemble(in).rfind('?', 0) != 0);
+  }
+}

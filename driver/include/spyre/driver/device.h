@@ -155,8 +155,9 @@ class Queue {
   /// Descriptors completed as "not executed" (after an error on this queue) since the last reset.
   uint64_t not_executed();
   /// The descriptor whose failure is error(), as submitted (a launch's program and op label say
-  /// what failed); false when no command has failed since the last reset.
-  bool failed_command(hw::Descriptor* out);
+  /// what failed), and its completion record (the error, and for a core fault the core and
+  /// instruction); false when no command has failed since the last reset.
+  bool failed_command(hw::Descriptor* out, hw::Completion* completion);
   /// Waits for outstanding work (or a halt), then clears the error state in the card and the driver.
   /// Work dropped by a halt releases its on_complete callbacks here.
   Status reset();
@@ -201,6 +202,7 @@ class Queue {
   Status error_;
   uint64_t error_seq_ = UINT64_MAX;  // first sequence number that failed or was not executed
   hw::Descriptor failed_{};          // the command that set error_, when has_failed_
+  hw::Completion failed_completion_{};
   bool has_failed_ = false;
   bool abandoned_ = false;  // a wait on this queue ended early (timeout, interrupt)
   uint64_t not_executed_ = 0;

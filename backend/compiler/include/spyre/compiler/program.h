@@ -44,8 +44,12 @@ Program assemble(std::string name, const std::vector<std::vector<hw::Instr>>& pe
 /// Assembles one instruction stream that every one of `cores` cores runs from its start (SPMD).
 Program assemble_spmd(std::string name, std::vector<hw::Instr> code, uint32_t cores, uint32_t num_args);
 
-/// The instructions of a program image as text, one per line (for debug dumps).
+/// The instructions of a program image as text, one decoded instruction per line, numbered from 0
+/// (for debug dumps; a fault's instruction index is a line number here).
 std::string listing(const std::vector<uint8_t>& image);
+/// One instruction decoded: its mnemonic, dtype, operands (registers, scratchpad and device
+/// addresses, shapes) and function, e.g. `GATHER   f32 lx[0x0] <- mem[r2+0x0][lx[0x40][i] * 16] ...`.
+std::string disassemble(const hw::Instr& in);
 
 /// Compiles a graph into one program: its ops run in order, each split over the cores, with a
 /// barrier between consecutive ops. Throws Malformed for a malformed graph and Unsupported for a
