@@ -136,3 +136,60 @@ def test_torch_profiler_shows_device_kernels_and_copies_with_device_time(tmp_pat
     with profile(activities=[ProfilerActivity.CPU]) as cpu_only:
         x @ x
     assert all(e.device_time_total == 0 for e in cpu_only.key_averages())
+
+
+def test_every_instruction_slice_is_a_line_of_its_launchs_listing(tmp_path):
+    # A matmul then a softmax: loads, multicasts, waits, matmuls, SFP passes, stores and barriers.
+    trace = tmp_path / "trace.json"
+    code = (
+        "import torch, torch_spyre.debug\n"
+        "a = torch.randn(96, 64).to('spyre'); b = torch.randn(64, 80).to('spyre')\n"
+        "torch.softmax(a @ b, dim=-1).cpu()\n"
+        "for op in ('aten::mm', 'aten::_softmax'):\n"
+        "    print('@@', op); print(torch_spyre.debug.listing(op))\n"
+    )
+    proc = run_python(code, env={"SPYRE_TRACE": str(trace)})
+    assert proc.returncode == 0, proc.stderr
+    listings: dict[str, dict[int, str]] = {}
+    for block in proc.stdout.split("@@ ")[1:]:
+        op, *lines = block.splitlines()
+        listings[op] = {int(n): text.split()[0] for n, text in (line.split(maxsplit=1) for line in lines[2:] if line)}
+    events = json.loads(trace.read_text())["traceEvents"]
+    slices = [e for e in events if e["ph"] == "X"]
+    # Each launch's window on the queue track, and its op: the core slices inside it are its.
+    queue_tids = {e["tid"] for e in events if e.get("name") == "thread_name" and "queue" in e["args"]["name"]}
+    launches = [
+        (e["ts"], e["ts"] + e["dur"], e["args"]["op"]) for e in slices if e["tid"] in queue_tids and "op" in e["args"]
+    ]
+    mnemonic = {
+        "load": "LOAD",
+        "store": "STORE",
+        "gather": "GATHER",
+        "scatter": "SCATTER",
+        "load multicast": "LOAD_MC",
+        "wait": "WAIT",
+        "barrier": "BARRIER",
+        "matmul": "MATMUL",
+        "convert": "CONVERT",
+        "unary": "UNARY",
+        "binary": "BINARY",
+        "select": "SELECT",
+        "fma": "FMA",
+        "reduce": "REDUCE",
+        "fill": "FILL",
+        "iota": "IOTA",
+        "transpose": "TRANSP",
+        "scan": "SCAN",
+        "random": "RANDOM",
+    }
+    checked = set()
+    for e in slices:
+        if "instruction" not in e["args"]:
+            continue
+        op = next(op for start, end, op in launches if start <= e["ts"] <= end)
+        if op not in listings:
+            continue
+        kind = e["name"].removesuffix(" issue")
+        assert listings[op][e["args"]["instruction"]] == mnemonic[kind], (op, e)
+        checked.add((op, kind))
+    assert {("aten::mm", "matmul"), ("aten::_softmax", "reduce"), ("aten::_softmax", "unary")} <= checked, checked

@@ -192,6 +192,7 @@ hw::Verdict Core::run() {
       if (local_ >= quantum) sync();
     }
     const uint32_t at = pc++;
+    at_ = at;
     stall_ = Stall::kIssue;
     issue_ = 0;
     const bool ok = execute(in, pc);
@@ -232,7 +233,7 @@ void Core::timed(uint64_t begin, uint64_t cycles, const char* name, uint64_t ele
   stall_ = Stall::kCompute;
   issue_ = functional_ ? 1 : config_.chip.issue_cycles;
   local_ += clock_.cycles(functional_ ? 1 : config_.chip.issue_cycles + cycles);
-  if (trace_.instructions()) trace_.slice(track_, name, begin, now(), {{"elements", elements}});
+  if (trace_.instructions()) trace_.slice(track_, name, begin, now(), {{"elements", elements}, {"instruction", at_}});
 }
 
 void Core::account(uint64_t before) {
@@ -369,7 +370,7 @@ bool Core::execute(const hw::Instr& in, uint32_t& pc) {
       sync();
       launch_->arrive();
       stall_ = Stall::kSync;
-      if (trace_.instructions()) trace_.slice(track_, "barrier", begin, now(), {});
+      if (trace_.instructions()) trace_.slice(track_, "barrier", begin, now(), {{"instruction", at_}});
       return true;
     }
     case hw::Op::kLoad:
@@ -394,7 +395,7 @@ bool Core::execute(const hw::Instr& in, uint32_t& pc) {
       local_ = until - sc_core::sc_time_stamp();
       const uint64_t end = now();
       if (trace_.instructions() && end - begin > config_.chip.issue_cycles) {
-        trace_.slice(track_, "wait", begin, end, {{"tags", in.a}});
+        trace_.slice(track_, "wait", begin, end, {{"tags", in.a}, {"instruction", at_}});
       }
       return true;
     }

@@ -168,6 +168,7 @@ class Core : public sc_core::sc_module {
   Clock clock_;
   Stall stall_ = Stall::kIssue;  // what the running instruction's time beyond its issue is
   uint64_t issue_ = 0;           // the running instruction's issue cycles
+  uint32_t at_ = 0;              // the running instruction's index: its trace slice's, its listing line
   Trace& trace_;
   CoreStats& stats_;
   uint32_t track_;

@@ -193,14 +193,14 @@ bool Core::transfer(const hw::Instr& in, const Rows& rows, uint8_t* buf, Move mo
     local_ += issue;  // booked at the true time (synced above); the rest is the core's own time
     if (trace_.instructions()) {
       trace_.slice(track_, std::string(name) + " issue", begin, this->now(),
-                   {{"bytes", total}, {"tag", hw::dma_tag(in.flags)}});
+                   {{"bytes", total}, {"tag", hw::dma_tag(in.flags)}, {"instruction", at_}});
     }
     return true;
   }
   local_ += done - now;
   const uint64_t end = this->now();
   stall_ = ring ? Stall::kRing : Stall::kMemory;
-  if (trace_.instructions()) trace_.slice(track_, name, begin, end, {{"bytes", total}});
+  if (trace_.instructions()) trace_.slice(track_, name, begin, end, {{"bytes", total}, {"instruction", at_}});
   return true;
 }
 
