@@ -186,7 +186,7 @@ std::string DeviceRuntime::listing(const std::string& op) {
                       op.empty() ? std::string("any launch") : "a launch of " + op,
                       launched.empty() ? std::string(" (nothing launched yet)") : " (ops launched: " + launched + ")");
   }
-  synchronize();  // the program's bytes are read back on a queue of their own stream's order
+  // The image was uploaded and waited for when it was loaded; it is read back as it ran.
   std::vector<uint8_t> image(prog->size);
   d2h(image.data(), prog->addr, image.size());
   return c10::str("; kernel '", prog->name, "'", op.empty() ? std::string() : " launched by " + op, "\n",
