@@ -88,9 +88,29 @@ uint32_t Launch::temp(const std::vector<int64_t>& sizes, hw::DType dtype) {
   return add_view(std::move(v));
 }
 
+namespace {
+// The title of a program launched for ATen op `op`: "aten::add_.Tensor" is "add",
+// "aten::_softmax" "softmax" (the namespace, overload, in-place mark and leading underscores go).
+std::string kernel_title(const std::string& op) {
+  size_t begin = op.rfind("::");
+  begin = begin == std::string::npos ? 0 : begin + 2;
+  size_t end = op.find('.', begin);
+  if (end == std::string::npos) end = op.size();
+  while (begin < end && op[begin] == '_') ++begin;
+  if (end > begin && op[end - 1] == '_') --end;
+  return op.substr(begin, end - begin);
+}
+}  // namespace
+
 void Launch::run(const std::string& op) {
   TORCH_CHECK(device_ >= 0, "spyre: internal: a launch without device tensors");
   graph_.num_args = static_cast<uint32_t>(args_.size());
+  // A pointwise or reduction program's own name says how it runs; the op says what it is.
+  if (graph_.title.empty() && !graph_.ops.empty() &&
+      (graph_.ops.front().family == ir::Op::Family::kPointwise ||
+       graph_.ops.front().family == ir::Op::Family::kReduce)) {
+    graph_.title = kernel_title(op);
+  }
   if (args_.size() > hw::kMaxLaunchArgs) {  // a graph the compiler cannot take: callers fall back
     throw compiler::Unsupported(c10::str("spyre: a kernel needs ", args_.size(), " launch arguments, more than the ",
                                          hw::kMaxLaunchArgs, " a launch has"));

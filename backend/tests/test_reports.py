@@ -193,3 +193,23 @@ def test_every_instruction_slice_is_a_line_of_its_launchs_listing(tmp_path):
         assert listings[op][e["args"]["instruction"]] == mnemonic[kind], (op, e)
         checked.add((op, kind))
     assert {("aten::mm", "matmul"), ("aten::_softmax", "reduce"), ("aten::_softmax", "unary")} <= checked, checked
+
+
+def test_a_pointwise_or_reduction_kernel_is_named_by_the_op_that_launched_it(tmp_path):
+    # "reduce +7 f32 [64,1]" said how a layer norm runs, not what it is.
+    trace = tmp_path / "trace.json"
+    code = (
+        "import torch, torch_spyre\n"
+        "x = torch.randn(64, 64).to('spyre'); y = torch.empty_like(x)\n"
+        "torch.nn.functional.layer_norm(x, (64,)).cpu(); torch.softmax(x, -1).cpu()\n"
+        "x.add_(1); y.copy_(x.t()); (x @ x).cpu()\n"
+    )
+    proc = run_python(code, env={"SPYRE_TRACE": str(trace)})
+    assert proc.returncode == 0, proc.stderr
+    events = json.loads(trace.read_text())["traceEvents"]
+    names = {e["args"]["op"]: e["name"] for e in events if e["ph"] == "X" and "op" in e["args"]}
+    assert names["aten::native_layer_norm"].startswith("native_layer_norm (reduce +")
+    assert names["aten::_softmax"].startswith("softmax (reduce +")
+    assert names["aten::add_.Tensor"] == "add (pointwise f32 [64,64])"
+    assert names["aten::copy_"] == "copy (pointwise f32 [64,64])"  # a transposing copy is a kernel
+    assert names["aten::mm"] == "mm f32 64x64x64"  # a matmul's own name says what it is

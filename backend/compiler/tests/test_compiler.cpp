@@ -212,3 +212,24 @@ TEST_CASE("an instruction decodes to its operands as the ISA defines them") {
     CHECK(compiler::disassemble(in).rfind('?', 0) != 0);
   }
 }
+
+TEST_CASE("a title leads a pointwise program's name and keeps two ops' programs apart") {
+  Graph g;
+  g.num_args = 2;
+  const uint32_t in = g.add_view(View{0, 0, {4, 8}, {8, 1}, hw::DType::kF32});
+  const uint32_t out = g.add_view(View{1, 0, {4, 8}, {8, 1}, hw::DType::kF32});
+  compiler::ir::Expr e(hw::DType::kF32);
+  const int32_t x = e.input(compiler::ir::Operand::of(in));
+  e.unary(hw::UnaryFn::kCopy, x);
+  Op op;
+  op.family = Op::Family::kPointwise;
+  op.pointwise = e.done(out);
+  g.ops.push_back(op);
+  CHECK(g.name() == "pointwise f32 [4,8]");
+  Graph titled = g;
+  titled.title = "clone";
+  CHECK(titled.name() == "clone (pointwise f32 [4,8])");
+  CHECK(titled.signature() != g.signature());  // the name is in the image: another program
+  const compiler::Target t;
+  CHECK(compiler::compile(titled, t).name == "clone (pointwise f32 [4,8])");
+}

@@ -38,6 +38,11 @@ class Key {
     for (const T& x : v) *this << x;
     return *this;
   }
+  Key& operator<<(const std::string& text) {
+    *this << text.size();
+    bytes_ += text;
+    return *this;
+  }
   std::string take() { return std::move(bytes_); }
 
  private:
@@ -113,6 +118,7 @@ std::string Graph::signature() const {
   for (const View& v : views) k << v.dtype << v.arg << v.offset << v.sizes << v.strides;
   k << ops.size();
   for (const Op& op : ops) describe(k, op);
+  k << title;  // part of the program's image (its name)
   return k.take();
 }
 
@@ -154,8 +160,10 @@ std::string Graph::name() const {
   const uint32_t out = op.family == Op::Family::kReduce ? op.reduce.out : op.pointwise.out;
   const char* kind = op.family == Op::Family::kReduce ? "reduce" : "pointwise";
   const View& v = views.at(out);
-  return fmt::format("{}{} {} [{}]", kind, ops.size() > 1 ? fmt::format(" +{}", ops.size() - 1) : "",
-                     hw::dtype_name(v.dtype), fmt::join(v.sizes, ","));
+  const std::string inner = fmt::format("{}{} {} [{}]", kind, ops.size() > 1 ? fmt::format(" +{}", ops.size() - 1) : "",
+                                        hw::dtype_name(v.dtype), fmt::join(v.sizes, ","));
+  // "pointwise" and "reduce" say how the kernel runs, not what it is: its title leads.
+  return title.empty() ? inner : fmt::format("{} ({})", title, inner);
 }
 
 }  // namespace spyre::compiler::ir

@@ -273,6 +273,10 @@ struct Graph {
   std::vector<View> views;
   std::vector<Op> ops;
   uint32_t num_args = 0;  // argument slots the launch must fill
+  /// What the graph computes, when its maker knows (an eager launch's ATen op: "native_layer_norm"):
+  /// it leads the name of a program that starts with a pointwise op or a reduction, whose own name
+  /// says only how it runs, and it is part of the signature, since the name is in the image.
+  std::string title;
 
   uint32_t add_view(View v) {
     views.push_back(std::move(v));
@@ -281,7 +285,7 @@ struct Graph {
   /// Bytes naming everything the program depends on (shapes, strides, types, ops, but not
   /// addresses): the key of the program cache. Not text: it is built on every eager launch.
   std::string signature() const;
-  /// A short human-readable name for traces, e.g. "add f32 [64,64]".
+  /// A short human-readable name for traces, e.g. "mm f32 64x32x16", "add (pointwise f32 [64,64])".
   std::string name() const;
 };
 
