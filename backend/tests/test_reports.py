@@ -138,9 +138,16 @@ def test_torch_profiler_shows_device_kernels_and_copies_with_device_time(tmp_pat
     assert all(e.device_time_total == 0 for e in cpu_only.key_averages())
 
 
+def _run_traced(code: str, tmp_path) -> tuple[str, list[dict]]:
+    """Runs `code` in a fresh process with a trace; its stdout and the trace's events."""
+    trace = tmp_path / "trace.json"
+    proc = run_python(code, env={"SPYRE_TRACE": str(trace)})
+    assert proc.returncode == 0, proc.stderr
+    return proc.stdout, json.loads(trace.read_text())["traceEvents"]
+
+
 def test_every_instruction_slice_is_a_line_of_its_launchs_listing(tmp_path):
     # A matmul then a softmax: loads, multicasts, waits, matmuls, SFP passes, stores and barriers.
-    trace = tmp_path / "trace.json"
     code = (
         "import torch, torch_spyre.debug\n"
         "a = torch.randn(96, 64).to('spyre'); b = torch.randn(64, 80).to('spyre')\n"
@@ -148,13 +155,11 @@ def test_every_instruction_slice_is_a_line_of_its_launchs_listing(tmp_path):
         "for op in ('aten::mm', 'aten::_softmax'):\n"
         "    print('@@', op); print(torch_spyre.debug.listing(op))\n"
     )
-    proc = run_python(code, env={"SPYRE_TRACE": str(trace)})
-    assert proc.returncode == 0, proc.stderr
+    stdout, events = _run_traced(code, tmp_path)
     listings: dict[str, dict[int, str]] = {}
-    for block in proc.stdout.split("@@ ")[1:]:
+    for block in stdout.split("@@ ")[1:]:
         op, *lines = block.splitlines()
         listings[op] = {int(n): text.split()[0] for n, text in (line.split(maxsplit=1) for line in lines[2:] if line)}
-    events = json.loads(trace.read_text())["traceEvents"]
     slices = [e for e in events if e["ph"] == "X"]
     # Each launch's window on the queue track, and its op: the core slices inside it are its.
     queue_tids = {e["tid"] for e in events if e.get("name") == "thread_name" and "queue" in e["args"]["name"]}
@@ -197,16 +202,13 @@ def test_every_instruction_slice_is_a_line_of_its_launchs_listing(tmp_path):
 
 def test_a_pointwise_or_reduction_kernel_is_named_by_the_op_that_launched_it(tmp_path):
     # "reduce +7 f32 [64,1]" said how a layer norm runs, not what it is.
-    trace = tmp_path / "trace.json"
     code = (
         "import torch, torch_spyre\n"
         "x = torch.randn(64, 64).to('spyre'); y = torch.empty_like(x)\n"
         "torch.nn.functional.layer_norm(x, (64,)).cpu(); torch.softmax(x, -1).cpu()\n"
         "x.add_(1); y.copy_(x.t()); (x @ x).cpu()\n"
     )
-    proc = run_python(code, env={"SPYRE_TRACE": str(trace)})
-    assert proc.returncode == 0, proc.stderr
-    events = json.loads(trace.read_text())["traceEvents"]
+    _, events = _run_traced(code, tmp_path)
     names = {e["args"]["op"]: e["name"] for e in events if e["ph"] == "X" and "op" in e["args"]}
     assert names["aten::native_layer_norm"].startswith("native_layer_norm (reduce +")
     assert names["aten::_softmax"].startswith("softmax (reduce +")
