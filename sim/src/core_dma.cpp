@@ -104,9 +104,12 @@ bool Core::transfer(const hw::Instr& in, const Rows& rows, uint8_t* buf, Move mo
   // Every row is checked before any byte moves; the first and last of strided rows check them all.
   const uint64_t row_bytes = rows.bytes;
   const uint64_t first = rows.at(0), last = rows.at(rows.count - 1);
-  if (!in_window(first, row_bytes) || !in_window(last, row_bytes)) return false;
-  for (uint64_t r = 0; rows.list && r < rows.count; ++r) {
-    if (!in_window(rows.list[r], row_bytes)) return false;
+  if (rows.list) {
+    for (uint64_t r = 0; r < rows.count; ++r) {
+      if (!in_window(rows.list[r], row_bytes)) return false;
+    }
+  } else if (!in_window(first, row_bytes) || !in_window(last, row_bytes)) {
+    return false;
   }
   sync_to_book();
   // A LOAD's copy is posted to the worker after the other arithmetic of this core (so it needs no

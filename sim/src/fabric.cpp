@@ -159,27 +159,33 @@ void Fabric::spread(const Rows& rows) {
   // low parts never carry out of. Every row's channel is then its low part's channel XOR that of
   // the high bits, so the rows per channel are a pattern of (low part, step, rows), kept, and only
   // permuted by the high bits: the same tile rows of every weight cost a lookup, not a row loop.
-  const uint64_t span = (rows.count - 1) * step;
-  uint32_t k = 64 - static_cast<uint32_t>(__builtin_clzll(span | 1));
-  while (k < 64 && ((g & ((uint64_t{1} << k) - 1)) + span) >> k) ++k;
-  if (!linear_ || rows.count < kPatternRows || k >= 64) {
-    uint64_t* counts = row_counts_.data();
-    count_channels(g, step, rows.count, counts);
-    for (uint64_t c = 0; c < channels; ++c) {
-      bytes_per_channel_[c] += counts[c] * n;
-      counts[c] = 0;
+  if (linear_ && rows.count >= kPatternRows) {
+    const uint64_t span = (rows.count - 1) * step;
+    uint32_t k = 64 - static_cast<uint32_t>(__builtin_clzll(span | 1));
+    while (k < 64 && ((g & ((uint64_t{1} << k) - 1)) + span) >> k) ++k;
+    if (k < 64) {
+      spread_pattern(g & ((uint64_t{1} << k) - 1), g, step, rows.count, n);
+      return;
     }
-    return;
   }
-  const uint64_t low = g & ((uint64_t{1} << k) - 1), flip = channel_of_granule(g - low);
+  uint64_t* counts = row_counts_.data();
+  count_channels(g, step, rows.count, counts);
+  for (uint64_t c = 0; c < channels; ++c) {
+    bytes_per_channel_[c] += counts[c] * n;
+    counts[c] = 0;
+  }
+}
+
+void Fabric::spread_pattern(uint64_t low, uint64_t g, uint64_t step, uint64_t count, uint64_t n) {
+  const uint64_t channels = channels_.size(), flip = channel_of_granule(g - low);
   if (patterns_.size() * channels >= kPatternEntries) {  // bounded: start again
     patterns_.clear();
     pattern_counts_.clear();
   }
-  const auto [it, fresh] = patterns_.try_emplace(PatternKey{low, step, rows.count}, pattern_counts_.size());
+  const auto [it, fresh] = patterns_.try_emplace(PatternKey{low, step, count}, pattern_counts_.size());
   if (fresh) {
     pattern_counts_.resize(pattern_counts_.size() + channels);
-    count_channels(low, step, rows.count, row_counts_.data());
+    count_channels(low, step, count, row_counts_.data());
     std::copy_n(row_counts_.begin(), channels, pattern_counts_.begin() + static_cast<ptrdiff_t>(it->second));
     std::fill_n(row_counts_.begin(), channels, 0);
   }

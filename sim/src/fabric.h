@@ -54,6 +54,10 @@ class Fabric {
   void spread(uint64_t addr, uint64_t n);
   /// spread() of every row of `rows`.
   void spread(const Rows& rows);
+  /// spread(Rows) of `count` rows of n bytes at granules g, g + step, ..., where `low` is g's bits
+  /// below a bit that no row's index carries into: the pattern of `low` (counted once, then kept),
+  /// permuted by the channel of g's bits above.
+  void spread_pattern(uint64_t low, uint64_t g, uint64_t step, uint64_t count, uint64_t n);
   /// Adds to counts[c] the rows at granules g, g + step, ... (`rows` of them) on channel c; counts
   /// holds four sets of channels_.size(), the last three zero before and after.
   void count_channels(uint64_t g, uint64_t step, uint64_t rows, uint64_t* counts) const;

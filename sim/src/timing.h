@@ -106,8 +106,6 @@ struct Rows {
     return r;
   }
   uint64_t at(uint64_t r) const { return list ? list[r] : base + r * stride; }
-  /// The end of the last row of a strided set (not of a list, whose rows may come in any order).
-  uint64_t strided_end() const { return base + (count - 1) * stride + bytes; }
 };
 
 /// The Spyre attributes of a device-memory access: its rows (row r at rows.at(r) in device memory
