@@ -293,6 +293,15 @@ class Card final : public fw::Hal {
   uint64_t dev_mem_size() override { return limits_.mem_size; }
   uint32_t num_cores() override { return limits_.num_cores; }
 
+  void sanitize(const hw::SanitizeArgs& args) override {
+    FUZZ_CHECK(call_.executing, "a sanitize command runs without ACTIVE");
+    FUZZ_CHECK(call_.d.opcode == hw::Opcode::kSanitize && std::memcmp(&args, &call_.d.sanitize, sizeof args) == 0,
+               "sanitize for opcode %u", static_cast<unsigned>(call_.d.opcode));
+    check_executable();
+    FUZZ_CHECK(args.action == hw::SanitizeAction::kEnable || fuzz::inside(args.base, args.size, limits_.mem_size),
+               "sanitize range 0x%llx + %llu", (unsigned long long)args.base, (unsigned long long)args.size);
+  }
+
   hw::Verdict copy(const hw::CopyArgs& args, uint8_t flags, uint32_t priority) override {
     FUZZ_CHECK(call_.executing, "a copy runs without ACTIVE");
     FUZZ_CHECK(call_.d.opcode == hw::Opcode::kCopy && std::memcmp(&args, &call_.d.copy, sizeof args) == 0 &&
@@ -306,9 +315,10 @@ class Card final : public fw::Hal {
     return hw::Verdict{ErrorCode::kDmaFault, hw::Field::kCopySrc, 0};
   }
 
-  hw::Verdict launch(uint64_t program, const fw::Arguments& args, uint64_t core_mask, uint32_t priority,
+  hw::Verdict launch(uint32_t queue, uint64_t program, const fw::Arguments& args, uint64_t core_mask, uint32_t priority,
                      const fw::Window& window) override {
     FUZZ_CHECK(call_.executing, "a launch runs without ACTIVE");
+    FUZZ_CHECK(queue == call_.q, "a launch of queue %u reported as queue %u's", call_.q, queue);
     FUZZ_CHECK(window.base == 0 && window.size == limits_.mem_size, "launch window 0x%llx + %llu",
                (unsigned long long)window.base, (unsigned long long)window.size);
     const hw::LaunchArgs& l = call_.d.launch;

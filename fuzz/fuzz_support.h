@@ -128,6 +128,20 @@ inline void check_descriptor_safe(const hw::Descriptor& d, const fw::Limits& lim
       FUZZ_CHECK(inside(d.semaphore.addr, 8, lim.mem_size), "semaphore 0x%llx", (unsigned long long)d.semaphore.addr);
       for (uint64_t r : d.semaphore.reserved) FUZZ_CHECK(r == 0, "semaphore reserved");
       break;
+    case hw::Opcode::kSanitize: {
+      const hw::SanitizeArgs& s = d.sanitize;
+      FUZZ_CHECK(d.flags == 0, "sanitize flags 0x%x", d.flags);
+      for (uint64_t r : s.reserved) FUZZ_CHECK(r == 0, "sanitize reserved");
+      if (s.action == hw::SanitizeAction::kEnable) {
+        FUZZ_CHECK(s.base == 0 && s.size == 0 && (s.tag & ~hw::kSanitizeMask) == 0, "sanitize enable");
+      } else {
+        FUZZ_CHECK(s.action == hw::SanitizeAction::kAlloc || s.action == hw::SanitizeAction::kFree,
+                   "sanitize action %llu", (unsigned long long)s.action);
+        FUZZ_CHECK(s.size != 0 && s.tag != 0 && inside(s.base, s.size, lim.mem_size), "sanitize 0x%llx + %llu",
+                   (unsigned long long)s.base, (unsigned long long)s.size);
+      }
+      break;
+    }
     default:
       FUZZ_CHECK(false, "opcode %u accepted", static_cast<unsigned>(d.opcode));
   }
@@ -157,6 +171,9 @@ inline void check_descriptor_rejection(const hw::Descriptor& d, const hw::Verdic
     case hw::Opcode::kSignal:
     case hw::Opcode::kWait:
       own = v.field == F::kSemaphoreAddr;
+      break;
+    case hw::Opcode::kSanitize:
+      own = v.field == F::kSanitizeAction || v.field == F::kSanitizeRange || v.field == F::kSanitizeTag;
       break;
     default:
       break;

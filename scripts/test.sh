@@ -5,8 +5,8 @@
 # over the socket transport), then the linters (clang-tidy, ruff, clang-format). Expects
 # scripts/bootstrap.sh to have run. Each stage prints its wall time, and the run ends with a table
 # of them: the default tier is kept under 30 minutes on the 2-core CI machine.
-# Arguments go to pytest: `--slow` adds the long tiers (every OpInfo sample, and the whole PyTorch
-# suite again over the socket transport).
+# Arguments go to pytest: `--slow` adds the long tiers (every OpInfo sample, the whole PyTorch
+# suite again over the socket transport, and again under the device sanitizer).
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$ROOT"
@@ -58,6 +58,12 @@ else
     backend/tests/test_graphs.py backend/tests/test_threads.py backend/tests/test_autocast.py \
     backend/tests/test_attention.py backend/tests/test_robustness.py backend/tests/test_faults.py \
     backend/tests/test_device.py
+fi
+
+# The device sanitizer over the whole suite: our own kernels must give no report (--slow only).
+if [[ " $* " == *" --slow "* ]]; then
+  stage "PyTorch device tests under the device sanitizer (SPYRE_SANITIZE)"
+  SPYRE_SANITIZE=memcheck,racecheck,initcheck .venv/bin/python -m pytest -q -p no:cacheprovider "$@"
 fi
 
 stage "clang-tidy"

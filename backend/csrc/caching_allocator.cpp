@@ -410,6 +410,13 @@ uint64_t CachingAllocator::address(const CacheBlock* b) {
 uint64_t CachingAllocator::size(const CacheBlock* b) {
   return b->size;
 }
+int64_t CachingAllocator::stream(const CacheBlock* b) {
+  return b->stream;
+}
+bool CachingAllocator::used_elsewhere(const CacheBlock* b) const {
+  std::lock_guard lock(mu_);
+  return !b->uses.empty();
+}
 CachingAllocator& CachingAllocator::owner(const CacheBlock* b) {
   return *b->owner;
 }

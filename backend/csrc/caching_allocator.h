@@ -122,6 +122,10 @@ class CachingAllocator {
   /// Device address, usable size and owner of a block.
   static uint64_t address(const CacheBlock* block);
   static uint64_t size(const CacheBlock* block);
+  /// The stream a block serves (the one it was allocated for).
+  static int64_t stream(const CacheBlock* block);
+  /// Whether other streams were recorded on a block (record_stream) since it was handed out.
+  bool used_elsewhere(const CacheBlock* block) const;
   static CachingAllocator& owner(const CacheBlock* block);
 
   /// Gives every fully free segment of `pool` back to the driver; pool 0 means the default pool

@@ -18,6 +18,7 @@
 
 #include "caching_allocator.h"
 #include "runtime.h"
+#include "sanitizer.h"
 #include "spyre/driver/driver.h"
 
 namespace spyre::backend {
@@ -110,6 +111,9 @@ void copy_stats(const MemoryStatArray& from, c10::CachingAllocator::StatArray& t
   }
 }
 
+// The device whose caching allocator `c` is (defined below the allocator).
+int device_of_cache(const CachingAllocator* c);
+
 class Allocator final : public c10::DeviceAllocator {
  public:
   c10::DataPtr allocate(size_t nbytes) override {
@@ -126,6 +130,14 @@ class Allocator final : public c10::DeviceAllocator {
       }
     }
     CacheBlock* b = translated([&] { return c.malloc(nbytes, stream, pool); });
+    if (sanitizer::checks() != 0) {  // outside the allocator's lock: it queues a command
+      try {
+        sanitizer::allocated(dev, stream, CachingAllocator::address(b), nbytes);
+      } catch (...) {
+        c.free(b);
+        throw;
+      }
+    }
     return c10::DataPtr(device_pointer(dev, CachingAllocator::address(b)), b, &deleter, device);
   }
 
@@ -238,7 +250,17 @@ class Allocator final : public c10::DeviceAllocator {
     if (!b || driver::Driver::forked_child()) return;
     // A deleter runs in destructors and must not throw; free() does not, bar std::bad_alloc.
     try {
-      CachingAllocator::owner(b).free(b);
+      CachingAllocator& owner = CachingAllocator::owner(b);
+      // A block other streams were recorded on is freed for the sanitizer only when the next
+      // allocation names its memory: its own stream's order does not cover theirs.
+      if (sanitizer::checks() != 0 && !owner.used_elsewhere(b)) {
+        try {
+          sanitizer::freed(device_of_cache(&owner), CachingAllocator::stream(b), CachingAllocator::address(b));
+        } catch (const std::exception& e) {
+          TORCH_WARN("spyre: the device sanitizer could not be told of a free: ", e.what());
+        }
+      }
+      owner.free(b);
     } catch (const std::exception& e) {
       TORCH_WARN("spyre: could not free a block of device memory: ", e.what());
     }
@@ -253,6 +275,13 @@ class Allocator final : public c10::DeviceAllocator {
 
 Allocator g_allocator;
 REGISTER_ALLOCATOR(c10::DeviceType::PrivateUse1, &g_allocator);
+
+int device_of_cache(const CachingAllocator* c) {
+  for (int dev = 0; dev < kMaxDevices; ++dev) {
+    if (g_allocator.existing(dev) == c) return dev;
+  }
+  return -1;
+}
 
 // The runtime's own allocations (programs, launch arguments) may find the device full of cached
 // tensor memory: give it back to them.

@@ -22,6 +22,7 @@
 #include "graph.h"
 #include "memory_bindings.h"
 #include "runtime.h"
+#include "sanitizer.h"
 #include "spyre/compiler/errors.h"
 #include "spyre/compiler/ops.h"
 #include "spyre/compiler/program.h"
@@ -329,6 +330,33 @@ PYBIND11_MODULE(_C, m) {
   m.def("_listing", [](int index, const std::string& op) {
     HANDLE_TH_ERRORS
     return DeviceRuntime::get(index).listing(op);
+    END_HANDLE_TH_ERRORS_PYBIND
+  });
+  m.def("_sanitize_checks", [](int index, const std::string& list) {
+    HANDLE_TH_ERRORS
+    spyre::backend::sanitizer::set_checks(index, spyre::backend::sanitizer::parse(list, "torch_spyre.debug.sanitize"));
+    END_HANDLE_TH_ERRORS_PYBIND
+  });
+  m.def("_sanitize_env", [] {
+    HANDLE_TH_ERRORS
+    const uint64_t bits = spyre::backend::sanitizer::checks();
+    std::string names;
+    for (const auto& [bit, name] :
+         {std::pair{spyre::hw::kSanitizeMemcheck, "memcheck"}, std::pair{spyre::hw::kSanitizeRacecheck, "racecheck"},
+          std::pair{spyre::hw::kSanitizeInitcheck, "initcheck"}}) {
+      if (bits & bit) names += (names.empty() ? "" : ",") + std::string(name);
+    }
+    return names;
+    END_HANDLE_TH_ERRORS_PYBIND
+  });
+  m.def("_capture_next_launch", [](int index, const std::string& path, const std::string& op) {
+    HANDLE_TH_ERRORS
+    DeviceRuntime::get(index).capture_next_launch(path, op);
+    END_HANDLE_TH_ERRORS_PYBIND
+  });
+  m.def("_end_launch_capture", [](int index) {
+    HANDLE_TH_ERRORS
+    return DeviceRuntime::get(index).end_launch_capture();
     END_HANDLE_TH_ERRORS_PYBIND
   });
   m.def("_write_reports", [] {

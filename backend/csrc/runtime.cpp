@@ -22,6 +22,7 @@
 #include <cstdio>
 
 #include "profiler.h"
+#include "sanitizer.h"
 #include "spyre/driver/driver.h"
 #include "spyre/hw/commands.h"
 
@@ -133,6 +134,11 @@ DeviceRuntime::DeviceRuntime(int index, driver::Device* device)
   TORCH_CHECK(num_streams_ >= 1, "spyre: device ", index, " has no hardware queues");
   queue(0);  // the default stream
   SPYRE_CHECK(timestamps_.map(*device_));
+  if (const uint64_t checks = sanitizer::checks(); checks != 0) {  // before any tensor, for every queue
+    uint64_t seq = 0;
+    SPYRE_CHECK(queue(0).sanitize(hw::SanitizeAction::kEnable, 0, 0, checks, &seq));
+    wait(queue(0), seq);
+  }
   const driver::DeviceInfo& info = device_->info();
   TORCH_CHECK(info.memory_base + info.memory_bytes <= uint64_t{1} << kDevicePointerShift, "spyre: device ", index,
               " has memory up to address ", info.memory_base + info.memory_bytes,
@@ -150,6 +156,8 @@ void DeviceRuntime::wait(driver::Queue& q, uint64_t seq) {
   hw::Descriptor failed{};
   hw::Completion completion{};
   const bool known = q.failed_command(&failed, &completion);
+  driver::SanitizerFinding finding;
+  const std::string found = q.sanitizer_finding(&finding) ? sanitizer::describe(index_, finding) : std::string();
   const uint64_t skipped = q.not_executed();
   (void)q.reset();
   // A halted queue dropped its SIGNALs: raise its semaphore to every value handed out, so that
@@ -162,7 +170,7 @@ void DeviceRuntime::wait(driver::Queue& q, uint64_t seq) {
       (void)q.signal(st.semaphore, st.signalled, &ignored);
     }
   }
-  const std::string culprit = known ? failed_launch(failed, completion) : std::string();
+  const std::string culprit = (known ? failed_launch(failed, completion) : std::string()) + found;
   if (skipped == 0) check_status(driver::Status(s.code(), s.message() + culprit), "wait");
   check_status(driver::Status(s.code(), c10::str(s.message(), culprit, "; ", skipped,
                                                  " later command(s) on this device were not executed, so the "

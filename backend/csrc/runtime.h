@@ -2,6 +2,7 @@
 // buffers for host copies, and loaded programs. Light header: no ATen.
 #pragma once
 
+#include <atomic>
 #include <cstdint>
 #include <functional>
 #include <map>
@@ -151,6 +152,13 @@ class DeviceRuntime {
   };
   void launch_sequence(const std::vector<LaunchRequest>& launches);
 
+  /// One-launch capture (spyre/common/launch_file.h): the next launch of `op` (of any op when
+  /// empty) runs alone, the card idle around it, and is written to `path` with the driver
+  /// allocations its arguments point into, as they were before and after it.
+  void capture_next_launch(const std::string& path, const std::string& op);
+  /// Disarms the capture; returns whether a launch was captured since it was armed.
+  bool end_launch_capture();
+
   /// Graph capture: until end_capture, kernels and device copies queued on `stream` go to `sink`
   /// instead of the card; host copies and synchronizing calls on it raise. One capture per stream.
   void begin_capture(int64_t stream, CaptureSink* sink);
@@ -159,6 +167,9 @@ class DeviceRuntime {
   /// Submits captured descriptors (a graph's replay) on the calling thread's current stream;
   /// `names` label them for the profiler. Asynchronous.
   void submit(const std::vector<hw::Descriptor>& commands, const std::vector<std::string>& names);
+  /// Queues a SANITIZE command on `stream` (sanitizer.h). While the stream captures a graph, an
+  /// allocation is named at once, on an idle card, and a free not at all.
+  void sanitize(int64_t stream, hw::SanitizeAction action, uint64_t base, uint64_t size, uint64_t tag);
   /// A copy of a loaded program in memory of its own (for a graph, which the cache's evictions must
   /// not touch); free() it when done. Waits for the copy.
   uint64_t copy_program(const LoadedProgram& program);
@@ -251,6 +262,14 @@ class DeviceRuntime {
   // The program of each op's last launch, by op label address (0: the last launch of any op).
   std::mutex last_mu_;
   std::unordered_map<uint64_t, uint64_t> last_program_;
+  // One-launch capture: armed by capture_next_launch, under capture_mu_.
+  std::mutex capture_mu_;
+  std::atomic<bool> capture_armed_{false};
+  std::string capture_path_, capture_op_;
+  bool captured_ = false;
+  /// Runs `args`'s launch of `prog` on `q` alone and writes it to capture_path_; its sequence number.
+  uint64_t capture_launch(driver::Queue& q, const LoadedProgram& prog, const std::vector<uint64_t>& args,
+                          uint64_t op_label, const std::string& path);
   PeerWindows peers_;
   std::mutex rmw_mu_;
 };

@@ -13,10 +13,12 @@
 #include <memory>
 #include <mutex>
 #include <shared_mutex>
+#include <utility>
 
 #include <c10/util/Exception.h>
 
 #include "profiler.h"
+#include "spyre/common/launch_file.h"
 #include "spyre/driver/driver.h"
 #include "spyre/hw/commands.h"
 
@@ -95,7 +97,7 @@ std::string DeviceRuntime::failed_launch(const hw::Descriptor& d, const hw::Comp
   if (prog) what += " (kernel '" + prog->name + "')";
   // The faulting instruction, read back from the program, which the cache still holds.
   const bool at_instruction = c.error == hw::ErrorCode::kCoreFault || c.error == hw::ErrorCode::kWatchdog ||
-                              c.error == hw::ErrorCode::kEccError;
+                              c.error == hw::ErrorCode::kEccError || c.error == hw::ErrorCode::kSanitizerReport;
   if (!prog || !at_instruction) return what;
   try {
     hw::ProgramHeader h{};
@@ -121,11 +123,84 @@ bool launch_blocking() {
   return on;
 }
 
+void DeviceRuntime::capture_next_launch(const std::string& path, const std::string& op) {
+  std::lock_guard lock(capture_mu_);
+  capture_path_ = path;
+  capture_op_ = op;
+  captured_ = false;
+  capture_armed_ = true;
+}
+
+bool DeviceRuntime::end_launch_capture() {
+  std::lock_guard lock(capture_mu_);
+  capture_armed_ = false;
+  return std::exchange(captured_, false);
+}
+
+uint64_t DeviceRuntime::capture_launch(driver::Queue& q, const LoadedProgram& prog, const std::vector<uint64_t>& args,
+                                       uint64_t op_label, const std::string& path) {
+  launchfile::LaunchFile f;
+  f.kernel = prog.name;
+  f.op = op_label != 0 ? labels_.op_at(op_label) : std::string();
+  f.core_mask = prog.core_mask;
+  f.fp16_dlfloat = device_->info().fp16_dlfloat;
+  // Every argument that points into a driver allocation (a tensor's segment) takes that whole
+  // allocation along; the others are values.
+  for (const uint64_t a : args) {
+    launchfile::Arg arg;
+    uint64_t base = 0, size = 0;
+    if (device_->allocation_at(a, &base, &size)) {
+      arg.in_block = true;
+      arg.offset = a - base;
+      size_t i = 0;
+      while (i < f.blocks.size() && f.blocks[i].addr != base) ++i;
+      if (i == f.blocks.size()) f.blocks.push_back({base, size, {}, {}});
+      arg.block = static_cast<uint32_t>(i);
+    } else {
+      arg.value = a;
+    }
+    f.args.push_back(arg);
+  }
+  synchronize();  // the card idle: the launch runs alone, on memory as it is now
+  f.program.resize(prog.size);
+  d2h(f.program.data(), prog.addr, prog.size);
+  for (launchfile::Block& b : f.blocks) {
+    b.input.resize(b.size);
+    d2h(b.input.data(), b.addr, b.size);
+  }
+  uint64_t seq = 0;
+  SPYRE_CHECK(q.launch(prog.addr, prog.size, args.data(), args.size(), prog.core_mask, op_label, &seq));
+  wait(q, seq);
+  for (launchfile::Block& b : f.blocks) {
+    b.output.resize(b.size);
+    d2h(b.output.data(), b.addr, b.size);
+  }
+  try {
+    f.save(path);
+  } catch (const std::runtime_error& e) {
+    TORCH_CHECK(false, "spyre: capture_launch: ", e.what());
+  }
+  return seq;
+}
+
 uint64_t DeviceRuntime::queue_launch(driver::Queue& q, const LoadedProgram& prog, const std::vector<uint64_t>& args,
                                      uint64_t op_label) {
   // The arguments travel in the queue's argument ring: no copy command, no device memory.
   uint64_t seq = 0;
-  SPYRE_CHECK(q.launch(prog.addr, prog.size, args.data(), args.size(), prog.core_mask, op_label, &seq));
+  std::string capture_to;
+  if (capture_armed_.load(std::memory_order_relaxed)) {
+    std::lock_guard lock(capture_mu_);
+    if (capture_armed_ && (capture_op_.empty() || (op_label != 0 && labels_.op_at(op_label) == capture_op_))) {
+      capture_armed_ = false;
+      captured_ = true;
+      capture_to = capture_path_;
+    }
+  }
+  if (!capture_to.empty()) {
+    seq = capture_launch(q, prog, args, op_label, capture_to);
+  } else {
+    SPYRE_CHECK(q.launch(prog.addr, prog.size, args.data(), args.size(), prog.core_mask, op_label, &seq));
+  }
   {
     std::lock_guard lock(last_mu_);
     last_program_[op_label] = prog.addr;

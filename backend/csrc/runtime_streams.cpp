@@ -119,6 +119,21 @@ void DeviceRuntime::submit(const std::vector<hw::Descriptor>& commands, const st
   }
 }
 
+void DeviceRuntime::sanitize(int64_t stream, hw::SanitizeAction action, uint64_t base, uint64_t size, uint64_t tag) {
+  uint64_t seq = 0;
+  if (!capturing(stream)) {
+    SPYRE_CHECK(queue(stream).sanitize(action, base, size, tag, &seq));
+    return;
+  }
+  // A captured graph's memory is used when the graph replays, in an order the capture cannot
+  // give: its allocations are named now, on an idle card, and its frees not at all (a graph's
+  // temporaries live as long as the graph; the next allocation of the memory renames it).
+  if (action == hw::SanitizeAction::kFree) return;
+  drain();
+  SPYRE_CHECK(queue(0).sanitize(action, base, size, tag, &seq));
+  wait(queue(0), seq);
+}
+
 uint64_t DeviceRuntime::copy_program(const LoadedProgram& program) {
   const uint64_t mine = alloc_reclaiming(program.size);
   driver::Queue& q = queue();

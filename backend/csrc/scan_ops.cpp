@@ -174,6 +174,15 @@ void topk_kernel(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
     l.add(iota);
   }
   fill(in_play, 1.0);
+  {  // idx = 0: each round selects into one column and keeps the others, which must be defined
+    ir::Pointwise zero;
+    zero.kind = ir::PointwiseKind::kFill;
+    zero.compute = hw::DType::kI64;
+    zero.start = 0.0;
+    zero.start_int = 0;
+    zero.out = l.view(idx);
+    l.add(zero);
+  }
   fill(fills.narrow(1, 0, 1), taken, taken_int);
   fill(fills.narrow(1, 1, 1), 0.0);
   const uint32_t wv = l.view(work);

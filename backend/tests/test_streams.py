@@ -104,6 +104,7 @@ def test_copy_on_one_stream_overlaps_a_kernel_on_another_and_a_wait_orders_them(
     src = torch.ones(n // 4).pin_memory()
     dst = torch.empty(n // 4, device="spyre")
     compute, copies = torch.spyre.Stream(), torch.spyre.Stream()
+    compute.wait_stream(torch.spyre.current_stream())  # x is written on the default stream
     with torch.spyre.stream(compute):
         (x @ x).sum()  # warm up: programs loaded, so nothing below waits on the host
     torch.spyre.synchronize()

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import contextlib
+import os
+
 import torch
 
 from . import _C
@@ -30,6 +33,44 @@ def listing(op: str | None = None, device: torch.device | str | int | None = Non
     program cache).
     """
     return _C._listing(_index(device), op or "")
+
+
+@contextlib.contextmanager
+def capture_launch(path: str | os.PathLike, op: str | None = None, device: torch.device | str | int | None = None):
+    """Captures one launch to ``path``: the first launch of ``op`` (``"aten::index_select"``, as
+    ``listing`` names it; any op when ``None``) inside the ``with`` block.
+
+    That launch runs alone (the card is synchronized first) and the file holds its program, its
+    arguments and every driver allocation its arguments point into, as they were before and after
+    it. ``spyre-sim launch FILE`` replays it alone, on any config, and checks that it leaves the
+    captured outputs bit for bit (docs/debugging-guide.md, "One launch, captured and replayed").
+    Raises ``ValueError`` on leaving the block if no such launch ran.
+    """
+    index = _index(device)
+    _C._capture_next_launch(index, os.fspath(path), op or "")
+    captured = False
+    try:
+        yield
+    finally:
+        captured = _C._end_launch_capture(index)
+    if not captured:
+        raise ValueError(f"capture_launch: no launch of {op or 'any op'} ran on spyre:{index} inside the block")
+
+
+@contextlib.contextmanager
+def sanitize(checks: str, device: torch.device | str | int | None = None):
+    """Runs the ``with`` block with the device sanitizer's checks narrowed to ``checks`` (a
+    comma-separated list of those ``SPYRE_SANITIZE`` named; ``""`` for none), then switches back to
+    ``SPYRE_SANITIZE``'s: a suppression, for code whose findings are known and accepted. The card
+    is synchronized at both ends. ``ValueError`` for a check ``SPYRE_SANITIZE`` did not name (the
+    device tracks allocations only when it starts with the sanitizer on).
+    """
+    index = _index(device)
+    _C._sanitize_checks(index, checks)
+    try:
+        yield
+    finally:
+        _C._sanitize_checks(index, _C._sanitize_env())
 
 
 def device_address(tensor: torch.Tensor) -> int:

@@ -133,6 +133,17 @@ Status Device::alloc(uint64_t bytes, uint64_t* addr) {
                       name_, gib(bytes), bytes, gib(mem_stats_.total), gib(mem_stats_.allocated), gib(largest))};
 }
 
+bool Device::allocation_at(uint64_t addr, uint64_t* base, uint64_t* size) {
+  std::lock_guard lock(mem_mu_);
+  auto it = used_.upper_bound(addr);
+  if (it == used_.begin()) return false;
+  --it;
+  if (addr - it->first >= it->second) return false;
+  *base = it->first;
+  *size = it->second;
+  return true;
+}
+
 Status Device::free(uint64_t addr) {
   std::lock_guard lock(mem_mu_);
   const auto it = used_.find(addr);

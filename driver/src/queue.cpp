@@ -85,8 +85,21 @@ void Queue::poll_locked() {
       if (c.field != hw::Field::kNone) what += fmt::format(" in field {}", hw::field_name(c.field));
       const bool memory = c.error == hw::ErrorCode::kEccError || c.error == hw::ErrorCode::kHostMemory;
       if (c.error == hw::ErrorCode::kCoreFault || c.error == hw::ErrorCode::kWatchdog ||
-          (memory && p.opcode == hw::Opcode::kLaunch)) {
+          c.error == hw::ErrorCode::kSanitizerReport || (memory && p.opcode == hw::Opcode::kLaunch)) {
         what += fmt::format(" (core {} at instruction {})", c.detail >> 24, c.detail & 0xffffff);
+      }
+      finding_ = {};
+      if (c.error == hw::ErrorCode::kSanitizerReport) {
+        // The card wrote the report before the completion: the registers hold it now.
+        const uint32_t kind = reg(hw::kQSanKind);
+        finding_.kind = static_cast<hw::SanitizeReport>(kind & 0xff);
+        finding_.write = (kind & hw::kSanReportWrite) != 0;
+        finding_.addr = reg(hw::kQSanAddrLo) | uint64_t{reg(hw::kQSanAddrHi)} << 32;
+        finding_.bytes = reg(hw::kQSanBytes);
+        finding_.tag = reg(hw::kQSanTagLo) | uint64_t{reg(hw::kQSanTagHi)} << 32;
+        finding_.other = reg(hw::kQSanOther);
+        what += fmt::format(": {} ({} of {} bytes at 0x{:x})", hw::sanitize_report_name(finding_.kind),
+                            finding_.write ? "a write" : "a read", finding_.bytes, finding_.addr);
       }
       log("driver").warn("{}", what);
       // The failed command as submitted: its slot is not reused while it is pending.
@@ -314,6 +327,16 @@ Status Queue::wait_semaphore(uint64_t sem, uint64_t value, uint64_t* seq) {
   return submit_raw(semaphore_op(hw::Opcode::kWait, sem, value), seq);
 }
 
+Status Queue::sanitize(hw::SanitizeAction action, uint64_t base, uint64_t size, uint64_t tag, uint64_t* seq) {
+  hw::Descriptor d{};
+  d.opcode = hw::Opcode::kSanitize;
+  d.sanitize.action = action;
+  d.sanitize.base = base;
+  d.sanitize.size = size;
+  d.sanitize.tag = tag;
+  return submit_raw(d, seq);
+}
+
 Status Queue::timestamp(uint64_t iova, uint64_t* seq) {
   hw::Descriptor d{};
   d.opcode = hw::Opcode::kTimestamp;
@@ -407,6 +430,14 @@ bool Queue::failed_command(hw::Descriptor* out, hw::Completion* completion) {
     *completion = failed_completion_;
   }
   return has_failed_;
+}
+
+bool Queue::sanitizer_finding(SanitizerFinding* out) {
+  std::lock_guard lock(mu_);
+  poll_locked();
+  if (!has_failed_ || failed_completion_.error != hw::ErrorCode::kSanitizerReport) return false;
+  *out = finding_;
+  return true;
 }
 
 uint64_t Queue::not_executed() {

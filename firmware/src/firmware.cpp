@@ -93,6 +93,28 @@ hw::Verdict validate_semaphore(const hw::Descriptor& d, const Limits& lim) {
   return {};
 }
 
+hw::Verdict validate_sanitize(const hw::Descriptor& d, const Limits& lim) {
+  const hw::SanitizeArgs& s = d.sanitize;
+  if (d.flags != 0) return fail(ErrorCode::kBadFlags, Field::kFlags);
+  for (uint64_t r : s.reserved) {
+    if (r != 0) return fail(ErrorCode::kReservedNonZero, Field::kReserved);
+  }
+  switch (s.action) {
+    case hw::SanitizeAction::kEnable:
+      if (s.base != 0 || s.size != 0) return fail(ErrorCode::kReservedNonZero, Field::kSanitizeRange);
+      if ((s.tag & ~hw::kSanitizeMask) != 0) return fail(ErrorCode::kBadFlags, Field::kSanitizeTag);
+      return {};
+    case hw::SanitizeAction::kAlloc:
+    case hw::SanitizeAction::kFree:
+      if (s.size == 0) return fail(ErrorCode::kBadSize, Field::kSanitizeRange);
+      if (!in_device(s.base, s.size, lim)) return fail(ErrorCode::kOutOfRange, Field::kSanitizeRange);
+      if (s.tag == 0) return fail(ErrorCode::kBadSize, Field::kSanitizeTag);
+      return {};
+    default:
+      return fail(ErrorCode::kBadFlags, Field::kSanitizeAction);
+  }
+}
+
 constexpr uint32_t qreg(uint32_t q, uint32_t r) {
   return hw::queue_reg(q, r);
 }
@@ -114,6 +136,8 @@ hw::Verdict validate_descriptor(const hw::Descriptor& d, const Limits& limits) {
     case hw::Opcode::kSignal:
     case hw::Opcode::kWait:
       return validate_semaphore(d, limits);
+    case hw::Opcode::kSanitize:
+      return validate_sanitize(d, limits);
     default:
       return fail(ErrorCode::kBadOpcode, Field::kOpcode);
   }
@@ -294,6 +318,9 @@ hw::Verdict Firmware::execute(uint32_t q, uint32_t resets, const hw::Descriptor&
       return run_launch(q, resets, d.launch, d.flags, priority, limits);
     case hw::Opcode::kSignal:
       return signal(d.semaphore);
+    case hw::Opcode::kSanitize:
+      hal_.sanitize(d.sanitize);
+      return {};
     case hw::Opcode::kTimestamp: {
       const uint64_t now = hal_.now_cycles();
       if (!hal_.host_write(d.timestamp.dst, &now, sizeof now)) {
@@ -319,7 +346,7 @@ hw::Verdict Firmware::run_launch(uint32_t q, uint32_t resets, const hw::LaunchAr
   // A reset since the descriptor was fetched gave the host the ring back: those bytes may be a
   // new launch's arguments. The command is dropped (the caller writes no completion either).
   if (args.from_host && hal_.reg_read(qreg(q, hw::kQResets)) != resets) return {};
-  return hal_.launch(l.program, args, l.core_mask, priority, Window{limits.mem_base, limits.mem_size});
+  return hal_.launch(q, l.program, args, l.core_mask, priority, Window{limits.mem_base, limits.mem_size});
 }
 
 hw::Verdict Firmware::signal(const hw::SemaphoreArgs& s) {

@@ -96,14 +96,18 @@ class FakeHal final : public fw::Hal {
   }
   std::vector<fw::Window> windows;       // of each launch
   std::vector<fw::Arguments> arguments;  // of each launch
-  hw::Verdict launch(uint64_t, const fw::Arguments& args, uint64_t, uint32_t priority,
+  std::vector<uint32_t> launch_queues;   // of each launch
+  hw::Verdict launch(uint32_t queue, uint64_t, const fw::Arguments& args, uint64_t, uint32_t priority,
                      const fw::Window& window) override {
     ++launches;
+    launch_queues.push_back(queue);
     windows.push_back(window);
     arguments.push_back(args);
     priorities.push_back(priority);
     return {};
   }
+  std::vector<hw::SanitizeArgs> sanitized;  // each SANITIZE command handed on
+  void sanitize(const hw::SanitizeArgs& a) override { sanitized.push_back(a); }
   void raise_msix(uint32_t) override { ++irqs; }
   uint64_t now_cycles() override { return cycle += 10; }
   void wait_for_work(uint32_t) override {}
@@ -222,6 +226,78 @@ TEST_CASE("each malformed field is named") {
     CHECK(v.error == cases[i].e);
     CHECK(v.field == cases[i].f);
   }
+}
+
+namespace {
+hw::Descriptor sanitize(hw::SanitizeAction action, uint64_t base, uint64_t size, uint64_t tag) {
+  hw::Descriptor d{};
+  d.opcode = hw::Opcode::kSanitize;
+  d.sanitize.action = action;
+  d.sanitize.base = base;
+  d.sanitize.size = size;
+  d.sanitize.tag = tag;
+  return d;
+}
+}  // namespace
+
+TEST_CASE("SANITIZE commands are checked field by field and reach the model in queue order") {
+  using A = hw::SanitizeAction;
+  const uint64_t mem = kLimits.mem_size;
+  CHECK(fw::validate_descriptor(sanitize(A::kEnable, 0, 0, hw::kSanitizeMask), kLimits).ok());
+  CHECK(fw::validate_descriptor(sanitize(A::kAlloc, mem - 64, 64, 7), kLimits).ok());
+  CHECK(fw::validate_descriptor(sanitize(A::kFree, 0, 1, 1), kLimits).ok());
+  struct Case {
+    hw::Descriptor d;
+    ErrorCode e;
+    Field f;
+  };
+  std::vector<Case> cases = {
+      {sanitize(static_cast<A>(3), 0, 64, 1), ErrorCode::kBadFlags, Field::kSanitizeAction},
+      {sanitize(A::kEnable, 64, 0, 1), ErrorCode::kReservedNonZero, Field::kSanitizeRange},
+      {sanitize(A::kEnable, 0, 0, 1u << 3), ErrorCode::kBadFlags, Field::kSanitizeTag},
+      {sanitize(A::kAlloc, 0, 0, 1), ErrorCode::kBadSize, Field::kSanitizeRange},
+      {sanitize(A::kAlloc, mem - 32, 64, 1), ErrorCode::kOutOfRange, Field::kSanitizeRange},
+      {sanitize(A::kFree, ~0ull - 8, 64, 1), ErrorCode::kOutOfRange, Field::kSanitizeRange},
+      {sanitize(A::kFree, 0, 64, 0), ErrorCode::kBadSize, Field::kSanitizeTag},
+  };
+  hw::Descriptor d = sanitize(A::kAlloc, 0, 64, 1);
+  d.flags = 1;
+  cases.push_back({d, ErrorCode::kBadFlags, Field::kFlags});
+  d = sanitize(A::kAlloc, 0, 64, 1);
+  d.sanitize.reserved[1] = 1;
+  cases.push_back({d, ErrorCode::kReservedNonZero, Field::kReserved});
+  for (size_t i = 0; i < cases.size(); ++i) {
+    CAPTURE(i);
+    const hw::Verdict v = fw::validate_descriptor(cases[i].d, kLimits);
+    CHECK(v.error == cases[i].e);
+    CHECK(v.field == cases[i].f);
+  }
+
+  FakeHal hal;
+  hal.setup_queue(0, 8);
+  fw::Firmware firmware(hal);
+  hal.push(0, sanitize(A::kAlloc, 128, 64, 5), 1);
+  hal.push(0, sanitize(A::kFree, 0, 0, 5), 2);  // malformed: fails the queue, never reaches the model
+  hal.push(0, sanitize(A::kFree, 128, 64, 5), 3);
+  for (int i = 0; i < 3; ++i) CHECK(firmware.poll_once());
+  REQUIRE(hal.sanitized.size() == 1);
+  CHECK(hal.sanitized[0].base == 128);
+  CHECK(hal.sanitized[0].tag == 5);
+  CHECK(hal.completion(0, 1).error == ErrorCode::kBadSize);
+  CHECK(hal.completion(0, 2).error == ErrorCode::kQueueInError);
+}
+
+TEST_CASE("a launch names its queue to the model (where a sanitizer report of it lands)") {
+  FakeHal hal;
+  hal.programs_valid = true;
+  hal.setup_queue(0, 8);
+  hal.setup_queue(2, 8);
+  fw::Firmware firmware(hal);
+  hal.push(2, launch(64, 4096, 1), 1);
+  hal.push(0, launch(64, 4096, 1), 1);
+  CHECK(firmware.service_queue(2));
+  CHECK(firmware.service_queue(0));
+  CHECK(hal.launch_queues == std::vector<uint32_t>{2, 0});
 }
 
 TEST_CASE("program headers are checked against the launch") {

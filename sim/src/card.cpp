@@ -9,6 +9,7 @@ Card::Card(const sc_core::sc_module_name& name, uint32_t index, const Config& co
   stats_.cores.resize(config.chip.cores);
   memory_ = std::make_unique<DeviceMemory>("memory", config, fabric_);
   memory_->set_write_guard([this](uint64_t addr, uint64_t n) { worker_.settle_device_write(addr, addr + n); });
+  memory_->set_sanitizer(&sanitizer_);
   endpoint_ = std::make_unique<Endpoint>("pcie", config, memory_->size(), stats_);
   host_bar0.bind(endpoint_->bar0);
   endpoint_->on_scrub([this](uint64_t addr, uint64_t n) { memory_->scrub(addr, n); });
@@ -19,10 +20,12 @@ Card::Card(const sc_core::sc_module_name& name, uint32_t index, const Config& co
     cores_.push_back(std::make_unique<Core>(fmt::format("core{}", i).c_str(), index, i, config, fabric_.core_stop(i),
                                             trace, stats_.cores[i], worker_));
     cores_.back()->mem.bind(memory_->socket);
+    cores_.back()->set_sanitizer(&sanitizer_);
     cores.push_back(cores_.back().get());
   }
   cp_ = std::make_unique<ControlProcessor>("cp", config, index, *endpoint_, *memory_, *dma_, std::move(cores), trace,
                                            stats_);
+  cp_->set_sanitizer(&sanitizer_);
   const FaultsConfig& f = config.faults;
   if (index == f.card) {
     memory_->poison(f.ecc_addr, f.ecc_bytes);

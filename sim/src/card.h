@@ -12,6 +12,7 @@
 #include "dma_engine.h"
 #include "endpoint.h"
 #include "fabric.h"
+#include "sanitizer.h"
 #include "worker.h"
 
 namespace spyre::sim {
@@ -37,7 +38,8 @@ class Card : public sc_core::sc_module {
  private:
   CardStats stats_;
   Fabric fabric_;
-  Worker worker_;  // outlives the cores, whose arithmetic it runs
+  Sanitizer sanitizer_;  // outlives the memory, cores and control processor that use it
+  Worker worker_;        // outlives the cores, whose arithmetic it runs
   std::unique_ptr<DeviceMemory> memory_;
   std::unique_ptr<Endpoint> endpoint_;
   std::unique_ptr<DmaEngine> dma_;

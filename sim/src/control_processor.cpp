@@ -43,8 +43,8 @@ bool ControlProcessor::host_write(uint64_t iova, const void* src, uint32_t n) {
   return ok;
 }
 
-hw::Verdict ControlProcessor::launch(uint64_t program, const fw::Arguments& args, uint64_t core_mask, uint32_t priority,
-                                     const fw::Window& window) {
+hw::Verdict ControlProcessor::launch(uint32_t queue, uint64_t program, const fw::Arguments& args, uint64_t core_mask,
+                                     uint32_t priority, const fw::Window& window) {
   core_arbiter_.acquire(core_mask, priority, /*any=*/false);
   std::unique_ptr<Launch> launch;
   if (idle_launches_.empty()) {
@@ -94,12 +94,24 @@ hw::Verdict ControlProcessor::launch(uint64_t program, const fw::Arguments& args
     if (!core->result().ok()) {
       v = core->result();
       v.field = hw::Field::kLaunchProgram;
+      if (v.error == hw::ErrorCode::kSanitizerReport && sanitizer_) report(queue, sanitizer_->report(core->id()));
       break;
     }
   }
   idle_launches_.push_back(std::move(launch));
   core_arbiter_.release(core_mask);
   return v;
+}
+
+void ControlProcessor::report(uint32_t queue, const SanitizerReport& r) {
+  const auto set = [&](uint32_t reg, uint32_t value) { endpoint_.reg_write_device(hw::queue_reg(queue, reg), value); };
+  set(hw::kQSanKind, static_cast<uint32_t>(r.kind) | (r.write ? hw::kSanReportWrite : 0));
+  set(hw::kQSanAddrLo, static_cast<uint32_t>(r.addr));
+  set(hw::kQSanAddrHi, static_cast<uint32_t>(r.addr >> 32));
+  set(hw::kQSanBytes, static_cast<uint32_t>(std::min<uint64_t>(r.bytes, UINT32_MAX)));
+  set(hw::kQSanTagLo, static_cast<uint32_t>(r.tag));
+  set(hw::kQSanTagHi, static_cast<uint32_t>(r.tag >> 32));
+  set(hw::kQSanOther, r.other);
 }
 
 std::string ControlProcessor::read_label(uint64_t addr) const {

@@ -22,6 +22,8 @@ class ControlProcessor : public sc_core::sc_module, private fw::Hal {
  public:
   ControlProcessor(const sc_core::sc_module_name& name, const Config& config, uint32_t card, Endpoint& endpoint,
                    DeviceMemory& memory, DmaEngine& dma, std::vector<Core*> cores, Trace& trace, CardStats& stats);
+  /// The device sanitizer that SANITIZE commands reach, and whose reports land in queue registers.
+  void set_sanitizer(Sanitizer* s) { sanitizer_ = s; }
 
  private:
   // fw::Hal
@@ -36,8 +38,11 @@ class ControlProcessor : public sc_core::sc_module, private fw::Hal {
   hw::Verdict copy(const hw::CopyArgs& args, uint8_t flags, uint32_t priority) override {
     return dma_.copy(args, flags, priority);
   }
-  hw::Verdict launch(uint64_t program, const fw::Arguments& args, uint64_t core_mask, uint32_t priority,
+  hw::Verdict launch(uint32_t queue, uint64_t program, const fw::Arguments& args, uint64_t core_mask, uint32_t priority,
                      const fw::Window& window) override;
+  void sanitize(const hw::SanitizeArgs& args) override {
+    if (sanitizer_) sanitizer_->command(args);
+  }
   void raise_msix(uint32_t vector) override { endpoint_.raise_msix(vector); }
   uint64_t now_cycles() override { return clock_.now_cycles(); }
   /// The NUL-terminated label at `addr` (at most kMaxLabelBytes - 1 characters).
@@ -46,6 +51,8 @@ class ControlProcessor : public sc_core::sc_module, private fw::Hal {
   void wait_for_signal(uint32_t queue) override { wait(endpoint_.work_event(queue) | signalled_); }
   void signalled() override { signalled_.notify(sc_core::SC_ZERO_TIME); }
   void command_done(uint32_t queue, const hw::Descriptor& d, const hw::Completion& c) override;
+  /// Puts a sanitizer report in queue `queue`'s kQSan* registers.
+  void report(uint32_t queue, const SanitizerReport& r);
 
   const Config& config_;
   Clock clock_;
@@ -62,6 +69,7 @@ class ControlProcessor : public sc_core::sc_module, private fw::Hal {
   Trace& trace_;
   CardStats& stats_;
   uint32_t card_;
+  Sanitizer* sanitizer_ = nullptr;
   fw::Firmware firmware_;
 };
 

@@ -30,6 +30,7 @@ void Launch::depart() {
 
 void Launch::release() {
   arrived_ = 0;
+  races_.clear();
   ++generation_;
   released_.notify(latency_);
 }

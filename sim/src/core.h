@@ -14,6 +14,7 @@
 #include <tlm_utils/simple_initiator_socket.h>
 
 #include "index_tape.h"
+#include "sanitizer.h"
 #include "spyre/firmware/hal.h"
 #include "spyre/hw/errors.h"
 #include "spyre/hw/isa.h"
@@ -37,6 +38,7 @@ class Launch {
     active_ = static_cast<uint32_t>(ranks_.size());
     arrived_ = 0;
     fetches_.clear();
+    races_.clear();
   }
   /// The cores of a launch fetch one program: the first core's read of [addr, addr + n) is booked
   /// on the fabric and the ring multicasts it to the others. True (and when its bytes land, in
@@ -51,6 +53,8 @@ class Launch {
     return false;
   }
   void note_fetch(uint64_t addr, uint64_t n, const sc_core::sc_time& done) { fetches_.push_back({addr, n, done}); }
+  /// The sanitizer's record of this launch's accesses since its last BARRIER (racecheck).
+  RaceLog& races() { return races_; }
   uint32_t size() const { return static_cast<uint32_t>(ranks_.size()); }
   Core& rank(uint32_t r) const { return *ranks_.at(r); }
   /// Called from a core's thread; returns when the barrier releases.
@@ -65,6 +69,7 @@ class Launch {
     sc_core::sc_time done;
   };
   std::vector<Fetch> fetches_;
+  RaceLog races_;
   std::vector<Core*> ranks_;
   uint32_t active_ = 0;
   uint32_t arrived_ = 0;
@@ -101,6 +106,9 @@ class Core : public sc_core::sc_module {
     tape_ = tape;
     values_ = !(timing_ && tape_ && tape_->plays());
   }
+  /// The device sanitizer that checks this core's loads and stores (nullptr: none).
+  void set_sanitizer(Sanitizer* s) { sanitizer_ = s; }
+  uint32_t id() const { return id_; }
   /// Fault injection: the core hangs in its `program`-th program (from 1); 0: never.
   void hang_in(uint64_t program) { hang_in_ = program; }
   /// When the last program's code had arrived and its first instruction issued.
@@ -159,6 +167,9 @@ class Core : public sc_core::sc_module {
   bool functional_;  // sim.mode "functional": one cycle per instruction, no bookings on the fabric
   bool timing_;      // sim.mode "timing": every time as timed, only address-deciding arithmetic done
   IndexTape* tape_ = nullptr;
+  Sanitizer* sanitizer_ = nullptr;
+  /// The sanitizer's checks of a transfer, when it runs any; false (fault code kSanitizerReport) on a finding.
+  bool sanitized(const Rows& rows, bool read, bool accumulate);
   // Whether this core computes and moves values: not in a replay in timing mode, whose indices come
   // from the tape, so that nothing the core could compute or move would change its time.
   bool values_ = true;

@@ -100,6 +100,18 @@ bool Core::indirect(const hw::Instr& in) {
                   in.op == hw::Op::kGather ? Move::kRead : (add ? Move::kAccumulate : Move::kWrite));
 }
 
+bool Core::sanitized(const Rows& rows, bool read, bool accumulate) {
+  const RaceLog::Kind kind = accumulate ? RaceLog::Kind::kAccumulate
+                             : read     ? RaceLog::Kind::kRead
+                                        : RaceLog::Kind::kWrite;
+  RaceLog* race = launch_ && (sanitizer_->checks() & hw::kSanitizeRacecheck) ? &launch_->races() : nullptr;
+  SanitizerReport report;
+  if (sanitizer_->check(rows, kind, rank_, id_, at_, race, &report)) return true;
+  sanitizer_->set_report(id_, report);
+  fault_code_ = hw::ErrorCode::kSanitizerReport;
+  return false;
+}
+
 bool Core::transfer(const hw::Instr& in, const Rows& rows, uint8_t* buf, Move move) {
   // Every row is checked before any byte moves; the first and last of strided rows check them all.
   const uint64_t row_bytes = rows.bytes;
@@ -109,6 +121,9 @@ bool Core::transfer(const hw::Instr& in, const Rows& rows, uint8_t* buf, Move mo
       if (!in_window(rows.list[r], row_bytes)) return false;
     }
   } else if (!in_window(first, row_bytes) || !in_window(last, row_bytes)) {
+    return false;
+  }
+  if (sanitizer_ && sanitizer_->checks() && !sanitized(rows, move == Move::kRead, move == Move::kAccumulate)) {
     return false;
   }
   sync_to_book();

@@ -190,6 +190,7 @@ void DeviceMemory::transport_rows(const RowList& list, tlm::tlm_generic_payload&
     }
   }
   gp.set_response_status(tlm::TLM_OK_RESPONSE);
+  if (sanitizer_ && sanitizer_->tracks() && gp.is_write()) sanitizer_->written(rows);
   if (!list.book) return;
   // NOLINTNEXTLINE(performance-unnecessary-copy-initialization): a copy, the time as it is now
   const sc_core::sc_time now = sc_core::sc_time_stamp();

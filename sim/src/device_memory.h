@@ -15,6 +15,7 @@
 #include <tlm_utils/multi_passthrough_target_socket.h>
 
 #include "fabric.h"
+#include "sanitizer.h"
 #include "spyre/sim/config.h"
 #include "timing.h"
 
@@ -40,6 +41,8 @@ class DeviceMemory : public sc_core::sc_module {
   /// Called with (addr, n) before any byte of device memory is written: the owner of deferred
   /// reads (see RowList::deferred) finishes those that read the range.
   void set_write_guard(std::function<void(uint64_t, uint64_t)> guard) { guard_ = std::move(guard); }
+  /// The device sanitizer, told of every write (nullptr: none).
+  void set_sanitizer(Sanitizer* s) { sanitizer_ = s; }
   /// Fault injection: reads touching [addr, addr + n) answer kEccErrorResponse (n = 0: none).
   void poison(uint64_t addr, uint64_t n) {
     poison_lo_ = addr;
@@ -70,6 +73,7 @@ class DeviceMemory : public sc_core::sc_module {
   std::unordered_map<uint64_t, std::unique_ptr<uint8_t[]>> pages_;
   std::function<void(uint64_t, uint64_t)> guard_;
   uint64_t poison_lo_ = 0, poison_hi_ = 0;
+  Sanitizer* sanitizer_ = nullptr;
 };
 
 }  // namespace spyre::sim

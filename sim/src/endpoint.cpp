@@ -112,7 +112,10 @@ uint32_t Endpoint::reg_read(uint32_t offset) {
 void Endpoint::reg_write_device(uint32_t offset, uint32_t value) {
   if (offset >= hw::kQueueBase && offset < hw::kQueueBase + hw::kMaxQueues * hw::kQueueStride) {
     const uint32_t reg = (offset - hw::kQueueBase) % hw::kQueueStride;
-    if (reg == hw::kQHead || reg == hw::kQStatus || reg == hw::kQActive) regs_[offset / 4] = value;
+    if (reg == hw::kQHead || reg == hw::kQStatus || reg == hw::kQActive ||
+        (reg >= hw::kQSanKind && reg <= hw::kQSanOther)) {
+      regs_[offset / 4] = value;
+    }
   }
 }
 
@@ -150,6 +153,13 @@ void Endpoint::host_reg_write(uint32_t offset, uint32_t value) {
     case hw::kQStatus:
     case hw::kQResets:
     case hw::kQActive:
+    case hw::kQSanKind:
+    case hw::kQSanAddrLo:
+    case hw::kQSanAddrHi:
+    case hw::kQSanBytes:
+    case hw::kQSanTagLo:
+    case hw::kQSanTagHi:
+    case hw::kQSanOther:
       return;  // device-owned
     case hw::kQControl:
       if (value & hw::kQControlReset) {

@@ -25,6 +25,7 @@
 #include <nlohmann/json.hpp>
 
 #include "kernels.h"
+#include "launch_replay.h"
 #include "runner.h"
 #include "sim_config.h"
 #include "spyre/driver/driver.h"
@@ -201,6 +202,52 @@ int replay(const Options& o, std::chrono::steady_clock::time_point start) {
   return 0;
 }
 
+// `launch FILE`: one captured launch (torch_spyre.debug.capture_launch) alone on the config the
+// options make, with its trace (every instruction, unless output.trace_instructions is set false);
+// exit 1 unless it leaves the captured output bit for bit.
+int launch(const Options& o, std::chrono::steady_clock::time_point start) {
+  const launchfile::LaunchFile f = launchfile::LaunchFile::load(o.capture);
+  const sim::Config config = run_config(o);
+  if (config.sim.mode == "timing") {
+    throw std::runtime_error("launch compares the output's bytes, and sim.mode \"timing\" computes none");
+  }
+  sim::Simulator::configure(config);
+  driver::Device& dev = open_device();
+  const LaunchReplay r = replay_launch(dev, f);
+  const sim::Reports written = sim::Simulator::instance().flush_reports();
+  const bool same = r.error.empty() && r.differing_bytes == 0;
+  const nlohmann::json summary = {
+      {"kernel", f.kernel},
+      {"op", f.op},
+      {"file", o.capture},
+      {"config_hash", config.hash()},
+      {"error", r.error},
+      {"cycles", r.cycles},
+      {"bytes", r.bytes},
+      {"differing_bytes", r.differing_bytes},
+      {"identical", same},
+      {"trace", written.trace_path},
+      {"wall_seconds", std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count()}};
+  if (o.json) {
+    fmt::print("{}\n", summary.dump(2));
+  } else {
+    fmt::print("spyre-sim: launch of kernel '{}'{} from {}\n", f.kernel, f.op.empty() ? "" : " (" + f.op + ")",
+               o.capture);
+    fmt::print("  config      {}\n", config.hash());
+    if (!r.error.empty()) {
+      fmt::print("  failed      {}\n", r.error);
+    } else {
+      fmt::print("  cycles      {}\n", r.cycles);
+      fmt::print("  output      {} of {} bytes in {} block(s) differ from the capture's{}\n", r.differing_bytes,
+                 r.bytes, f.blocks.size(),
+                 same ? ": identical" : fmt::format(" (first: block {} at byte {})", r.first_block, r.first_offset));
+    }
+    if (!written.trace_path.empty()) fmt::print("  trace       {}\n", written.trace_path);
+  }
+  std::fflush(stdout);
+  return same ? 0 : 1;
+}
+
 // `spyre-sim model`: the model, its HuggingFace config and its compile need Python, so this
 // replaces the process with spyre_arch.model_cli on the Python the backend was built with
 // ($SPYRE_PYTHON overrides it), passing the common options this command line already took.
@@ -228,6 +275,7 @@ int replay(const Options& o, std::chrono::steady_clock::time_point start) {
 int run(const CLI::App& app, const Options& o, const CLI::Option& check_flag,
         std::chrono::steady_clock::time_point start) {
   if (app.got_subcommand("replay")) return replay(o, start);
+  if (app.got_subcommand("launch")) return launch(o, start);
   // As every program of the stack reads the environment (so that spyre-sweep can run this one),
   // with the command line on top.
   const sim::Config config = run_config(o);
@@ -376,6 +424,10 @@ int run(int argc, char** argv) {
   CLI::App* rp = app.add_subcommand(
       "replay", "plays a capture ($SPYRE_CAPTURE of any run) on its config or, with --config/--set, another");
   rp->add_option("file", o.capture, "the capture file")->required()->check(CLI::ExistingFile);
+
+  CLI::App* ln1 = app.add_subcommand(
+      "launch", "replays one launch captured by torch_spyre.debug.capture_launch, alone, and checks its output");
+  ln1->add_option("file", o.capture, "the launch capture file")->required()->check(CLI::ExistingFile);
 
   CLI::App* md = app.add_subcommand("model",
                                     "a HuggingFace LLM's prefill and decode on the card without its weights "

@@ -10,34 +10,21 @@
 #include "spyre/hw/commands.h"
 
 namespace spyre::simtool {
-namespace {
 
-// Driver statuses become exceptions here, once.
 void check(const driver::Status& s) {
   if (!s.ok()) throw std::runtime_error(s.message());
 }
 
-// Device memory of one run, freed when the run ends (also when it fails).
-class Allocations {
- public:
-  explicit Allocations(driver::Device& dev) : dev_(dev) {}
-  ~Allocations() {
-    for (uint64_t a : addrs_) (void)dev_.free(a);
-  }
-  Allocations(const Allocations&) = delete;
-  Allocations& operator=(const Allocations&) = delete;
+Allocations::~Allocations() {
+  for (uint64_t a : addrs_) (void)dev_.free(a);
+}
 
-  uint64_t alloc(uint64_t bytes) {
-    uint64_t addr = 0;
-    check(dev_.alloc(std::max<uint64_t>(bytes, 1), &addr));
-    addrs_.push_back(addr);
-    return addr;
-  }
-
- private:
-  driver::Device& dev_;
-  std::vector<uint64_t> addrs_;
-};
+uint64_t Allocations::alloc(uint64_t bytes) {
+  uint64_t addr = 0;
+  check(dev_.alloc(std::max<uint64_t>(bytes, 1), &addr));
+  addrs_.push_back(addr);
+  return addr;
+}
 
 std::unique_ptr<driver::HostBuffer> map(driver::Device& dev, uint64_t bytes) {
   std::unique_ptr<driver::HostBuffer> b;
@@ -45,9 +32,7 @@ std::unique_ptr<driver::HostBuffer> map(driver::Device& dev, uint64_t bytes) {
   return b;
 }
 
-// Copies `n` bytes that `fill` writes into mapped host memory to device address `dst`, and waits.
-template <typename Fill>
-void upload(driver::Device& dev, driver::Queue& q, uint64_t dst, uint64_t n, Fill fill) {
+void upload(driver::Device& dev, driver::Queue& q, uint64_t dst, uint64_t n, const std::function<void(void*)>& fill) {
   const auto staging = map(dev, n);
   fill(staging->data());
   uint64_t seq = 0;
@@ -55,7 +40,13 @@ void upload(driver::Device& dev, driver::Queue& q, uint64_t dst, uint64_t n, Fil
   check(q.wait(seq));
 }
 
-}  // namespace
+void download(driver::Device& dev, driver::Queue& q, uint64_t src, uint64_t n, void* dst) {
+  const auto staging = map(dev, n);
+  uint64_t seq = 0;
+  check(q.copy(src, staging->iova(), n, hw::kCopyDstHost, &seq));
+  check(q.wait(seq));
+  std::memcpy(dst, staging->data(), n);
+}
 
 RunResult run_kernel(driver::Device& dev, driver::Queue& q, Kernel& k, uint32_t repeat, const Formats& formats,
                      bool read_values) {

@@ -4,12 +4,38 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
+#include <memory>
 #include <vector>
 
 #include "kernels.h"
 #include "spyre/driver/device.h"
 
 namespace spyre::simtool {
+
+/// Throws std::runtime_error with the driver's message when `s` is an error.
+void check(const driver::Status& s);
+
+/// Device memory of one run, freed when the run ends (also when it fails).
+class Allocations {
+ public:
+  explicit Allocations(driver::Device& dev) : dev_(dev) {}
+  ~Allocations();
+  Allocations(const Allocations&) = delete;
+  Allocations& operator=(const Allocations&) = delete;
+  uint64_t alloc(uint64_t bytes);
+
+ private:
+  driver::Device& dev_;
+  std::vector<uint64_t> addrs_;
+};
+
+/// Mapped host memory of at least one byte.
+std::unique_ptr<driver::HostBuffer> map(driver::Device& dev, uint64_t bytes);
+/// Copies `n` bytes that `fill` writes into mapped host memory to device address `dst`, and waits.
+void upload(driver::Device& dev, driver::Queue& q, uint64_t dst, uint64_t n, const std::function<void(void*)>& fill);
+/// Copies `n` bytes at device address `src` into `dst`, and waits.
+void download(driver::Device& dev, driver::Queue& q, uint64_t src, uint64_t n, void* dst);
 
 /// The device time of a run.
 struct RunResult {

@@ -99,6 +99,15 @@ WaitPolicy wait_policy();
 
 class Device;
 
+/// A device sanitizer's finding, as the queue's kQSan* registers gave it (hw/regs.h).
+struct SanitizerFinding {
+  hw::SanitizeReport kind = hw::SanitizeReport::kNone;
+  bool write = false;
+  uint64_t addr = 0, bytes = 0;
+  uint64_t tag = 0;    // the allocation concerned, as named by sanitize(); 0: none
+  uint32_t other = 0;  // a race: the other core << 24 | its instruction (0xffffff: not known)
+};
+
 /// One hardware queue: a descriptor ring and a completion ring in mapped host memory, a doorbell,
 /// and a fence word that the card advances to each completed descriptor's sequence number.
 /// Thread-safe.
@@ -124,6 +133,10 @@ class Queue {
   /// Submits a WAIT: later descriptors of this queue start once the semaphore at `sem` is at
   /// least `value`. The host does not wait.
   Status wait_semaphore(uint64_t sem, uint64_t value, uint64_t* seq);
+  /// Submits a SANITIZE command (hw/commands.h, SanitizeArgs): in this queue's order, switches the
+  /// card's sanitizer to `tag`'s checks (kEnable), or names the allocation [base, base + size) as
+  /// `tag` (kAlloc) or frees it (kFree).
+  Status sanitize(hw::SanitizeAction action, uint64_t base, uint64_t size, uint64_t tag, uint64_t* seq);
   /// Submits a TIMESTAMP: the card writes its cycle counter (u64) to host IOVA `iova` when the
   /// queue reaches it.
   Status timestamp(uint64_t iova, uint64_t* seq);
@@ -158,6 +171,8 @@ class Queue {
   /// what failed), and its completion record (the error, and for a core fault the core and
   /// instruction); false when no command has failed since the last reset.
   bool failed_command(hw::Descriptor* out, hw::Completion* completion);
+  /// When error() is a sanitizer report: what the sanitizer found. False otherwise.
+  bool sanitizer_finding(SanitizerFinding* out);
   /// Waits for outstanding work (or a halt), then clears the error state in the card and the driver.
   /// Work dropped by a halt releases its on_complete callbacks here.
   Status reset();
@@ -204,7 +219,8 @@ class Queue {
   hw::Descriptor failed_{};          // the command that set error_, when has_failed_
   hw::Completion failed_completion_{};
   bool has_failed_ = false;
-  bool abandoned_ = false;  // a wait on this queue ended early (timeout, interrupt)
+  SanitizerFinding finding_;  // read with the failed completion, when it is a sanitizer report
+  bool abandoned_ = false;    // a wait on this queue ended early (timeout, interrupt)
   uint64_t not_executed_ = 0;
 };
 
@@ -222,6 +238,8 @@ class Device {
   Status alloc(uint64_t bytes, uint64_t* addr);
   /// Frees a block returned by alloc(). Freeing an unknown address is a kInvalidArgument.
   Status free(uint64_t addr);
+  /// The block of alloc() that holds device address `addr`: its start and size; false when none.
+  bool allocation_at(uint64_t addr, uint64_t* base, uint64_t* size);
   /// Zeroes device memory that nothing uses any more (a block about to be freed, no work queued on
   /// it) through the management page's scrub; on a shared card the daemon scrubs it when it lies
   /// in this client's window, and drops it otherwise. Returns once the card has taken it. On the

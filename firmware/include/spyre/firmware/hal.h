@@ -52,10 +52,12 @@ class Hal {
   /// waiters) and returns when it has finished.
   virtual hw::Verdict copy(const hw::CopyArgs& args, uint8_t flags, uint32_t priority) = 0;
   /// Waits until every core in `core_mask` is free (ahead of lower `priority` waiters), starts the
-  /// program on them with the argument block `args`, and returns when all have stopped. The cores
-  /// fault (kDmaFault) on any device access outside `window`.
-  virtual hw::Verdict launch(uint64_t program, const Arguments& args, uint64_t core_mask, uint32_t priority,
-                             const Window& window) = 0;
+  /// program on them with the argument block `args` for queue `queue`, and returns when all have
+  /// stopped. The cores fault (kDmaFault) on any device access outside `window`.
+  virtual hw::Verdict launch(uint32_t queue, uint64_t program, const Arguments& args, uint64_t core_mask,
+                             uint32_t priority, const Window& window) = 0;
+  /// Hands a validated SANITIZE command to the device sanitizer, in queue order.
+  virtual void sanitize(const hw::SanitizeArgs& args) = 0;
 
   virtual void raise_msix(uint32_t vector) = 0;
   virtual uint64_t now_cycles() = 0;

@@ -16,6 +16,7 @@ enum class Opcode : uint8_t {
   kTimestamp = 3,  // write the device cycle counter (u64) to host memory
   kSignal = 4,     // raise a timeline semaphore in device memory to a value
   kWait = 5,       // hold the queue until a timeline semaphore reaches a value
+  kSanitize = 6,   // emulator only: switch the device sanitizer on, or tell it of an allocation or a free
   kCount
 };
 
@@ -34,6 +35,8 @@ constexpr const char* opcode_name(Opcode op) {
       return "signal";
     case Opcode::kWait:
       return "wait";
+    case Opcode::kSanitize:
+      return "sanitize";
     default:
       return "invalid opcode";
   }
@@ -86,6 +89,57 @@ struct SemaphoreArgs {
   uint64_t reserved[4];
 };
 
+/// The device sanitizer (an emulator-only debugging aid; silicon answers kBadOpcode). It checks
+/// every load and store of the cores against what the host told it, in queue order, so that a
+/// free reaches it after the launches queued before it have run:
+/// - kSanitizeEnable: `tag` holds the kSanitize* checks to run from now on (0: none); base = size = 0.
+/// - kSanitizeAlloc: [base, base + size) is a new allocation named `tag` (nonzero): uninitialised,
+///   and an access that starts in it must end in it.
+/// - kSanitizeFree: the allocation [base, base + size) is freed: any access to it is reported.
+/// A report stops the launch with kSanitizerReport; the queue's kQSan* registers say what it saw.
+/// docs/hardware-interface.md, "The device sanitizer".
+enum class SanitizeAction : uint64_t { kEnable = 0, kAlloc = 1, kFree = 2, kCount };
+inline constexpr uint64_t kSanitizeMemcheck = 1u << 0;   // bounds of allocations, and freed memory
+inline constexpr uint64_t kSanitizeRacecheck = 1u << 1;  // cores of one launch touching the same bytes unordered
+inline constexpr uint64_t kSanitizeInitcheck = 1u << 2;  // reads of bytes never written since their allocation
+inline constexpr uint64_t kSanitizeMask = kSanitizeMemcheck | kSanitizeRacecheck | kSanitizeInitcheck;
+
+struct SanitizeArgs {
+  SanitizeAction action;
+  uint64_t base;  // device address
+  uint64_t size;  // bytes
+  uint64_t tag;   // the allocation's name (kAlloc, kFree), or the checks (kEnable)
+  uint64_t reserved[2];
+};
+
+/// What a sanitizer report found (the queue's kQSanKind register, bits 7..0).
+enum class SanitizeReport : uint32_t {
+  kNone = 0,
+  kOutOfBounds = 1,    // the access starts in allocation kQSanTag and leaves it (or enters it from outside)
+  kFreed = 2,          // the access touches allocation kQSanTag after it was freed
+  kRace = 3,           // another core of the launch (kQSanOther) touched these bytes with no BARRIER between
+  kUninitialised = 4,  // a read of bytes of allocation kQSanTag that nothing wrote since it was allocated
+  kCount
+};
+inline constexpr uint32_t kSanReportWrite = 1u << 8;  // kQSanKind: the reported access is a store
+
+constexpr const char* sanitize_report_name(SanitizeReport r) {
+  switch (r) {
+    case SanitizeReport::kNone:
+      return "none";
+    case SanitizeReport::kOutOfBounds:
+      return "out of bounds";
+    case SanitizeReport::kFreed:
+      return "use after free";
+    case SanitizeReport::kRace:
+      return "race";
+    case SanitizeReport::kUninitialised:
+      return "uninitialised read";
+    default:
+      return "unknown";
+  }
+}
+
 /// One 64-byte descriptor. `seq` is the queue's sequence number for this descriptor: the firmware
 /// writes it to the queue's fence word once the descriptor completed (successfully or not).
 struct Descriptor {
@@ -99,6 +153,7 @@ struct Descriptor {
     LaunchArgs launch;
     TimestampArgs timestamp;
     SemaphoreArgs semaphore;
+    SanitizeArgs sanitize;
     uint64_t raw[6];
   };
 };

@@ -7,24 +7,25 @@ namespace spyre::hw {
 
 enum class ErrorCode : uint16_t {
   kOk = 0,
-  kBadOpcode = 1,        // the opcode is not one the firmware knows
-  kReservedNonZero = 2,  // a reserved field or bit is set
-  kBadFlags = 3,         // flags not valid for this opcode
-  kBadSize = 4,          // a size is zero or above the limit
-  kBadAlignment = 5,     // an address or size breaks its alignment rule
-  kOutOfRange = 6,       // a device address range leaves device memory (or the queue's window of it)
-  kDmaFault = 7,         // an address the queue may not reach: unmapped host memory (IOMMU), or outside its windows
-  kBadProgram = 8,       // the program header is malformed
-  kCoreFault = 9,        // a core hit an illegal instruction or scratchpad access
-  kQueueInError = 10,    // not executed: the queue was already in the error state
-  kNoSuchCore = 11,      // the core mask names a core the device does not have (or none)
-  kWatchdog = 12,        // a core ran past the launch's cycle budget (firmware.watchdog_cycles)
-  kRingOverrun = 13,     // the doorbell put TAIL more than a ring ahead of HEAD
-  kBadSequence = 14,     // a descriptor's seq is not above the one before it on its queue
-  kDmaError = 15,        // a DMA transfer failed on the link (not an IOMMU refusal)
-  kEccError = 16,        // a read hit an uncorrectable ECC error in device memory
-  kLinkDown = 17,        // the PCIe link is down: the card is lost to the host
-  kHostMemory = 18,      // emulator only: the host has no memory left to back a written page of device memory
+  kBadOpcode = 1,         // the opcode is not one the firmware knows
+  kReservedNonZero = 2,   // a reserved field or bit is set
+  kBadFlags = 3,          // flags not valid for this opcode
+  kBadSize = 4,           // a size is zero or above the limit
+  kBadAlignment = 5,      // an address or size breaks its alignment rule
+  kOutOfRange = 6,        // a device address range leaves device memory (or the queue's window of it)
+  kDmaFault = 7,          // an address the queue may not reach: unmapped host memory (IOMMU), or outside its windows
+  kBadProgram = 8,        // the program header is malformed
+  kCoreFault = 9,         // a core hit an illegal instruction or scratchpad access
+  kQueueInError = 10,     // not executed: the queue was already in the error state
+  kNoSuchCore = 11,       // the core mask names a core the device does not have (or none)
+  kWatchdog = 12,         // a core ran past the launch's cycle budget (firmware.watchdog_cycles)
+  kRingOverrun = 13,      // the doorbell put TAIL more than a ring ahead of HEAD
+  kBadSequence = 14,      // a descriptor's seq is not above the one before it on its queue
+  kDmaError = 15,         // a DMA transfer failed on the link (not an IOMMU refusal)
+  kEccError = 16,         // a read hit an uncorrectable ECC error in device memory
+  kLinkDown = 17,         // the PCIe link is down: the card is lost to the host
+  kHostMemory = 18,       // emulator only: the host has no memory left to back a written page of device memory
+  kSanitizerReport = 19,  // emulator only: the device sanitizer stopped the launch (the queue's kQSan* registers)
   kCount
 };
 
@@ -44,6 +45,9 @@ enum class Field : uint16_t {
   kTimestampDst,
   kLaunchLabel,
   kSemaphoreAddr,
+  kSanitizeAction,
+  kSanitizeRange,
+  kSanitizeTag,
   kCount
 };
 
@@ -88,6 +92,8 @@ constexpr const char* error_name(ErrorCode e) {
       return "PCIe link down";
     case ErrorCode::kHostMemory:
       return "the simulator's host has no memory left to back device memory";
+    case ErrorCode::kSanitizerReport:
+      return "device sanitizer report";
     default:
       return "unknown";
   }
@@ -126,6 +132,12 @@ constexpr const char* field_name(Field f) {
       return "launch.label";
     case Field::kSemaphoreAddr:
       return "semaphore.addr";
+    case Field::kSanitizeAction:
+      return "sanitize.action";
+    case Field::kSanitizeRange:
+      return "sanitize.base";
+    case Field::kSanitizeTag:
+      return "sanitize.tag";
     default:
       return "unknown";
   }

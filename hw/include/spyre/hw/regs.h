@@ -7,7 +7,7 @@
 namespace spyre::hw {
 
 inline constexpr uint32_t kRegMagicValue = 0x52595053;  // "SPYR"
-inline constexpr uint32_t kInterfaceVersion = 4;        // 4: the capability registers a compiler plans with
+inline constexpr uint32_t kInterfaceVersion = 5;        // 5: SANITIZE and the queues' SAN_* registers
 
 // Device-wide registers.
 inline constexpr uint32_t kRegMagic = 0x0000;      // ro: kRegMagicValue
@@ -71,6 +71,17 @@ inline constexpr uint32_t kQResets = 0x38;      // ro: resets of this queue (fre
 // does not clear it: the command runs on to its end, its result dropped. The host waits for 0
 // before it hands the queue's memory to someone else.
 inline constexpr uint32_t kQActive = 0x3c;
+// ro: the device sanitizer's last report on this queue (commands.h, SanitizeArgs): what it found
+// (SanitizeReport, | kSanReportWrite for a store), the access (address, bytes), the allocation
+// concerned (its tag) and, for a race, the other core (core << 24 | instruction). Written when a
+// launch stops with kSanitizerReport; a queue reset keeps them, a device reset clears them.
+inline constexpr uint32_t kQSanKind = 0x40;
+inline constexpr uint32_t kQSanAddrLo = 0x44;
+inline constexpr uint32_t kQSanAddrHi = 0x48;
+inline constexpr uint32_t kQSanBytes = 0x4c;
+inline constexpr uint32_t kQSanTagLo = 0x50;
+inline constexpr uint32_t kQSanTagHi = 0x54;
+inline constexpr uint32_t kQSanOther = 0x58;
 
 // Queues run concurrently and share the cores and the DMA channels. When several wait for the same
 // ones, a high-priority queue goes first, then the one that asked first.

@@ -1,0 +1,91 @@
+// The device sanitizer: an emulator-only debugging aid that checks every load and store of the
+// cores against what the host told it with SANITIZE commands (hw/commands.h, SanitizeArgs):
+// - memcheck: an access that starts in an allocation must end in it, and none may touch a freed one;
+// - initcheck: a read may only see bytes written (by a core or a copy) since their allocation;
+// - racecheck: two cores of one launch may not touch the same bytes, one of them writing, with no
+//   BARRIER between (accumulating SCATTERs are atomic at the memory, so two of them do not race).
+// Memory the host never named (programs, arguments, semaphores) is not checked. A finding stops
+// the core as a fault would, with kSanitizerReport; the control processor copies the report into
+// the queue's kQSan* registers. docs/hardware-interface.md, "The device sanitizer".
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <vector>
+
+#include "spyre/hw/commands.h"
+#include "timing.h"
+
+namespace spyre::sim {
+
+/// What the sanitizer found, as the queue's kQSan* registers carry it.
+struct SanitizerReport {
+  hw::SanitizeReport kind = hw::SanitizeReport::kNone;
+  bool write = false;
+  uint64_t addr = 0, bytes = 0;  // the offending row
+  uint64_t tag = 0;              // the allocation concerned (0: none the host named)
+  uint32_t other = 0;            // a race: the other core << 24 | its instruction
+};
+
+/// The accesses of one launch's cores since its last BARRIER, for racecheck: disjoint byte ranges,
+/// each with the ranks that read, wrote or accumulated into it.
+class RaceLog {
+ public:
+  enum class Kind : uint8_t { kRead, kWrite, kAccumulate };
+  /// Records that rank `rank` (core `core`, at instruction `pc`) touched [lo, hi); false, with the
+  /// other side of the race in `other` (core << 24 | instruction), when another rank did so too
+  /// with no barrier between and one of them wrote (two accumulations do not race).
+  bool touch(uint64_t lo, uint64_t hi, uint32_t rank, uint32_t core, uint32_t pc, Kind kind, uint32_t* other);
+  /// A barrier released every core: what came before is ordered before what follows.
+  void clear() { segs_.clear(); }
+
+ private:
+  struct Who {
+    uint32_t core = 0, pc = 0, rank = 0;
+  };
+  struct Seg {
+    uint64_t end;
+    uint64_t readers = 0, writers = 0, accumulators = 0;  // ranks, one bit each
+    Who last[3];                                          // the last access of each Kind
+  };
+  /// Makes `at` a segment boundary (if a segment spans it).
+  void split(uint64_t at);
+  std::map<uint64_t, Seg> segs_;
+};
+
+class Sanitizer {
+ public:
+  /// Which checks run (hw::kSanitize* bits); 0 when the sanitizer is off.
+  uint64_t checks() const { return checks_; }
+  /// Whether the host named any memory: writes are then tracked (also while the checks are off,
+  /// so that initialisation is right when they are switched on again).
+  bool tracks() const { return !regions_.empty(); }
+  /// Applies a validated SANITIZE command.
+  void command(const hw::SanitizeArgs& a);
+  /// Any writer of device memory (cores, DMA) wrote `rows`: initialised from now on.
+  void written(const Rows& rows);
+  /// Checks a core's access to `rows` before it moves a byte. `race` is the launch's log (nullptr:
+  /// no racecheck). False, with `out` filled, when a check fails.
+  bool check(const Rows& rows, RaceLog::Kind kind, uint32_t rank, uint32_t core, uint32_t pc, RaceLog* race,
+             SanitizerReport* out);
+  /// The report of the last finding of core `core`.
+  const SanitizerReport& report(uint32_t core) const;
+  void set_report(uint32_t core, const SanitizerReport& r);
+
+ private:
+  struct Region {
+    uint64_t end;
+    uint64_t tag;
+    bool freed;
+    std::vector<uint64_t> init;  // initcheck: bit i set when byte base + i was written (live regions)
+  };
+  /// Removes [base, end) from every region (trimming those that stick out).
+  void carve(uint64_t base, uint64_t end);
+  /// memcheck and initcheck of one row; false with `out` filled.
+  bool check_row(uint64_t addr, uint64_t n, bool read, SanitizerReport* out) const;
+  uint64_t checks_ = 0;
+  std::map<uint64_t, Region> regions_;  // by base, disjoint
+  std::vector<SanitizerReport> reports_;
+};
+
+}  // namespace spyre::sim
