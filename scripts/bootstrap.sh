@@ -6,8 +6,9 @@
 #   libFuzzer runtimes (the fuzz targets); ccache (a build in a fresh clone reuses earlier ones).
 #   .venv at the repository root: torch==2.13.0 (CPU), numpy, pytest, expecttest (for PyTorch's OpInfo
 #   test inputs), transformers (the Llama model tests build a tiny model, no download), ruff; pandas,
-#   pyarrow, matplotlib, tqdm, ray (the architect's tools, spyre_arch); torch_spyre and spyre_arch
-#   (editable, with the spyre-sweep and spyre-plot commands).
+#   pyarrow, matplotlib, tqdm, ray, perfetto (the architect's tools, spyre_arch; perfetto writes
+#   spyre-trace's protobuf traces); torch_spyre and spyre_arch (editable, with the spyre-sweep,
+#   spyre-plot and spyre-trace commands).
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$ROOT"
@@ -17,7 +18,7 @@ APT_PACKAGES=(build-essential binutils cmake ninja-build pkg-config git
   python3 python3-dev python3-venv
   gcc-riscv64-unknown-elf clang libclang-rt-dev ccache linux-perf)
 PY_PACKAGES=("torch==2.13.0" numpy pytest "expecttest==0.3.0" "transformers==5.24.0" ruff "clang-format==18.1.8" "clang-tidy==18.1.8"
-  "setuptools>=64" wheel pandas pyarrow matplotlib tqdm ray)
+  "setuptools>=64" wheel pandas pyarrow matplotlib tqdm ray "perfetto==0.59.1")
 
 say() { printf '\033[1mbootstrap:\033[0m %s\n' "$*"; }
 # pip, quiet unless it fails (then its whole log is shown).

@@ -270,6 +270,7 @@ def test_spyre_arch_runs_without_torch():
     code = (
         "import sys\n"
         "import spyre_arch.sweep, spyre_arch.sweep_cli, spyre_arch.plot_cli, spyre_arch.plots, spyre_arch.engines\n"
+        "import spyre_arch.trace_cli\n"
         "print(sorted(m for m in sys.modules if m.split('.')[0] in ('torch', 'torch_spyre')))\n"
     )
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=tool_env(), timeout=60)

@@ -3,7 +3,11 @@ profiler's view of the device."""
 
 from __future__ import annotations
 
+import collections
 import json
+import pathlib
+import subprocess
+import sys
 import time
 
 import torch
@@ -215,3 +219,105 @@ def test_a_pointwise_or_reduction_kernel_is_named_by_the_op_that_launched_it(tmp
     assert names["aten::add_.Tensor"] == "add (pointwise f32 [64,64])"
     assert names["aten::copy_"] == "copy (pointwise f32 [64,64])"  # a transposing copy is a kernel
     assert names["aten::mm"] == "mm f32 64x64x64"  # a matmul's own name says what it is
+
+
+def test_spyre_trace_summarizes_a_gpt_forward_as_the_stats_count_it(tmp_path):
+    # A GPT-2-style forward with its trace and stats; `spyre-trace summarize` reads the trace alone
+    # (and the stats for the stall table): its kernels must be the launches the card counted, by
+    # program name and op, and its DMA bytes the card's host copies.
+    trace, stats = tmp_path / "trace.json", tmp_path / "stats.json"
+    code = (
+        "import torch, torch_spyre, transformers as T\n"
+        "torch.manual_seed(0)\n"
+        "cfg = T.GPT2Config(vocab_size=128, n_positions=64, n_embd=64, n_layer=2, n_head=4)\n"
+        "m = T.GPT2LMHeadModel(cfg).eval().to('spyre')\n"
+        "with torch.no_grad():\n"
+        "    m(torch.randint(0, 128, (2, 16)).to('spyre')).logits.cpu()\n"
+    )
+    proc = run_python(code, env={"SPYRE_TRACE": str(trace), "SPYRE_STATS": str(stats)})
+    assert proc.returncode == 0, proc.stderr
+    tool = pathlib.Path(sys.executable).parent / "spyre-trace"
+    args = ["summarize", str(trace), "--stats", str(stats), "--top", "1000"]
+    out = subprocess.run([str(tool), *args, "--json"], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    s = json.loads(out.stdout)
+    card = json.loads(stats.read_text())["cards"][0]
+    counted = collections.Counter(launch["name"] for launch in card["launches"])
+    assert {k["kernel"]: k["launches"] for k in s["kernels"]} == dict(counted)
+    for k in s["kernels"]:
+        assert set(k["ops"]) == {launch["op"] for launch in card["launches"] if launch["name"] == k["kernel"]}
+    assert [k["us"] for k in s["kernels"]] == sorted((k["us"] for k in s["kernels"]), reverse=True)
+    assert abs(sum(k["share"] for k in s["kernels"]) - 1) < 1e-9
+    assert sum(d["bytes"] for d in s["dma"]) == card["bytes"]["h2d"] + card["bytes"]["d2h"] + card["bytes"]["d2d"]
+    stall = {(r["card"], r["core"]): r for r in s["stall"]}
+    for core, c in card["cores"].items():
+        if any(c["stall"].values()):
+            assert all(stall[(0, int(core))][k] == v for k, v in c["stall"].items())
+    assert sum(c["programs"] for c in s["cores"]) == sum(c["programs"] for c in card["cores"].values())
+    text = subprocess.run([str(tool), *args], capture_output=True, text=True, timeout=120).stdout
+    assert text.startswith(f"kernels: {len(card['launches'])} launches of {len(counted)} kernels")
+    assert "native_layer_norm" in text and "idle gaps" in text
+
+    # `convert`: the same trace in Perfetto's protobuf format, read back with Perfetto's own schema:
+    # every slice on its track with its name, start and end to the nanosecond, and every flow
+    # from a launch to a program.
+    from perfetto.protos.perfetto.trace.perfetto_trace_pb2 import Trace, TrackEvent
+
+    out_pf = tmp_path / "trace.pftrace"
+    done = subprocess.run([str(tool), "convert", str(trace), "-o", str(out_pf)], capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    packets = Trace.FromString(out_pf.read_bytes()).packet
+    events = json.loads(trace.read_text())["traceEvents"]
+    names = {(e["pid"], e["tid"]): e["args"]["name"] for e in events if e.get("name") == "thread_name"}
+    track_name = {p.track_descriptor.uuid: p.track_descriptor.name for p in packets if p.HasField("track_descriptor")}
+    got, open_ = collections.Counter(), collections.defaultdict(list)
+    for p in packets:
+        if not p.HasField("track_event"):
+            continue
+        ev = p.track_event
+        if ev.type == TrackEvent.TYPE_SLICE_BEGIN:
+            open_[ev.track_uuid].append((p.timestamp, ev.name))
+        else:
+            start, name = open_[ev.track_uuid].pop()
+            got[(track_name[ev.track_uuid], name, start, p.timestamp)] += 1
+    assert not any(open_.values())
+    want = collections.Counter(
+        (names[(e["pid"], e["tid"])], e["name"], round(e["ts"] * 1000), round((e["ts"] + e["dur"]) * 1000))
+        for e in events
+        if e.get("ph") == "X"
+    )
+    assert got == want
+    flows = [i for p in packets for i in p.track_event.flow_ids]
+    ends = [(i, p.track_event.name) for p in packets for i in p.track_event.terminating_flow_ids]
+    assert sorted(flows) == sorted(i for i, _ in ends) == sorted(e["id"] for e in events if e.get("ph") == "s")
+    assert {name for _, name in ends} == {"program"}
+
+
+def test_each_launch_has_a_flow_to_each_of_its_cores_programs(tmp_path):
+    # In the simulator's trace an arrow leads from each launch on its queue's track to the program
+    # of every core it ran on: as many as the stats count cores per launch, one into each program.
+    trace, stats = tmp_path / "trace.json", tmp_path / "stats.json"
+    code = (
+        "import torch, torch_spyre\n"
+        "a = torch.randn(96, 64).to('spyre'); b = torch.randn(64, 80).to('spyre')\n"
+        "torch.softmax(a @ b, dim=-1).cpu(); (a[:4] + 1).cpu()\n"
+    )
+    proc = run_python(code, env={"SPYRE_TRACE": str(trace), "SPYRE_STATS": str(stats)})
+    assert proc.returncode == 0, proc.stderr
+    events = json.loads(trace.read_text())["traceEvents"]
+    names = {e["tid"]: e["args"]["name"] for e in events if e.get("name") == "thread_name"}
+    starts = {e["id"]: e for e in events if e.get("ph") == "s"}
+    ends = {e["id"]: e for e in events if e.get("ph") == "f"}
+    assert starts.keys() == ends.keys()
+    launches = [e for e in events if e.get("ph") == "X" and names[e["tid"]].startswith("queue") and "op" in e["args"]]
+    programs = [e for e in events if e.get("ph") == "X" and e["name"] == "program"]
+    card = json.loads(stats.read_text())["cards"][0]
+    assert len(starts) == sum(launch["cores"] for launch in card["launches"]) == len(programs)
+    into = collections.Counter()
+    for fid, s in starts.items():
+        f = ends[fid]
+        assert names[s["tid"]].startswith("queue") and names[f["tid"]].startswith("core")
+        assert any(x["tid"] == s["tid"] and x["ts"] <= s["ts"] <= x["ts"] + x["dur"] for x in launches)
+        (program,) = [p for p in programs if p["tid"] == f["tid"] and p["ts"] == f["ts"]]
+        into[(program["tid"], program["ts"])] += 1
+    assert set(into.values()) == {1}

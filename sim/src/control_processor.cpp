@@ -58,6 +58,11 @@ hw::Verdict ControlProcessor::launch(uint32_t queue, uint64_t program, const fw:
     if (core_mask >> i & 1) ranks.push_back(cores_[i]);
   }
   launch->reset(ranks);
+  // Arrows in the trace from the launch on its queue's track to each core's program.
+  launch->set_flow(next_flow_);
+  const uint32_t track = queue_track(queue);
+  for (uint32_t rank = 0; rank < ranks.size(); ++rank) trace_.flow(track, clock_.now_cycles(), next_flow_ + rank, true);
+  next_flow_ += ranks.size();
   // The launch's share of its cores' counters: what they count from its start to its end.
   const auto totals = [&] {
     LaunchStats t;
@@ -103,6 +108,13 @@ hw::Verdict ControlProcessor::launch(uint32_t queue, uint64_t program, const fw:
   return v;
 }
 
+uint32_t ControlProcessor::queue_track(uint32_t queue) {
+  // The track's name is formatted once per queue: this runs for every command.
+  if (queue >= queue_tracks_.size()) queue_tracks_.resize(queue + 1, 0);
+  if (queue_tracks_[queue] == 0) queue_tracks_[queue] = trace_.track(card_, fmt::format("queue {:02}", queue)) + 1;
+  return queue_tracks_[queue] - 1;
+}
+
 void ControlProcessor::report(uint32_t queue, const SanitizerReport& r) {
   const auto set = [&](uint32_t reg, uint32_t value) { endpoint_.reg_write_device(hw::queue_reg(queue, reg), value); };
   set(hw::kQSanKind, static_cast<uint32_t>(r.kind) | (r.write ? hw::kSanReportWrite : 0));
@@ -127,10 +139,7 @@ void ControlProcessor::command_done(uint32_t queue, const hw::Descriptor& d, con
   const char* name = hw::opcode_name(d.opcode);
   ++stats_.commands[name];
   if (c.error != hw::ErrorCode::kOk) ++stats_.command_errors;
-  // The track's name is formatted once per queue: this runs for every command.
-  if (queue >= queue_tracks_.size()) queue_tracks_.resize(queue + 1, 0);
-  if (queue_tracks_[queue] == 0) queue_tracks_[queue] = trace_.track(card_, fmt::format("queue {:02}", queue)) + 1;
-  const uint32_t track = queue_tracks_[queue] - 1;
+  const uint32_t track = queue_track(queue);
   // A launch is named by its program and tagged with the host op that queued it: debug information
   // read without timing, as a debugger reads symbols. A failed launch keeps both (when its program
   // lies in memory), and its slice says that it failed and why.

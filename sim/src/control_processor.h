@@ -66,6 +66,9 @@ class ControlProcessor : public sc_core::sc_module, private fw::Hal {
   // Launches whose cores are done, until command_done names them: by (program, argument block).
   std::multimap<std::pair<uint64_t, uint64_t>, LaunchStats> finished_launches_;
   std::vector<uint32_t> queue_tracks_;  // trace track of each queue, made on its first command (0: none yet)
+  /// The trace track of queue `queue`.
+  uint32_t queue_track(uint32_t queue);
+  uint64_t next_flow_ = 1;  // the trace's flows from launches to their cores' programs
   Trace& trace_;
   CardStats& stats_;
   uint32_t card_;

@@ -112,6 +112,7 @@ void Core::thread() {
     wait(start_);
     const uint64_t begin = now();
     launched_ = begin;
+    if (launch_) trace_.flow(track_, begin, launch_->flow() + rank_, false);
     fault_code_ = hw::ErrorCode::kCoreFault;
     result_ = run();
     sync();

@@ -55,6 +55,9 @@ class Launch {
   void note_fetch(uint64_t addr, uint64_t n, const sc_core::sc_time& done) { fetches_.push_back({addr, n, done}); }
   /// The sanitizer's record of this launch's accesses since its last BARRIER (racecheck).
   RaceLog& races() { return races_; }
+  /// The trace's flow from the launch's queue to rank r's program is flow() + r.
+  uint64_t flow() const { return flow_; }
+  void set_flow(uint64_t id) { flow_ = id; }
   uint32_t size() const { return static_cast<uint32_t>(ranks_.size()); }
   Core& rank(uint32_t r) const { return *ranks_.at(r); }
   /// Called from a core's thread; returns when the barrier releases.
@@ -70,6 +73,7 @@ class Launch {
   };
   std::vector<Fetch> fetches_;
   RaceLog races_;
+  uint64_t flow_ = 0;
   std::vector<Core*> ranks_;
   uint32_t active_ = 0;
   uint32_t arrived_ = 0;

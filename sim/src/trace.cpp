@@ -29,12 +29,22 @@ void Trace::slice(uint32_t track, const std::string& name, uint64_t start, uint6
     ++dropped_;
     return;
   }
-  Event e{track, intern(name), start, end > start ? end - start : 0, 0, {}, op.empty() ? 0 : intern(op) + 1};
+  Event e{
+      track, intern(name), start, end > start ? end - start : 0, Kind::kSlice, 0, {}, op.empty() ? 0 : intern(op) + 1};
   for (const auto& [k, v] : args) {
     if (e.nargs == 3) break;
     e.args[e.nargs++] = {intern(k), v};
   }
   events_.push_back(e);
+}
+
+void Trace::flow(uint32_t track, uint64_t at, uint64_t id, bool start) {
+  if (config_.output.trace_path.empty()) return;
+  if (events_.size() >= config_.output.max_trace_events) {
+    ++dropped_;
+    return;
+  }
+  events_.push_back({track, intern("launch"), at, id, start ? Kind::kFlowStart : Kind::kFlowEnd, 0, {}, 0});
 }
 
 void Trace::write(const std::string& path) const {
@@ -69,6 +79,12 @@ void Trace::write(const std::string& path) const {
   }
   for (const Event& e : events_) {
     sep();
+    if (e.kind != Kind::kSlice) {
+      fmt::print(f.get(), R"~({{"ph":"{}",{}"id":{},"name":"launch","cat":"launch","pid":{},"tid":{},"ts":{:.4f}}})~",
+                 e.kind == Kind::kFlowStart ? "s" : "f", e.kind == Kind::kFlowEnd ? R"("bp":"e",)" : "", e.dur,
+                 tracks_[e.track].card, e.track, static_cast<double>(e.start) * us_per_cycle);
+      continue;
+    }
     fmt::print(f.get(), R"~({{"ph":"X","name":{},"pid":{},"tid":{},"ts":{:.4f},"dur":{:.4f},"args":{{"cycles":{})~",
                nlohmann::json(strings_[e.name]).dump(), tracks_[e.track].card, e.track,
                static_cast<double>(e.start) * us_per_cycle, static_cast<double>(e.dur) * us_per_cycle, e.dur);
