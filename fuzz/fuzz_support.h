@@ -135,7 +135,8 @@ inline void check_descriptor_safe(const hw::Descriptor& d, const fw::Limits& lim
       if (s.action == hw::SanitizeAction::kEnable) {
         FUZZ_CHECK(s.base == 0 && s.size == 0 && (s.tag & ~hw::kSanitizeMask) == 0, "sanitize enable");
       } else {
-        FUZZ_CHECK(s.action == hw::SanitizeAction::kAlloc || s.action == hw::SanitizeAction::kFree,
+        FUZZ_CHECK(s.action == hw::SanitizeAction::kAlloc || s.action == hw::SanitizeAction::kFree ||
+                       s.action == hw::SanitizeAction::kWatch || s.action == hw::SanitizeAction::kUnwatch,
                    "sanitize action %llu", (unsigned long long)s.action);
         FUZZ_CHECK(s.size != 0 && s.tag != 0 && inside(s.base, s.size, lim.mem_size), "sanitize 0x%llx + %llu",
                    (unsigned long long)s.base, (unsigned long long)s.size);

@@ -191,6 +191,35 @@ TEST_CASE("racecheck: the race log agrees with per-byte sets of ranks") {
   }
 }
 
+TEST_CASE("a watchpoint stops stores that touch its bytes, and only stores, with or without checks") {
+  for (const uint64_t checks : {uint64_t{0}, hw::kSanitizeMask}) {
+    Sanitizer san;
+    san.command(command(hw::SanitizeAction::kEnable, 0, 0, checks));
+    CHECK_FALSE(san.active() != (checks != 0));
+    san.command(command(hw::SanitizeAction::kWatch, kBase + 100, 32, 9));
+    CHECK(san.active());
+    SanitizerReport r;
+    const auto store = [&](uint64_t at, uint64_t stride, uint64_t count, uint64_t bytes) {
+      r = {};
+      return san.check(Rows::strided(kBase + at, stride, count, bytes), RaceLog::Kind::kWrite, 0, 0, 0, nullptr, &r);
+    };
+    CHECK(store(0, 0, 1, 100));         // ends where the watch begins
+    CHECK(store(132, 0, 1, 64));        // begins where it ends
+    CHECK(store(90, 50, 2, 10));        // rows at 90 and 140: they step over it
+    CHECK_FALSE(store(60, 20, 3, 20));  // the third row, at 100, is in it
+    CHECK(r.kind == hw::SanitizeReport::kWatchpoint);
+    CHECK(r.tag == 9);
+    CHECK(r.addr == kBase + 100);
+    CHECK_FALSE(store(131, 0, 1, 1));
+    SanitizerReport read;
+    CHECK(san.check(Rows::strided(kBase + 100, 0, 1, 32), RaceLog::Kind::kRead, 0, 0, 0, nullptr, &read));
+    CHECK_FALSE(san.check(Rows::strided(kBase + 96, 0, 1, 8), RaceLog::Kind::kAccumulate, 0, 0, 0, nullptr, &read));
+    san.command(command(hw::SanitizeAction::kUnwatch, kBase + 100, 32, 9));
+    CHECK(store(100, 0, 1, 32));
+    CHECK(san.active() == (checks != 0));
+  }
+}
+
 extern "C" int sc_main(int argc, char* argv[]) {
   doctest::Context context(argc, argv);
   return context.run();

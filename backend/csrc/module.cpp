@@ -349,6 +349,16 @@ PYBIND11_MODULE(_C, m) {
     return names;
     END_HANDLE_TH_ERRORS_PYBIND
   });
+  m.def("_watch", [](int index, int64_t stream, uint64_t addr, uint64_t bytes) {
+    HANDLE_TH_ERRORS
+    return spyre::backend::sanitizer::watch(index, stream, addr, bytes);
+    END_HANDLE_TH_ERRORS_PYBIND
+  });
+  m.def("_unwatch", [](int index, int64_t stream, uint64_t id) {
+    HANDLE_TH_ERRORS
+    spyre::backend::sanitizer::unwatch(index, stream, id);
+    END_HANDLE_TH_ERRORS_PYBIND
+  });
   m.def("_capture_next_launch", [](int index, const std::string& path, const std::string& op) {
     HANDLE_TH_ERRORS
     DeviceRuntime::get(index).capture_next_launch(path, op);

@@ -2,6 +2,7 @@
 
 #include <c10/util/Exception.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <iterator>
 #include <map>
@@ -25,8 +26,10 @@ struct Allocation {
 struct Registry {
   std::mutex mu;
   uint64_t next_tag = 1;
-  std::map<uint64_t, Allocation> live;    // by address
-  std::map<uint64_t, Allocation> by_tag;  // the last kRemembered
+  std::map<uint64_t, Allocation> live;     // by address
+  std::map<uint64_t, Allocation> by_tag;   // the last kRemembered
+  std::map<uint64_t, Allocation> watches;  // by number (Allocation's tag)
+  uint64_t next_watch = 1;
   static constexpr size_t kRemembered = 1 << 16;
 };
 
@@ -117,9 +120,47 @@ void freed(int dev, int64_t stream, uint64_t addr) {
   DeviceRuntime::get(dev).sanitize(stream, hw::SanitizeAction::kFree, a.addr, a.bytes, a.tag);
 }
 
+uint64_t watch(int dev, int64_t stream, uint64_t addr, uint64_t bytes) {
+  TORCH_CHECK_VALUE(bytes > 0, "torch_spyre.debug.watch: the tensor has no bytes to watch");
+  Registry& r = registry(dev);
+  uint64_t id = 0;
+  {
+    std::lock_guard lock(r.mu);
+    id = r.next_watch++;
+    r.watches[id] = {addr, bytes, id, false};
+  }
+  DeviceRuntime::get(dev).sanitize(stream, hw::SanitizeAction::kWatch, addr, bytes, id);
+  return id;
+}
+
+void unwatch(int dev, int64_t stream, uint64_t id) {
+  Registry& r = registry(dev);
+  Allocation w;
+  {
+    std::lock_guard lock(r.mu);
+    const auto it = r.watches.find(id);
+    if (it == r.watches.end()) return;
+    w = it->second;
+    r.watches.erase(it);
+  }
+  DeviceRuntime::get(dev).sanitize(stream, hw::SanitizeAction::kUnwatch, w.addr, w.bytes, id);
+}
+
 std::string describe(int dev, const driver::SanitizerFinding& f) {
   Registry& r = registry(dev);
   std::lock_guard lock(r.mu);
+  if (f.kind == hw::SanitizeReport::kWatchpoint) {
+    std::string what = c10::str("; watchpoint #", f.tag);
+    if (const auto it = r.watches.find(f.tag); it != r.watches.end()) {
+      const Allocation& w = it->second;
+      const uint64_t at = std::max(f.addr, w.addr);
+      what += c10::str(" (", w.bytes, " bytes at ", hex(w.addr), "): a write of ", f.bytes, " bytes at ", hex(f.addr),
+                       " reaches byte ", at - w.addr, " of the watched range");
+    } else {
+      what += c10::str(": a write of ", f.bytes, " bytes at ", hex(f.addr));
+    }
+    return what;
+  }
   std::optional<Allocation> a;
   if (const auto it = r.by_tag.find(f.tag); f.tag != 0 && it != r.by_tag.end()) a = it->second;
   // The first live allocation other than the one concerned that [lo, hi) touches, if any.

@@ -27,6 +27,12 @@ void set_checks(int dev, uint64_t bits);
 void allocated(int dev, int64_t stream, uint64_t addr, uint64_t bytes);
 /// The allocation at `addr` is freed, in `stream`'s order.
 void freed(int dev, int64_t stream, uint64_t addr);
+/// Sets a watchpoint on [addr, addr + bytes) of device `dev`, in `stream`'s order: the first core
+/// store into it stops its launch with a report naming the writer. Works with or without
+/// SPYRE_SANITIZE. Returns its number, for unwatch.
+uint64_t watch(int dev, int64_t stream, uint64_t addr, uint64_t bytes);
+/// Removes watchpoint `id`, in `stream`'s order.
+void unwatch(int dev, int64_t stream, uint64_t id);
 /// What a finding on device `dev` means, naming the allocations it concerns (appended to the
 /// device error).
 std::string describe(int dev, const driver::SanitizerFinding& f);

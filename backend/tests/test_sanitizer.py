@@ -186,3 +186,41 @@ print("clean")
     proc = run_python(code, env=ALL)
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.strip().endswith("clean")
+
+
+def test_a_watchpoint_stops_the_first_kernel_that_writes_into_it():
+    # No SPYRE_SANITIZE: a watchpoint works alone. Writes elsewhere pass; the first kernel whose
+    # store reaches the watched bytes stops before it moves a byte, named with its core and
+    # instruction; after the block the tensor is free again.
+    code = r"""
+import torch, torch_spyre
+from torch_spyre.debug import device_address, watch
+x = torch.zeros(64, device="spyre")
+y = torch.ones(64, device="spyre")
+with watch(x[8:16]):
+    print("watched", hex(device_address(x) + 32))
+    y.add_(1)
+    x[:8].fill_(2)
+    x[16:].fill_(5)
+    torch.spyre.synchronize()
+    print("outside passes")
+    try:
+        x.mul_(3)
+    except RuntimeError as e:
+        print("ERROR", e)
+print("values", x[:9].cpu().tolist(), y[0].item())
+x.mul_(3)
+print("after", x[:9].cpu().tolist())
+"""
+    proc = run_python(code, env={"SPYRE_SANITIZE": "", "TORCH_SPYRE_LAUNCH_BLOCKING": "1"})
+    assert proc.returncode == 0, proc.stderr
+    lines = proc.stdout.splitlines()
+    watched = lines[0].split()[1]
+    assert lines[1] == "outside passes"
+    err = lines[2]
+    assert err.startswith("ERROR ") and "watchpoint (a write of 256 bytes" in err, err
+    assert "in aten::mul_.Tensor (kernel 'mul (pointwise f32 [64])')" in err, err
+    assert re.search(r"\(core \d+ at instruction \d+\).*instruction \d+ is STORE", err), err
+    assert f"watchpoint #1 (32 bytes at {watched})" in err and "reaches byte 0 of the watched range" in err, err
+    assert lines[3] == "values [2.0, 2.0, 2.0, 2.0, 2.0, 2.0, 2.0, 2.0, 0.0] 2.0"  # the mul stored nothing
+    assert lines[4] == "after [6.0, 6.0, 6.0, 6.0, 6.0, 6.0, 6.0, 6.0, 0.0]"

@@ -73,6 +73,28 @@ def sanitize(checks: str, device: torch.device | str | int | None = None):
         _C._sanitize_checks(index, _C._sanitize_env())
 
 
+@contextlib.contextmanager
+def watch(tensor: torch.Tensor):
+    """A watchpoint on a spyre tensor's bytes (from its first element to its last) for the ``with``
+    block: the first kernel that stores into them stops, and its device error (at the next
+    synchronization, or at the launching call under ``TORCH_SPYRE_LAUNCH_BLOCKING=1``) names the
+    writer: op, kernel, core, instruction and the byte it reached. Set and removed in the current
+    stream's order, so it sees exactly the kernels queued inside the block. Copies (``copy_`` from
+    the host, DMA) are not kernels and pass. Needs no ``SPYRE_SANITIZE``.
+    """
+    if tensor.device.type != "spyre":
+        raise ValueError(f"watch: the tensor is on {tensor.device}, not on a spyre device")
+    span = 1 + sum((n - 1) * s for n, s in zip(tensor.shape, tensor.stride(), strict=True)) if tensor.numel() else 0
+    index = tensor.device.index or 0
+    wid = _C._watch(
+        index, torch.spyre.current_stream(index).stream_id, device_address(tensor), span * tensor.element_size()
+    )
+    try:
+        yield
+    finally:
+        _C._unwatch(index, torch.spyre.current_stream(index).stream_id, wid)
+
+
 def device_address(tensor: torch.Tensor) -> int:
     """The device address of a spyre tensor's first element: what a raw descriptor (or a program's
     argument) names to reach the tensor's bytes in device memory."""

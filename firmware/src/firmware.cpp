@@ -106,6 +106,8 @@ hw::Verdict validate_sanitize(const hw::Descriptor& d, const Limits& lim) {
       return {};
     case hw::SanitizeAction::kAlloc:
     case hw::SanitizeAction::kFree:
+    case hw::SanitizeAction::kWatch:
+    case hw::SanitizeAction::kUnwatch:
       if (s.size == 0) return fail(ErrorCode::kBadSize, Field::kSanitizeRange);
       if (!in_device(s.base, s.size, lim)) return fail(ErrorCode::kOutOfRange, Field::kSanitizeRange);
       if (s.tag == 0) return fail(ErrorCode::kBadSize, Field::kSanitizeTag);

@@ -246,13 +246,16 @@ TEST_CASE("SANITIZE commands are checked field by field and reach the model in q
   CHECK(fw::validate_descriptor(sanitize(A::kEnable, 0, 0, hw::kSanitizeMask), kLimits).ok());
   CHECK(fw::validate_descriptor(sanitize(A::kAlloc, mem - 64, 64, 7), kLimits).ok());
   CHECK(fw::validate_descriptor(sanitize(A::kFree, 0, 1, 1), kLimits).ok());
+  CHECK(fw::validate_descriptor(sanitize(A::kWatch, 64, 8, 2), kLimits).ok());
   struct Case {
     hw::Descriptor d;
     ErrorCode e;
     Field f;
   };
   std::vector<Case> cases = {
-      {sanitize(static_cast<A>(3), 0, 64, 1), ErrorCode::kBadFlags, Field::kSanitizeAction},
+      {sanitize(static_cast<A>(5), 0, 64, 1), ErrorCode::kBadFlags, Field::kSanitizeAction},
+      {sanitize(A::kWatch, 0, 0, 1), ErrorCode::kBadSize, Field::kSanitizeRange},
+      {sanitize(A::kUnwatch, mem, 8, 1), ErrorCode::kOutOfRange, Field::kSanitizeRange},
       {sanitize(A::kEnable, 64, 0, 1), ErrorCode::kReservedNonZero, Field::kSanitizeRange},
       {sanitize(A::kEnable, 0, 0, 1u << 3), ErrorCode::kBadFlags, Field::kSanitizeTag},
       {sanitize(A::kAlloc, 0, 0, 1), ErrorCode::kBadSize, Field::kSanitizeRange},

@@ -123,7 +123,7 @@ bool Core::transfer(const hw::Instr& in, const Rows& rows, uint8_t* buf, Move mo
   } else if (!in_window(first, row_bytes) || !in_window(last, row_bytes)) {
     return false;
   }
-  if (sanitizer_ && sanitizer_->checks() && !sanitized(rows, move == Move::kRead, move == Move::kAccumulate)) {
+  if (sanitizer_ && sanitizer_->active() && !sanitized(rows, move == Move::kRead, move == Move::kAccumulate)) {
     return false;
   }
   sync_to_book();

@@ -107,6 +107,12 @@ void Sanitizer::command(const hw::SanitizeArgs& a) {
       carve(a.base, a.base + a.size);
       regions_.emplace(a.base, Region{a.base + a.size, a.tag, true, {}});
       return;
+    case hw::SanitizeAction::kWatch:
+      watches_[a.base] = {a.base + a.size, a.tag};
+      return;
+    case hw::SanitizeAction::kUnwatch:
+      watches_.erase(a.base);
+      return;
     default:
       return;
   }
@@ -162,6 +168,19 @@ bool Sanitizer::check_row(uint64_t addr, uint64_t n, bool read, SanitizerReport*
 bool Sanitizer::check(const Rows& rows, RaceLog::Kind kind, uint32_t rank, uint32_t core, uint32_t pc, RaceLog* race,
                       SanitizerReport* out) {
   const bool read = kind != RaceLog::Kind::kWrite;  // an accumulation reads what it adds to
+  if (kind != RaceLog::Kind::kRead && !watches_.empty()) {
+    for (uint64_t r = 0; r < rows.count; ++r) {
+      const uint64_t lo = rows.at(r), hi = lo + rows.bytes;
+      auto it = watches_.lower_bound(hi);  // the watches that start before hi...
+      while (it != watches_.begin()) {
+        --it;
+        if (it->second.end <= lo) continue;  // ...and end after lo
+        *out = SanitizerReport{hw::SanitizeReport::kWatchpoint, true, lo, rows.bytes, it->second.tag, 0};
+        return false;
+      }
+    }
+  }
+  if (checks_ == 0) return true;
   const bool memory = (checks_ & (hw::kSanitizeMemcheck | hw::kSanitizeInitcheck)) != 0 && !regions_.empty();
   // Strided rows that lie inside one live allocation pass memcheck together; only initcheck and
   // racecheck need the rows one by one.

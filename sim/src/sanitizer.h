@@ -3,7 +3,8 @@
 // - memcheck: an access that starts in an allocation must end in it, and none may touch a freed one;
 // - initcheck: a read may only see bytes written (by a core or a copy) since their allocation;
 // - racecheck: two cores of one launch may not touch the same bytes, one of them writing, with no
-//   BARRIER between (accumulating SCATTERs are atomic at the memory, so two of them do not race).
+//   BARRIER between (accumulating SCATTERs are atomic at the memory, so two of them do not race);
+// - watchpoints (with or without checks): a core store into a watched range.
 // Memory the host never named (programs, arguments, semaphores) is not checked. A finding stops
 // the core as a fault would, with kSanitizerReport; the control processor copies the report into
 // the queue's kQSan* registers. docs/hardware-interface.md, "The device sanitizer".
@@ -57,6 +58,8 @@ class Sanitizer {
  public:
   /// Which checks run (hw::kSanitize* bits); 0 when the sanitizer is off.
   uint64_t checks() const { return checks_; }
+  /// Whether a core's accesses must be checked: checks are on, or a watchpoint is set.
+  bool active() const { return checks_ != 0 || !watches_.empty(); }
   /// Whether the host named any memory: writes are then tracked (also while the checks are off,
   /// so that initialisation is right when they are switched on again).
   bool tracks() const { return !regions_.empty(); }
@@ -85,6 +88,10 @@ class Sanitizer {
   bool check_row(uint64_t addr, uint64_t n, bool read, SanitizerReport* out) const;
   uint64_t checks_ = 0;
   std::map<uint64_t, Region> regions_;  // by base, disjoint
+  struct Watch {
+    uint64_t end, tag;
+  };
+  std::map<uint64_t, Watch> watches_;  // by base
   std::vector<SanitizerReport> reports_;
 };
 

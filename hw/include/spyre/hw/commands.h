@@ -96,9 +96,11 @@ struct SemaphoreArgs {
 /// - kSanitizeAlloc: [base, base + size) is a new allocation named `tag` (nonzero): uninitialised,
 ///   and an access that starts in it must end in it.
 /// - kSanitizeFree: the allocation [base, base + size) is freed: any access to it is reported.
+/// - kWatch: a watchpoint named `tag` (nonzero) on [base, base + size): the first core store into
+///   it stops its launch, with or without checks; kUnwatch removes the one at `base`.
 /// A report stops the launch with kSanitizerReport; the queue's kQSan* registers say what it saw.
 /// docs/hardware-interface.md, "The device sanitizer".
-enum class SanitizeAction : uint64_t { kEnable = 0, kAlloc = 1, kFree = 2, kCount };
+enum class SanitizeAction : uint64_t { kEnable = 0, kAlloc = 1, kFree = 2, kWatch = 3, kUnwatch = 4, kCount };
 inline constexpr uint64_t kSanitizeMemcheck = 1u << 0;   // bounds of allocations, and freed memory
 inline constexpr uint64_t kSanitizeRacecheck = 1u << 1;  // cores of one launch touching the same bytes unordered
 inline constexpr uint64_t kSanitizeInitcheck = 1u << 2;  // reads of bytes never written since their allocation
@@ -119,6 +121,7 @@ enum class SanitizeReport : uint32_t {
   kFreed = 2,          // the access touches allocation kQSanTag after it was freed
   kRace = 3,           // another core of the launch (kQSanOther) touched these bytes with no BARRIER between
   kUninitialised = 4,  // a read of bytes of allocation kQSanTag that nothing wrote since it was allocated
+  kWatchpoint = 5,     // a store into the bytes of watchpoint kQSanTag
   kCount
 };
 inline constexpr uint32_t kSanReportWrite = 1u << 8;  // kQSanKind: the reported access is a store
@@ -135,6 +138,8 @@ constexpr const char* sanitize_report_name(SanitizeReport r) {
       return "race";
     case SanitizeReport::kUninitialised:
       return "uninitialised read";
+    case SanitizeReport::kWatchpoint:
+      return "watchpoint";
     default:
       return "unknown";
   }
