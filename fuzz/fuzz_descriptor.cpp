@@ -293,12 +293,14 @@ class Card final : public fw::Hal {
   uint64_t dev_mem_size() override { return limits_.mem_size; }
   uint32_t num_cores() override { return limits_.num_cores; }
 
-  void sanitize(const hw::SanitizeArgs& args) override {
+  void sanitize(uint32_t queue, const hw::SanitizeArgs& args) override {
+    FUZZ_CHECK(queue == call_.q, "a sanitize command of queue %u reported as queue %u's", call_.q, queue);
     FUZZ_CHECK(call_.executing, "a sanitize command runs without ACTIVE");
     FUZZ_CHECK(call_.d.opcode == hw::Opcode::kSanitize && std::memcmp(&args, &call_.d.sanitize, sizeof args) == 0,
                "sanitize for opcode %u", static_cast<unsigned>(call_.d.opcode));
     check_executable();
-    FUZZ_CHECK(args.action == hw::SanitizeAction::kEnable || fuzz::inside(args.base, args.size, limits_.mem_size),
+    FUZZ_CHECK(args.action == hw::SanitizeAction::kEnable || args.action == hw::SanitizeAction::kUnbreak ||
+                   fuzz::inside(args.base, args.size, limits_.mem_size),
                "sanitize range 0x%llx + %llu", (unsigned long long)args.base, (unsigned long long)args.size);
   }
 

@@ -134,6 +134,10 @@ inline void check_descriptor_safe(const hw::Descriptor& d, const fw::Limits& lim
       for (uint64_t r : s.reserved) FUZZ_CHECK(r == 0, "sanitize reserved");
       if (s.action == hw::SanitizeAction::kEnable) {
         FUZZ_CHECK(s.base == 0 && s.size == 0 && (s.tag & ~hw::kSanitizeMask) == 0, "sanitize enable");
+      } else if (s.action == hw::SanitizeAction::kUnbreak) {
+        FUZZ_CHECK(s.base == 0 && s.size == 0 && s.tag == 0, "sanitize unbreak");
+      } else if (s.action == hw::SanitizeAction::kBreak) {
+        FUZZ_CHECK(s.size >= hw::kBreakHeaderBytes && inside(s.base, s.size, lim.mem_size), "sanitize break");
       } else {
         FUZZ_CHECK(s.action == hw::SanitizeAction::kAlloc || s.action == hw::SanitizeAction::kFree ||
                        s.action == hw::SanitizeAction::kWatch || s.action == hw::SanitizeAction::kUnwatch,

@@ -82,7 +82,7 @@ TEST_CASE("memcheck and initcheck give the verdicts of a byte-by-byte shadow") {
   for (int run = 0; run < 40; ++run) {
     Sanitizer san;
     Reference ref;
-    san.command(command(hw::SanitizeAction::kEnable, 0, 0, hw::kSanitizeMemcheck | hw::kSanitizeInitcheck));
+    san.command(0, command(hw::SanitizeAction::kEnable, 0, 0, hw::kSanitizeMemcheck | hw::kSanitizeInitcheck));
     std::vector<std::pair<uint64_t, uint64_t>> live;  // (offset, size)
     uint64_t next_tag = 1;
     for (int step = 0; step < 400; ++step) {
@@ -93,14 +93,14 @@ TEST_CASE("memcheck and initcheck give the verdicts of a byte-by-byte shadow") {
         for (uint64_t i = at; i < at + n; ++i) free &= ref.b[i].tag == 0 || ref.b[i].freed;
         if (!free) continue;
         const uint64_t tag = next_tag++;
-        san.command(command(hw::SanitizeAction::kAlloc, kBase + at, n, tag));
+        san.command(0, command(hw::SanitizeAction::kAlloc, kBase + at, n, tag));
         for (uint64_t i = at; i < at + n; ++i) ref.b[i] = {tag, false, false};
         live.emplace_back(at, n);
       } else if (what < 4 && !live.empty()) {  // free a whole live allocation
         const size_t k = rng() % live.size();
         const auto [at, n] = live[k];
         live.erase(live.begin() + static_cast<std::ptrdiff_t>(k));
-        san.command(command(hw::SanitizeAction::kFree, kBase + at, n, ref.b[at].tag));
+        san.command(0, command(hw::SanitizeAction::kFree, kBase + at, n, ref.b[at].tag));
         for (uint64_t i = at; i < at + n; ++i) ref.b[i] = {ref.b[i].tag, true, false};
       } else if (what < 6) {  // strided writes (a core's STORE or a copy)
         const uint64_t bytes = 1 + rng() % 40, stride = bytes + rng() % 64, count = 1 + rng() % 8;
@@ -194,9 +194,9 @@ TEST_CASE("racecheck: the race log agrees with per-byte sets of ranks") {
 TEST_CASE("a watchpoint stops stores that touch its bytes, and only stores, with or without checks") {
   for (const uint64_t checks : {uint64_t{0}, hw::kSanitizeMask}) {
     Sanitizer san;
-    san.command(command(hw::SanitizeAction::kEnable, 0, 0, checks));
+    san.command(0, command(hw::SanitizeAction::kEnable, 0, 0, checks));
     CHECK_FALSE(san.active() != (checks != 0));
-    san.command(command(hw::SanitizeAction::kWatch, kBase + 100, 32, 9));
+    san.command(0, command(hw::SanitizeAction::kWatch, kBase + 100, 32, 9));
     CHECK(san.active());
     SanitizerReport r;
     const auto store = [&](uint64_t at, uint64_t stride, uint64_t count, uint64_t bytes) {
@@ -214,10 +214,26 @@ TEST_CASE("a watchpoint stops stores that touch its bytes, and only stores, with
     SanitizerReport read;
     CHECK(san.check(Rows::strided(kBase + 100, 0, 1, 32), RaceLog::Kind::kRead, 0, 0, 0, nullptr, &read));
     CHECK_FALSE(san.check(Rows::strided(kBase + 96, 0, 1, 8), RaceLog::Kind::kAccumulate, 0, 0, 0, nullptr, &read));
-    san.command(command(hw::SanitizeAction::kUnwatch, kBase + 100, 32, 9));
+    san.command(0, command(hw::SanitizeAction::kUnwatch, kBase + 100, 32, 9));
     CHECK(store(100, 0, 1, 32));
     CHECK(san.active() == (checks != 0));
   }
+}
+
+TEST_CASE("a breakpoint belongs to its queue's next launch, which takes it") {
+  Sanitizer san;
+  san.command(3, command(hw::SanitizeAction::kBreak, kBase, 4096, uint64_t{2} << 32 | 17));
+  CHECK_FALSE(san.take_break(0));
+  const Breakpoint b = san.take_break(3).value_or(Breakpoint{});
+  CHECK(b.rank == 2);
+  CHECK(b.pc == 17);
+  CHECK(b.buffer == kBase);
+  CHECK(b.size == 4096);
+  CHECK_FALSE(san.take_break(3));  // one launch only
+  san.command(3, command(hw::SanitizeAction::kBreak, kBase, 4096, 5));
+  san.command(3, command(hw::SanitizeAction::kUnbreak, 0, 0, 0));
+  CHECK_FALSE(san.take_break(3));
+  CHECK_FALSE(san.active());  // a breakpoint costs the cores' loads and stores nothing
 }
 
 extern "C" int sc_main(int argc, char* argv[]) {

@@ -359,6 +359,11 @@ PYBIND11_MODULE(_C, m) {
     spyre::backend::sanitizer::unwatch(index, stream, id);
     END_HANDLE_TH_ERRORS_PYBIND
   });
+  m.def("_break_at", [](int index, int64_t stream, uint64_t buffer, uint64_t bytes, int64_t pc, uint32_t rank) {
+    HANDLE_TH_ERRORS
+    spyre::backend::sanitizer::break_at(index, stream, buffer, bytes, pc, rank);
+    END_HANDLE_TH_ERRORS_PYBIND
+  });
   m.def("_capture_next_launch", [](int index, const std::string& path, const std::string& op) {
     HANDLE_TH_ERRORS
     DeviceRuntime::get(index).capture_next_launch(path, op);

@@ -146,9 +146,23 @@ void unwatch(int dev, int64_t stream, uint64_t id) {
   DeviceRuntime::get(dev).sanitize(stream, hw::SanitizeAction::kUnwatch, w.addr, w.bytes, id);
 }
 
+void break_at(int dev, int64_t stream, uint64_t buffer, uint64_t bytes, int64_t pc, uint32_t rank) {
+  DeviceRuntime& rt = DeviceRuntime::get(dev);
+  if (pc < 0) {
+    rt.sanitize(stream, hw::SanitizeAction::kUnbreak, 0, 0, 0);
+    return;
+  }
+  TORCH_CHECK_VALUE(pc <= 0xffffffffLL, "break_at: instruction ", pc, " is past any program");
+  rt.sanitize(stream, hw::SanitizeAction::kBreak, buffer, bytes, uint64_t{rank} << 32 | static_cast<uint64_t>(pc));
+}
+
 std::string describe(int dev, const driver::SanitizerFinding& f) {
   Registry& r = registry(dev);
   std::lock_guard lock(r.mu);
+  if (f.kind == hw::SanitizeReport::kBreakpoint) {
+    return c10::str("; breakpoint: the core stopped before instruction ", f.tag, " and wrote its registers and ",
+                    f.bytes - hw::kBreakHeaderBytes, " bytes of scratchpad to ", hex(f.addr));
+  }
   if (f.kind == hw::SanitizeReport::kWatchpoint) {
     std::string what = c10::str("; watchpoint #", f.tag);
     if (const auto it = r.watches.find(f.tag); it != r.watches.end()) {

@@ -33,6 +33,10 @@ void freed(int dev, int64_t stream, uint64_t addr);
 uint64_t watch(int dev, int64_t stream, uint64_t addr, uint64_t bytes);
 /// Removes watchpoint `id`, in `stream`'s order.
 void unwatch(int dev, int64_t stream, uint64_t id);
+/// Arms a breakpoint for the next launch on `stream` of device `dev`: core rank `rank` stops before
+/// instruction `pc` and dumps its registers and scratchpad to [buffer, buffer + bytes). `pc` < 0
+/// disarms it.
+void break_at(int dev, int64_t stream, uint64_t buffer, uint64_t bytes, int64_t pc, uint32_t rank);
 /// What a finding on device `dev` means, naming the allocations it concerns (appended to the
 /// device error).
 std::string describe(int dev, const driver::SanitizerFinding& f);

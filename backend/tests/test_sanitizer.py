@@ -224,3 +224,41 @@ print("after", x[:9].cpu().tolist())
     assert f"watchpoint #1 (32 bytes at {watched})" in err and "reaches byte 0 of the watched range" in err, err
     assert lines[3] == "values [2.0, 2.0, 2.0, 2.0, 2.0, 2.0, 2.0, 2.0, 0.0] 2.0"  # the mul stored nothing
     assert lines[4] == "after [6.0, 6.0, 6.0, 6.0, 6.0, 6.0, 6.0, 6.0, 0.0]"
+
+
+def test_a_breakpoint_returns_the_cores_registers_and_scratchpad():
+    # Stop an add kernel right after its BINARY (found in its listing): the registers hold its
+    # arguments (the input's device address), the scratchpad the loaded input and the sums, as
+    # CPU computes them. A rank the launch does not have never stops; the device goes on.
+    code = r"""
+import re, torch, torch_spyre
+from torch_spyre.debug import break_at, device_address, listing
+x = torch.arange(16.0, device="spyre") * 0.5
+(x + 1).cpu()
+lines = listing("aten::add.Tensor").splitlines()[2:]
+binary = next(l for l in lines if " BINARY " in l)
+at = int(binary.split()[0]) + 1
+dst, src = (int(v, 16) for v in re.findall(r"lx\[r15\+(0x[0-9a-f]+)\]", binary))
+arg = next(l for l in lines if " ARG " in l and "arg[0]" in l)
+reg = int(re.search(r"ARG\s+r(\d+)", arg).group(1))
+snap = break_at(lambda: x + 1, instruction=at)
+print(snap.registers[reg] == device_address(x))
+print(snap.view(torch.float32, src, (16,)).tolist() == (torch.arange(16.0) * 0.5).tolist())
+print(snap.view(torch.float32, dst, (16,)).tolist() == (torch.arange(16.0) * 0.5 + 1).tolist())
+print("breakpoint: the core stopped before instruction %d" % at in snap.error, "aten::add.Tensor" in snap.error)
+try:
+    break_at(lambda: x + 1, instruction=at, rank=5)
+except ValueError as e:
+    print(e)
+print((x + 2).cpu()[:2].tolist())
+"""
+    proc = run_python(code, env={"SPYRE_SANITIZE": ""})
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.splitlines() == [
+        "True",
+        "True",
+        "True",
+        "True True",
+        "break_at: the core of rank 5 never reached instruction " + proc.stdout.splitlines()[4].split()[-1],
+        "[2.0, 2.5]",
+    ]

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import os
 
 import torch
@@ -93,6 +94,52 @@ def watch(tensor: torch.Tensor):
         yield
     finally:
         _C._unwatch(index, torch.spyre.current_stream(index).stream_id, wid)
+
+
+@dataclasses.dataclass
+class Snapshot:
+    """A core stopped at a breakpoint (``break_at``): its 16 scalar registers and its scratchpad."""
+
+    instruction: int
+    rank: int
+    registers: list[int]
+    scratchpad: torch.Tensor  # uint8, on the CPU: the core's whole scratchpad
+    error: str  # the device error that reported the stop
+
+    def view(self, dtype: torch.dtype, offset: int, shape: tuple[int, ...]) -> torch.Tensor:
+        """``shape`` elements of ``dtype`` at byte ``offset`` of the scratchpad, packed row after row
+        (how the SFP and the PT arrays lay out their tiles)."""
+        n = int(torch.Size(shape).numel()) * torch.empty(0, dtype=dtype).element_size()
+        return self.scratchpad[offset : offset + n].view(dtype).reshape(shape)
+
+
+def break_at(fn, instruction: int, rank: int = 0, device: torch.device | str | int | None = None) -> Snapshot:
+    """Runs ``fn()`` with a breakpoint: the first launch it queues on the current stream stops when
+    the core of rank ``rank`` is about to execute ``instruction`` (a line of ``listing``), and the
+    core's scalar registers and scratchpad are returned as a ``Snapshot``. The launch does not go
+    on: what it would have written is undefined, and the device error that reported the stop is
+    in ``Snapshot.error``. ``ValueError`` when that core never reached the instruction.
+    """
+    index = _index(device)
+    lx = int(_C._compile_target(index)["lx_bytes"])
+    buffer = torch.zeros(128 + lx, dtype=torch.uint8, device=f"spyre:{index}")
+    stream = torch.spyre.current_stream(index).stream_id
+    _C._break_at(index, stream, device_address(buffer), buffer.numel(), instruction, rank)
+    error = ""
+    try:
+        fn()
+        torch.spyre.synchronize(index)
+    except RuntimeError as e:
+        if "breakpoint" not in str(e):
+            raise
+        error = str(e)
+    finally:
+        _C._break_at(index, stream, 0, 0, -1, 0)
+    if not error:
+        raise ValueError(f"break_at: the core of rank {rank} never reached instruction {instruction}")
+    dump = buffer.cpu()
+    registers = dump[:128].view(torch.int64).tolist()
+    return Snapshot(instruction, rank, [r % 2**64 for r in registers], dump[128:].clone(), error)
 
 
 def device_address(tensor: torch.Tensor) -> int:

@@ -100,6 +100,13 @@ hw::Verdict validate_sanitize(const hw::Descriptor& d, const Limits& lim) {
     if (r != 0) return fail(ErrorCode::kReservedNonZero, Field::kReserved);
   }
   switch (s.action) {
+    case hw::SanitizeAction::kUnbreak:
+      if (s.base != 0 || s.size != 0 || s.tag != 0) return fail(ErrorCode::kReservedNonZero, Field::kSanitizeRange);
+      return {};
+    case hw::SanitizeAction::kBreak:
+      if (s.size < hw::kBreakHeaderBytes) return fail(ErrorCode::kBadSize, Field::kSanitizeRange);
+      if (!in_device(s.base, s.size, lim)) return fail(ErrorCode::kOutOfRange, Field::kSanitizeRange);
+      return {};
     case hw::SanitizeAction::kEnable:
       if (s.base != 0 || s.size != 0) return fail(ErrorCode::kReservedNonZero, Field::kSanitizeRange);
       if ((s.tag & ~hw::kSanitizeMask) != 0) return fail(ErrorCode::kBadFlags, Field::kSanitizeTag);
@@ -321,7 +328,7 @@ hw::Verdict Firmware::execute(uint32_t q, uint32_t resets, const hw::Descriptor&
     case hw::Opcode::kSignal:
       return signal(d.semaphore);
     case hw::Opcode::kSanitize:
-      hal_.sanitize(d.sanitize);
+      hal_.sanitize(q, d.sanitize);
       return {};
     case hw::Opcode::kTimestamp: {
       const uint64_t now = hal_.now_cycles();

@@ -107,7 +107,7 @@ class FakeHal final : public fw::Hal {
     return {};
   }
   std::vector<hw::SanitizeArgs> sanitized;  // each SANITIZE command handed on
-  void sanitize(const hw::SanitizeArgs& a) override { sanitized.push_back(a); }
+  void sanitize(uint32_t, const hw::SanitizeArgs& a) override { sanitized.push_back(a); }
   void raise_msix(uint32_t) override { ++irqs; }
   uint64_t now_cycles() override { return cycle += 10; }
   void wait_for_work(uint32_t) override {}
@@ -247,14 +247,19 @@ TEST_CASE("SANITIZE commands are checked field by field and reach the model in q
   CHECK(fw::validate_descriptor(sanitize(A::kAlloc, mem - 64, 64, 7), kLimits).ok());
   CHECK(fw::validate_descriptor(sanitize(A::kFree, 0, 1, 1), kLimits).ok());
   CHECK(fw::validate_descriptor(sanitize(A::kWatch, 64, 8, 2), kLimits).ok());
+  CHECK(fw::validate_descriptor(sanitize(A::kBreak, 64, hw::kBreakHeaderBytes, 0), kLimits).ok());
+  CHECK(fw::validate_descriptor(sanitize(A::kUnbreak, 0, 0, 0), kLimits).ok());
   struct Case {
     hw::Descriptor d;
     ErrorCode e;
     Field f;
   };
   std::vector<Case> cases = {
-      {sanitize(static_cast<A>(5), 0, 64, 1), ErrorCode::kBadFlags, Field::kSanitizeAction},
+      {sanitize(static_cast<A>(7), 0, 64, 1), ErrorCode::kBadFlags, Field::kSanitizeAction},
       {sanitize(A::kWatch, 0, 0, 1), ErrorCode::kBadSize, Field::kSanitizeRange},
+      {sanitize(A::kBreak, 0, hw::kBreakHeaderBytes - 8, 0), ErrorCode::kBadSize, Field::kSanitizeRange},
+      {sanitize(A::kBreak, mem - 64, hw::kBreakHeaderBytes, 0), ErrorCode::kOutOfRange, Field::kSanitizeRange},
+      {sanitize(A::kUnbreak, 0, 0, 3), ErrorCode::kReservedNonZero, Field::kSanitizeRange},
       {sanitize(A::kUnwatch, mem, 8, 1), ErrorCode::kOutOfRange, Field::kSanitizeRange},
       {sanitize(A::kEnable, 64, 0, 1), ErrorCode::kReservedNonZero, Field::kSanitizeRange},
       {sanitize(A::kEnable, 0, 0, 1u << 3), ErrorCode::kBadFlags, Field::kSanitizeTag},

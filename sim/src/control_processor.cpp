@@ -58,6 +58,7 @@ hw::Verdict ControlProcessor::launch(uint32_t queue, uint64_t program, const fw:
     if (core_mask >> i & 1) ranks.push_back(cores_[i]);
   }
   launch->reset(ranks);
+  launch->set_break(sanitizer_ ? sanitizer_->take_break(queue) : std::nullopt);
   // Arrows in the trace from the launch on its queue's track to each core's program.
   launch->set_flow(next_flow_);
   const uint32_t track = queue_track(queue);

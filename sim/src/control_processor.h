@@ -40,8 +40,8 @@ class ControlProcessor : public sc_core::sc_module, private fw::Hal {
   }
   hw::Verdict launch(uint32_t queue, uint64_t program, const fw::Arguments& args, uint64_t core_mask, uint32_t priority,
                      const fw::Window& window) override;
-  void sanitize(const hw::SanitizeArgs& args) override {
-    if (sanitizer_) sanitizer_->command(args);
+  void sanitize(uint32_t queue, const hw::SanitizeArgs& args) override {
+    if (sanitizer_) sanitizer_->command(queue, args);
   }
   void raise_msix(uint32_t vector) override { endpoint_.raise_msix(vector); }
   uint64_t now_cycles() override { return clock_.now_cycles(); }

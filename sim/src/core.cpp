@@ -97,6 +97,10 @@ void Core::start(uint64_t program, const fw::Arguments& args, uint32_t rank, Lau
   num_args_ = static_cast<uint32_t>(std::min<uint64_t>(args.size / 8, hw::kMaxLaunchArgs));
   rank_ = rank;
   launch_ = launch;
+  break_pc_ = UINT32_MAX;
+  if (launch) {
+    if (const std::optional<Breakpoint>& b = launch->brk(); b && b->rank == rank) break_pc_ = b->pc;
+  }
   // Allocated before any core of the launch runs: a multicast may write here first.
   if (!lx_) {
     lx_.reset(static_cast<uint8_t*>(std::calloc(config_.chip.lx_bytes, 1)));
@@ -193,6 +197,7 @@ hw::Verdict Core::run() {
       since_look = 0;
       if (local_ >= quantum) sync();
     }
+    if (pc == break_pc_) return breakpoint(pc);
     const uint32_t at = pc++;
     at_ = at;
     stall_ = Stall::kIssue;
@@ -204,6 +209,31 @@ hw::Verdict Core::run() {
     if (stall_ == Stall::kSync && budget != 0) deadline += now() - before;
   }
   return fault(pc);  // ran off the end without END
+}
+
+hw::Verdict Core::breakpoint(uint32_t pc) {
+  const std::optional<Breakpoint>& armed = launch_->brk();
+  if (!armed) return fault(pc);
+  const Breakpoint& b = *armed;
+  sync();
+  settle(lx_.get(), lx_bytes_, false);  // the arithmetic and loads posted before it have landed
+  std::vector<uint8_t> dump(std::min<uint64_t>(b.size, hw::kBreakHeaderBytes + lx_bytes_));
+  static_assert(sizeof regs_ == hw::kBreakHeaderBytes, "the dump starts with the registers");
+  std::memcpy(dump.data(), regs_, sizeof regs_);
+  std::memcpy(dump.data() + sizeof regs_, lx_.get(), dump.size() - sizeof regs_);
+  sc_core::sc_time delay = sc_core::SC_ZERO_TIME;
+  tlm::tlm_response_status status = tlm::TLM_OK_RESPONSE;
+  if (!in_window(b.buffer, dump.size())) return fault(pc);
+  if (!tlm_access(mem, tlm::TLM_WRITE_COMMAND, b.buffer, dump.data(), dump.size(), delay, stop_, &status)) {
+    fault_code_ = memory_error(status, fault_code_);
+    return fault(pc);
+  }
+  wait(delay);
+  if (sanitizer_) {
+    sanitizer_->set_report(id_, {hw::SanitizeReport::kBreakpoint, false, b.buffer, dump.size(), pc, 0});
+  }
+  fault_code_ = hw::ErrorCode::kSanitizerReport;
+  return fault(pc);
 }
 
 hw::Verdict Core::hang(uint32_t pc, uint64_t deadline, const sc_core::sc_time& quantum) {

@@ -9,6 +9,7 @@
 #include <functional>
 #include <initializer_list>
 #include <memory>
+#include <optional>
 #include <vector>
 
 #include <tlm_utils/simple_initiator_socket.h>
@@ -55,6 +56,9 @@ class Launch {
   void note_fetch(uint64_t addr, uint64_t n, const sc_core::sc_time& done) { fetches_.push_back({addr, n, done}); }
   /// The sanitizer's record of this launch's accesses since its last BARRIER (racecheck).
   RaceLog& races() { return races_; }
+  /// The breakpoint the launch stops at, if its queue armed one.
+  const std::optional<Breakpoint>& brk() const { return break_; }
+  void set_break(std::optional<Breakpoint> b) { break_ = b; }
   /// The trace's flow from the launch's queue to rank r's program is flow() + r.
   uint64_t flow() const { return flow_; }
   void set_flow(uint64_t id) { flow_ = id; }
@@ -73,6 +77,7 @@ class Launch {
   };
   std::vector<Fetch> fetches_;
   RaceLog races_;
+  std::optional<Breakpoint> break_;
   uint64_t flow_ = 0;
   std::vector<Core*> ranks_;
   uint32_t active_ = 0;
@@ -159,6 +164,10 @@ class Core : public sc_core::sc_module {
   bool in_window(uint64_t addr, uint64_t n);
   hw::Verdict fault(uint32_t pc) const { return {fault_code_, hw::Field::kNone, id_ << 24 | (pc & 0xffffff)}; }
   hw::Verdict hang(uint32_t pc, uint64_t deadline, const sc_core::sc_time& quantum);
+  /// Stops at the launch's breakpoint before instruction `pc`: dumps the registers and the
+  /// scratchpad to its buffer and reports it (kSanitizerReport, kBreakpoint).
+  hw::Verdict breakpoint(uint32_t pc);
+  uint32_t break_pc_ = UINT32_MAX;  // the instruction this core stops before in its program
 
   const Config& config_;
   uint64_t launched_ = 0;                                 // cycle the running program started at (for the watchdog)

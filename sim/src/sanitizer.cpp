@@ -91,8 +91,22 @@ void Sanitizer::carve(uint64_t base, uint64_t end) {
   }
 }
 
-void Sanitizer::command(const hw::SanitizeArgs& a) {
+std::optional<Breakpoint> Sanitizer::take_break(uint32_t queue) {
+  const auto it = breaks_.find(queue);
+  if (it == breaks_.end()) return std::nullopt;
+  const Breakpoint b = it->second;
+  breaks_.erase(it);
+  return b;
+}
+
+void Sanitizer::command(uint32_t queue, const hw::SanitizeArgs& a) {
   switch (a.action) {
+    case hw::SanitizeAction::kBreak:
+      breaks_[queue] = {static_cast<uint32_t>(a.tag >> 32), static_cast<uint32_t>(a.tag), a.base, a.size};
+      return;
+    case hw::SanitizeAction::kUnbreak:
+      breaks_.erase(queue);
+      return;
     case hw::SanitizeAction::kEnable:
       checks_ = a.tag & hw::kSanitizeMask;
       return;

@@ -12,12 +12,19 @@
 
 #include <cstdint>
 #include <map>
+#include <optional>
 #include <vector>
 
 #include "spyre/hw/commands.h"
 #include "timing.h"
 
 namespace spyre::sim {
+
+/// A queue's breakpoint (hw::SanitizeAction::kBreak): where to stop, where to dump the core.
+struct Breakpoint {
+  uint32_t rank = 0, pc = 0;
+  uint64_t buffer = 0, size = 0;
+};
 
 /// What the sanitizer found, as the queue's kQSan* registers carry it.
 struct SanitizerReport {
@@ -63,8 +70,10 @@ class Sanitizer {
   /// Whether the host named any memory: writes are then tracked (also while the checks are off,
   /// so that initialisation is right when they are switched on again).
   bool tracks() const { return !regions_.empty(); }
-  /// Applies a validated SANITIZE command.
-  void command(const hw::SanitizeArgs& a);
+  /// Applies a validated SANITIZE command of queue `queue`.
+  void command(uint32_t queue, const hw::SanitizeArgs& a);
+  /// The breakpoint queue `queue` armed for its next launch, disarmed by taking it.
+  std::optional<Breakpoint> take_break(uint32_t queue);
   /// Any writer of device memory (cores, DMA) wrote `rows`: initialised from now on.
   void written(const Rows& rows);
   /// Checks a core's access to `rows` before it moves a byte. `race` is the launch's log (nullptr:
@@ -91,7 +100,8 @@ class Sanitizer {
   struct Watch {
     uint64_t end, tag;
   };
-  std::map<uint64_t, Watch> watches_;  // by base
+  std::map<uint64_t, Watch> watches_;      // by base
+  std::map<uint32_t, Breakpoint> breaks_;  // by queue
   std::vector<SanitizerReport> reports_;
 };
 

@@ -56,8 +56,8 @@ class Hal {
   /// stopped. The cores fault (kDmaFault) on any device access outside `window`.
   virtual hw::Verdict launch(uint32_t queue, uint64_t program, const Arguments& args, uint64_t core_mask,
                              uint32_t priority, const Window& window) = 0;
-  /// Hands a validated SANITIZE command to the device sanitizer, in queue order.
-  virtual void sanitize(const hw::SanitizeArgs& args) = 0;
+  /// Hands a validated SANITIZE command of queue `queue` to the device sanitizer, in queue order.
+  virtual void sanitize(uint32_t queue, const hw::SanitizeArgs& args) = 0;
 
   virtual void raise_msix(uint32_t vector) = 0;
   virtual uint64_t now_cycles() = 0;

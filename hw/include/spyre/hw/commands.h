@@ -98,9 +98,23 @@ struct SemaphoreArgs {
 /// - kSanitizeFree: the allocation [base, base + size) is freed: any access to it is reported.
 /// - kWatch: a watchpoint named `tag` (nonzero) on [base, base + size): the first core store into
 ///   it stops its launch, with or without checks; kUnwatch removes the one at `base`.
+/// - kBreak: the next launch of this queue stops when core rank `tag >> 32` is about to execute
+///   instruction `tag & 0xffffffff`; that core first writes its 16 scalar registers (u64) and its
+///   scratchpad to [base, base + size) (size >= kBreakHeaderBytes; what does not fit is left out).
+///   kUnbreak (base = size = tag = 0) disarms it; a launch takes it either way.
 /// A report stops the launch with kSanitizerReport; the queue's kQSan* registers say what it saw.
 /// docs/hardware-interface.md, "The device sanitizer".
-enum class SanitizeAction : uint64_t { kEnable = 0, kAlloc = 1, kFree = 2, kWatch = 3, kUnwatch = 4, kCount };
+enum class SanitizeAction : uint64_t {
+  kEnable = 0,
+  kAlloc = 1,
+  kFree = 2,
+  kWatch = 3,
+  kUnwatch = 4,
+  kBreak = 5,
+  kUnbreak = 6,
+  kCount
+};
+inline constexpr uint64_t kBreakHeaderBytes = 128;       // a breakpoint's dump: the 16 registers, then the scratchpad
 inline constexpr uint64_t kSanitizeMemcheck = 1u << 0;   // bounds of allocations, and freed memory
 inline constexpr uint64_t kSanitizeRacecheck = 1u << 1;  // cores of one launch touching the same bytes unordered
 inline constexpr uint64_t kSanitizeInitcheck = 1u << 2;  // reads of bytes never written since their allocation
@@ -122,6 +136,7 @@ enum class SanitizeReport : uint32_t {
   kRace = 3,           // another core of the launch (kQSanOther) touched these bytes with no BARRIER between
   kUninitialised = 4,  // a read of bytes of allocation kQSanTag that nothing wrote since it was allocated
   kWatchpoint = 5,     // a store into the bytes of watchpoint kQSanTag
+  kBreakpoint = 6,     // the core reached the queue's breakpoint (kBreak); its state is in the dump
   kCount
 };
 inline constexpr uint32_t kSanReportWrite = 1u << 8;  // kQSanKind: the reported access is a store
@@ -140,6 +155,8 @@ constexpr const char* sanitize_report_name(SanitizeReport r) {
       return "uninitialised read";
     case SanitizeReport::kWatchpoint:
       return "watchpoint";
+    case SanitizeReport::kBreakpoint:
+      return "breakpoint";
     default:
       return "unknown";
   }
