@@ -136,7 +136,8 @@ TEST_CASE("memcheck and initcheck give the verdicts of a byte-by-byte shadow") {
           if (want.kind != hw::SanitizeReport::kNone) want.addr = device[r];
         }
         SanitizerReport got;
-        const bool ok = san.check(rows, read ? RaceLog::Kind::kRead : RaceLog::Kind::kWrite, 0, 0, 0, nullptr, &got);
+        const bool ok =
+            san.check(rows, read ? RaceLog::Kind::kRead : RaceLog::Kind::kWrite, san.checks(0), 0, 0, 0, nullptr, &got);
         INFO("run " << run << " step " << step);
         REQUIRE(ok == (want.kind == hw::SanitizeReport::kNone));
         if (!ok) {
@@ -195,13 +196,15 @@ TEST_CASE("a watchpoint stops stores that touch its bytes, and only stores, with
   for (const uint64_t checks : {uint64_t{0}, hw::kSanitizeMask}) {
     Sanitizer san;
     san.command(0, command(hw::SanitizeAction::kEnable, 0, 0, checks));
-    CHECK_FALSE(san.active() != (checks != 0));
+    CHECK(san.checks(0) == checks);
+    CHECK_FALSE(san.watching());
     san.command(0, command(hw::SanitizeAction::kWatch, kBase + 100, 32, 9));
-    CHECK(san.active());
+    CHECK(san.watching());
     SanitizerReport r;
     const auto store = [&](uint64_t at, uint64_t stride, uint64_t count, uint64_t bytes) {
       r = {};
-      return san.check(Rows::strided(kBase + at, stride, count, bytes), RaceLog::Kind::kWrite, 0, 0, 0, nullptr, &r);
+      return san.check(Rows::strided(kBase + at, stride, count, bytes), RaceLog::Kind::kWrite, checks, 0, 0, 0, nullptr,
+                       &r);
     };
     CHECK(store(0, 0, 1, 100));         // ends where the watch begins
     CHECK(store(132, 0, 1, 64));        // begins where it ends
@@ -212,11 +215,12 @@ TEST_CASE("a watchpoint stops stores that touch its bytes, and only stores, with
     CHECK(r.addr == kBase + 100);
     CHECK_FALSE(store(131, 0, 1, 1));
     SanitizerReport read;
-    CHECK(san.check(Rows::strided(kBase + 100, 0, 1, 32), RaceLog::Kind::kRead, 0, 0, 0, nullptr, &read));
-    CHECK_FALSE(san.check(Rows::strided(kBase + 96, 0, 1, 8), RaceLog::Kind::kAccumulate, 0, 0, 0, nullptr, &read));
+    CHECK(san.check(Rows::strided(kBase + 100, 0, 1, 32), RaceLog::Kind::kRead, checks, 0, 0, 0, nullptr, &read));
+    CHECK_FALSE(
+        san.check(Rows::strided(kBase + 96, 0, 1, 8), RaceLog::Kind::kAccumulate, checks, 0, 0, 0, nullptr, &read));
     san.command(0, command(hw::SanitizeAction::kUnwatch, kBase + 100, 32, 9));
     CHECK(store(100, 0, 1, 32));
-    CHECK(san.active() == (checks != 0));
+    CHECK_FALSE(san.watching());
   }
 }
 
@@ -233,7 +237,44 @@ TEST_CASE("a breakpoint belongs to its queue's next launch, which takes it") {
   san.command(3, command(hw::SanitizeAction::kBreak, kBase, 4096, 5));
   san.command(3, command(hw::SanitizeAction::kUnbreak, 0, 0, 0));
   CHECK_FALSE(san.take_break(3));
-  CHECK_FALSE(san.active());  // a breakpoint costs the cores' loads and stores nothing
+  CHECK_FALSE(san.watching());  // a breakpoint costs the cores' loads and stores nothing
+  CHECK(san.checks(3) == 0);
+}
+
+TEST_CASE("checks are per queue: ENABLE on one queue leaves the others' launches unchecked") {
+  Sanitizer san;
+  san.command(2, command(hw::SanitizeAction::kEnable, 0, 0, hw::kSanitizeMemcheck | hw::kSanitizeInitcheck));
+  CHECK(san.checks(2) == (hw::kSanitizeMemcheck | hw::kSanitizeInitcheck));
+  CHECK(san.checks(0) == 0);
+  san.command(0, command(hw::SanitizeAction::kAlloc, kBase, 64, 1));  // tracked for queue 2's initcheck
+  SanitizerReport r;
+  const Rows read = Rows::strided(kBase, 0, 1, 16);
+  CHECK_FALSE(san.check(read, RaceLog::Kind::kRead, san.checks(2), 0, 0, 0, nullptr, &r));
+  CHECK(r.kind == hw::SanitizeReport::kUninitialised);
+  CHECK(san.check(read, RaceLog::Kind::kRead, san.checks(0), 0, 0, 0, nullptr, &r));
+  san.command(2, command(hw::SanitizeAction::kEnable, 0, 0, 0));
+  CHECK(san.checks(2) == 0);
+}
+
+TEST_CASE("a scrubbed range is forgotten: allocations, frees and watchpoints in it") {
+  Sanitizer san;
+  san.command(0, command(hw::SanitizeAction::kEnable, 0, 0, hw::kSanitizeMemcheck));
+  san.command(0, command(hw::SanitizeAction::kAlloc, kBase, 64, 1));
+  san.command(0, command(hw::SanitizeAction::kFree, kBase + 64, 64, 2));
+  san.command(0, command(hw::SanitizeAction::kWatch, kBase + 200, 8, 3));
+  SanitizerReport r;
+  const auto write = [&](uint64_t at, uint64_t n) {
+    return san.check(Rows::strided(kBase + at, 0, 1, n), RaceLog::Kind::kWrite, hw::kSanitizeMemcheck, 0, 0, 0, nullptr,
+                     &r);
+  };
+  CHECK_FALSE(write(64, 8));   // freed
+  CHECK_FALSE(write(60, 8));   // out of allocation 1
+  CHECK_FALSE(write(200, 8));  // watched
+  san.forget(kBase + 32, 1024);
+  CHECK(write(64, 8));
+  CHECK(write(200, 8));
+  CHECK_FALSE(write(28, 8));  // the part of allocation 1 below the scrub is still named
+  CHECK(r.tag == 1);
 }
 
 extern "C" int sc_main(int argc, char* argv[]) {

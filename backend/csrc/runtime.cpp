@@ -126,6 +126,7 @@ size_t program_cache_entries() {
 DeviceRuntime::DeviceRuntime(int index, driver::Device* device)
     : index_(index),
       device_(device),
+      sanitize_checks_(sanitizer::checks()),
       num_streams_(static_cast<int>(device->info().num_queues)),
       // A third of the pool streams are high priority (at least one when there are pool streams).
       first_high_(num_streams_ - std::max(num_streams_ > 1 ? 1 : 0, (num_streams_ - 1) / 3)),
@@ -134,11 +135,6 @@ DeviceRuntime::DeviceRuntime(int index, driver::Device* device)
   TORCH_CHECK(num_streams_ >= 1, "spyre: device ", index, " has no hardware queues");
   queue(0);  // the default stream
   SPYRE_CHECK(timestamps_.map(*device_));
-  if (const uint64_t checks = sanitizer::checks(); checks != 0) {  // before any tensor, for every queue
-    uint64_t seq = 0;
-    SPYRE_CHECK(queue(0).sanitize(hw::SanitizeAction::kEnable, 0, 0, checks, &seq));
-    wait(queue(0), seq);
-  }
   const driver::DeviceInfo& info = device_->info();
   TORCH_CHECK(info.memory_base + info.memory_bytes <= uint64_t{1} << kDevicePointerShift, "spyre: device ", index,
               " has memory up to address ", info.memory_base + info.memory_bytes,

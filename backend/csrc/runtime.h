@@ -167,6 +167,10 @@ class DeviceRuntime {
   /// Submits captured descriptors (a graph's replay) on the calling thread's current stream;
   /// `names` label them for the profiler. Asynchronous.
   void submit(const std::vector<hw::Descriptor>& commands, const std::vector<std::string>& names);
+  /// Sets the device sanitizer's checks of every queue of this runtime, now and as it opens more
+  /// (each queue starts with an ENABLE of them, so a card shared with other clients checks only
+  /// this process's launches). Returns once the card has them.
+  void set_sanitize_checks(uint64_t bits);
   /// Queues a SANITIZE command on `stream` (sanitizer.h). While the stream captures a graph, an
   /// allocation is named at once, on an idle card, and a free not at all.
   void sanitize(int64_t stream, hw::SanitizeAction action, uint64_t base, uint64_t size, uint64_t tag);
@@ -247,6 +251,7 @@ class DeviceRuntime {
 
   int index_;
   driver::Device* device_;
+  std::atomic<uint64_t> sanitize_checks_;  // what each queue's first command sets (sanitizer.h)
   // Streams: the table below, under streams_mu_ (a stream's values reach the card in order).
   int num_streams_;
   int first_high_;  // streams [first_high_, num_streams_) are high priority

@@ -13,6 +13,7 @@
 #include <memory>
 #include <mutex>
 #include <shared_mutex>
+#include <vector>
 
 #include <c10/util/Exception.h>
 
@@ -74,6 +75,9 @@ driver::Queue& DeviceRuntime::queue(int64_t stream) {
     SPYRE_CHECK(device_->map_host(sizeof(uint64_t), &zero));
     std::memset(zero->data(), 0, sizeof(uint64_t));
     uint64_t seq = 0;
+    // The sanitizer's checks for this queue's launches: off unless SPYRE_SANITIZE asked, also
+    // when another client of a shared card left them on for the queue.
+    SPYRE_CHECK(q->sanitize(hw::SanitizeAction::kEnable, 0, 0, sanitize_checks_.load(), &seq));
     SPYRE_CHECK(q->copy(zero->iova(), sem, sizeof(uint64_t), hw::kCopySrcHost, &seq));
     SPYRE_CHECK(q->wait(seq));
     st.semaphore = sem;
@@ -116,6 +120,23 @@ void DeviceRuntime::submit(const std::vector<hw::Descriptor>& commands, const st
     profiling::note(index_, current_stream(), q, seq,
                     commands[i].opcode == hw::Opcode::kLaunch ? profiling::Kind::kKernel : profiling::Kind::kMemcpy,
                     names[i], commands[i].opcode == hw::Opcode::kCopy ? commands[i].copy.size : 0);
+  }
+}
+
+void DeviceRuntime::set_sanitize_checks(uint64_t bits) {
+  synchronize();
+  std::vector<driver::Queue*> queues;
+  {
+    std::lock_guard lock(streams_mu_);
+    sanitize_checks_ = bits;
+    for (Stream& s : streams_) {
+      if (s.queue) queues.push_back(s.queue.get());
+    }
+  }
+  for (driver::Queue* q : queues) {
+    uint64_t seq = 0;
+    SPYRE_CHECK(q->sanitize(hw::SanitizeAction::kEnable, 0, 0, bits, &seq));
+    wait(*q, seq);
   }
 }
 

@@ -84,10 +84,7 @@ void set_checks(int dev, uint64_t bits) {
   TORCH_CHECK_VALUE((bits & ~checks()) == 0,
                     "torch_spyre.debug.sanitize: a check SPYRE_SANITIZE did not name cannot be switched on later "
                     "(the device tracks allocations only from its start)");
-  DeviceRuntime& rt = DeviceRuntime::get(dev);
-  rt.synchronize();
-  rt.sanitize(0, hw::SanitizeAction::kEnable, 0, 0, bits);
-  rt.synchronize();
+  DeviceRuntime::get(dev).set_sanitize_checks(bits);
 }
 
 void allocated(int dev, int64_t stream, uint64_t addr, uint64_t bytes) {

@@ -12,7 +12,10 @@ Card::Card(const sc_core::sc_module_name& name, uint32_t index, const Config& co
   memory_->set_sanitizer(&sanitizer_);
   endpoint_ = std::make_unique<Endpoint>("pcie", config, memory_->size(), stats_);
   host_bar0.bind(endpoint_->bar0);
-  endpoint_->on_scrub([this](uint64_t addr, uint64_t n) { memory_->scrub(addr, n); });
+  endpoint_->on_scrub([this](uint64_t addr, uint64_t n) {
+    memory_->scrub(addr, n);
+    sanitizer_.forget(addr, n);
+  });
   dma_ = std::make_unique<DmaEngine>("dma", config, index, *endpoint_, trace, stats_);
   dma_->mem.bind(memory_->socket);
   std::vector<Core*> cores;

@@ -59,6 +59,9 @@ class Launch {
   /// The breakpoint the launch stops at, if its queue armed one.
   const std::optional<Breakpoint>& brk() const { return break_; }
   void set_break(std::optional<Breakpoint> b) { break_ = b; }
+  /// The sanitizer's checks for this launch (its queue's).
+  uint64_t checks() const { return checks_; }
+  void set_checks(uint64_t checks) { checks_ = checks; }
   /// The trace's flow from the launch's queue to rank r's program is flow() + r.
   uint64_t flow() const { return flow_; }
   void set_flow(uint64_t id) { flow_ = id; }
@@ -78,6 +81,7 @@ class Launch {
   std::vector<Fetch> fetches_;
   RaceLog races_;
   std::optional<Breakpoint> break_;
+  uint64_t checks_ = 0;
   uint64_t flow_ = 0;
   std::vector<Core*> ranks_;
   uint32_t active_ = 0;

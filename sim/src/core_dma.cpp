@@ -104,9 +104,10 @@ bool Core::sanitized(const Rows& rows, bool read, bool accumulate) {
   const RaceLog::Kind kind = accumulate ? RaceLog::Kind::kAccumulate
                              : read     ? RaceLog::Kind::kRead
                                         : RaceLog::Kind::kWrite;
-  RaceLog* race = launch_ && (sanitizer_->checks() & hw::kSanitizeRacecheck) ? &launch_->races() : nullptr;
+  const uint64_t checks = launch_ ? launch_->checks() : 0;
+  RaceLog* race = (checks & hw::kSanitizeRacecheck) ? &launch_->races() : nullptr;
   SanitizerReport report;
-  if (sanitizer_->check(rows, kind, rank_, id_, at_, race, &report)) return true;
+  if (sanitizer_->check(rows, kind, checks, rank_, id_, at_, race, &report)) return true;
   sanitizer_->set_report(id_, report);
   fault_code_ = hw::ErrorCode::kSanitizerReport;
   return false;
@@ -123,7 +124,8 @@ bool Core::transfer(const hw::Instr& in, const Rows& rows, uint8_t* buf, Move mo
   } else if (!in_window(first, row_bytes) || !in_window(last, row_bytes)) {
     return false;
   }
-  if (sanitizer_ && sanitizer_->active() && !sanitized(rows, move == Move::kRead, move == Move::kAccumulate)) {
+  if (sanitizer_ && ((launch_ && launch_->checks() != 0) || sanitizer_->watching()) &&
+      !sanitized(rows, move == Move::kRead, move == Move::kAccumulate)) {
     return false;
   }
   sync_to_book();

@@ -108,12 +108,14 @@ void Sanitizer::command(uint32_t queue, const hw::SanitizeArgs& a) {
       breaks_.erase(queue);
       return;
     case hw::SanitizeAction::kEnable:
-      checks_ = a.tag & hw::kSanitizeMask;
+      checks_[queue] = a.tag & hw::kSanitizeMask;
+      any_checks_ = 0;
+      for (const auto& [q, bits] : checks_) any_checks_ |= bits;
       return;
     case hw::SanitizeAction::kAlloc: {
       carve(a.base, a.base + a.size);
       Region r{a.base + a.size, a.tag, false, {}};
-      if (checks_ & hw::kSanitizeInitcheck) r.init.assign((a.size + 63) / 64, 0);
+      if (any_checks_ & hw::kSanitizeInitcheck) r.init.assign((a.size + 63) / 64, 0);
       regions_.emplace(a.base, std::move(r));
       return;
     }
@@ -132,6 +134,13 @@ void Sanitizer::command(uint32_t queue, const hw::SanitizeArgs& a) {
   }
 }
 
+void Sanitizer::forget(uint64_t base, uint64_t size) {
+  const uint64_t end = size > UINT64_MAX - base ? UINT64_MAX : base + size;
+  carve(base, end);
+  // carve keeps what sticks out of the range; only whole regions inside it went.
+  for (auto it = watches_.lower_bound(base); it != watches_.end() && it->first < end;) it = watches_.erase(it);
+}
+
 void Sanitizer::written(const Rows& rows) {
   if (regions_.empty()) return;
   for (uint64_t r = 0; r < rows.count; ++r) {
@@ -147,7 +156,7 @@ void Sanitizer::written(const Rows& rows) {
   }
 }
 
-bool Sanitizer::check_row(uint64_t addr, uint64_t n, bool read, SanitizerReport* out) const {
+bool Sanitizer::check_row(uint64_t addr, uint64_t n, bool read, uint64_t checks, SanitizerReport* out) const {
   const uint64_t end = addr + n;
   auto it = regions_.upper_bound(addr);
   const bool inside = it != regions_.begin() && std::prev(it)->second.end > addr;
@@ -165,11 +174,11 @@ bool Sanitizer::check_row(uint64_t addr, uint64_t n, bool read, SanitizerReport*
     out->kind = hw::SanitizeReport::kFreed;
     return false;
   }
-  if ((checks_ & hw::kSanitizeMemcheck) && end > g.end) {
+  if ((checks & hw::kSanitizeMemcheck) && end > g.end) {
     out->kind = hw::SanitizeReport::kOutOfBounds;
     return false;
   }
-  if (read && !g.init.empty()) {
+  if (read && (checks & hw::kSanitizeInitcheck) && !g.init.empty()) {
     const uint64_t hi = std::min(end, g.end) - base;
     if (first_clear(g.init, addr - base, hi) != hi) {
       out->kind = hw::SanitizeReport::kUninitialised;
@@ -179,8 +188,8 @@ bool Sanitizer::check_row(uint64_t addr, uint64_t n, bool read, SanitizerReport*
   return true;
 }
 
-bool Sanitizer::check(const Rows& rows, RaceLog::Kind kind, uint32_t rank, uint32_t core, uint32_t pc, RaceLog* race,
-                      SanitizerReport* out) {
+bool Sanitizer::check(const Rows& rows, RaceLog::Kind kind, uint64_t checks, uint32_t rank, uint32_t core, uint32_t pc,
+                      RaceLog* race, SanitizerReport* out) {
   const bool read = kind != RaceLog::Kind::kWrite;  // an accumulation reads what it adds to
   if (kind != RaceLog::Kind::kRead && !watches_.empty()) {
     for (uint64_t r = 0; r < rows.count; ++r) {
@@ -194,14 +203,14 @@ bool Sanitizer::check(const Rows& rows, RaceLog::Kind kind, uint32_t rank, uint3
       }
     }
   }
-  if (checks_ == 0) return true;
-  const bool memory = (checks_ & (hw::kSanitizeMemcheck | hw::kSanitizeInitcheck)) != 0 && !regions_.empty();
+  if (checks == 0) return true;
+  const bool memory = (checks & (hw::kSanitizeMemcheck | hw::kSanitizeInitcheck)) != 0 && !regions_.empty();
   // Strided rows that lie inside one live allocation pass memcheck together; only initcheck and
   // racecheck need the rows one by one.
-  if (!race && !(checks_ & hw::kSanitizeInitcheck) && !rows.list && rows.count > 1) {
+  if (!race && !(checks & hw::kSanitizeInitcheck) && !rows.list && rows.count > 1) {
     SanitizerReport span;
     const uint64_t first = rows.at(0), last = rows.at(rows.count - 1);
-    if (!memory || check_row(first, last + rows.bytes - first, true, &span)) return true;
+    if (!memory || check_row(first, last + rows.bytes - first, true, checks, &span)) return true;
   }
   for (uint64_t r = 0; r < rows.count; ++r) {
     const uint64_t addr = rows.at(r);
@@ -209,9 +218,9 @@ bool Sanitizer::check(const Rows& rows, RaceLog::Kind kind, uint32_t rank, uint3
     rep.write = kind != RaceLog::Kind::kRead;
     rep.addr = addr;
     rep.bytes = rows.bytes;
-    if (memory && !check_row(addr, rows.bytes, read, &rep)) {
+    if (memory && !check_row(addr, rows.bytes, read, checks, &rep)) {
       // Without memcheck, only initcheck's own finding counts.
-      if ((checks_ & hw::kSanitizeMemcheck) || rep.kind == hw::SanitizeReport::kUninitialised) {
+      if ((checks & hw::kSanitizeMemcheck) || rep.kind == hw::SanitizeReport::kUninitialised) {
         *out = rep;
         return false;
       }
@@ -220,7 +229,7 @@ bool Sanitizer::check(const Rows& rows, RaceLog::Kind kind, uint32_t rank, uint3
       rep.kind = hw::SanitizeReport::kRace;
       rep.tag = 0;
       SanitizerReport named;  // the allocation the bytes belong to, when the host named one
-      check_row(addr, 1, false, &named);
+      check_row(addr, 1, false, checks, &named);
       rep.tag = named.tag;
       *out = rep;
       return false;

@@ -63,10 +63,15 @@ class RaceLog {
 
 class Sanitizer {
  public:
-  /// Which checks run (hw::kSanitize* bits); 0 when the sanitizer is off.
-  uint64_t checks() const { return checks_; }
-  /// Whether a core's accesses must be checked: checks are on, or a watchpoint is set.
-  bool active() const { return checks_ != 0 || !watches_.empty(); }
+  /// Which checks run on the launches of queue `queue` (hw::kSanitize* bits; 0: none). ENABLE
+  /// sets them per queue, so that a client of a shared card that sanitizes does not reach the
+  /// launches of another that does not.
+  uint64_t checks(uint32_t queue) const {
+    const auto it = checks_.find(queue);
+    return it == checks_.end() ? 0 : it->second;
+  }
+  /// Whether a watchpoint is set: then every core store is looked at.
+  bool watching() const { return !watches_.empty(); }
   /// Whether the host named any memory: writes are then tracked (also while the checks are off,
   /// so that initialisation is right when they are switched on again).
   bool tracks() const { return !regions_.empty(); }
@@ -74,12 +79,16 @@ class Sanitizer {
   void command(uint32_t queue, const hw::SanitizeArgs& a);
   /// The breakpoint queue `queue` armed for its next launch, disarmed by taking it.
   std::optional<Breakpoint> take_break(uint32_t queue);
+  /// [base, base + size) was scrubbed (given back, or a client's window handed to the next one):
+  /// what the host said of it, allocations and watchpoints, is forgotten.
+  void forget(uint64_t base, uint64_t size);
   /// Any writer of device memory (cores, DMA) wrote `rows`: initialised from now on.
   void written(const Rows& rows);
-  /// Checks a core's access to `rows` before it moves a byte. `race` is the launch's log (nullptr:
-  /// no racecheck). False, with `out` filled, when a check fails.
-  bool check(const Rows& rows, RaceLog::Kind kind, uint32_t rank, uint32_t core, uint32_t pc, RaceLog* race,
-             SanitizerReport* out);
+  /// Checks a core's access to `rows` before it moves a byte, under the launch's `checks` (and
+  /// the watchpoints). `race` is the launch's log (nullptr: no racecheck). False, with `out`
+  /// filled, when a check fails.
+  bool check(const Rows& rows, RaceLog::Kind kind, uint64_t checks, uint32_t rank, uint32_t core, uint32_t pc,
+             RaceLog* race, SanitizerReport* out);
   /// The report of the last finding of core `core`.
   const SanitizerReport& report(uint32_t core) const;
   void set_report(uint32_t core, const SanitizerReport& r);
@@ -94,9 +103,10 @@ class Sanitizer {
   /// Removes [base, end) from every region (trimming those that stick out).
   void carve(uint64_t base, uint64_t end);
   /// memcheck and initcheck of one row; false with `out` filled.
-  bool check_row(uint64_t addr, uint64_t n, bool read, SanitizerReport* out) const;
-  uint64_t checks_ = 0;
-  std::map<uint64_t, Region> regions_;  // by base, disjoint
+  bool check_row(uint64_t addr, uint64_t n, bool read, uint64_t checks, SanitizerReport* out) const;
+  std::map<uint32_t, uint64_t> checks_;  // by queue
+  uint64_t any_checks_ = 0;              // the union of checks_
+  std::map<uint64_t, Region> regions_;   // by base, disjoint
   struct Watch {
     uint64_t end, tag;
   };

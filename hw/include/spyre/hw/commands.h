@@ -92,10 +92,11 @@ struct SemaphoreArgs {
 /// The device sanitizer (an emulator-only debugging aid; silicon answers kBadOpcode). It checks
 /// every load and store of the cores against what the host told it, in queue order, so that a
 /// free reaches it after the launches queued before it have run:
-/// - kSanitizeEnable: `tag` holds the kSanitize* checks to run from now on (0: none); base = size = 0.
-/// - kSanitizeAlloc: [base, base + size) is a new allocation named `tag` (nonzero): uninitialised,
+/// - kEnable: `tag` holds the kSanitize* checks to run on this queue's launches from now on
+///   (0: none); base = size = 0.
+/// - kAlloc: [base, base + size) is a new allocation named `tag` (nonzero): uninitialised,
 ///   and an access that starts in it must end in it.
-/// - kSanitizeFree: the allocation [base, base + size) is freed: any access to it is reported.
+/// - kFree: the allocation [base, base + size) is freed: any access to it is reported.
 /// - kWatch: a watchpoint named `tag` (nonzero) on [base, base + size): the first core store into
 ///   it stops its launch, with or without checks; kUnwatch removes the one at `base`.
 /// - kBreak: the next launch of this queue stops when core rank `tag >> 32` is about to execute
