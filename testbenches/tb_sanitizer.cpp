@@ -254,6 +254,11 @@ TEST_CASE("checks are per queue: ENABLE on one queue leaves the others' launches
   CHECK(san.check(read, RaceLog::Kind::kRead, san.checks(0), 0, 0, 0, nullptr, &r));
   san.command(2, command(hw::SanitizeAction::kEnable, 0, 0, 0));
   CHECK(san.checks(2) == 0);
+  san.command(1, command(hw::SanitizeAction::kEnable, 0, 0, hw::kSanitizeRacecheck));
+  san.command(1, command(hw::SanitizeAction::kBreak, kBase, 4096, 3));
+  san.reset_queue(1);  // a new ring, perhaps another client's: nothing of the old owner's stays
+  CHECK(san.checks(1) == 0);
+  CHECK_FALSE(san.take_break(1));
 }
 
 TEST_CASE("a scrubbed range is forgotten: allocations, frees and watchpoints in it") {

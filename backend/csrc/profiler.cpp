@@ -16,6 +16,7 @@
 #include <c10/util/Exception.h>
 #include <kineto/GenericTraceActivity.h>
 #include <kineto/IActivityProfiler.h>
+#include <kineto/ThreadUtil.h>
 #include <kineto/libkineto.h>
 #include <kineto/output_base.h>
 
@@ -42,6 +43,8 @@ struct Submitted {
   std::string name;
   uint64_t bytes;
   uint64_t correlation;
+  int64_t host_ns;      // when the host submitted it
+  int32_t host_thread;  // the submitting thread (the system's id, as kineto's CPU ops name it)
 };
 
 struct Anchor {
@@ -136,6 +139,22 @@ class Session final : public libkineto::IActivityProfilerSession {
       if (s.kind == Kind::kMemcpy) a.addMetadata("bytes", s.bytes);
       streams_.insert({s.device, s.stream});
       logger.handleGenericActivity(a);
+      if (s.correlation == 0) continue;
+      // The host side of the same command: its submission on the CPU thread that queued it, where
+      // the flow from the op to the device event starts (as cudaLaunchKernel's does on a GPU).
+      libkineto::GenericTraceActivity& r = kept.emplace_back();
+      r.activityType = libkineto::ActivityType::PRIVATEUSE1_RUNTIME;
+      r.activityName = s.kind == Kind::kKernel ? "spyreLaunchKernel" : "spyreMemcpyAsync";
+      r.startTime = s.host_ns;
+      r.endTime = s.host_ns + 1;
+      r.device = libkineto::processId();
+      r.resource = s.host_thread;
+      r.id = static_cast<int32_t>(s.correlation);
+      r.flow.id = static_cast<uint32_t>(s.correlation);
+      r.flow.type = libkineto::kLinkAsyncCpuGpu;
+      r.flow.start = true;
+      if (linked) r.linked = linked(static_cast<int32_t>(s.correlation));
+      logger.handleGenericActivity(r);
     }
   }
 
@@ -201,7 +220,8 @@ void note(int device, int64_t stream, const driver::Queue& q, uint64_t seq, Kind
   if (!active()) return;
   const uint64_t correlation = t_correlation.empty() ? 0 : t_correlation.back();
   std::lock_guard lock(g_mu);
-  g_submitted.push_back({device, stream, &q, seq, kind, name, bytes, correlation});
+  g_submitted.push_back(
+      {device, stream, &q, seq, kind, name, bytes, correlation, c10::getTime(), libkineto::systemThreadId()});
 }
 
 void watch(driver::Queue& q) {

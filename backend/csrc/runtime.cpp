@@ -156,6 +156,11 @@ void DeviceRuntime::wait(driver::Queue& q, uint64_t seq) {
   const std::string found = q.sanitizer_finding(&finding) ? sanitizer::describe(index_, finding) : std::string();
   const uint64_t skipped = q.not_executed();
   (void)q.reset();
+  // The reset took the queue's sanitizer checks with it: its next launches get them again.
+  if (const uint64_t checks = sanitize_checks_.load(); checks != 0) {
+    uint64_t seq = 0;
+    (void)q.sanitize(hw::SanitizeAction::kEnable, 0, 0, checks, &seq);
+  }
   // A halted queue dropped its SIGNALs: raise its semaphore to every value handed out, so that
   // other streams waiting on its events are not held forever.
   {

@@ -75,9 +75,11 @@ driver::Queue& DeviceRuntime::queue(int64_t stream) {
     SPYRE_CHECK(device_->map_host(sizeof(uint64_t), &zero));
     std::memset(zero->data(), 0, sizeof(uint64_t));
     uint64_t seq = 0;
-    // The sanitizer's checks for this queue's launches: off unless SPYRE_SANITIZE asked, also
-    // when another client of a shared card left them on for the queue.
-    SPYRE_CHECK(q->sanitize(hw::SanitizeAction::kEnable, 0, 0, sanitize_checks_.load(), &seq));
+    // The sanitizer's checks for this queue's launches (a queue starts with none: creating it
+    // reset it, which the card's sanitizer takes as a new owner).
+    if (const uint64_t checks = sanitize_checks_.load(); checks != 0) {
+      SPYRE_CHECK(q->sanitize(hw::SanitizeAction::kEnable, 0, 0, checks, &seq));
+    }
     SPYRE_CHECK(q->copy(zero->iova(), sem, sizeof(uint64_t), hw::kCopySrcHost, &seq));
     SPYRE_CHECK(q->wait(seq));
     st.semaphore = sem;

@@ -96,3 +96,25 @@ def test_capture_launch_says_when_nothing_was_captured(tmp_path):
         with capture_launch(tmp_path / "none.launch", op="aten::index_select"):
             torch.ones(3, device="spyre").sum().item()
     assert not (tmp_path / "none.launch").exists()
+
+
+def test_a_launch_captured_on_the_default_card_replays_on_the_default_config(tmp_path):
+    # The default card keeps fp16 as DLFloat16: an fp16 matmul captured there replays bit for bit
+    # with no options at all, and on a card with a slower clock.
+    from conftest import run_python
+
+    path = tmp_path / "mm16.launch"
+    code = (
+        "import torch, torch_spyre\n"
+        "from torch_spyre.debug import capture_launch\n"
+        "a = torch.randn(64, 96).half().to('spyre'); b = torch.randn(96, 48).half().to('spyre')\n"
+        f"with capture_launch({str(path)!r}, op='aten::mm'):\n"
+        "    c = a @ b\n"
+        "print(c.float().abs().sum().item() > 0)\n"
+    )
+    proc = run_python(code, env={"SPYRE_CONFIG": ""})
+    assert proc.returncode == 0, proc.stderr
+    own = _summary(path)
+    assert own["identical"] and own["op"] == "aten::mm", own
+    slower = _summary(path, "--set", "chip.clock_mhz=1000")
+    assert slower["identical"] and slower["config_hash"] != own["config_hash"], slower

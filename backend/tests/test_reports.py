@@ -321,3 +321,44 @@ def test_each_launch_has_a_flow_to_each_of_its_cores_programs(tmp_path):
         (program,) = [p for p in programs if p["tid"] == f["tid"] and p["ts"] == f["ts"]]
         into[(program["tid"], program["ts"])] += 1
     assert set(into.values()) == {1}
+
+
+def test_a_gpt_forward_profiled_links_each_kernel_to_its_op_by_a_flow(tmp_path):
+    # torch.profiler over a GPT-2-style forward: the exported trace has the host's ops and the
+    # card's kernels on device tracks, and every kernel is the end of an ac2g flow that starts at
+    # the ATen op (same External id) that queued it.
+    import transformers as T
+    from torch.profiler import ProfilerActivity, profile
+
+    torch.manual_seed(0)
+    cfg = T.GPT2Config(vocab_size=128, n_positions=64, n_embd=64, n_layer=2, n_head=4)
+    model = T.GPT2LMHeadModel(cfg).eval()
+    ids = torch.randint(0, 128, (2, 16))
+    dev = model.to("spyre")
+    with torch.no_grad():
+        dev(ids.to("spyre")).logits.cpu()  # warm up: programs loaded
+        with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.PrivateUse1]) as prof:
+            dev(ids.to("spyre")).logits.cpu()
+    path = tmp_path / "trace.json"
+    prof.export_chrome_trace(str(path))
+    events = json.loads(path.read_text())["traceEvents"]
+    kernels = [e for e in events if e.get("cat") == "kernel"]
+    ops = {e["args"]["External id"]: e for e in events if e.get("cat") == "cpu_op" and "External id" in e["args"]}
+    assert len(kernels) > 20
+    assert {"native_layer_norm", "mm", "add"} <= {k["name"].split(" ")[0] for k in kernels}
+    flows = collections.defaultdict(dict)
+    for e in events:
+        if e.get("cat") == "ac2g" and e.get("ph") in ("s", "f"):
+            flows[e["id"]][e["ph"]] = e
+    device_tracks = {(k["pid"], k["tid"]) for k in kernels}
+    for k in kernels:
+        op = ops[k["args"]["External id"]]
+        assert op["name"].startswith("aten::")
+        (flow,) = [
+            f
+            for f in flows.values()
+            if "f" in f and f["f"]["ts"] == k["ts"] and (f["f"]["pid"], f["f"]["tid"]) in device_tracks
+        ]
+        start = flow["s"]
+        assert (start["pid"], start["tid"]) == (op["pid"], op["tid"])
+        assert op["ts"] <= start["ts"] <= op["ts"] + op["dur"]

@@ -16,6 +16,7 @@ Card::Card(const sc_core::sc_module_name& name, uint32_t index, const Config& co
     memory_->scrub(addr, n);
     sanitizer_.forget(addr, n);
   });
+  endpoint_->on_queue_reset([this](uint32_t q) { sanitizer_.reset_queue(q); });
   dma_ = std::make_unique<DmaEngine>("dma", config, index, *endpoint_, trace, stats_);
   dma_->mem.bind(memory_->socket);
   std::vector<Core*> cores;

@@ -129,6 +129,7 @@ void Endpoint::host_reg_write(uint32_t offset, uint32_t value) {
         regs_[hw::queue_reg(q, hw::kQResets) / 4] = resets + 1;
         regs_[hw::queue_reg(q, hw::kQActive) / 4] = active;  // what runs, runs on
         completed_[q] = 0;
+        if (on_queue_reset_) on_queue_reset_(q);
         work_[q].notify(sc_core::SC_ZERO_TIME);
       }
     }
@@ -168,6 +169,7 @@ void Endpoint::host_reg_write(uint32_t offset, uint32_t value) {
         regs_[hw::queue_reg(q, hw::kQTail) / 4] = 0;
         ++regs_[hw::queue_reg(q, hw::kQResets) / 4];
         completed_[q] = 0;  // a new ring: its sequence numbers start again
+        if (on_queue_reset_) on_queue_reset_(q);
       }
       status = (status & ~hw::kQStatusEnabled) | ((value & hw::kQControlEnable) ? hw::kQStatusEnabled : 0);
       work_[q].notify(sc_core::SC_ZERO_TIME);

@@ -41,6 +41,8 @@ class Endpoint : public sc_core::sc_module {
   void raise_msix(uint32_t vector);
   /// Called with (base, size) when the host scrubs a range of device memory (hw::kMgmtScrub).
   void on_scrub(std::function<void(uint64_t, uint64_t)> hook) { on_scrub_ = std::move(hook); }
+  /// Called with a queue's number when the host resets it (its control register, or the card).
+  void on_queue_reset(std::function<void(uint32_t)> hook) { on_queue_reset_ = std::move(hook); }
   /// Called after every MSI-X the card raises (on the simulator thread); for host pacing.
   void on_msix(std::function<void()> hook) { on_msix_ = std::move(hook); }
   /// The firmware completed descriptor `seq` of queue `q` (its fence now holds it); a reset of the
@@ -85,6 +87,7 @@ class Endpoint : public sc_core::sc_module {
   std::array<uint64_t, hw::kMaxQueues> completed_ = {};
   std::function<void()> on_msix_;
   std::function<void(uint64_t, uint64_t)> on_scrub_;
+  std::function<void(uint32_t)> on_queue_reset_;
   bool link_down_ = false;
 };
 

@@ -91,6 +91,13 @@ void Sanitizer::carve(uint64_t base, uint64_t end) {
   }
 }
 
+void Sanitizer::reset_queue(uint32_t queue) {
+  breaks_.erase(queue);
+  if (checks_.erase(queue) == 0) return;
+  any_checks_ = 0;
+  for (const auto& [q, bits] : checks_) any_checks_ |= bits;
+}
+
 std::optional<Breakpoint> Sanitizer::take_break(uint32_t queue) {
   const auto it = breaks_.find(queue);
   if (it == breaks_.end()) return std::nullopt;

@@ -77,6 +77,9 @@ class Sanitizer {
   bool tracks() const { return !regions_.empty(); }
   /// Applies a validated SANITIZE command of queue `queue`.
   void command(uint32_t queue, const hw::SanitizeArgs& a);
+  /// Queue `queue` was reset (a new ring, perhaps another client's): its checks go off and its
+  /// breakpoint is disarmed.
+  void reset_queue(uint32_t queue);
   /// The breakpoint queue `queue` armed for its next launch, disarmed by taking it.
   std::optional<Breakpoint> take_break(uint32_t queue);
   /// [base, base + size) was scrubbed (given back, or a client's window handed to the next one):
