@@ -66,10 +66,10 @@ def summarize(events: Sequence[Mapping[str, Any]], stats: Mapping[str, Any] | No
     core_rows = []
     for t, name in sorted(cores.items(), key=lambda x: (str(x[0][0]), x[1])):
         slices = tracks[t]
-        spans = trace.union(trace.leaf_intervals(slices))
-        busy = sum(b - a for a, b in spans)
+        leaf_spans = trace.leaf_intervals(slices)
+        busy = sum(b - a for a, b in trace.union(leaf_spans))
         kinds: dict[str, float] = defaultdict(float)
-        leaves = set(trace.leaf_intervals(slices))
+        leaves = set(leaf_spans)
         for e in slices:
             a = float(e["ts"])
             b = a + float(e.get("dur", 0))

@@ -93,9 +93,7 @@ void Sanitizer::carve(uint64_t base, uint64_t end) {
 
 void Sanitizer::reset_queue(uint32_t queue) {
   breaks_.erase(queue);
-  if (checks_.erase(queue) == 0) return;
-  any_checks_ = 0;
-  for (const auto& [q, bits] : checks_) any_checks_ |= bits;
+  checks_.erase(queue);
 }
 
 std::optional<Breakpoint> Sanitizer::take_break(uint32_t queue) {
@@ -116,13 +114,15 @@ void Sanitizer::command(uint32_t queue, const hw::SanitizeArgs& a) {
       return;
     case hw::SanitizeAction::kEnable:
       checks_[queue] = a.tag & hw::kSanitizeMask;
-      any_checks_ = 0;
-      for (const auto& [q, bits] : checks_) any_checks_ |= bits;
       return;
     case hw::SanitizeAction::kAlloc: {
       carve(a.base, a.base + a.size);
       Region r{a.base + a.size, a.tag, false, {}};
-      if (any_checks_ & hw::kSanitizeInitcheck) r.init.assign((a.size + 63) / 64, 0);
+      // Initialisation is tracked when any queue's launches may check it.
+      if (std::any_of(checks_.begin(), checks_.end(),
+                      [](const auto& q) { return q.second & hw::kSanitizeInitcheck; })) {
+        r.init.assign((a.size + 63) / 64, 0);
+      }
       regions_.emplace(a.base, std::move(r));
       return;
     }

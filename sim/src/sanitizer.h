@@ -108,7 +108,6 @@ class Sanitizer {
   /// memcheck and initcheck of one row; false with `out` filled.
   bool check_row(uint64_t addr, uint64_t n, bool read, uint64_t checks, SanitizerReport* out) const;
   std::map<uint32_t, uint64_t> checks_;  // by queue
-  uint64_t any_checks_ = 0;              // the union of checks_
   std::map<uint64_t, Region> regions_;   // by base, disjoint
   struct Watch {
     uint64_t end, tag;
