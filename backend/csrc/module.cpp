@@ -24,6 +24,7 @@
 #include "runtime.h"
 #include "sanitizer.h"
 #include "spyre/compiler/errors.h"
+#include "spyre/compiler/ktir.h"
 #include "spyre/compiler/ops.h"
 #include "spyre/compiler/program.h"
 #include "spyre/driver/driver.h"
@@ -419,6 +420,39 @@ PYBIND11_MODULE(_C, m) {
   m.def("_compile_graph", [](int device, const std::string& json) {
     const spyre::backend::ProgramBytes p = spyre::backend::compile_graph_json(device, json);
     return py::make_tuple(p.name, py::bytes(p.image), p.core_mask, p.num_args);
+  });
+  // KTIR kernels (torch_spyre.ktir): compiled for the device's card, launched as a compiled graph.
+  m.def("_compile_ktir", [](int device, const std::string& text, const std::string& function) {
+    const spyre::compiler::ktir::Kernel k =
+        spyre::compiler::ktir::compile(text, spyre::backend::DeviceRuntime::get(device).target(), function);
+    py::list arguments;
+    for (const spyre::compiler::ktir::Argument& a : k.arguments) {
+      arguments.append(py::make_tuple(a.name, spyre::hw::dtype_name(a.dtype), a.bytes));
+    }
+    py::dict work;
+    work["load_bytes"] = k.work.load_bytes;
+    work["store_bytes"] = k.work.store_bytes;
+    work["macs"] = k.work.macs;
+    work["sfp_elements"] = k.work.sfp_elements;
+    py::dict out;
+    out["name"] = k.program.name;
+    out["image"] = py::bytes(reinterpret_cast<const char*>(k.program.image.data()), k.program.image.size());
+    out["core_mask"] = k.program.core_mask;
+    out["num_args"] = k.program.num_args;
+    out["function"] = k.function;
+    out["grid"] = k.grid;
+    out["arguments"] = arguments;
+    out["workspace_bytes"] = k.workspace_bytes;
+    out["roofline_cycles"] = k.roofline_cycles;
+    out["work"] = work;
+    out["listing"] = spyre::compiler::ktir::listing(k, text);
+    // Where each core's instructions start in the image, and the KTIR line of each (a fault's
+    // instruction index names its line).
+    const auto* header = reinterpret_cast<const spyre::hw::ProgramHeader*>(k.program.image.data());
+    const auto* entries = reinterpret_cast<const uint32_t*>(k.program.image.data() + sizeof(spyre::hw::ProgramHeader));
+    out["entries"] = std::vector<uint32_t>(entries, entries + header->num_entries);
+    out["source_lines"] = k.source_lines;
+    return out;
   });
   using ProgramHandle = std::shared_ptr<spyre::backend::ProgramHandle>;
   py::class_<spyre::backend::ProgramHandle, ProgramHandle>(m, "_Program")

@@ -22,7 +22,7 @@ import logging  # noqa: E402
 
 import torch  # noqa: E402
 
-from . import _C, _decomposed, _exit, _printing, _save, smi  # noqa: E402
+from . import _C, _decomposed, _exit, _printing, _save, ktir, smi  # noqa: E402
 from . import device_module as _device_module  # noqa: E402
 from ._fallback import fallback_counts, get_cpu_fallback, set_cpu_fallback  # noqa: E402
 from ._waits import get_wait_timeout, set_wait_timeout  # noqa: E402
@@ -35,6 +35,7 @@ __all__ = [
     "fallback_counts",
     "get_cpu_fallback",
     "get_wait_timeout",
+    "ktir",
     "launch_count",
     "set_cpu_fallback",
     "set_wait_timeout",

@@ -98,4 +98,10 @@ Kernel make_attention(const BuildEnv& env, uint32_t batch, uint32_t heads, uint3
 /// have run over all cores; then stores its tile, which must hold 7 x its iterations.
 Kernel make_instructions(const BuildEnv& env, uint64_t count, uint32_t cores);
 
+/// A KTIR kernel from file `path` (its function `function`, or the one with a grid when empty),
+/// compiled for env.target (spyre/compiler/ktir.h); `listing`, when given, receives its listing
+/// grouped by KTIR line. It has no golden model (`golden` is empty). Throws what the KTIR compiler
+/// throws, and std::runtime_error when the file cannot be read.
+Kernel make_ktir(const BuildEnv& env, const std::string& path, const std::string& function, std::string* listing);
+
 }  // namespace spyre::simtool

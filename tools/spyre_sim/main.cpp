@@ -57,6 +57,7 @@ struct Options {
   std::string capture;
   uint64_t count = 1000000;
   uint32_t cores = 1;
+  std::string ktir_file, ktir_function;
 };
 
 // The stats file of a run that did not ask for one: removed at exit, after the simulator, which
@@ -305,8 +306,14 @@ int run(const CLI::App& app, const Options& o, const CLI::Option& check_flag,
   } else if (app.got_subcommand("instructions")) {
     kernel = make_instructions(build, o.count, o.cores);
   }
+  std::string ktir_listing;
+  if (app.got_subcommand("ktir")) kernel = make_ktir(build, o.ktir_file, o.ktir_function, &ktir_listing);
   if (o.listing) {  // the program the card would run, decoded; nothing runs
-    fmt::print("; {}\n{}", kernel.program.name, compiler::listing(kernel.program.image));
+    if (!ktir_listing.empty()) {
+      fmt::print("{}", ktir_listing);
+    } else {
+      fmt::print("; {}\n{}", kernel.program.name, compiler::listing(kernel.program.image));
+    }
     return 0;
   }
 
@@ -327,14 +334,19 @@ int run(const CLI::App& app, const Options& o, const CLI::Option& check_flag,
   facts.stats = &stats;
   facts.stats_path = stats_path;
   facts.trace_path = written.trace_path;
-  const bool check = !timing && (check_flag.count() > 0 ? o.check : kernel.check_size <= kCheckByDefaultUpTo);
+  if (!kernel.golden && check_flag.count() > 0 && o.check) {
+    throw std::runtime_error("--check: a KTIR kernel has no host golden model (torch_spyre.ktir checks against CPU)");
+  }
+  const bool check =
+      kernel.golden && !timing && (check_flag.count() > 0 ? o.check : kernel.check_size <= kCheckByDefaultUpTo);
   if (check) {
     const Expected want = kernel.golden(kernel);
     facts.check = compare(kernel.buffers[want.buffer].values, want);
   } else {
-    facts.check_skipped_why = timing ? "sim.mode \"timing\" computes no values"
-                              : check_flag.count() > 0
-                                  ? "--no-check"
+    facts.check_skipped_why = timing                   ? "sim.mode \"timing\" computes no values"
+                              : check_flag.count() > 0 ? "--no-check"
+                              : !kernel.golden
+                                  ? "a KTIR kernel has no host golden model"
                                   : fmt::format("{:.3g} above 2^27 (--check forces it)", kernel.check_size);
   }
   facts.wall_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
@@ -420,6 +432,11 @@ int run(int argc, char** argv) {
                                     "the simulator's cost per instruction: loops of tiny SFP adds on 16 fp32 elements");
   spyre::simtool::add_size(in, "--count", o.count, "instructions to run, over all cores");
   in->add_option("--cores", o.cores, "cores that run the loop")->check(CLI::Range(1u, 64u))->capture_default_str();
+
+  CLI::App* kt =
+      app.add_subcommand("ktir", "a KTIR kernel (MLIR text, docs/ktir.md) on seeded inputs sized by its views");
+  kt->add_option("file", o.ktir_file, "the .mlir file")->required()->check(CLI::ExistingFile);
+  kt->add_option("--function", o.ktir_function, "the function to run (default: the one with a grid)");
 
   CLI::App* rp = app.add_subcommand(
       "replay", "plays a capture ($SPYRE_CAPTURE of any run) on its config or, with --config/--set, another");

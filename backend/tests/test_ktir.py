@@ -1,0 +1,169 @@
+"""KTIR kernels on the card (torch_spyre.ktir): the project's example kernels (examples/ktir/)
+against CPU torch, each also listed, traced, sanitized and timed beside its roofline; and every
+way a kernel can be refused (an unsupported construct, a malformed line, wrong arguments, an index
+out of range) raising an error that names it, with nothing run."""
+
+from __future__ import annotations
+
+import json
+import pathlib
+
+import pytest
+import torch
+import torch_spyre
+from conftest import run_python
+
+EXAMPLES = pathlib.Path(__file__).resolve().parents[2] / "examples" / "ktir"
+
+
+def kernel(name: str) -> torch_spyre.ktir.Kernel:
+    return torch_spyre.ktir.load(EXAMPLES / f"{name}.mlir")
+
+
+def run(k, *tensors: torch.Tensor) -> list[torch.Tensor]:
+    dev = [t.to("spyre") for t in tensors]
+    k(*dev)
+    return [t.cpu() for t in dev]
+
+
+def test_add_matches_cpu():
+    g = torch.Generator().manual_seed(0)
+    a, b = torch.randn(96, 64, generator=g).half(), torch.randn(96, 64, generator=g).half()
+    _, _, c = run(kernel("add"), a, b, torch.zeros(96, 64, dtype=torch.half))
+    torch.testing.assert_close(c, a + b)
+
+
+def test_matmul_on_a_2x16_grid_with_a_k_loop_matches_cpu():
+    g = torch.Generator().manual_seed(1)
+    a, b = torch.randn(256, 256, generator=g).half(), torch.randn(256, 512, generator=g).half()
+    k = kernel("matmul")
+    info = k.compiled()
+    assert info["grid"] == [2, 16] and info["work"]["macs"] == 256 * 256 * 512
+    _, _, c = run(k, a, b, torch.zeros(256, 512))
+    torch.testing.assert_close(c, a.float() @ b.float(), rtol=1e-5, atol=1e-4)
+
+
+def test_softmax_matches_cpu():
+    x = torch.randn(64, 256, generator=torch.Generator().manual_seed(2)) * 4
+    _, y = run(kernel("softmax"), x, torch.zeros(64, 256))
+    torch.testing.assert_close(y, torch.softmax(x, dim=1), rtol=1e-5, atol=1e-7)
+
+
+def test_layer_norm_matches_cpu():
+    g = torch.Generator().manual_seed(3)
+    x, w, b = torch.randn(64, 128, generator=g) * 3 + 1, torch.randn(128, generator=g), torch.randn(128, generator=g)
+    *_, y = run(kernel("layernorm"), x, w, b, torch.zeros(64, 128))
+    torch.testing.assert_close(y, torch.nn.functional.layer_norm(x, (128,), w, b, eps=1e-5), rtol=1e-5, atol=1e-5)
+
+
+def test_ring_allreduce_between_tiles_gives_every_tile_the_sum():
+    x = torch.randn(32, 128, generator=torch.Generator().manual_seed(4))
+    k = kernel("ring_allreduce")
+    assert k.compiled()["workspace_bytes"] > 0
+    _, y = run(k, x, torch.zeros(32, 128))
+    torch.testing.assert_close(y, x.sum(0, keepdim=True).expand(32, 128), rtol=1e-5, atol=1e-5)
+
+
+def test_gather_through_an_indirect_access_tile_matches_cpu():
+    g = torch.Generator().manual_seed(5)
+    table, idx = torch.randn(1000, 64, generator=g), torch.randint(0, 1000, (256,), generator=g)
+    *_, out = run(kernel("gather"), table, idx, torch.zeros(256, 64))
+    assert torch.equal(out, table[idx])
+
+
+def test_listing_groups_each_core_s_instructions_under_their_ktir_line():
+    text = (EXAMPLES / "matmul.mlir").read_text().splitlines()
+    listing = kernel("matmul").listing
+    matmul_line = next(i + 1 for i, s in enumerate(text) if "linalg.matmul" in s)
+    assert f"; line {matmul_line}: %next = linalg.matmul" in listing
+    core31 = listing.split("core 31:")[1]
+    # The K loop unrolled: four MATMULs accumulating, each after the loads of its tiles.
+    assert core31.count("MATMUL") == 4 and core31.count("LOAD") == 8
+
+
+def test_errors_name_what_is_wrong_and_nothing_runs():
+    add = (EXAMPLES / "add.mlir").read_text()
+    with pytest.raises(NotImplementedError, match=r"line \d+: linalg.conv_2d is not supported"):
+        torch_spyre.ktir.loads(add.replace("linalg.add ins", "linalg.conv_2d ins")).compiled()
+    leaves = r"line 27: the access tile \[96, 0\] \+ \[1, 64\] leaves its view \[96, 64\] \(tile 24\)"
+    with pytest.raises(ValueError, match=leaves):
+        torch_spyre.ktir.loads(add.replace("%tile_rows = arith.constant 3", "%tile_rows = arith.constant 4")).compiled()
+    with pytest.raises(ValueError, match="not closed|expected"):
+        torch_spyre.ktir.loads(add[: add.rindex("}")]).compiled()
+    k = kernel("add")
+    a = torch.zeros(96, 64, dtype=torch.half, device="spyre")
+    with pytest.raises(TypeError, match=r"argument %b is torch.float32; the kernel's views read it as f16"):
+        k(a, torch.zeros(96, 64, device="spyre"), a)
+    with pytest.raises(ValueError, match=r"argument %c holds 12160 bytes; the kernel reaches 12288"):
+        k(a, a, torch.zeros(95, 64, dtype=torch.half, device="spyre"))
+    with pytest.raises(TypeError, match="takes 3 tensors"):
+        k(a, a)
+
+
+def test_an_index_out_of_range_faults_the_launch_naming_the_core_and_instruction():
+    code = f"""
+import torch, torch_spyre
+k = torch_spyre.ktir.load({str(EXAMPLES / "gather.mlir")!r})
+idx = torch.zeros(256, dtype=torch.long)
+idx[77] = 1000
+out = torch.zeros(256, 64, device="spyre")
+try:
+    k(torch.randn(1000, 64).to("spyre"), idx.to("spyre"), out)
+    torch.spyre.synchronize()
+    print("no error")
+except RuntimeError as e:
+    print(str(e).replace(chr(10), " "))
+# The card still works.
+print((torch.ones(4, device="spyre") * 2).sum().item())
+"""
+    proc = run_python(code)
+    assert proc.returncode == 0, proc.stderr
+    err, after = proc.stdout.strip().splitlines()[-2:]
+    assert "ktir::embedding" in err and "core 9 at instruction" in err and "is GATHER" in err, err
+    assert after == "8.0"
+    # Under launch blocking the fault raises at the call, naming the KTIR line of the instruction.
+    proc = run_python(code, env={"TORCH_SPYRE_LAUNCH_BLOCKING": "1"})
+    assert proc.returncode == 0, proc.stderr
+    err = proc.stdout.strip().splitlines()[-2]
+    assert "KTIR line 32: %x = ktdp.load %rows" in err, err
+
+
+# Every example under the sanitizer (its tile-to-tile transfers ordered by their barriers, no read
+# of unwritten scratchpad-bound memory), traced, and timed against its roofline.
+EXAMPLE_RUN = r"""
+import json, sys, torch, torch_spyre
+ex = sys.argv[1] if len(sys.argv) > 1 else None
+root = __EXAMPLES__
+cases = {
+    "add": [torch.randn(96, 64).half(), torch.randn(96, 64).half(), torch.zeros(96, 64).half()],
+    "matmul": [torch.randn(256, 256).half(), torch.randn(256, 512).half(), torch.zeros(256, 512)],
+    "softmax": [torch.randn(64, 256), torch.zeros(64, 256)],
+    "layernorm": [torch.randn(64, 128), torch.randn(128), torch.randn(128), torch.zeros(64, 128)],
+    "ring_allreduce": [torch.randn(32, 128), torch.zeros(32, 128)],
+    "gather": [torch.randn(1000, 64), torch.randint(0, 1000, (256,)), torch.zeros(256, 64)],
+}
+out = {}
+for name, args in cases.items():
+    k = torch_spyre.ktir.load(f"{root}/{name}.mlir")
+    dev = [a.to("spyre") for a in args]
+    torch.spyre.synchronize()
+    c0 = torch_spyre.device_cycles()
+    k(*dev)
+    torch.spyre.synchronize()
+    out[name] = {"cycles": torch_spyre.device_cycles() - c0, "roofline": k.roofline_cycles}
+print(json.dumps(out))
+""".replace("__EXAMPLES__", repr(str(EXAMPLES)))
+
+
+def test_examples_run_sanitized_and_traced_and_no_faster_than_their_roofline(tmp_path):
+    trace = tmp_path / "trace.json"
+    proc = run_python(
+        EXAMPLE_RUN, env={"SPYRE_SANITIZE": "memcheck,racecheck,initcheck", "SPYRE_TRACE": str(trace)}, timeout=600
+    )
+    assert proc.returncode == 0, proc.stderr
+    figures = json.loads(proc.stdout.strip().splitlines()[-1])
+    for name, f in figures.items():
+        assert f["roofline"] > 0 and f["cycles"] >= f["roofline"], (name, f)
+    names = {e.get("name") for e in json.loads(trace.read_text())["traceEvents"]}
+    for name in ("add", "matmul", "softmax", "layer_norm", "ring_allreduce", "embedding"):
+        assert any(n and n.startswith(f"ktir {name} grid") for n in names), (name, sorted(n for n in names if n)[:40])
