@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Builds the libFuzzer targets in fuzz/ (clang, with AddressSanitizer and UndefinedBehaviorSanitizer;
-# only the firmware, the daemon's message codec and the hardware headers, no SystemC) and runs each from its committed seed
+# the firmware, the daemon's message codec, the KTIR reader and lowering and the hardware headers; no SystemC) and runs each from its committed seed
 # corpus, printing the executions of each target. Exits non-zero on any crash, with the crash file.
 #   bash scripts/fuzz.sh                       the brief run of every CI run (--seconds 15 each)
 #   bash scripts/fuzz.sh --runs 10000000       the long offline run (no time limit)
@@ -15,14 +15,14 @@ set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$ROOT"
 
-TARGETS=(fuzz_descriptor fuzz_program fuzz_messages)
+TARGETS=(fuzz_descriptor fuzz_program fuzz_messages fuzz_ktir)
 SECONDS_EACH=""
 RUNS=""
 ONLY=""
 PROGRAMS=""
 SEED=1
 MODE=allow
-usage="usage: $0 [--seconds N] [--runs N] [--target fuzz_descriptor|fuzz_program|fuzz_messages]
+usage="usage: $0 [--seconds N] [--runs N] [--target fuzz_descriptor|fuzz_program|fuzz_messages|fuzz_ktir]
        $0 --tensor-programs N [--seed S] [--mode allow|error]"
 while (($#)); do
   case "$1" in
@@ -85,8 +85,18 @@ CXXFLAGS=(-std=c++17 -g -O1 -Wall -Wextra -Wno-unused-parameter -Werror "${SAN[@
 build() {
   "$CXX" "${CXXFLAGS[@]}" -fsanitize=fuzzer-no-link -c firmware/src/firmware.cpp -o "$OUT/firmware.o"
   "$CXX" "${CXXFLAGS[@]}" -fsanitize=fuzzer-no-link -c simd/src/protocol.cpp -o "$OUT/protocol.o"
-  local t
+  local t f
   for t in "${TARGETS[@]}"; do
+    if [[ "$t" == fuzz_ktir ]]; then  # the KTIR reader and lowering, with what they link of the compiler
+      local objs=()
+      for f in backend/compiler/src/ktir/*.cpp backend/compiler/src/assemble.cpp backend/compiler/src/listing.cpp; do
+        "$CXX" "${CXXFLAGS[@]}" -I backend/compiler/include -fsanitize=fuzzer-no-link -c "$f" \
+          -o "$OUT/ktir_$(basename "$f" .cpp).o" || return 1
+        objs+=("$OUT/ktir_$(basename "$f" .cpp).o")
+      done
+      "$CXX" "${CXXFLAGS[@]}" -I backend/compiler/include -fsanitize=fuzzer "fuzz/$t.cpp" "${objs[@]}" -lfmt -o "$OUT/$t" || return 1
+      continue
+    fi
     "$CXX" "${CXXFLAGS[@]}" -fsanitize=fuzzer "fuzz/$t.cpp" "$OUT/firmware.o" "$OUT/protocol.o" -o "$OUT/$t"
   done
 }
@@ -101,6 +111,7 @@ max_len() {
   case "$1" in
     fuzz_program) echo 128 ;;
     fuzz_messages) echo 4200 ;;
+    fuzz_ktir) echo 8192 ;;
     *) echo 4096 ;;
   esac
 }
@@ -116,7 +127,9 @@ for t in "${TARGETS[@]}"; do
   log="$OUT/$t.log"
   t0=$(date +%s)
   set +e
-  "$OUT/$t" "${args[@]}" "$work" "fuzz/corpus/$t" >"$log" 2>&1
+  seeds=("fuzz/corpus/$t")
+  [[ "$t" == fuzz_ktir ]] && seeds=(examples/ktir)  # the example kernels are its seeds
+  "$OUT/$t" "${args[@]}" "$work" "${seeds[@]}" >"$log" 2>&1
   rc=$?
   set -e
   wall=$(($(date +%s) - t0))

@@ -167,3 +167,49 @@ def test_examples_run_sanitized_and_traced_and_no_faster_than_their_roofline(tmp
     names = {e.get("name") for e in json.loads(trace.read_text())["traceEvents"]}
     for name in ("add", "matmul", "softmax", "layer_norm", "ring_allreduce", "embedding"):
         assert any(n and n.startswith(f"ktir {name} grid") for n in names), (name, sorted(n for n in names if n)[:40])
+
+
+# docs/debugging-guide.md, "From a wrong result to the faulty instruction": each step as written.
+WALKTHROUGH = r"""
+import json, re, sys, torch, torch_spyre, torch_spyre.debug
+text = open(__SOFTMAX__).read()
+step = sys.argv[1]
+torch.manual_seed(0)
+x, y = torch.randn(64, 256), torch.zeros(64, 256, device="spyre")
+if step == "race":
+    k = torch_spyre.ktir.loads(text.replace("%Y[%r0, %c0]", "%Y[%id, %c0]"))
+    try:
+        k(x.to("spyre"), y)
+        torch.spyre.synchronize()
+        print(json.dumps({"error": "", "close": torch.allclose(y.cpu(), torch.softmax(x, 1))}))
+    except RuntimeError as e:
+        print(json.dumps({"error": str(e)}))
+else:
+    k = torch_spyre.ktir.loads(text.replace("linalg.broadcast ins(%sum", "linalg.broadcast ins(%max"))
+    core0 = k.listing.split("core 1:")[0]
+    found = re.search(r"(\d+)  BINARY   f32 lx\[0x[0-9a-f]+\] = div\(lx\[0x[0-9a-f]+\], lx\[(0x[0-9a-f]+)\]\)", core0)
+    n, divisor = int(found.group(1)), int(found.group(2), 16)
+    xs = x.to("spyre")
+    snap = torch_spyre.debug.break_at(lambda: k(xs, y), instruction=n)
+    seen = snap.view(torch.float32, divisor, (2, 256))
+    print(json.dumps({"max": torch.equal(seen, x[:2].max(1, keepdim=True).values.expand(2, 256)),
+                      "line": "; line 51: %sums = linalg.broadcast ins(%max" in core0}))
+""".replace("__SOFTMAX__", repr(str(EXAMPLES / "softmax.mlir")))
+
+
+def test_walkthrough_the_sanitizer_names_the_racing_store_and_its_ktir_line():
+    quiet = run_python(WALKTHROUGH.replace("step = sys.argv[1]", "step = 'race'"))
+    assert quiet.returncode == 0, quiet.stderr
+    assert json.loads(quiet.stdout.strip().splitlines()[-1]) == {"error": "", "close": False}
+    env = {"SPYRE_SANITIZE": "memcheck,racecheck,initcheck", "TORCH_SPYRE_LAUNCH_BLOCKING": "1"}
+    proc = run_python(WALKTHROUGH.replace("step = sys.argv[1]", "step = 'race'"), env=env)
+    assert proc.returncode == 0, proc.stderr
+    err = json.loads(proc.stdout.strip().splitlines()[-1])["error"]
+    assert "race (a write of 2048 bytes" in err and "in ktir::softmax" in err and "is STORE" in err, err
+    assert "KTIR line 58: ktdp.store %y, %yt" in err, err
+
+
+def test_walkthrough_a_breakpoint_shows_the_wrong_divisor():
+    proc = run_python(WALKTHROUGH.replace("step = sys.argv[1]", "step = 'divisor'"))
+    assert proc.returncode == 0, proc.stderr
+    assert json.loads(proc.stdout.strip().splitlines()[-1]) == {"max": True, "line": True}

@@ -24,8 +24,23 @@ Expr binary(Expr::Kind k, Expr a, Expr b) {
   return e;
 }
 
+// Nesting of one expression being read (parentheses and signs recurse).
+thread_local int g_depth = 0;
+struct Nest {
+  explicit Nest(int line) {
+    if (++g_depth > 200) {
+      g_depth = 0;
+      throw Malformed(fmt::format("ktir: line {}: an expression nested more than 200 deep", line));
+    }
+  }
+  ~Nest() { g_depth = std::max(g_depth - 1, 0); }
+  Nest(const Nest&) = delete;
+  Nest& operator=(const Nest&) = delete;
+};
+
 Expr factor(const std::vector<Token>& t, size_t* at) {
   if (*at >= t.size()) throw Malformed(fmt::format("ktir: line {}: an expression ends early", line_of(t, *at)));
+  const Nest nest(t[*at].line);
   const Token& k = t[*at];
   if (k.is("-")) {
     ++*at;
@@ -46,7 +61,7 @@ Expr factor(const std::vector<Token>& t, size_t* at) {
   if (k.kind == Token::Kind::kNumber) {
     ++*at;
     Expr e;
-    e.value = std::stoll(k.text, nullptr, 0);
+    e.value = to_int(k.text, k.line);
     return e;
   }
   if (k.kind == Token::Kind::kValue || k.kind == Token::Kind::kIdent) {
@@ -88,12 +103,6 @@ Expr term(const std::vector<Token>& t, size_t* at) {
     e = binary(kind, std::move(e), factor(t, at));
   }
   return e;
-}
-
-int64_t floor_div(int64_t a, int64_t b, int line) {
-  if (b == 0) throw Malformed(fmt::format("ktir: line {}: division by zero in an affine expression", line));
-  const int64_t q = a / b;
-  return (a % b != 0 && (a < 0) != (b < 0)) ? q - 1 : q;
 }
 
 // Names and the comma-separated list in `(...)`: "(d0, d1)".
@@ -147,8 +156,8 @@ Linear linear(const Expr& e, const Set& s, const std::vector<int64_t>& syms, con
   out.coef.assign(s.dims.size(), 0);
   const auto both = [&](int64_t sign) {
     Linear a = linear(e.args[0], s, syms, what), b = linear(e.args[1], s, syms, what);
-    for (size_t i = 0; i < a.coef.size(); ++i) a.coef[i] += sign * b.coef[i];
-    a.constant += sign * b.constant;
+    for (size_t i = 0; i < a.coef.size(); ++i) a.coef[i] = wrap_add(a.coef[i], wrap_mul(sign, b.coef[i]));
+    a.constant = wrap_add(a.constant, wrap_mul(sign, b.constant));
     return a;
   };
   const auto is_const = [](const Linear& l) {
@@ -173,16 +182,16 @@ Linear linear(const Expr& e, const Set& s, const std::vector<int64_t>& syms, con
       return both(-1);
     case Expr::Kind::kNeg: {
       Linear a = linear(e.args[0], s, syms, what);
-      for (int64_t& c : a.coef) c = -c;
-      a.constant = -a.constant;
+      for (int64_t& c : a.coef) c = wrap_sub(0, c);
+      a.constant = wrap_sub(0, a.constant);
       return a;
     }
     case Expr::Kind::kMul: {
       Linear a = linear(e.args[0], s, syms, what), b = linear(e.args[1], s, syms, what);
       if (!is_const(a) && !is_const(b)) break;
       if (is_const(a)) std::swap(a, b);
-      for (int64_t& c : a.coef) c *= b.constant;
-      a.constant *= b.constant;
+      for (int64_t& c : a.coef) c = wrap_mul(c, b.constant);
+      a.constant = wrap_mul(a.constant, b.constant);
       return a;
     }
     default: {
@@ -203,6 +212,13 @@ Linear linear(const Expr& e, const Set& s, const std::vector<int64_t>& syms, con
 
 }  // namespace
 
+int64_t floor_div(int64_t a, int64_t b, int line) {
+  if (b == 0) throw Malformed(fmt::format("ktir: line {}: division by zero in an affine expression", line));
+  if (b == -1) return wrap_sub(0, a);  // INT64_MIN / -1 wraps
+  const int64_t q = a / b;
+  return (a % b != 0 && (a < 0) != (b < 0)) ? q - 1 : q;
+}
+
 Expr parse_expr(const std::vector<Token>& t, size_t* at) {
   Expr e = term(t, at);
   while (*at < t.size() && (t[*at].is("+") || t[*at].is("-"))) {
@@ -221,20 +237,20 @@ int64_t eval(const Expr& e, const Lookup& lookup) {
     case Expr::Kind::kName:
       return lookup(e.name);
     case Expr::Kind::kAdd:
-      return arg(0) + arg(1);
+      return wrap_add(arg(0), arg(1));
     case Expr::Kind::kSub:
-      return arg(0) - arg(1);
+      return wrap_sub(arg(0), arg(1));
     case Expr::Kind::kMul:
-      return arg(0) * arg(1);
+      return wrap_mul(arg(0), arg(1));
     case Expr::Kind::kNeg:
-      return -arg(0);
+      return wrap_sub(0, arg(0));
     case Expr::Kind::kFloorDiv:
       return floor_div(arg(0), arg(1), 0);
     case Expr::Kind::kCeilDiv:
-      return -floor_div(-arg(0), arg(1), 0);
+      return wrap_sub(0, floor_div(wrap_sub(0, arg(0)), arg(1), 0));
     case Expr::Kind::kMod: {
-      const int64_t b = arg(1);
-      return arg(0) - floor_div(arg(0), b, 0) * b;
+      const int64_t a = arg(0), b = arg(1);
+      return wrap_sub(a, wrap_mul(floor_div(a, b, 0), b));
     }
     case Expr::Kind::kIndexed: {
       std::string key = e.name + "[";
@@ -356,11 +372,11 @@ std::vector<std::pair<int64_t, int64_t>> box(const Set& s, const std::vector<int
     const int64_t a = l.coef[dim], c = l.constant;  // a * d + c >= 0 (or == 0)
     auto& [lo, hi] = out[dim];
     if (eq || a > 0) {
-      const int64_t b = -floor_div(c, a, 0);  // ceil(-c / a)
+      const int64_t b = wrap_sub(0, floor_div(c, a, 0));  // ceil(-c / a)
       lo = lo == kNone ? b : std::max(lo, b);
     }
     if (eq || a < 0) {
-      const int64_t b = eq ? -floor_div(c, a, 0) : floor_div(c, -a, 0);
+      const int64_t b = eq ? wrap_sub(0, floor_div(c, a, 0)) : floor_div(c, wrap_sub(0, a), 0);
       hi = hi == kNone ? b : std::min(hi, b);
     }
   }

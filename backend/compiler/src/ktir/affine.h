@@ -14,6 +14,19 @@
 
 namespace spyre::compiler::ktir {
 
+/// Index arithmetic wraps, as MLIR's `index` type does (and never overflows a signed int here).
+inline int64_t wrap_add(int64_t a, int64_t b) {
+  return static_cast<int64_t>(static_cast<uint64_t>(a) + static_cast<uint64_t>(b));
+}
+inline int64_t wrap_sub(int64_t a, int64_t b) {
+  return static_cast<int64_t>(static_cast<uint64_t>(a) - static_cast<uint64_t>(b));
+}
+inline int64_t wrap_mul(int64_t a, int64_t b) {
+  return static_cast<int64_t>(static_cast<uint64_t>(a) * static_cast<uint64_t>(b));
+}
+/// Floor division; throws Malformed naming `line` for a division by zero.
+int64_t floor_div(int64_t a, int64_t b, int line);
+
 struct Expr {
   enum class Kind : uint8_t {
     kConst,

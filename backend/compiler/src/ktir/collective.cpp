@@ -140,8 +140,6 @@ void Lowering::inter_reduce(const Op& o) {
   const Token* tiles = attribute(o, "consumer_tiles_per_group", *shared_.module);
   if (!tiles) throw Malformed(fmt::format("ktir: line {}: inter_tile_reduce without consumer_tiles_per_group", o.line));
   const Set consumers = parse_set(tiles->text, o.line);
-  int64_t count = 1;
-  for (int64_t g : shared_.grid) count *= g;
   int64_t mine = -1;
   for (size_t g = 0; g < future.groups.size(); ++g) {
     std::vector<int64_t> id = {rank_};
@@ -162,7 +160,7 @@ void Lowering::inter_reduce(const Op& o) {
   emit(emit::instr(hw::Op::kBarrier));
   const std::vector<std::string> identity = group(o, "identity");
   const auto [shape, dtype] =
-      shaped(o.tokens.back().is("@region") ? o.tokens[o.tokens.size() - 2].text : o.tokens.back().text, o.line);
+      shaped(o.last().is("@region") ? o.tokens[o.tokens.size() - 2].text : o.last().text, o.line);
   if (mine < 0 || identity.size() != 1) {
     define(o, {Value()});  // not a consumer: the result is not this tile's to use
     return;

@@ -100,8 +100,8 @@ double fold_unary(UnaryFn f, double x) {
   }
 }
 
-uint64_t fill_bits(double x, DType t) {
-  return hw::dtype_is_float(t) ? emit::double_bits(x) : static_cast<uint64_t>(static_cast<int64_t>(x));
+uint64_t fill_bits(double x, DType t, int line) {
+  return hw::dtype_is_float(t) ? emit::double_bits(x) : integer_bits(x, line);
 }
 
 // The kValue tokens of `o` before its type.
@@ -135,7 +135,7 @@ void Lowering::copy(const TensorV& from, const TensorV& to) {
 TensorV Lowering::scalar_tensor(double x, DType dtype, int line) {
   TensorV t = new_tensor({}, dtype, line);
   before_write(t.addr, t.bytes());
-  emit(emit::sfp(hw::Op::kFill, dtype, 0, t.addr, 0, fill_bits(x, dtype), 1, 1));
+  emit(emit::sfp(hw::Op::kFill, dtype, 0, t.addr, 0, fill_bits(x, dtype, line), 1, 1));
   return t;
 }
 
@@ -209,8 +209,9 @@ void Lowering::math_unary(const Op& o) {
     return;
   }
   const TensorV x = tensor(in[0], o.line);
-  TensorV r = named ? destination(group(o, "outs").at(0), x.shape, x.dtype, false, o.line)
-                    : new_tensor(x.shape, x.dtype, o.line);
+  const std::vector<std::string> outs = named ? group(o, "outs") : std::vector<std::string>{};
+  if (named && outs.size() != 1) throw Malformed(fmt::format("ktir: line {}: {} needs one outs", o.line, o.name));
+  TensorV r = named ? destination(outs[0], x.shape, x.dtype, false, o.line) : new_tensor(x.shape, x.dtype, o.line);
   if (r.dtype != x.dtype) throw Malformed(fmt::format("ktir: line {}: {} changes the element type", o.line, o.name));
   const RowsCols s = rc(x.shape);
   if (x.numel() > 0) {
@@ -231,7 +232,7 @@ void Lowering::convert(const Op& o) {
     return;
   }
   const TensorV x = tensor(in[0], o.line);
-  const auto [shape, dtype] = shaped(o.tokens.back().text, o.line);
+  const auto [shape, dtype] = shaped(o.last().text, o.line);
   TensorV r = new_tensor(shape, dtype, o.line);
   copy(x, r);
   define(o, {r});
@@ -247,7 +248,7 @@ void Lowering::fill(const Op& o) {
   const RowsCols s = rc(r.shape);
   if (r.numel() > 0) {
     before_write(r.addr, r.bytes());
-    emit(emit::sfp(hw::Op::kFill, r.dtype, 0, r.addr, 0, fill_bits(v, r.dtype), s.rows, s.cols));
+    emit(emit::sfp(hw::Op::kFill, r.dtype, 0, r.addr, 0, fill_bits(v, r.dtype, o.line), s.rows, s.cols));
     shared_.work.sfp_elements += static_cast<uint64_t>(r.numel());
   }
   r.zero = v == 0;
@@ -437,12 +438,12 @@ void Lowering::reshape(const Op& o) {
   const std::vector<std::string> in = plain_operands(o);
   if (in.empty()) throw Malformed(fmt::format("ktir: line {}: {} without an operand", o.line, o.name));
   TensorV x = tensor(in[0], o.line);
-  const auto [shape, dtype] = shaped(o.tokens.back().text, o.line);
+  const auto [shape, dtype] = shaped(o.last().text, o.line);
   TensorV r = x;
   r.shape = shape;
   if (r.numel() != x.numel() || dtype != x.dtype) {
-    throw Malformed(fmt::format("ktir: line {}: {} from [{}] to {}", o.line, o.name, fmt::join(x.shape, "x"),
-                                o.tokens.back().text));
+    throw Malformed(
+        fmt::format("ktir: line {}: {} from [{}] to {}", o.line, o.name, fmt::join(x.shape, "x"), o.last().text));
   }
   std::get<TensorV>(value(in[0], o.line)).shared = true;
   r.shared = true;

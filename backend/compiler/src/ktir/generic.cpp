@@ -187,7 +187,7 @@ void Lowering::generic(const Op& o) {
   // output's type (no copy after).
   std::string yielded;
   for (const Op& op : body.ops) {
-    if (op.name == "linalg.yield" && !op.tokens.empty()) yielded = op.tokens[0].text;
+    if (op.name == "linalg.yield") yielded = op.tok(0).text;
   }
   const auto into = [&](const std::string& name, DType t) {
     if (!reducing && name == yielded && t == dst.dtype) return dst.addr;
@@ -217,7 +217,7 @@ void Lowering::generic(const Op& o) {
       b.x = scalar(name, op.line);
       return b;
     };
-    const std::string type = op.tokens.empty() ? "" : op.tokens.back().text;
+    const std::string type = op.last().text;
     if (op.name == "linalg.yield") {
       if (args.size() != 1) throw Malformed(fmt::format("ktir: line {}: linalg.yield of one value", op.line));
       if (reducing && args[0] != combined) {
@@ -229,15 +229,15 @@ void Lowering::generic(const Op& o) {
     if (op.name == "arith.constant") {
       BV b;
       b.scalar = true;
-      b.x = std::stod(op.tokens[0].is("-") ? "-" + op.tokens[1].text : op.tokens[0].text);
-      vals[op.results.at(0)] = b;
+      b.x = op.tok(0).is("-") ? -to_double(op.tok(1).text, op.line) : to_double(op.tok(0).text, op.line);
+      vals[op.result()] = b;
       continue;
     }
     if (const auto fn = body_binary(op.name)) {
       if (args.size() != 2) throw Malformed(fmt::format("ktir: line {}: {} takes two operands", op.line, op.name));
       if (reducing && (args[0] == out_arg || args[1] == out_arg)) {
         combine = fn;
-        combined = op.results.at(0);
+        combined = op.result();
         reduced = args[0] == out_arg ? args[1] : args[0];
         continue;
       }
@@ -252,7 +252,7 @@ void Lowering::generic(const Op& o) {
               : *fn == BinaryFn::kDiv ? a.x / b.x
               : *fn == BinaryFn::kMax ? std::max(a.x, b.x)
                                       : std::min(a.x, b.x);
-        vals[op.results.at(0)] = r;
+        vals[op.result()] = r;
         continue;
       }
       if (a.scalar && commutative(*fn)) std::swap(a, b);
@@ -269,29 +269,31 @@ void Lowering::generic(const Op& o) {
       if (a.type != t || (!b.scalar && b.type != t)) {
         throw Malformed(fmt::format("ktir: line {}: {} of {} operands", op.line, op.name, type));
       }
-      const uint32_t r = into(op.results.at(0), t);
+      const uint32_t r = into(op.result(), t);
       emit(emit::sfp(hw::Op::kBinary, t, 0, r, emit::pack2(a.addr, b.scalar ? 0 : b.addr),
                      static_cast<uint64_t>(*fn) | imm << 32, rows, cols, hw::bcast_flags(a.mode, mb)));
       shared_.work.sfp_elements += uint64_t{rows} * cols;
-      vals[op.results.at(0)] = BV{false, 0, r, Bcast::kFull, t};
+      vals[op.result()] = BV{false, 0, r, Bcast::kFull, t};
       continue;
     }
     if (const auto fn = body_unary(op.name)) {
-      const BV a = get(args.at(0));
+      if (args.empty()) throw Malformed(fmt::format("ktir: line {}: {} without an operand", op.line, op.name));
+      const BV a = get(args[0]);
       if (a.scalar)
         throw Unsupported(fmt::format("ktir: line {}: {} of a constant in a linalg.generic", op.line, op.name));
-      const uint32_t r = into(op.results.at(0), a.type);
+      const uint32_t r = into(op.result(), a.type);
       emit(emit::sfp(hw::Op::kUnary, a.type, 0, r, a.addr, static_cast<uint64_t>(*fn), rows, cols,
                      static_cast<uint8_t>(a.mode)));
       shared_.work.sfp_elements += uint64_t{rows} * cols;
-      vals[op.results.at(0)] = BV{false, 0, r, Bcast::kFull, a.type};
+      vals[op.result()] = BV{false, 0, r, Bcast::kFull, a.type};
       continue;
     }
     if (op.name == "arith.truncf" || op.name == "arith.extf") {
-      const BV a = get(args.at(0));
+      if (args.empty()) throw Malformed(fmt::format("ktir: line {}: {} without an operand", op.line, op.name));
+      const BV a = get(args[0]);
       const DType t = dtype_of(type, op.line);
       if (a.scalar) {
-        vals[op.results.at(0)] = a;
+        vals[op.result()] = a;
         continue;
       }
       const uint64_t count = elements(a.mode, rows, cols);
@@ -299,7 +301,7 @@ void Lowering::generic(const Op& o) {
       emit(emit::sfp(hw::Op::kConvert, t, 0, r.addr, a.addr, static_cast<uint64_t>(a.type), 1,
                      static_cast<uint32_t>(count)));
       shared_.work.sfp_elements += count;
-      vals[op.results.at(0)] = BV{false, 0, r.addr, a.mode, t};
+      vals[op.result()] = BV{false, 0, r.addr, a.mode, t};
       continue;
     }
     throw Unsupported(fmt::format("ktir: line {}: {} in a linalg.generic body", op.line, op.name));
@@ -344,7 +346,7 @@ void Lowering::generic(const Op& o) {
     shared_.work.sfp_elements += uint64_t{rows} * cols;
   } else if (result.scalar) {
     emit(emit::sfp(hw::Op::kFill, dst.dtype, 0, dst.addr, 0,
-                   hw::dtype_is_float(dst.dtype) ? emit::double_bits(result.x) : static_cast<uint64_t>(result.x), rows,
+                   hw::dtype_is_float(dst.dtype) ? emit::double_bits(result.x) : integer_bits(result.x, o.line), rows,
                    cols));
   } else if (result.addr == dst.addr) {
     // written in place by the body's last op

@@ -20,6 +20,11 @@ int64_t TensorV::numel() const {
   return n;
 }
 
+uint64_t integer_bits(double x, int line) {
+  if (!(x >= -9.2e18 && x <= 9.2e18)) throw Malformed(fmt::format("ktir: line {}: {} is no integer", line, x));
+  return static_cast<uint64_t>(static_cast<int64_t>(x));
+}
+
 hw::DType dtype_of(const std::string& name, int line) {
   if (name == "f32") return hw::DType::kF32;
   if (name == "f16") return hw::DType::kF16;
@@ -53,8 +58,17 @@ std::pair<std::vector<int64_t>, hw::DType> shaped(const std::string& type, int l
     size_t end = at;
     while (end < body.size() && std::isdigit(static_cast<unsigned char>(body[end]))) ++end;
     if (end >= body.size() || body[end] != 'x') break;  // a number that is no dim
-    shape.push_back(std::stoll(body.substr(at, end - at)));
+    shape.push_back(to_int(body.substr(at, end - at), line));
     at = end + 1;
+  }
+  int64_t numel = 1;
+  constexpr int64_t kMost = int64_t{1} << 40;
+  for (int64_t d : shape) {
+    const int64_t n = std::max<int64_t>(d, 1);
+    if (d > (int64_t{1} << 31) || shape.size() > 8 || numel > kMost / n) {
+      throw Unsupported(fmt::format("ktir: line {}: {} is larger than any kernel handles", line, type));
+    }
+    numel *= n;
   }
   std::string elem = body.substr(std::min(at, body.size()));
   elem.erase(std::remove(elem.begin(), elem.end(), ' '), elem.end());
@@ -120,7 +134,7 @@ std::vector<int64_t> int_list(const Op& o, const std::string& word) {
   if (o.tokens[i].is("=")) ++i;
   if (i >= o.tokens.size() || !o.tokens[i].is("[")) return out;
   for (++i; i < o.tokens.size() && !o.tokens[i].is("]"); ++i) {
-    if (o.tokens[i].kind == Token::Kind::kNumber) out.push_back(std::stoll(o.tokens[i].text, nullptr, 0));
+    if (o.tokens[i].kind == Token::Kind::kNumber) out.push_back(to_int(o.tokens[i].text, o.tokens[i].line));
   }
   return out;
 }
@@ -219,8 +233,7 @@ Value& Lowering::value(const std::string& name, int line) {
 }
 
 int64_t Lowering::integer(const std::string& name, int line) {
-  if (!name.empty() && (std::isdigit(static_cast<unsigned char>(name[0])) || name[0] == '-'))
-    return std::stoll(name, nullptr, 0);
+  if (!name.empty() && (std::isdigit(static_cast<unsigned char>(name[0])) || name[0] == '-')) return to_int(name, line);
   const Value& v = value(name, line);
   if (const auto* i = std::get_if<int64_t>(&v)) return *i;
   if (std::holds_alternative<Ptr>(v)) {
@@ -305,7 +318,7 @@ void Lowering::op(const Op& o) {
   } else if (n == "ktdp.inter_tile_reduce") {
     inter_reduce(o);
   } else if (n == "tensor.empty") {
-    const auto [shape, dtype] = shaped(o.tokens.back().text, o.line);
+    const auto [shape, dtype] = shaped(o.last().text, o.line);
     TensorV t = new_tensor(shape, dtype, o.line);
     t.fresh = true;
     define(o, {t});
@@ -339,18 +352,18 @@ void Lowering::constant(const Op& o) {
     throw Malformed(fmt::format("ktir: line {}: expected 'arith.constant value : type'", o.line));
   }
   const Token& type = *(colon + 1);
-  const bool negative = t[0].is("-");
-  const Token& v = t[negative ? 1 : 0];
+  const bool negative = o.tok(0).is("-");
+  const Token& v = o.tok(negative ? 1 : 0);
   const auto number = [&](const std::string& text, bool is_float) -> double {
     if (text == "true") return 1;
     if (text == "false") return 0;
     if (is_float && text.rfind("0x", 0) == 0) {  // a float written as its bits
-      const auto bits = static_cast<uint32_t>(std::stoull(text, nullptr, 16));
+      const auto bits = static_cast<uint32_t>(to_int(text, o.line));
       float f;
       std::memcpy(&f, &bits, 4);
       return f;
     }
-    return std::stod(text);
+    return to_double(text, o.line);
   };
   if (type.kind == Token::Kind::kType) {  // dense<...> : tensor<...>: a splat
     const auto [shape, dtype] = shaped(type.text, o.line);
@@ -363,7 +376,7 @@ void Lowering::constant(const Op& o) {
     const double value = number(inner, hw::dtype_is_float(dtype));
     hw::Instr in =
         emit::sfp(hw::Op::kFill, dtype, 0, x.addr, 0,
-                  hw::dtype_is_float(dtype) ? emit::double_bits(value) : static_cast<uint64_t>(value),
+                  hw::dtype_is_float(dtype) ? emit::double_bits(value) : integer_bits(value, o.line),
                   static_cast<uint32_t>(x.numel() / std::max<int64_t>(x.shape.empty() ? 1 : x.shape.back(), 1)),
                   static_cast<uint32_t>(x.shape.empty() ? 1 : x.shape.back()));
     if (x.numel() > 0) emit(in);
@@ -371,8 +384,16 @@ void Lowering::constant(const Op& o) {
     define(o, {x});
     return;
   }
-  const bool is_float = type.text[0] == 'f' || type.text == "bf16";
+  const bool is_float = !type.text.empty() && (type.text[0] == 'f' || type.text == "bf16");
+  if (!is_float && v.kind == Token::Kind::kNumber && v.text.find_first_of(".eE") == std::string::npos) {
+    const int64_t i = to_int(v.text, o.line);  // integers exactly, not through a double
+    define(o, {negative ? wrap_sub(0, i) : i});
+    return;
+  }
   const double x = (negative ? -1 : 1) * number(v.text, is_float);
+  if (!is_float && !(x >= -9.2e18 && x <= 9.2e18)) {
+    throw Malformed(fmt::format("ktir: line {}: {} is no {}", o.line, v.text, type.text));
+  }
   define(o, {is_float ? Value(x) : Value(static_cast<int64_t>(x))});
 }
 
@@ -398,7 +419,7 @@ void Lowering::arith_int(const Op& o) {
   }
   if (n == "arith.cmpi") {
     need(2);
-    const std::string pred = o.tokens[0].text;
+    const std::string pred = o.tok(0).text;
     const int64_t a = integer(in[0], o.line), b = integer(in[1], o.line);
     const auto ua = static_cast<uint64_t>(a), ub = static_cast<uint64_t>(b);
     int64_t r;
@@ -436,9 +457,9 @@ void Lowering::arith_int(const Op& o) {
     Ptr p = a_ptr ? std::get<Ptr>(va) : std::get<Ptr>(vb);
     const int64_t k = integer(a_ptr ? in[1] : in[0], o.line);
     if (n == "arith.addi") {
-      p.elems += k;
+      p.elems = wrap_add(p.elems, k);
     } else if (n == "arith.subi" && a_ptr) {
-      p.elems -= k;
+      p.elems = wrap_sub(p.elems, k);
     } else {
       throw Unsupported(fmt::format("ktir: line {}: {} of an address (only adding an index to one is)", o.line, n));
     }
@@ -449,31 +470,22 @@ void Lowering::arith_int(const Op& o) {
   const auto nonzero = [&] {
     if (b == 0) throw Malformed(fmt::format("ktir: line {}: {} by zero", o.line, n));
   };
-  int64_t r = 0;
-  if (n == "arith.addi")
-    r = a + b;
-  else if (n == "arith.subi")
-    r = a - b;
-  else if (n == "arith.muli")
-    r = a * b;
-  else if (n == "arith.divsi" || n == "arith.divui")
-    nonzero(), r = a / b;
-  else if (n == "arith.remsi" || n == "arith.remui")
-    nonzero(), r = a % b;
-  else if (n == "arith.floordivsi")
-    nonzero(), r = a / b - ((a % b != 0) && ((a < 0) != (b < 0)));
-  else if (n == "arith.ceildivsi")
-    nonzero(), r = a / b + ((a % b != 0) && ((a < 0) == (b < 0)));
-  else if (n == "arith.maxsi" || n == "arith.maxui")
-    r = std::max(a, b);
-  else if (n == "arith.minsi" || n == "arith.minui")
-    r = std::min(a, b);
-  else if (n == "arith.andi")
-    r = a & b;
-  else if (n == "arith.ori")
-    r = a | b;
-  else if (n == "arith.xori")
-    r = a ^ b;
+  const auto fold = [&]() -> int64_t {
+    if (n == "arith.addi") return wrap_add(a, b);
+    if (n == "arith.subi") return wrap_sub(a, b);
+    if (n == "arith.muli") return wrap_mul(a, b);
+    if (n == "arith.maxsi" || n == "arith.maxui") return std::max(a, b);
+    if (n == "arith.minsi" || n == "arith.minui") return std::min(a, b);
+    if (n == "arith.andi") return a & b;
+    if (n == "arith.ori") return a | b;
+    if (n == "arith.xori") return a ^ b;
+    nonzero();
+    if (n == "arith.divsi" || n == "arith.divui") return b == -1 ? wrap_sub(0, a) : a / b;
+    if (n == "arith.remsi" || n == "arith.remui") return b == -1 ? 0 : a % b;
+    if (n == "arith.floordivsi") return floor_div(a, b, o.line);
+    return wrap_sub(0, floor_div(wrap_sub(0, a), b, o.line));  // arith.ceildivsi
+  };
+  const int64_t r = fold();
   define(o, {r});
 }
 
@@ -508,7 +520,17 @@ std::vector<Value> Lowering::scf_for(const Op& o) {
     }
   }
   if (o.regions.empty()) throw Malformed(fmt::format("ktir: line {}: scf.for without a body", o.line));
-  for (int64_t k = lb; k < ub; k += step) {
+  const uint64_t trips =
+      ub > lb ? (static_cast<uint64_t>(ub) - static_cast<uint64_t>(lb) - 1) / static_cast<uint64_t>(step) + 1 : 0;
+  iterations_ += std::min(trips, kMaxIterations + 1);
+  if (iterations_ > kMaxIterations) {
+    throw Unsupported(
+        fmt::format("ktir: line {}: the kernel's loops run more than {} iterations on one tile (they are "
+                    "unrolled)",
+                    o.line, kMaxIterations));
+  }
+  for (uint64_t trip = 0; trip < trips; ++trip) {
+    const int64_t k = wrap_add(lb, wrap_mul(static_cast<int64_t>(trip), step));
     const uint32_t mark = top_;
     std::vector<Value> args = {Value(k)};
     args.insert(args.end(), carried.begin(), carried.end());
@@ -562,11 +584,15 @@ TensorV Lowering::new_tensor(std::vector<int64_t> shape, hw::DType dtype, int li
   TensorV t;
   t.shape = std::move(shape);
   t.dtype = dtype;
-  t.addr = alloc(t.bytes(), line);
+  t.addr = alloc(static_cast<uint64_t>(t.numel()) * hw::dtype_size(dtype), line);
   return t;
 }
 
 void Lowering::emit(hw::Instr in) {
+  if (code.size() >= kMaxInstructions) {
+    throw Unsupported(fmt::format("ktir: line {}: the kernel unrolls to more than {} instructions on tile {}", line_,
+                                  kMaxInstructions, rank_));
+  }
   if (in.op == hw::Op::kWait) {
     in.a |= wait_;
   } else if (wait_ != 0) {  // the transfers whose bytes this instruction touches
@@ -601,7 +627,7 @@ void Lowering::before_write(uint32_t addr, uint32_t bytes) {
 void Lowering::memory_view(const Op& o) {
   const std::vector<Token>& t = o.tokens;
   ViewV v;
-  const auto [type_shape, dtype] = shaped(o.tokens.back().text, o.line);
+  const auto [type_shape, dtype] = shaped(o.last().text, o.line);
   v.dtype = dtype;
   const auto list = [&](const std::string& word) {
     std::vector<int64_t> out;
@@ -618,7 +644,7 @@ void Lowering::memory_view(const Op& o) {
   v.strides = list("strides");
   if (v.sizes.size() != v.strides.size() || v.sizes != type_shape) {
     throw Malformed(fmt::format("ktir: line {}: the view's sizes [{}] disagree with its type {}", o.line,
-                                fmt::join(v.sizes, ", "), o.tokens.back().text));
+                                fmt::join(v.sizes, ", "), o.last().text));
   }
   const Token* space = attribute(o, "memory_space", *shared_.module);
   const std::string s = space ? space->text : "global";
@@ -628,10 +654,22 @@ void Lowering::memory_view(const Op& o) {
   v.local = s.find("ct_local") != std::string::npos || s.find("LX") != std::string::npos;
   const uint32_t esz = hw::dtype_size(dtype);
   int64_t reach = 1;  // elements past the base the view spans
-  for (size_t i = 0; i < v.sizes.size(); ++i) reach += (v.sizes[i] - 1) * v.strides[i];
+  for (size_t i = 0; i < v.sizes.size(); ++i) {
+    if (v.sizes[i] < 1 || v.strides[i] < 0 || v.strides[i] > (int64_t{1} << 40)) {
+      throw Unsupported(
+          fmt::format("ktir: line {}: a view of size {} and stride {} in dim {} (sizes of at least one "
+                      "and strides of at most 2^40, not negative, are taken)",
+                      o.line, v.sizes[i], v.strides[i], i));
+    }
+    reach += (v.sizes[i] - 1) * v.strides[i];  // at most 2^31 * 2^40 per dim, and at most 8 dims
+  }
+  constexpr int64_t kMemory = int64_t{1} << 48;  // beyond any card's device memory
   const Value& base = t[0].kind == Token::Kind::kValue ? value(t[0].text, o.line) : Value(integer(t[0].text, o.line));
   if (v.local) {
     const int64_t at = integer(t[0].text, o.line);
+    if (at < 0 || at > kMemory || (at + reach) * esz > static_cast<int64_t>(shared_.target->lx_bytes)) {
+      throw Malformed(fmt::format("ktir: line {}: the ct_local view at element {} leaves the scratchpad", o.line, at));
+    }
     v.lx = static_cast<uint32_t>(at * esz);
     floor_ = std::max<uint32_t>(floor_, static_cast<uint32_t>((at + reach) * esz));
     if (floor_ > top_) {
@@ -652,6 +690,9 @@ void Lowering::memory_view(const Op& o) {
     Argument& a = shared_.arguments[static_cast<size_t>(p->arg)];
     if (a.bytes == 0) a.dtype = dtype;
     if (p->elems < 0) throw Malformed(fmt::format("ktir: line {}: a view before its argument's base", o.line));
+    if (p->elems > kMemory || reach > kMemory || (p->elems + reach) * esz > kMemory) {
+      throw Malformed(fmt::format("ktir: line {}: a view reaching past any device memory", o.line));
+    }
     a.bytes = std::max<uint64_t>(a.bytes, static_cast<uint64_t>(p->elems + reach) * esz);
   }
   define(o, {v});
@@ -687,15 +728,16 @@ void Lowering::access_tile(const Op& o) {
   if (const Token* set = attribute(o, "access_tile_set", *shared_.module)) {
     const auto b = box(parse_set(set->text, o.line), {}, fmt::format("line {}: access_tile_set", o.line));
     for (size_t d = 0; d < b.size() && d < tile.shape.size(); ++d) {
-      if (b[d].second - b[d].first + 1 != tile.shape[d]) {
-        throw Malformed(fmt::format("ktir: line {}: the access_tile_set spans {} in dim {}, its type {}", o.line,
-                                    b[d].second - b[d].first + 1, d, tile.shape[d]));
+      const int64_t span = wrap_add(wrap_sub(b[d].second, b[d].first), 1);
+      if (span != tile.shape[d]) {
+        throw Malformed(fmt::format("ktir: line {}: the access_tile_set spans {} in dim {}, its type {}", o.line, span,
+                                    d, tile.shape[d]));
       }
-      tile.origin[d] += b[d].first;
+      tile.origin[d] = wrap_add(tile.origin[d], b[d].first);
     }
   }
   for (size_t d = 0; d < tile.shape.size(); ++d) {
-    if (tile.origin[d] < 0 || tile.origin[d] + tile.shape[d] > view->sizes[d]) {
+    if (tile.origin[d] < 0 || tile.origin[d] > view->sizes[d] - tile.shape[d]) {
       throw Malformed(fmt::format("ktir: line {}: the access tile [{}] + [{}] leaves its view [{}] (tile {})", o.line,
                                   fmt::join(tile.origin, ", "), fmt::join(tile.shape, ", "),
                                   fmt::join(view->sizes, ", "), rank_));
@@ -705,15 +747,15 @@ void Lowering::access_tile(const Op& o) {
 }
 
 void Lowering::load(const Op& o) {
-  const auto* tile = std::get_if<TileV>(&value(o.tokens.at(0).text, o.line));
+  const auto* tile = std::get_if<TileV>(&value(o.tok(0).text, o.line));
   if (!tile) throw Malformed(fmt::format("ktir: line {}: ktdp.load of something that is no access tile", o.line));
-  const auto [shape, dtype] = shaped(o.tokens.back().text, o.line);
+  const auto [shape, dtype] = shaped(o.last().text, o.line);
   TensorV x = new_tensor(shape, dtype, o.line);
   int64_t n = 1;
   for (int64_t s : tile->shape) n *= s;
   if (n != x.numel() || dtype != tile->view.dtype) {
     throw Malformed(fmt::format("ktir: line {}: the loaded {} does not match the access tile [{}] of {}", o.line,
-                                o.tokens.back().text, fmt::join(tile->shape, "x"), hw::dtype_name(tile->view.dtype)));
+                                o.last().text, fmt::join(tile->shape, "x"), hw::dtype_name(tile->view.dtype)));
   }
   if (tile->indirect) {
     gather(*tile, x, o.line);
@@ -882,11 +924,11 @@ Kernel compile(std::string_view text, const Target& target, const std::string& f
   int64_t tiles = 1;
   for (int64_t g : shared.grid) {
     if (g < 1) throw Malformed(fmt::format("ktir: {}: grid [{}]", k.function, fmt::join(shared.grid, ", ")));
-    tiles *= g;
+    tiles = g > target.cores ? int64_t{target.cores} + 1 : std::min<int64_t>(tiles * g, int64_t{target.cores} + 1);
   }
   if (tiles > target.cores) {
-    throw Unsupported(
-        fmt::format("ktir: {}: a grid of {} tiles on a card of {} cores", k.function, tiles, target.cores));
+    throw Unsupported(fmt::format("ktir: {}: grid [{}] has more tiles than the card's {} cores", k.function,
+                                  fmt::join(shared.grid, ", "), target.cores));
   }
   std::vector<std::vector<hw::Instr>> per_core;
   for (int64_t r = 0; r < tiles; ++r) {

@@ -166,9 +166,15 @@ class Lowering {
   };
   std::vector<Pending> pending_;
   uint32_t next_tag_ = 0;
+  uint64_t iterations_ = 0;  // loop iterations unrolled so far
+  static constexpr size_t kMaxInstructions = size_t{1} << 20;
+  static constexpr uint64_t kMaxIterations = uint64_t{1} << 20;
   uint32_t wait_ = 0;  // tags the next instruction must wait for (emit() issues the WAIT)
 };
 
+/// The two's-complement bits of an integer-valued double (FILL's value for an integer type);
+/// Malformed naming `line` when it is out of range.
+uint64_t integer_bits(double x, int line);
 /// The element type a KTIR type name names (f32, f16, bf16, i64, i32, i8, i1, index).
 hw::DType dtype_of(const std::string& name, int line);
 /// The shape and element type of `tensor<4x8xf16>`, `memref<...>` or `!ktdp.access_tile<...>`.

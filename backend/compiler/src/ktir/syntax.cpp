@@ -5,6 +5,8 @@
 #include "syntax.h"
 
 #include <cctype>
+#include <cerrno>
+#include <cstdlib>
 
 #include <fmt/format.h>
 
@@ -67,7 +69,7 @@ class Reader {
   }
 
  private:
-  const Token& at() const { return t_[i_]; }
+  const Token& at() const { return peek(0); }
   const Token& peek(size_t k) const {
     static const Token kEnd{Token::Kind::kPunct, "<end>", 0, false};
     return i_ + k < t_.size() ? t_[i_ + k] : kEnd;
@@ -113,7 +115,8 @@ class Reader {
         const std::string name = at().text;
         ++i_;
         if (at().is(":") && peek(1).kind == Token::Kind::kNumber) {
-          const int n = std::stoi(peek(1).text);
+          const int64_t n = to_int(peek(1).text, peek(1).line);
+          if (n < 1 || n > 64) fail(fmt::format("a result group of {} values", n));
           for (int r = 0; r < n; ++r) o.results.push_back(fmt::format("{}#{}", name, r));
           i_ += 2;
         } else {
@@ -145,6 +148,7 @@ class Reader {
   }
 
   Region region() {
+    if (++depth_ > 64) fail("regions nested more than 64 deep");
     Region r;
     ++i_;  // '{'
     r.blocks.emplace_back();
@@ -152,6 +156,7 @@ class Reader {
       if (i_ >= t_.size()) fail("a region is not closed");
       if (at().is("}")) {
         ++i_;
+        --depth_;
         break;
       }
       if (at().kind == Token::Kind::kBlock) {
@@ -160,7 +165,9 @@ class Reader {
         if (at().is("(")) {
           ++i_;
           while (!at().is(")")) {
-            if (at().kind != Token::Kind::kValue || !peek(1).is(":")) fail("expected '%arg: type' in a block label");
+            if (i_ >= t_.size() || at().kind != Token::Kind::kValue || !peek(1).is(":")) {
+              fail("expected '%arg: type' in a block label");
+            }
             r.blocks.back().args.emplace_back(at().text, peek(2).text);
             i_ += 3;
             if (at().is(",")) ++i_;
@@ -178,6 +185,7 @@ class Reader {
 
   std::vector<Token> t_;
   size_t i_ = 0;
+  int depth_ = 0;
 };
 
 }  // namespace
@@ -264,6 +272,37 @@ std::vector<Token> tokenize(std::string_view s) {
     }
   }
   return out;
+}
+
+const Token& Op::tok(size_t i) const {
+  static const Token kNone{Token::Kind::kPunct, "", 0, false};
+  return i < tokens.size() ? tokens[i] : kNone;
+}
+
+const std::string& Op::result() const {
+  if (results.empty()) throw Malformed(fmt::format("ktir: line {}: {} names no result", line, name));
+  return results[0];
+}
+
+int64_t to_int(const std::string& text, int line) {
+  errno = 0;
+  char* end = nullptr;
+  const bool hex = text.size() > 2 && text[0] == '0' && (text[1] == 'x' || text[1] == 'X');
+  const long long v =
+      hex ? static_cast<long long>(std::strtoull(text.c_str(), &end, 16)) : std::strtoll(text.c_str(), &end, 10);
+  if (text.empty() || errno != 0 || end == nullptr || *end != '\0') {
+    throw Malformed(fmt::format("ktir: line {}: '{}' is not an integer (or is out of range)", line, text));
+  }
+  return v;
+}
+
+double to_double(const std::string& text, int line) {
+  char* end = nullptr;
+  const double v = std::strtod(text.c_str(), &end);
+  if (text.empty() || end == nullptr || *end != '\0') {
+    throw Malformed(fmt::format("ktir: line {}: '{}' is not a number", line, text));
+  }
+  return v;
 }
 
 Module parse(std::string_view text) {

@@ -59,7 +59,20 @@ struct Op {
   std::vector<Token> tokens;
   std::vector<Region> regions;
   int line = 0;
+
+  /// Token i, or an empty punct token past the end (so that a short op reads as malformed, not
+  /// out of bounds).
+  const Token& tok(size_t i) const;
+  /// The last token (usually the result type), or an empty one.
+  const Token& last() const { return tokens.empty() ? tok(0) : tokens.back(); }
+  /// The first result's name; throws Malformed when the op names none.
+  const std::string& result() const;
 };
+
+/// The integer a number token spells (decimal or 0x hex), or Malformed naming `line`.
+int64_t to_int(const std::string& text, int line);
+/// The floating-point value a number spells, or Malformed naming `line`.
+double to_double(const std::string& text, int line);
 
 struct Module {
   std::map<std::string, Token> aliases;  // #name = <attribute>, from the top of the file
