@@ -6,6 +6,7 @@ from __future__ import annotations
 import collections
 import json
 import pathlib
+import re
 import subprocess
 import sys
 import time
@@ -163,7 +164,7 @@ def test_every_instruction_slice_is_a_line_of_its_launchs_listing(tmp_path):
     listings: dict[str, dict[int, str]] = {}
     for block in stdout.split("@@ ")[1:]:
         op, *lines = block.splitlines()
-        listings[op] = {int(n): text.split()[0] for n, text in (line.split(maxsplit=1) for line in lines[2:] if line)}
+        listings[op] = {int(n): text for n, text in (line.split(maxsplit=1) for line in lines[2:] if line)}
     slices = [e for e in events if e["ph"] == "X"]
     # Each launch's window on the queue track, and its op: the core slices inside it are its.
     queue_tids = {e["tid"] for e in events if e.get("name") == "thread_name" and "queue" in e["args"]["name"]}
@@ -191,7 +192,7 @@ def test_every_instruction_slice_is_a_line_of_its_launchs_listing(tmp_path):
         "scan": "SCAN",
         "random": "RANDOM",
     }
-    checked = set()
+    checked, operands = set(), set()
     for e in slices:
         if "instruction" not in e["args"]:
             continue
@@ -199,9 +200,21 @@ def test_every_instruction_slice_is_a_line_of_its_launchs_listing(tmp_path):
         if op not in listings:
             continue
         kind = e["name"].removesuffix(" issue")
-        assert listings[op][e["args"]["instruction"]] == mnemonic[kind], (op, e)
+        line = listings[op][e["args"]["instruction"]]
+        assert line.split()[0] == mnemonic[kind], (op, e)
         checked.add((op, kind))
+        # The operands as the core resolved them: where the listing's first scratchpad address
+        # (the destination, or a store's source) has no register added, the slice carries it.
+        first = re.search(r"lx\[(r\d+\+)?(0x[0-9a-f]+)\]", line)
+        key = "lx" if "lx" in e["args"] else "dst" if "dst" in e["args"] else None
+        if first and key and not first.group(1):
+            assert e["args"][key] == int(first.group(2), 16), (op, line, e["args"])
+            operands.add(kind)
+        if kind == "matmul":
+            m, k, n = (int(x) for x in re.search(r"M=(\d+) K=(\d+) N=(\d+)", line).groups())
+            assert (e["args"]["m"], e["args"]["k"], e["args"]["n"]) == (m, k, n), (line, e["args"])
     assert {("aten::mm", "matmul"), ("aten::_softmax", "reduce"), ("aten::_softmax", "unary")} <= checked, checked
+    assert {"matmul", "load"} <= operands, operands
 
 
 def test_a_pointwise_or_reduction_kernel_is_named_by_the_op_that_launched_it(tmp_path):

@@ -261,11 +261,37 @@ uint8_t* Core::scratchpad(uint64_t addr, uint64_t n) {
   return lx_.get() + addr;
 }
 
-void Core::timed(uint64_t begin, uint64_t cycles, const char* name, uint64_t elements) {
+void Core::timed(uint64_t begin, uint64_t cycles, const char* name, uint64_t elements, const hw::Instr& in) {
   stall_ = Stall::kCompute;
   issue_ = functional_ ? 1 : config_.chip.issue_cycles;
   local_ += clock_.cycles(functional_ ? 1 : config_.chip.issue_cycles + cycles);
-  if (trace_.instructions()) trace_.slice(track_, name, begin, now(), {{"elements", elements}, {"instruction", at_}});
+  if (!trace_.instructions()) return;
+  // The operands as the core resolved them: scratchpad addresses with r[rl] added.
+  const uint64_t base = regs_[hw::reg_rl(in.regs)];
+  const uint64_t dst = in.a + base, src = (in.b & 0xffffffffu) + base, src1 = (in.b >> 32) + base;
+  if (in.op == hw::Op::kMatmul) {  // C (dst) = A (src) @ B (src1), M x K @ K x N
+    trace_.slice(track_, name, begin, now(),
+                 {{"instruction", at_},
+                  {"dst", dst},
+                  {"src", src},
+                  {"src1", src1},
+                  {"m", hw::unpack_m(in.c)},
+                  {"k", hw::unpack_k(in.c)},
+                  {"n", hw::unpack_n(in.c)}});
+  } else if (in.op == hw::Op::kBinary || in.op == hw::Op::kFma || in.op == hw::Op::kSelect) {
+    trace_.slice(track_, name, begin, now(),
+                 {{"elements", elements},
+                  {"instruction", at_},
+                  {"dst", dst},
+                  {"src", src},
+                  {"src1", src1},
+                  {"rows", in.d},
+                  {"cols", in.e}});
+  } else {
+    trace_.slice(
+        track_, name, begin, now(),
+        {{"elements", elements}, {"instruction", at_}, {"dst", dst}, {"src", src}, {"rows", in.d}, {"cols", in.e}});
+  }
 }
 
 void Core::account(uint64_t before) {
@@ -447,7 +473,7 @@ bool Core::execute(const hw::Instr& in, uint32_t& pc) {
                 {{a, uint64_t{m} * k * es, false}, {b, uint64_t{k} * n * es, false}, {c, uint64_t{m} * n * 4, true}});
       }
       stats_.flops += 2ull * m * k * n;
-      timed(begin, latency::matmul(config_.chip, m, k, n, in.dtype), "matmul", uint64_t{m} * n);
+      timed(begin, latency::matmul(config_.chip, m, k, n, in.dtype), "matmul", uint64_t{m} * n, in);
       return true;
     }
     default:

@@ -149,7 +149,7 @@ class Core : public sc_core::sc_module {
   /// Scratchpad pointer for `n` bytes at `addr` + r[rl] of `in`; nullptr when out of range.
   uint8_t* lx(const hw::Instr& in, uint64_t addr, uint64_t n);
   /// A compute instruction that started at `begin_cycle` and takes `cycles` after its issue.
-  void timed(uint64_t begin_cycle, uint64_t cycles, const char* name, uint64_t elements);
+  void timed(uint64_t begin_cycle, uint64_t cycles, const char* name, uint64_t elements, const hw::Instr& in);
   /// Attributes the cycles since `before` to the running instruction: its first issue_ cycles to
   /// kIssue, the rest to stall_ (set by the instruction; kIssue when it sets nothing).
   void account(uint64_t before);

@@ -117,6 +117,9 @@ bool Core::transfer(const hw::Instr& in, const Rows& rows, uint8_t* buf, Move mo
   // Every row is checked before any byte moves; the first and last of strided rows check them all.
   const uint64_t row_bytes = rows.bytes;
   const uint64_t first = rows.at(0), last = rows.at(rows.count - 1);
+  // Where the rows land in (or leave) the scratchpad, for the trace (a multicast's receivers use
+  // the same address).
+  const uint64_t lx_at = buf >= lx_.get() && buf <= lx_.get() + lx_bytes_ ? static_cast<uint64_t>(buf - lx_.get()) : 0;
   if (rows.list) {
     for (uint64_t r = 0; r < rows.count; ++r) {
       if (!in_window(rows.list[r], row_bytes)) return false;
@@ -213,14 +216,28 @@ bool Core::transfer(const hw::Instr& in, const Rows& rows, uint8_t* buf, Move mo
     local_ += issue;  // booked at the true time (synced above); the rest is the core's own time
     if (trace_.instructions()) {
       trace_.slice(track_, std::string(name) + " issue", begin, this->now(),
-                   {{"bytes", total}, {"tag", hw::dma_tag(in.flags)}, {"instruction", at_}});
+                   {{"bytes", total},
+                    {"tag", hw::dma_tag(in.flags)},
+                    {"instruction", at_},
+                    {"lx", lx_at},
+                    {"addr", first},
+                    {"rows", rows.count},
+                    {"row_bytes", row_bytes}});
     }
     return true;
   }
   local_ += done - now;
   const uint64_t end = this->now();
   stall_ = ring ? Stall::kRing : Stall::kMemory;
-  if (trace_.instructions()) trace_.slice(track_, name, begin, end, {{"bytes", total}, {"instruction", at_}});
+  if (trace_.instructions()) {
+    trace_.slice(track_, name, begin, end,
+                 {{"bytes", total},
+                  {"instruction", at_},
+                  {"lx", lx_at},
+                  {"addr", first},
+                  {"rows", rows.count},
+                  {"row_bytes", row_bytes}});
+  }
   return true;
 }
 

@@ -222,7 +222,7 @@ bool Core::sfp(const hw::Instr& in) {
       return false;
   }
   stats_.sfp_elements += n;
-  timed(begin, latency::sfp(config_.chip, in, rows, cols), name, n);
+  timed(begin, latency::sfp(config_.chip, in, rows, cols), name, n, in);
   return true;
 }
 

@@ -32,7 +32,7 @@ void Trace::slice(uint32_t track, const std::string& name, uint64_t start, uint6
   Event e{
       track, intern(name), start, end > start ? end - start : 0, Kind::kSlice, 0, {}, op.empty() ? 0 : intern(op) + 1};
   for (const auto& [k, v] : args) {
-    if (e.nargs == 3) break;
+    if (e.nargs == kMaxArgs) break;
     e.args[e.nargs++] = {intern(k), v};
   }
   events_.push_back(e);

@@ -37,6 +37,7 @@ class Trace {
 
  private:
   enum class Kind : uint8_t { kSlice, kFlowStart, kFlowEnd };
+  static constexpr uint32_t kMaxArgs = 7;
   struct Event {
     uint32_t track;
     uint32_t name;
@@ -44,7 +45,7 @@ class Trace {
     uint64_t dur;  // a flow's id
     Kind kind;
     uint32_t nargs;
-    std::pair<uint32_t, uint64_t> args[3];
+    std::pair<uint32_t, uint64_t> args[kMaxArgs];  // an instruction's operands take the most
     uint32_t op;  // interned string + 1, or 0 for none
   };
   struct Track {
