@@ -136,6 +136,10 @@ inline void check_descriptor_safe(const hw::Descriptor& d, const fw::Limits& lim
         FUZZ_CHECK(s.base == 0 && s.size == 0 && (s.tag & ~hw::kSanitizeMask) == 0, "sanitize enable");
       } else if (s.action == hw::SanitizeAction::kUnbreak) {
         FUZZ_CHECK(s.base == 0 && s.size == 0 && s.tag == 0, "sanitize unbreak");
+      } else if (s.action == hw::SanitizeAction::kPrintBuffer) {
+        FUZZ_CHECK(s.tag == 0 && ((s.base == 0 && s.size == 0) || (s.base % 8 == 0 && s.size >= hw::kPrintBufferMin &&
+                                                                   inside(s.base, s.size, lim.mem_size))),
+                   "sanitize print buffer 0x%llx + %llu", (unsigned long long)s.base, (unsigned long long)s.size);
       } else if (s.action == hw::SanitizeAction::kBreak) {
         FUZZ_CHECK(s.size >= hw::kBreakHeaderBytes && inside(s.base, s.size, lim.mem_size), "sanitize break");
       } else {
@@ -211,7 +215,6 @@ inline void check_program_safe(const hw::ProgramHeader& h, const hw::LaunchArgs&
   FUZZ_CHECK(h.magic == hw::kProgramMagic && h.version == hw::kIsaVersion, "magic 0x%x version %u", h.magic, h.version);
   FUZZ_CHECK(h.num_entries == popcount(l.core_mask), "%u entries for mask 0x%llx", h.num_entries,
              (unsigned long long)l.core_mask);
-  FUZZ_CHECK(h.reserved[0] == 0 && h.reserved[1] == 0, "program reserved");
   const ProgramLayout p = layout_of(h);
   FUZZ_CHECK(h.instr_offset % sizeof(hw::Instr) == 0, "instr_offset %u", h.instr_offset);
   FUZZ_CHECK(p.table_end <= p.code_begin, "entry table runs into the code (%u entries, code at %u)", h.num_entries,
@@ -219,6 +222,13 @@ inline void check_program_safe(const hw::ProgramHeader& h, const hw::LaunchArgs&
   FUZZ_CHECK(p.code_end <= l.program_size, "code ends past program_size %llu (offset %u, %u instrs)",
              (unsigned long long)l.program_size, h.instr_offset, h.num_instrs);
   FUZZ_CHECK(h.name_size < hw::kMaxLabelBytes, "name_size %u", h.name_size);
+  if (h.strings_size > 0) {
+    const u128 begin = h.strings_offset, end = begin + h.strings_size;
+    FUZZ_CHECK(begin >= p.code_end && end <= l.program_size, "strings [%u, +%u) outside the program's tail",
+               h.strings_offset, h.strings_size);
+  } else {
+    FUZZ_CHECK(h.strings_offset == 0, "strings_offset %u without strings", h.strings_offset);
+  }
   if (h.name_size > 0) {
     FUZZ_CHECK(p.name_begin >= p.code_end && p.name_end <= l.program_size,
                "name [%u, +%u) outside the program's tail (code end %llu, size %llu)", h.name_offset, h.name_size,

@@ -17,7 +17,8 @@ struct LoadedProgram {
   uint64_t addr = 0;  // device memory holding the image
   uint64_t size = 0;
   uint64_t core_mask = 0;
-  std::string name;  // the program's own name (kernel name in profiles)
+  std::string name;     // the program's own name (kernel name in profiles)
+  bool prints = false;  // it has PRINT messages: its queue needs a print buffer
 };
 
 struct ProgramCacheStats {

@@ -143,7 +143,10 @@ DeviceRuntime::DeviceRuntime(int index, driver::Device* device)
 
 void DeviceRuntime::wait(driver::Queue& q, uint64_t seq) {
   const driver::Status s = q.wait(seq);
-  if (s.ok()) return;
+  if (s.ok()) {
+    flush_prints(q);
+    return;
+  }
   // The host stopped waiting; the work goes on, and the queue keeps its state.
   if (s.code() == driver::StatusCode::kTimeout || s.code() == driver::StatusCode::kInterrupted) check_status(s, "wait");
   // Report the error once, with what failed and what it cost, and reset the queue so the device
@@ -155,7 +158,9 @@ void DeviceRuntime::wait(driver::Queue& q, uint64_t seq) {
   driver::SanitizerFinding finding;
   const std::string found = q.sanitizer_finding(&finding) ? sanitizer::describe(index_, finding) : std::string();
   const uint64_t skipped = q.not_executed();
+  flush_prints(q);  // what the launches printed before the fault
   (void)q.reset();
+  forget_print_buffer(q);
   // The reset took the queue's sanitizer checks with it: its next launches get them again.
   if (const uint64_t checks = sanitize_checks_.load(); checks != 0) {
     uint64_t seq = 0;

@@ -277,6 +277,23 @@ class DeviceRuntime {
                           uint64_t op_label, const std::string& path);
   PeerWindows peers_;
   std::mutex rmw_mu_;
+  // Device printf (runtime_print.cpp): each queue's print buffer, once a program that prints runs.
+  struct PrintBuffer {
+    uint64_t addr = 0;
+    bool registered = false;  // the card has it (a queue reset takes it off)
+  };
+  std::mutex print_mu_;
+  std::unordered_map<driver::Queue*, PrintBuffer> print_buffers_;
+  /// Gives queue `q` a print buffer, before its next launch, if it has none.
+  void use_print_buffer(driver::Queue& q);
+  /// After a reset of `q`: its print buffer is given again at its next printing launch.
+  void forget_print_buffer(driver::Queue& q);
+  /// Writes what `q`'s launches printed to stderr and empties its print buffer. Never throws.
+  void flush_prints(driver::Queue& q) noexcept;
+  void print_records(driver::Queue& q, const std::vector<uint8_t>& records);
+  /// Copies `n` bytes between the host and device address `device` on `q` and waits, outside the
+  /// profiler and the error handling of wait(); false if the card refused.
+  bool move_bytes(driver::Queue& q, uint64_t device, void* host, uint64_t n, bool to_device);
 };
 
 /// Installs what the runtime calls when its own allocations find device `device` full: the tensor

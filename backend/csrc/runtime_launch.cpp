@@ -61,7 +61,10 @@ LoadedProgram DeviceRuntime::loaded(const std::string& key, const std::function<
   if (std::optional<LoadedProgram> found = programs_.find(key)) return *found;
   const compiler::Program p = build();
   TORCH_INTERNAL_ASSERT(p.num_args <= num_args, "spyre: program ", p.name, " needs ", p.num_args, " arguments");
-  const LoadedProgram mine{alloc_reclaiming(p.image.size()), p.image.size(), p.core_mask, p.name};
+  hw::ProgramHeader header{};
+  std::memcpy(&header, p.image.data(), std::min(sizeof header, p.image.size()));
+  const LoadedProgram mine{alloc_reclaiming(p.image.size()), p.image.size(), p.core_mask, p.name,
+                           header.strings_size > 0};
   upload(mine.addr, p.image.data(), p.image.size());
   wait(queue(), queue().last_seq());  // any stream may launch it next
   LoadedProgram prog{};
@@ -196,6 +199,7 @@ uint64_t DeviceRuntime::queue_launch(driver::Queue& q, const LoadedProgram& prog
       capture_to = capture_path_;
     }
   }
+  if (prog.prints) use_print_buffer(q);
   if (!capture_to.empty()) {
     seq = capture_launch(q, prog, args, op_label, capture_to);
   } else {

@@ -213,3 +213,38 @@ def test_walkthrough_a_breakpoint_shows_the_wrong_divisor():
     proc = run_python(WALKTHROUGH.replace("step = sys.argv[1]", "step = 'divisor'"))
     assert proc.returncode == 0, proc.stderr
     assert json.loads(proc.stdout.strip().splitlines()[-1]) == {"max": True, "line": True}
+
+
+def test_gpu_printf_reaches_stderr_formatted_on_the_host_and_the_trace(tmp_path):
+    """A device printf: gpu.printf in a KTIR kernel becomes PRINT; the runtime reads the records at
+    the next wait and formats them with the program's messages; the trace shows each as a slice."""
+    code = f"""
+import torch, torch_spyre
+text = open({str(EXAMPLES / "softmax.mlir")!r}).read()
+text = text.replace("    %e_init = tensor.empty() : tensor<2x256xf32>", '''    %few = arith.cmpi ult, %id, %c2 : index
+    scf.if %few {{
+      gpu.printf "tile %d rows %d..: max %v\\\\n", %id, %r0, %max : index, index, tensor<2xf32>
+    }}
+    %e_init = tensor.empty() : tensor<2x256xf32>''')
+k = torch_spyre.ktir.loads(text)
+torch.manual_seed(0)
+x = torch.randn(64, 256)
+y = torch.zeros(64, 256, device="spyre")
+k(x.to("spyre"), y)
+torch.spyre.synchronize()
+print([round(v, 6) for v in x[:4].max(1).values.tolist()])
+"""
+    trace = tmp_path / "trace.json"
+    proc = run_python(code, env={"SPYRE_TRACE": str(trace)})
+    assert proc.returncode == 0, proc.stderr
+    maxes = json.loads(proc.stdout.strip().splitlines()[-1])
+    lines = sorted(line for line in proc.stderr.splitlines() if line.startswith("tile "))
+    assert len(lines) == 2, proc.stderr
+    for tile, line in enumerate(lines):
+        head, values = line.split(": max ")
+        assert head == f"tile {tile} rows {2 * tile}.."
+        assert [round(float(v), 6) for v in values.strip("[]").split(", ")] == maxes[2 * tile : 2 * tile + 2]
+    slices = sorted(
+        e["name"] for e in json.loads(trace.read_text())["traceEvents"] if e.get("name", "").startswith("print: ")
+    )
+    assert [s.split(": max")[0] for s in slices] == ["print: tile 0 rows 0..", "print: tile 1 rows 2.."]

@@ -13,6 +13,7 @@ import pytest
 import torch
 import torch_spyre  # noqa: F401
 from conftest import ROOT
+from torch_spyre import _C
 from torch_spyre.debug import capture_launch
 
 BINARY = ROOT / "build" / "tools" / "spyre_sim" / "spyre-sim"
@@ -118,3 +119,25 @@ def test_a_launch_captured_on_the_default_card_replays_on_the_default_config(tmp
     assert own["identical"] and own["op"] == "aten::mm", own
     slower = _summary(path, "--set", "chip.clock_mhz=1000")
     assert slower["identical"] and slower["config_hash"] != own["config_hash"], slower
+
+
+def test_the_replay_dumps_each_core_s_scratchpad_as_it_ends(captured, tmp_path):
+    # The gathered rows of x.index_select(0, idx) pass through the scratchpad of the cores that
+    # gather them: the dump of each core's final scratchpad holds them, byte for byte.
+    p = _launch(captured / "index_select.launch", *IEEE, "--dump-scratchpad", str(tmp_path))
+    assert p.returncode == 0, p.stdout + p.stderr
+    dump = json.loads((tmp_path / "dump.json").read_text())
+    assert dump["op"] == "aten::index_select" and dump["cores"], dump
+    lx = b""
+    for core in dump["cores"]:
+        assert len(core["registers"]) == 16
+        data = (tmp_path / core["scratchpad"]).read_bytes()
+        assert len(data) == int(_C._compile_target(0)["lx_bytes"])
+        lx += data
+    torch.manual_seed(3)
+    x = torch.randn(40, 24)
+    for row in x.index_select(0, torch.tensor([5, 0, 39, 5, 17])):
+        assert row.numpy().tobytes() in lx
+    # A core stopped at an instruction it never reaches is an error that names it.
+    p = _launch(captured / "index_select.launch", *IEEE, "--dump-scratchpad", str(tmp_path), "--at", "100000")
+    assert p.returncode == 1 and "did not reach instruction 100000" in p.stderr, p.stderr

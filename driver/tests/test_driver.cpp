@@ -3,6 +3,7 @@
 #define DOCTEST_CONFIG_IMPLEMENT_WITH_MAIN
 #include <doctest/doctest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
@@ -10,8 +11,10 @@
 #include <string>
 #include <vector>
 
+#include "spyre/compiler/emit.h"
 #include "spyre/compiler/program.h"
 #include "spyre/driver/driver.h"
+#include "spyre/hw/commands.h"
 #include "spyre/hw/pci.h"
 #include "spyre/hw/regs.h"
 #include "spyre/sim/inproc.h"
@@ -275,6 +278,83 @@ TEST_CASE("a matmul program runs on the cores and matches a CPU reference") {
       CHECK(bad == 0);
     }
   }
+}
+
+TEST_CASE("PRINT appends records to its queue's print buffer, in rank order per core, and drops what does not fit") {
+  auto q = make_queue();
+  // Each of two cores: r3 = 40 + rank, four f32 values 1.5 * (i + 1) filled into its scratchpad,
+  // then PRINT message 2 of r3 and r0 and the values; the second core prints three times.
+  const auto fill = [](uint32_t dst, float v, uint32_t n) {
+    hw::Instr f = compiler::emit::sfp(hw::Op::kFill, hw::DType::kF32, 0, dst, 0, compiler::emit::double_bits(v), 1, n);
+    return f;
+  };
+  hw::Instr print = compiler::emit::instr(hw::Op::kPrint);
+  print.a = 2;
+  print.b = 0x100;
+  print.c = hw::print_regs(2, 3, 0);
+  print.e = 4;
+  print.dtype = hw::DType::kF32;
+  std::vector<std::vector<hw::Instr>> per_core;
+  for (uint32_t rank = 0; rank < 2; ++rank) {
+    std::vector<hw::Instr> code = {compiler::emit::li(3, 40 + rank)};
+    for (uint32_t i = 0; i < 4; ++i) code.push_back(fill(0x100 + 4 * i, 1.5f * static_cast<float>(i + 1), 1));
+    for (uint32_t i = 0; i < (rank == 0 ? 1u : 3u); ++i) code.push_back(print);
+    per_core.push_back(code);
+  }
+  const compiler::Program prog = compiler::assemble("printer", per_core, 0, {"a", "b", "core %d %d: %v\n"});
+  const uint64_t dprog = alloc(prog.image.size());
+  upload(*q, dprog, prog.image.data(), prog.image.size());
+  const auto run = [&](uint64_t buffer, uint64_t size) {
+    uint64_t seq = 0;
+    const hw::PrintBufferHeader h{sizeof h, 0};
+    if (buffer) upload(*q, buffer, &h, sizeof h);
+    REQUIRE(q->sanitize(hw::SanitizeAction::kPrintBuffer, buffer, size, 0, &seq).ok());
+    REQUIRE(q->launch(dprog, prog.image.size(), nullptr, 0, prog.core_mask, 0, &seq).ok());
+    const driver::Status s = q->wait(seq);
+    REQUIRE_MESSAGE(s.ok(), s.message());
+  };
+  // Each record: the 40-byte header, two registers, four floats (16 bytes): 72 bytes.
+  constexpr uint64_t kRecord = sizeof(hw::PrintRecord) + 16 + 16;
+  const uint64_t buffer = alloc(4096);
+  run(buffer, 4096);
+  std::vector<uint8_t> got(sizeof(hw::PrintBufferHeader) + 4 * kRecord);
+  download(*q, got.data(), buffer, got.size());
+  hw::PrintBufferHeader h{};
+  std::memcpy(&h, got.data(), sizeof h);
+  CHECK(h.used == sizeof h + 4 * kRecord);
+  CHECK(h.dropped == 0);
+  std::vector<uint32_t> ranks;
+  for (uint64_t at = sizeof h; at < h.used; at += kRecord) {
+    hw::PrintRecord r{};
+    std::memcpy(&r, got.data() + at, sizeof r);
+    CHECK(r.bytes == kRecord);
+    CHECK(r.message == 2);
+    CHECK(r.program == dprog);
+    CHECK(r.nregs == 2);
+    CHECK(r.dtype == static_cast<uint8_t>(hw::DType::kF32));
+    CHECK(r.nvalues == 4);
+    // Rank 0's PRINT is its instruction 5; rank 1's stream starts after rank 0's 6 and END.
+    CHECK((r.rank == 0 ? r.instruction == 5 : r.instruction >= 12 && r.instruction <= 14));
+    uint64_t regs[2];
+    std::memcpy(regs, got.data() + at + sizeof r, 16);
+    CHECK(regs[0] == 40 + r.rank);
+    CHECK(regs[1] == 0);
+    float values[4];
+    std::memcpy(values, got.data() + at + sizeof r + 16, 16);
+    for (int i = 0; i < 4; ++i) CHECK(values[i] == 1.5f * static_cast<float>(i + 1));
+    ranks.push_back(r.rank);
+  }
+  CHECK(std::count(ranks.begin(), ranks.end(), 1u) == 3);
+  // The smallest buffer holds the header and three records: the fourth is dropped and counted.
+  run(buffer, hw::kPrintBufferMin);
+  download(*q, &h, buffer, sizeof h);
+  CHECK(h.used == sizeof h + 3 * kRecord);
+  CHECK(h.dropped == 1);
+  // No buffer: PRINT only takes its time; the last buffer is left as it was.
+  run(0, 0);
+  hw::PrintBufferHeader after{};
+  download(*q, &after, buffer, sizeof after);
+  CHECK(after.used == h.used);
 }
 
 TEST_CASE("a launch carries at most the hardware's number of arguments in the ring") {

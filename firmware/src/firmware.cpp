@@ -107,6 +107,13 @@ hw::Verdict validate_sanitize(const hw::Descriptor& d, const Limits& lim) {
       if (s.size < hw::kBreakHeaderBytes) return fail(ErrorCode::kBadSize, Field::kSanitizeRange);
       if (!in_device(s.base, s.size, lim)) return fail(ErrorCode::kOutOfRange, Field::kSanitizeRange);
       return {};
+    case hw::SanitizeAction::kPrintBuffer:
+      if (s.tag != 0) return fail(ErrorCode::kReservedNonZero, Field::kSanitizeTag);
+      if (s.base == 0 && s.size == 0) return {};  // none
+      if (s.base % 8 != 0) return fail(ErrorCode::kBadAlignment, Field::kSanitizeRange);
+      if (s.size < hw::kPrintBufferMin) return fail(ErrorCode::kBadSize, Field::kSanitizeRange);
+      if (!in_device(s.base, s.size, lim)) return fail(ErrorCode::kOutOfRange, Field::kSanitizeRange);
+      return {};
     case hw::SanitizeAction::kEnable:
       if (s.base != 0 || s.size != 0) return fail(ErrorCode::kReservedNonZero, Field::kSanitizeRange);
       if ((s.tag & ~hw::kSanitizeMask) != 0) return fail(ErrorCode::kBadFlags, Field::kSanitizeTag);
@@ -166,8 +173,12 @@ hw::Verdict validate_program(const hw::ProgramHeader& h, const hw::LaunchArgs& l
   }
   const uint64_t name_end = uint64_t{h.name_offset} + h.name_size;
   if (h.name_size >= hw::kMaxLabelBytes ||
-      (h.name_size > 0 && (h.name_offset < code_end || name_end > l.program_size)) || h.reserved[0] != 0 ||
-      h.reserved[1] != 0) {
+      (h.name_size > 0 && (h.name_offset < code_end || name_end > l.program_size))) {
+    return fail(ErrorCode::kBadProgram, Field::kLaunchProgram);
+  }
+  // PRINT's format strings follow the code; the host reads them, the cores never do.
+  const uint64_t strings_end = uint64_t{h.strings_offset} + h.strings_size;
+  if (h.strings_size > 0 ? h.strings_offset < code_end || strings_end > l.program_size : h.strings_offset != 0) {
     return fail(ErrorCode::kBadProgram, Field::kLaunchProgram);
   }
   return {};

@@ -76,7 +76,7 @@ class FakeHal final : public fw::Hal {
   void dev_read(uint64_t addr, void* dst, uint32_t n) override {
     std::memset(dst, 0, n);
     if (programs_valid && n == sizeof(hw::ProgramHeader)) {
-      const hw::ProgramHeader h{hw::kProgramMagic, hw::kIsaVersion, 1, 1, 64, 0, 0, {}};
+      const hw::ProgramHeader h{hw::kProgramMagic, hw::kIsaVersion, 1, 1, 64, 0, 0, 0, 0};
       std::memcpy(dst, &h, sizeof h);
     }
     if (n == 8 && sems.count(addr)) std::memcpy(dst, &sems[addr], 8);
@@ -249,13 +249,19 @@ TEST_CASE("SANITIZE commands are checked field by field and reach the model in q
   CHECK(fw::validate_descriptor(sanitize(A::kWatch, 64, 8, 2), kLimits).ok());
   CHECK(fw::validate_descriptor(sanitize(A::kBreak, 64, hw::kBreakHeaderBytes, 0), kLimits).ok());
   CHECK(fw::validate_descriptor(sanitize(A::kUnbreak, 0, 0, 0), kLimits).ok());
+  CHECK(fw::validate_descriptor(sanitize(A::kPrintBuffer, 64, hw::kPrintBufferMin, 0), kLimits).ok());
+  CHECK(fw::validate_descriptor(sanitize(A::kPrintBuffer, 0, 0, 0), kLimits).ok());  // none
   struct Case {
     hw::Descriptor d;
     ErrorCode e;
     Field f;
   };
   std::vector<Case> cases = {
-      {sanitize(static_cast<A>(7), 0, 64, 1), ErrorCode::kBadFlags, Field::kSanitizeAction},
+      {sanitize(static_cast<A>(8), 0, 64, 1), ErrorCode::kBadFlags, Field::kSanitizeAction},
+      {sanitize(A::kPrintBuffer, 68, hw::kPrintBufferMin, 0), ErrorCode::kBadAlignment, Field::kSanitizeRange},
+      {sanitize(A::kPrintBuffer, 64, hw::kPrintBufferMin - 8, 0), ErrorCode::kBadSize, Field::kSanitizeRange},
+      {sanitize(A::kPrintBuffer, mem - 64, hw::kPrintBufferMin, 0), ErrorCode::kOutOfRange, Field::kSanitizeRange},
+      {sanitize(A::kPrintBuffer, 64, hw::kPrintBufferMin, 1), ErrorCode::kReservedNonZero, Field::kSanitizeTag},
       {sanitize(A::kWatch, 0, 0, 1), ErrorCode::kBadSize, Field::kSanitizeRange},
       {sanitize(A::kBreak, 0, hw::kBreakHeaderBytes - 8, 0), ErrorCode::kBadSize, Field::kSanitizeRange},
       {sanitize(A::kBreak, mem - 64, hw::kBreakHeaderBytes, 0), ErrorCode::kOutOfRange, Field::kSanitizeRange},
@@ -309,7 +315,7 @@ TEST_CASE("a launch names its queue to the model (where a sanitizer report of it
 }
 
 TEST_CASE("program headers are checked against the launch") {
-  hw::ProgramHeader h{hw::kProgramMagic, hw::kIsaVersion, 2, 10, 64, 0, 0, {}};
+  hw::ProgramHeader h{hw::kProgramMagic, hw::kIsaVersion, 2, 10, 64, 0, 0, 0, 0};
   const hw::LaunchArgs l{64, 64 + 10 * 32, 0, 0, 0b11, 0};
   CHECK(fw::validate_program(h, l).ok());
   hw::ProgramHeader bad = h;
@@ -333,9 +339,18 @@ TEST_CASE("program headers are checked against the launch") {
   bad.name_offset = 64;  // inside the code
   bad.name_size = 8;
   CHECK(fw::validate_program(bad, named).field == Field::kLaunchProgram);
+  // PRINT's format strings: after the code and inside the program, or none (offset 0 too).
   bad = h;
-  bad.reserved[1] = 1;
-  CHECK(fw::validate_program(bad, l).field == Field::kLaunchProgram);
+  bad.strings_offset = 64 + 10 * 32;
+  bad.strings_size = 32;
+  CHECK(fw::validate_program(bad, named).ok());
+  bad.strings_size = 33;  // past program_size
+  CHECK(fw::validate_program(bad, named).field == Field::kLaunchProgram);
+  bad.strings_offset = 96;  // inside the code
+  bad.strings_size = 8;
+  CHECK(fw::validate_program(bad, named).field == Field::kLaunchProgram);
+  bad.strings_size = 0;  // an offset without strings
+  CHECK(fw::validate_program(bad, named).field == Field::kLaunchProgram);
 }
 
 TEST_CASE("the firmware runs a ring: completions, fence, head, interrupts") {

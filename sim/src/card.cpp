@@ -25,6 +25,7 @@ Card::Card(const sc_core::sc_module_name& name, uint32_t index, const Config& co
                                             trace, stats_.cores[i], worker_));
     cores_.back()->mem.bind(memory_->socket);
     cores_.back()->set_sanitizer(&sanitizer_);
+    cores_.back()->set_debug_memory(memory_.get());
     cores.push_back(cores_.back().get());
   }
   cp_ = std::make_unique<ControlProcessor>("cp", config, index, *endpoint_, *memory_, *dma_, std::move(cores), trace,

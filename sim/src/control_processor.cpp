@@ -60,6 +60,7 @@ hw::Verdict ControlProcessor::launch(uint32_t queue, uint64_t program, const fw:
   launch->reset(ranks);
   launch->set_break(sanitizer_ ? sanitizer_->take_break(queue) : std::nullopt);
   launch->set_checks(sanitizer_ ? sanitizer_->checks(queue) : 0);
+  launch->set_print_buffer(sanitizer_ ? sanitizer_->print_buffer(queue) : PrintBuffer{});
   // Arrows in the trace from the launch on its queue's track to each core's program.
   launch->set_flow(next_flow_);
   const uint32_t track = queue_track(queue);

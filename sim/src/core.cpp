@@ -192,12 +192,12 @@ hw::Verdict Core::run() {
     const hw::Instr& in = code_[pc];
     const uint64_t before = now();
     if (before > deadline) return {hw::ErrorCode::kWatchdog, hw::Field::kNone, id_ << 24 | (pc & 0xffffff)};
+    if (pc == break_pc_) return breakpoint(pc);  // END included: a core's final state
     if (in.op == hw::Op::kEnd) return {};
     if (++since_look == 256) {
       since_look = 0;
       if (local_ >= quantum) sync();
     }
-    if (pc == break_pc_) return breakpoint(pc);
     const uint32_t at = pc++;
     at_ = at;
     stall_ = Stall::kIssue;
@@ -423,6 +423,8 @@ bool Core::execute(const hw::Instr& in, uint32_t& pc) {
       local_ += clock_.cycles(functional_ ? 1 : config_.chip.scalar_cycles);
       return true;
     }
+    case hw::Op::kPrint:
+      return print(in);
     case hw::Op::kBarrier: {
       if (!launch_) return false;
       sync();

@@ -17,6 +17,7 @@
 #include "index_tape.h"
 #include "sanitizer.h"
 #include "spyre/firmware/hal.h"
+#include "spyre/hw/commands.h"
 #include "spyre/hw/errors.h"
 #include "spyre/hw/isa.h"
 #include "spyre/sim/config.h"
@@ -27,6 +28,7 @@
 namespace spyre::sim {
 
 class Core;
+class DeviceMemory;
 
 /// One launch as its cores see it: the cores by rank (a multicast load writes into theirs) and its
 /// BARRIER, which releases the cores once every core still running has arrived. A core that stops
@@ -59,6 +61,9 @@ class Launch {
   /// The breakpoint the launch stops at, if its queue armed one.
   const std::optional<Breakpoint>& brk() const { return break_; }
   void set_break(std::optional<Breakpoint> b) { break_ = b; }
+  /// Where this launch's PRINT records go (its queue's print buffer; size 0: nowhere).
+  const PrintBuffer& print_buffer() const { return print_; }
+  void set_print_buffer(const PrintBuffer& b) { print_ = b; }
   /// The sanitizer's checks for this launch (its queue's).
   uint64_t checks() const { return checks_; }
   void set_checks(uint64_t checks) { checks_ = checks; }
@@ -81,6 +86,7 @@ class Launch {
   std::vector<Fetch> fetches_;
   RaceLog races_;
   std::optional<Breakpoint> break_;
+  PrintBuffer print_;
   uint64_t checks_ = 0;
   uint64_t flow_ = 0;
   std::vector<Core*> ranks_;
@@ -121,6 +127,8 @@ class Core : public sc_core::sc_module {
   }
   /// The device sanitizer that checks this core's loads and stores (nullptr: none).
   void set_sanitizer(Sanitizer* s) { sanitizer_ = s; }
+  /// Device memory read without timing, for debug information (PRINT's format strings).
+  void set_debug_memory(const DeviceMemory* m) { debug_memory_ = m; }
   uint32_t id() const { return id_; }
   /// Fault injection: the core hangs in its `program`-th program (from 1); 0: never.
   void hang_in(uint64_t program) { hang_in_ = program; }
@@ -146,6 +154,10 @@ class Core : public sc_core::sc_module {
   /// ring servers (asynchronously if the instruction says so). False on a memory error.
   bool transfer(const hw::Instr& in, const Rows& rows, uint8_t* buf, Move move);
   bool sfp(const hw::Instr& in);
+  /// PRINT: a record to the launch's print buffer (spyre/hw/commands.h, PrintRecord).
+  bool print(const hw::Instr& in);
+  /// A PRINT record's text, formatted with its program's message (for the trace).
+  std::string formatted(const hw::PrintRecord& r, const uint64_t* regs, const uint8_t* values);
   /// Scratchpad pointer for `n` bytes at `addr` + r[rl] of `in`; nullptr when out of range.
   uint8_t* lx(const hw::Instr& in, uint64_t addr, uint64_t n);
   /// A compute instruction that started at `begin_cycle` and takes `cycles` after its issue.
@@ -185,6 +197,7 @@ class Core : public sc_core::sc_module {
   bool timing_;      // sim.mode "timing": every time as timed, only address-deciding arithmetic done
   IndexTape* tape_ = nullptr;
   Sanitizer* sanitizer_ = nullptr;
+  const DeviceMemory* debug_memory_ = nullptr;
   /// The sanitizer's checks of a transfer, when it runs any; false (fault code kSanitizerReport) on a finding.
   bool sanitized(const Rows& rows, bool read, bool accumulate);
   // Whether this core computes and moves values: not in a replay in timing mode, whose indices come

@@ -94,6 +94,7 @@ void Sanitizer::carve(uint64_t base, uint64_t end) {
 void Sanitizer::reset_queue(uint32_t queue) {
   breaks_.erase(queue);
   checks_.erase(queue);
+  prints_.erase(queue);
 }
 
 std::optional<Breakpoint> Sanitizer::take_break(uint32_t queue) {
@@ -114,6 +115,13 @@ void Sanitizer::command(uint32_t queue, const hw::SanitizeArgs& a) {
       return;
     case hw::SanitizeAction::kEnable:
       checks_[queue] = a.tag & hw::kSanitizeMask;
+      return;
+    case hw::SanitizeAction::kPrintBuffer:
+      if (a.size == 0) {
+        prints_.erase(queue);
+      } else {
+        prints_[queue] = {a.base, a.size};
+      }
       return;
     case hw::SanitizeAction::kAlloc: {
       carve(a.base, a.base + a.size);

@@ -26,6 +26,11 @@ struct Breakpoint {
   uint64_t buffer = 0, size = 0;
 };
 
+/// A queue's print buffer (hw::SanitizeAction::kPrintBuffer), size 0 for none.
+struct PrintBuffer {
+  uint64_t base = 0, size = 0;
+};
+
 /// What the sanitizer found, as the queue's kQSan* registers carry it.
 struct SanitizerReport {
   hw::SanitizeReport kind = hw::SanitizeReport::kNone;
@@ -80,6 +85,11 @@ class Sanitizer {
   /// Queue `queue` was reset (a new ring, perhaps another client's): its checks go off and its
   /// breakpoint is disarmed.
   void reset_queue(uint32_t queue);
+  /// Where queue `queue`'s launches append their PRINT records (size 0: nowhere).
+  PrintBuffer print_buffer(uint32_t queue) const {
+    const auto it = prints_.find(queue);
+    return it == prints_.end() ? PrintBuffer{} : it->second;
+  }
   /// The breakpoint queue `queue` armed for its next launch, disarmed by taking it.
   std::optional<Breakpoint> take_break(uint32_t queue);
   /// [base, base + size) was scrubbed (given back, or a client's window handed to the next one):
@@ -107,8 +117,9 @@ class Sanitizer {
   void carve(uint64_t base, uint64_t end);
   /// memcheck and initcheck of one row; false with `out` filled.
   bool check_row(uint64_t addr, uint64_t n, bool read, uint64_t checks, SanitizerReport* out) const;
-  std::map<uint32_t, uint64_t> checks_;  // by queue
-  std::map<uint64_t, Region> regions_;   // by base, disjoint
+  std::map<uint32_t, uint64_t> checks_;     // by queue
+  std::map<uint32_t, PrintBuffer> prints_;  // by queue
+  std::map<uint64_t, Region> regions_;      // by base, disjoint
   struct Watch {
     uint64_t end, tag;
   };

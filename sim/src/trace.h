@@ -46,7 +46,7 @@ class Trace {
     Kind kind;
     uint32_t nargs;
     std::pair<uint32_t, uint64_t> args[kMaxArgs];  // an instruction's operands take the most
-    uint32_t op;  // interned string + 1, or 0 for none
+    uint32_t op;                                   // interned string + 1, or 0 for none
   };
   struct Track {
     uint32_t card;

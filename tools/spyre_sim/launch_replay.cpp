@@ -12,7 +12,25 @@
 
 namespace spyre::simtool {
 
-LaunchReplay replay_launch(driver::Device& dev, const launchfile::LaunchFile& f) {
+uint32_t end_of(const launchfile::LaunchFile& f, uint32_t rank) {
+  hw::ProgramHeader h{};
+  if (f.program.size() < sizeof h) throw std::runtime_error("the captured program is shorter than its header");
+  std::memcpy(&h, f.program.data(), sizeof h);
+  if (rank >= h.num_entries || sizeof h + 4ull * h.num_entries > f.program.size() ||
+      h.instr_offset + uint64_t{h.num_instrs} * sizeof(hw::Instr) > f.program.size()) {
+    throw std::runtime_error(fmt::format("the captured program has no core of rank {}", rank));
+  }
+  uint32_t pc = 0;
+  std::memcpy(&pc, f.program.data() + sizeof h + 4ull * rank, 4);
+  for (; pc < h.num_instrs; ++pc) {
+    hw::Instr in{};
+    std::memcpy(&in, f.program.data() + h.instr_offset + uint64_t{pc} * sizeof in, sizeof in);
+    if (in.op == hw::Op::kEnd) return pc;
+  }
+  throw std::runtime_error(fmt::format("the core of rank {} has no END", rank));
+}
+
+LaunchReplay replay_launch(driver::Device& dev, const launchfile::LaunchFile& f, std::optional<Stop> stop) {
   const auto format = [](bool dlfloat) { return dlfloat ? "DLFloat16" : "IEEE half"; };
   if (f.fp16_dlfloat != dev.info().fp16_dlfloat) {
     throw std::runtime_error(
@@ -41,9 +59,24 @@ LaunchReplay replay_launch(driver::Device& dev, const launchfile::LaunchFile& f)
 
   LaunchReplay r;
   uint64_t seq = 0;
+  uint64_t dump = 0;
+  const uint64_t dump_bytes = hw::kBreakHeaderBytes + dev.info().card.lx_bytes;
+  if (stop) {  // the core writes its registers and scratchpad here as it stops
+    dump = mem.alloc(dump_bytes);
+    check(q->sanitize(hw::SanitizeAction::kBreak, dump, dump_bytes, uint64_t{stop->rank} << 32 | stop->instruction,
+                      &seq));
+  }
   check(q->launch(program, f.program.size(), args.data(), args.size(), f.core_mask, label, &seq));
   if (const driver::Status s = q->wait(seq); !s.ok()) {
     r.error = s.message();
+    if (stop) {
+      std::vector<uint8_t> bytes(dump_bytes);
+      (void)q->reset();
+      download(dev, *q, dump, dump_bytes, bytes.data());
+      r.registers.resize(hw::kBreakHeaderBytes / 8);
+      std::memcpy(r.registers.data(), bytes.data(), hw::kBreakHeaderBytes);
+      r.scratchpad.assign(bytes.begin() + hw::kBreakHeaderBytes, bytes.end());
+    }
     return r;
   }
   hw::Completion c{};

@@ -13,6 +13,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <exception>
+#include <filesystem>
 #include <fstream>
 #include <map>
 #include <memory>
@@ -58,6 +59,8 @@ struct Options {
   uint64_t count = 1000000;
   uint32_t cores = 1;
   std::string ktir_file, ktir_function;
+  std::string dump_dir;  // launch: where each core's final scratchpad goes
+  int64_t dump_at = -1;  // launch: the instruction to stop each core at (default: its END)
 };
 
 // The stats file of a run that did not ask for one: removed at exit, after the simulator, which
@@ -203,6 +206,31 @@ int replay(const Options& o, std::chrono::steady_clock::time_point start) {
   return 0;
 }
 
+// `launch FILE --dump-scratchpad DIR`: the launch replayed once per core, each stopped before
+// its END (or --at's instruction) to write its 16 registers and its scratchpad: DIR/core<r>.lx
+// (the raw bytes) and DIR/dump.json (registers and files by rank).
+int dump_scratchpads(const Options& o, const launchfile::LaunchFile& f, driver::Device& dev) {
+  std::filesystem::create_directories(o.dump_dir);
+  nlohmann::json ranks = nlohmann::json::array();
+  const uint32_t cores = static_cast<uint32_t>(__builtin_popcountll(f.core_mask));
+  for (uint32_t rank = 0; rank < cores; ++rank) {
+    const uint32_t at = o.dump_at >= 0 ? static_cast<uint32_t>(o.dump_at) : end_of(f, rank);
+    const LaunchReplay r = replay_launch(dev, f, Stop{rank, at});
+    if (r.scratchpad.empty()) {
+      throw std::runtime_error(
+          fmt::format("core {} did not reach instruction {}{}", rank, at, r.error.empty() ? "" : ": " + r.error));
+    }
+    const std::string file = fmt::format("core{}.lx", rank);
+    std::ofstream(std::filesystem::path(o.dump_dir) / file, std::ios::binary)
+        .write(reinterpret_cast<const char*>(r.scratchpad.data()), static_cast<std::streamsize>(r.scratchpad.size()));
+    ranks.push_back({{"rank", rank}, {"instruction", at}, {"registers", r.registers}, {"scratchpad", file}});
+  }
+  const nlohmann::json out = {{"kernel", f.kernel}, {"op", f.op}, {"cores", ranks}};
+  std::ofstream(std::filesystem::path(o.dump_dir) / "dump.json") << out.dump(2) << "\n";
+  fmt::print("spyre-sim: the scratchpads of {} core(s) of kernel '{}' in {}\n", cores, f.kernel, o.dump_dir);
+  return 0;
+}
+
 // `launch FILE`: one captured launch (torch_spyre.debug.capture_launch) alone on the config the
 // options make, with its trace (every instruction, unless output.trace_instructions is set false);
 // exit 1 unless it leaves the captured output bit for bit.
@@ -214,6 +242,7 @@ int launch(const Options& o, std::chrono::steady_clock::time_point start) {
   }
   sim::Simulator::configure(config);
   driver::Device& dev = open_device();
+  if (!o.dump_dir.empty()) return dump_scratchpads(o, f, dev);
   const LaunchReplay r = replay_launch(dev, f);
   const sim::Reports written = sim::Simulator::instance().flush_reports();
   const bool same = r.error.empty() && r.differing_bytes == 0;
@@ -445,6 +474,12 @@ int run(int argc, char** argv) {
   CLI::App* ln1 = app.add_subcommand(
       "launch", "replays one launch captured by torch_spyre.debug.capture_launch, alone, and checks its output");
   ln1->add_option("file", o.capture, "the launch capture file")->required()->check(CLI::ExistingFile);
+  ln1->add_option("--dump-scratchpad", o.dump_dir,
+                  "replay once per core, stopping each before its END (or --at), and write its registers and "
+                  "scratchpad to DIR")
+      ->type_name("DIR");
+  ln1->add_option("--at", o.dump_at, "with --dump-scratchpad: the instruction (a listing line) to stop each core at")
+      ->check(CLI::NonNegativeNumber);
 
   CLI::App* md = app.add_subcommand("model",
                                     "a HuggingFace LLM's prefill and decode on the card without its weights "

@@ -5,6 +5,7 @@
 #include <stdexcept>
 
 #include "spyre/hw/dlfloat16.h"
+#include "spyre/hw/float16.h"
 
 namespace spyre::simtool {
 namespace {
@@ -38,23 +39,11 @@ uint16_t half_from_float(float x) {
   return static_cast<uint16_t>(sign | h);
 }
 
-float half_to_float(uint16_t h) {
-  const uint32_t sign = uint32_t{h & 0x8000u} << 16;
-  const uint32_t e = h >> 10 & 31u, m = h & 0x3ffu;
-  if (e == 0) return std::copysign(std::ldexp(static_cast<float>(m), -24), sign ? -1.0f : 1.0f);
-  if (e == 31) return float_of(sign | 0x7f800000u | m << 13);
-  return float_of(sign | (e - 15 + 127) << 23 | m << 13);
-}
-
 // bfloat16, round to nearest even.
 uint16_t bf16_from_float(float x) {
   const uint32_t b = bits_of(x);
   if ((b & 0x7fffffffu) > 0x7f800000u) return static_cast<uint16_t>(b >> 16 | 0x40u);  // quiet NaN
   return static_cast<uint16_t>((b + 0x7fffu + (b >> 16 & 1u)) >> 16);
-}
-
-float bf16_to_float(uint16_t h) {
-  return float_of(uint32_t{h} << 16);
 }
 
 uint16_t to16(hw::DType type, const Formats& f, float x) {
@@ -63,8 +52,8 @@ uint16_t to16(hw::DType type, const Formats& f, float x) {
 }
 
 float from16(hw::DType type, const Formats& f, uint16_t h) {
-  if (type == hw::DType::kBF16) return bf16_to_float(h);
-  return f.fp16_dlfloat ? hw::dlf16_to_float(h) : half_to_float(h);
+  if (type == hw::DType::kBF16) return hw::bf16_to_float(h);
+  return f.fp16_dlfloat ? hw::dlf16_to_float(h) : hw::half_to_float(h);
 }
 
 void require_float(hw::DType type) {

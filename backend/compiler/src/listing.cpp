@@ -115,6 +115,14 @@ std::string disassemble(const hw::Instr& in) {
                            : fmt::format("BRANCH   -> {} if r{} {} r{}", in.a, in.d, cond_name(in.flags), in.e);
     case hw::Op::kBarrier:
       return "BARRIER";
+    case hw::Op::kPrint: {
+      std::string regs;
+      for (uint32_t i = 0; i < hw::print_reg_count(in.c) && i < hw::kMaxPrintRegs; ++i) {
+        regs += fmt::format(", r{}", hw::print_reg(in.c, i));
+      }
+      const std::string values = in.e ? fmt::format(", {} {} at {}", in.e, t, lx(in.b, rl)) : "";
+      return fmt::format("PRINT    message {}{}{}", in.a, regs, values);
+    }
     case hw::Op::kRank:
       return fmt::format("RANK     r{} = rank, r{} = cores", in.a, in.a + 1);
     case hw::Op::kLoad:

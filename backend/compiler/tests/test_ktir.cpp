@@ -118,8 +118,8 @@ TEST_CASE("the program has one instruction stream per tile of the grid") {
 
 TEST_CASE("refusals name the construct and the line") {
   std::string text = with_grid(16);
-  CHECK_THROWS_WITH_AS(ktir::compile(with_grid(64), Target{}), "ktir: copy: grid [64] has more tiles than the card's 32 cores",
-                       Unsupported);
+  CHECK_THROWS_WITH_AS(ktir::compile(with_grid(64), Target{}),
+                       "ktir: copy: grid [64] has more tiles than the card's 32 cores", Unsupported);
   std::string big = text;
   big.replace(big.find("%c4 = arith.constant 4"), 22, "%c4 = arith.constant 5");
   CHECK_THROWS_WITH_AS(ktir::compile(big, Target{}),

@@ -66,10 +66,10 @@ double fold_binary(BinaryFn f, double a, double b) {
       return a * b;
     case BinaryFn::kDiv:
       return a / b;
-    case BinaryFn::kMax:
-      return std::max(a, b);
+    case BinaryFn::kMax:  // a NaN wins, as on the SFP
+      return std::isnan(a) || std::isnan(b) ? std::nan("") : std::max(a, b);
     case BinaryFn::kMin:
-      return std::min(a, b);
+      return std::isnan(a) || std::isnan(b) ? std::nan("") : std::min(a, b);
     default:
       return std::pow(a, b);
   }
@@ -102,16 +102,6 @@ double fold_unary(UnaryFn f, double x) {
 
 uint64_t fill_bits(double x, DType t, int line) {
   return hw::dtype_is_float(t) ? emit::double_bits(x) : integer_bits(x, line);
-}
-
-// The kValue tokens of `o` before its type.
-std::vector<std::string> plain_operands(const Op& o) {
-  std::vector<std::string> out;
-  for (const Token& t : o.tokens) {
-    if (t.is(":")) break;
-    if (t.kind == Token::Kind::kValue) out.push_back(t.text);
-  }
-  return out;
 }
 
 }  // namespace
@@ -163,7 +153,7 @@ TensorV Lowering::destination(const std::string& outs, const std::vector<int64_t
 void Lowering::elementwise(const Op& o) {
   const auto fn = binary_fn(o.name);
   const bool named = o.name.rfind("linalg.", 0) == 0;
-  const std::vector<std::string> in = named ? group(o, "ins") : plain_operands(o);
+  const std::vector<std::string> in = named ? group(o, "ins") : operands(o);
   if (!fn || in.size() != 2) throw Malformed(fmt::format("ktir: line {}: {} takes two operands", o.line, o.name));
   const Value& a = value(in[0], o.line);
   if (!named && !std::holds_alternative<TensorV>(a)) {
@@ -202,7 +192,7 @@ void Lowering::math_unary(const Op& o) {
   const auto fn = unary_fn(o.name);
   if (!fn) throw Unsupported(fmt::format("ktir: line {}: {} is not supported", o.line, o.name));
   const bool named = o.name.rfind("linalg.", 0) == 0;
-  const std::vector<std::string> in = named ? group(o, "ins") : plain_operands(o);
+  const std::vector<std::string> in = named ? group(o, "ins") : operands(o);
   if (in.size() != 1) throw Malformed(fmt::format("ktir: line {}: {} takes one operand", o.line, o.name));
   if (!std::holds_alternative<TensorV>(value(in[0], o.line))) {
     define(o, {fold_unary(*fn, scalar(in[0], o.line))});
@@ -225,7 +215,7 @@ void Lowering::math_unary(const Op& o) {
 }
 
 void Lowering::convert(const Op& o) {
-  const std::vector<std::string> in = plain_operands(o);
+  const std::vector<std::string> in = operands(o);
   if (in.size() != 1) throw Malformed(fmt::format("ktir: line {}: {} takes one operand", o.line, o.name));
   if (!std::holds_alternative<TensorV>(value(in[0], o.line))) {
     define(o, {value(in[0], o.line)});
@@ -435,7 +425,7 @@ void Lowering::transpose(const Op& o) {
 }
 
 void Lowering::reshape(const Op& o) {
-  const std::vector<std::string> in = plain_operands(o);
+  const std::vector<std::string> in = operands(o);
   if (in.empty()) throw Malformed(fmt::format("ktir: line {}: {} without an operand", o.line, o.name));
   TensorV x = tensor(in[0], o.line);
   const auto [shape, dtype] = shaped(o.last().text, o.line);
@@ -448,6 +438,57 @@ void Lowering::reshape(const Op& o) {
   std::get<TensorV>(value(in[0], o.line)).shared = true;
   r.shared = true;
   define(o, {r});
+}
+
+}  // namespace spyre::compiler::ktir
+
+namespace spyre::compiler::ktir {
+
+// gpu.printf "format", %index..., %tensor : types -> PRINT: the indices (known per tile) in
+// registers r13..r15, the tensor's elements as the record's values.
+void Lowering::printf(const Op& o) {
+  if (o.tok(0).kind != Token::Kind::kString) {
+    throw Malformed(fmt::format("ktir: line {}: gpu.printf without a format string", o.line));
+  }
+  std::vector<std::string>& strings = shared_.strings;
+  const auto found = std::find(strings.begin(), strings.end(), o.tok(0).text);
+  const auto message = static_cast<uint32_t>(found - strings.begin());
+  if (found == strings.end()) strings.push_back(o.tok(0).text);
+  std::vector<int64_t> ints;
+  std::optional<TensorV> values;
+  for (const std::string& name : operands(o)) {
+    const Value& v = value(name, o.line);
+    if (values)
+      throw Unsupported(fmt::format("ktir: line {}: gpu.printf takes a tensor only as its last argument", o.line));
+    if (const auto* i = std::get_if<int64_t>(&v)) {
+      ints.push_back(*i);
+    } else if (const auto* t = std::get_if<TensorV>(&v)) {
+      values = *t;
+    } else {
+      throw Unsupported(
+          fmt::format("ktir: line {}: gpu.printf of {}, which is neither an index nor a tensor (put a "
+                      "float scalar in a tensor)",
+                      o.line, name));
+    }
+  }
+  constexpr uint32_t kFirst = 13;  // r13..r15: free between the workspace's and the gather's uses
+  if (ints.size() > 3) throw Unsupported(fmt::format("ktir: line {}: gpu.printf of more than 3 indices", o.line));
+  if (values && values->numel() > hw::kMaxPrintValues) {
+    throw Unsupported(fmt::format("ktir: line {}: gpu.printf of a tensor of {} elements (at most {})", o.line,
+                                  values->numel(), hw::kMaxPrintValues));
+  }
+  for (size_t i = 0; i < ints.size(); ++i)
+    emit(emit::li(kFirst + static_cast<uint32_t>(i), static_cast<uint64_t>(ints[i])));
+  hw::Instr p = emit::instr(hw::Op::kPrint);
+  p.a = message;
+  p.c = hw::print_regs(static_cast<uint32_t>(ints.size()), kFirst, kFirst + 1, kFirst + 2);
+  if (values && values->numel() > 0) {
+    before_read(values->addr, values->bytes());
+    p.dtype = values->dtype;
+    p.b = values->addr;
+    p.e = static_cast<uint32_t>(values->numel());
+  }
+  emit(p);
 }
 
 }  // namespace spyre::compiler::ktir

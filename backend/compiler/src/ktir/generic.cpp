@@ -196,11 +196,7 @@ void Lowering::generic(const Op& o) {
   BV result;
   for (const Op& op : body.ops) {
     line_ = op.line;
-    std::vector<std::string> args;
-    for (const Token& t : op.tokens) {
-      if (t.is(":")) break;
-      if (t.kind == Token::Kind::kValue) args.push_back(t.text);
-    }
+    const std::vector<std::string> args = operands(op);
     const auto get = [&](const std::string& name) -> BV {
       if (name == out_arg) {
         reads_out = true;

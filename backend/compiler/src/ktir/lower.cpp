@@ -158,7 +158,8 @@ bool terminator(const std::string& name) {
          name == "ktdp.yield_reduced" || name == "func.return" || name == "return";
 }
 
-// The kValue tokens of `o` before its type (the first top-level ':').
+}  // namespace
+
 std::vector<std::string> operands(const Op& o) {
   std::vector<std::string> out;
   for (const Token& t : o.tokens) {
@@ -167,8 +168,6 @@ std::vector<std::string> operands(const Op& o) {
   }
   return out;
 }
-
-}  // namespace
 
 Lowering::Lowering(const Op& func, Shared* shared, int64_t rank) : func_(func), shared_(*shared), rank_(rank) {
   int64_t r = rank;
@@ -336,6 +335,8 @@ void Lowering::op(const Op& o) {
     transpose(o);
   } else if (n == "linalg.generic") {
     generic(o);
+  } else if (n == "gpu.printf") {
+    printf(o);
   } else if (n == "scf.for") {
     define(o, scf_for(o));
   } else if (n == "scf.if") {
@@ -942,7 +943,8 @@ Kernel compile(std::string_view text, const Target& target, const std::string& f
   k.workspace_bytes = shared.workspace_bytes;
   k.work = shared.work;
   const auto num_args = static_cast<uint32_t>(k.arguments.size() + (k.workspace_bytes ? 1 : 0));
-  k.program = assemble(fmt::format("ktir {} grid [{}]", k.function, fmt::join(k.grid, "x")), per_core, num_args);
+  k.program = assemble(fmt::format("ktir {} grid [{}]", k.function, fmt::join(k.grid, "x")), per_core, num_args,
+                       shared.strings);
   const double cores = static_cast<double>(tiles);
   const double memory = static_cast<double>(k.work.load_bytes + k.work.store_bytes) / target.load_bytes_per_cycle();
   const double pt =

@@ -79,6 +79,7 @@ struct Shared {
   std::vector<int64_t> grid;
   uint64_t workspace_bytes = 0;
   Work work;
+  std::vector<std::string> strings;  // gpu.printf's formats: PRINT message i is strings[i]
 };
 
 class Lowering {
@@ -139,6 +140,7 @@ class Lowering {
   void transpose(const Op& o);
   void generic(const Op& o);
   void reshape(const Op& o);
+  void printf(const Op& o);
   TensorV destination(const std::string& outs, const std::vector<int64_t>& shape, hw::DType dtype, bool keep, int line);
   void copy(const TensorV& from, const TensorV& to);
   TensorV scalar_tensor(double x, hw::DType dtype, int line);
@@ -181,6 +183,8 @@ hw::DType dtype_of(const std::string& name, int line);
 std::pair<std::vector<int64_t>, hw::DType> shaped(const std::string& type, int line);
 /// The tokens of `o` that follow `word` (an ident or punct) at the top level, or nullptr.
 const Token* after(const Op& o, const std::string& word, size_t* index = nullptr);
+/// The value names of `o` before its type (its first ':'): "arith.addi %a, %b : index" gives {%a, %b}.
+std::vector<std::string> operands(const Op& o);
 /// The value names inside `word(...)` (ins, outs): "ins(%a, %b : T, T)" gives {%a, %b}.
 std::vector<std::string> group(const Op& o, const std::string& word);
 /// The type names inside `word(...)` after its ':'.

@@ -257,10 +257,30 @@ std::vector<Token> tokenize(std::string_view s) {
         }
       }
       push(Token::Kind::kNumber, i, e);
-    } else if (c == '"') {
-      const size_t e = s.find('"', i + 1);
-      if (e == std::string_view::npos) throw Malformed(fmt::format("ktir: line {}: unterminated string", line));
-      push(Token::Kind::kString, i + 1, e);
+    } else if (c == '"') {  // MLIR's escapes: \n \t \" \\ and two hex digits
+      std::string text;
+      size_t e = i + 1;
+      for (; e < s.size() && s[e] != '"'; ++e) {
+        if (s[e] != '\\' || e + 1 >= s.size()) {
+          text += s[e];
+          continue;
+        }
+        const char x = s[++e];
+        if (x == 'n') {
+          text += '\n';
+        } else if (x == 't') {
+          text += '\t';
+        } else if (std::isxdigit(static_cast<unsigned char>(x)) && e + 1 < s.size() &&
+                   std::isxdigit(static_cast<unsigned char>(s[e + 1]))) {
+          text += static_cast<char>(std::stoi(std::string(s.substr(e, 2)), nullptr, 16));
+          ++e;
+        } else {
+          text += x;  // \" and \\ and anything else: the character itself
+        }
+      }
+      if (e >= s.size()) throw Malformed(fmt::format("ktir: line {}: unterminated string", line));
+      out.push_back(Token{Token::Kind::kString, std::move(text), line, line_start});
+      line_start = false;
       i = e + 1;
     } else if ((c == '-' && next == '>') || (c == '>' && next == '=') || (c == '<' && next == '=') ||
                (c == '=' && next == '=')) {

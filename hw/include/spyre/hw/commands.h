@@ -103,6 +103,9 @@ struct SemaphoreArgs {
 ///   instruction `tag & 0xffffffff`; that core first writes its 16 scalar registers (u64) and its
 ///   scratchpad to [base, base + size) (size >= kBreakHeaderBytes; what does not fit is left out).
 ///   kUnbreak (base = size = tag = 0) disarms it; a launch takes it either way.
+/// - kPrintBuffer: [base, base + size) (base 8-byte aligned, size at least kPrintBufferMin; or
+///   base = size = 0, none) receives the PRINT records of this queue's launches from now on: a
+///   PrintBufferHeader, then records one after another. tag = 0.
 /// A report stops the launch with kSanitizerReport; the queue's kQSan* registers say what it saw.
 /// docs/hardware-interface.md, "The device sanitizer".
 enum class SanitizeAction : uint64_t {
@@ -113,6 +116,7 @@ enum class SanitizeAction : uint64_t {
   kUnwatch = 4,
   kBreak = 5,
   kUnbreak = 6,
+  kPrintBuffer = 7,
   kCount
 };
 inline constexpr uint64_t kBreakHeaderBytes = 128;       // a breakpoint's dump: the 16 registers, then the scratchpad
@@ -128,6 +132,30 @@ struct SanitizeArgs {
   uint64_t tag;   // the allocation's name (kAlloc, kFree), or the checks (kEnable)
   uint64_t reserved[2];
 };
+
+/// A print buffer (SANITIZE kPrintBuffer) starts with this header, which the host sets to
+/// {sizeof header, 0} and the cores advance: `used` counts the bytes from the buffer's start
+/// through the last record; a record that does not fit is dropped and counted.
+struct PrintBufferHeader {
+  uint64_t used;
+  uint64_t dropped;
+};
+inline constexpr uint64_t kPrintBufferMin = 256;
+/// One PRINT: this header, then `nregs` u64 register values, then `nvalues` elements of `dtype`
+/// (hw::DType), then zeros up to `bytes` (a multiple of 8).
+struct PrintRecord {
+  uint32_t bytes;        // the whole record
+  uint32_t message;      // PRINT's a: the index of its format string in the program
+  uint32_t rank;         // the core's rank in the launch
+  uint32_t instruction;  // the PRINT's index in the program
+  uint64_t program;      // the program's device address (its header names the format strings)
+  uint64_t cycle;        // the core's clock when it printed
+  uint8_t nregs;
+  uint8_t dtype;
+  uint16_t nvalues;
+  uint32_t reserved;
+};
+static_assert(sizeof(PrintRecord) == 40, "a print record's header is 40 bytes");
 
 /// What a sanitizer report found (the queue's kQSanKind register, bits 7..0).
 enum class SanitizeReport : uint32_t {

@@ -18,6 +18,8 @@ inline constexpr uint32_t kMaxLabelBytes = 256;  // a program name or launch lab
 ///   padding to instr_offset       (a multiple of 32)
 ///   Instr[num_instrs]
 ///   name[name_size]               the program's name for traces (not NUL-terminated), optional
+///   strings[strings_size]         PRINT's format strings, each NUL-terminated: message i is the
+///                                 i-th (optional; the host formats the records, docs "Device printf")
 /// Several entries may name the same instruction: a program written once for every core (SPMD)
 /// reads its rank with RANK and picks its share of the work.
 struct ProgramHeader {
@@ -25,10 +27,11 @@ struct ProgramHeader {
   uint16_t version;
   uint16_t num_entries;  // must equal the number of cores in the launch's core mask
   uint32_t num_instrs;
-  uint32_t instr_offset;  // byte offset of the first instruction from the program start
-  uint32_t name_offset;   // byte offset of the name from the program start (0 when name_size is 0)
-  uint32_t name_size;     // bytes of name, less than kMaxLabelBytes
-  uint32_t reserved[2];
+  uint32_t instr_offset;    // byte offset of the first instruction from the program start
+  uint32_t name_offset;     // byte offset of the name from the program start (0 when name_size is 0)
+  uint32_t name_size;       // bytes of name, less than kMaxLabelBytes
+  uint32_t strings_offset;  // byte offset of PRINT's format strings (0 when strings_size is 0)
+  uint32_t strings_size;    // bytes of them, after the code
 };
 static_assert(sizeof(ProgramHeader) == 32, "program header is 32 bytes");
 
@@ -46,6 +49,7 @@ enum class Op : uint8_t {
   kMul = 0x09,      // r[a] = r[d] * r[e] (wrapping)
   kDivu = 0x0a,     // r[a] = r[d] / b (unsigned; b = 0 faults)
   kRemu = 0x0b,     // r[a] = r[d] % b (unsigned; b = 0 faults)
+  kPrint = 0x0c,    // a record of message a, registers and scratchpad values, to the queue's print buffer
   // Data movement between device memory and the scratchpad.
   kLoad = 0x10,           // device -> scratchpad, 2-D strided; synchronous unless flags has kDmaAsync
   kStore = 0x11,          // scratchpad -> device, same fields
@@ -97,6 +101,8 @@ constexpr const char* op_name(Op op) {
       return "DIVU";
     case Op::kRemu:
       return "REMU";
+    case Op::kPrint:
+      return "PRINT";
     case Op::kLoad:
       return "LOAD";
     case Op::kStore:
@@ -246,6 +252,25 @@ constexpr ScatterReduce scatter_reduce(uint8_t flags) {
 // zero). The data crosses memory and the ring once; the issuing core's tag covers every delivery.
 constexpr uint64_t pack_rank_set(uint64_t first, uint64_t stride, uint64_t count) {
   return (first & 0xffffu) | (stride & 0xffffu) << 16 | (count & 0xffffu) << 32;
+}
+
+// PRINT (device printf): appends a record to the print buffer the launch's queue set (SANITIZE
+// kPrintBuffer; none set: PRINT only takes its time): message `a` (the a-th format string of the
+// program), the values of the scalar registers that c names (bits 3..0 how many, at most
+// kMaxPrintRegs; then 4 bits per register from bit 4), and `e` elements of `dtype` from scratchpad
+// `b` + r[rl] (at most kMaxPrintValues). d and flags must be zero. A full buffer drops the record
+// (and counts it). The host formats each record with its message (spyre/hw/commands.h,
+// PrintRecord).
+inline constexpr uint32_t kMaxPrintRegs = 4;
+inline constexpr uint32_t kMaxPrintValues = 256;
+constexpr uint64_t print_regs(uint32_t count, uint32_t r0 = 0, uint32_t r1 = 0, uint32_t r2 = 0, uint32_t r3 = 0) {
+  return (count & 15u) | (r0 & 15u) << 4 | (r1 & 15u) << 8 | (r2 & 15u) << 12 | (r3 & 15u) << 16;
+}
+constexpr uint32_t print_reg_count(uint64_t c) {
+  return static_cast<uint32_t>(c & 15u);
+}
+constexpr uint32_t print_reg(uint64_t c, uint32_t i) {
+  return static_cast<uint32_t>((c >> (4 + 4 * i)) & 15u);
 }
 
 // SORT: flags bit 0 sorts each row descending instead of ascending. NaN counts as larger than

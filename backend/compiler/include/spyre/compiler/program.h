@@ -39,8 +39,10 @@ struct Program {
   uint32_t num_args = 0;  // argument slots the launch must fill
 };
 
-/// Assembles per-core instruction streams into a program image. Each stream gets a kEnd appended.
-Program assemble(std::string name, const std::vector<std::vector<hw::Instr>>& per_core, uint32_t num_args);
+/// Assembles per-core instruction streams into a program image. Each stream gets a kEnd appended;
+/// `strings` are PRINT's format strings (message i is strings[i]).
+Program assemble(std::string name, const std::vector<std::vector<hw::Instr>>& per_core, uint32_t num_args,
+                 const std::vector<std::string>& strings = {});
 /// Assembles one instruction stream that every one of `cores` cores runs from its start (SPMD).
 Program assemble_spmd(std::string name, std::vector<hw::Instr> code, uint32_t cores, uint32_t num_args);
 
