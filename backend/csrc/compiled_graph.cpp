@@ -33,9 +33,9 @@ std::string graph_ir_json(const std::string& json) {
 
 std::shared_ptr<ProgramHandle> make_program(const std::string& key, ProgramBytes p) {
   TORCH_CHECK(p.num_args <= hw::kMaxLaunchArgs, "spyre: a program with ", p.num_args, " arguments");
-  return std::make_shared<ProgramHandle>(
-      ProgramHandle{key, compiler::Program{std::move(p.name), std::vector<uint8_t>(p.image.begin(), p.image.end()),
-                                           p.core_mask, p.num_args}});
+  return std::make_shared<ProgramHandle>(ProgramHandle{
+      key, compiler::Program{
+               std::move(p.name), std::vector<uint8_t>(p.image.begin(), p.image.end()), p.core_mask, p.num_args, {}}});
 }
 
 void launch_graphs(const std::vector<GraphLaunch>& launches) {

@@ -5,11 +5,14 @@
 
 #include <cstdint>
 #include <list>
+#include <memory>
 #include <mutex>
 #include <optional>
 #include <string>
 #include <unordered_map>
 #include <vector>
+
+#include "spyre/compiler/program.h"
 
 namespace spyre::backend {
 
@@ -17,8 +20,9 @@ struct LoadedProgram {
   uint64_t addr = 0;  // device memory holding the image
   uint64_t size = 0;
   uint64_t core_mask = 0;
-  std::string name;     // the program's own name (kernel name in profiles)
-  bool prints = false;  // it has PRINT messages: its queue needs a print buffer
+  std::string name;                                     // the program's own name (kernel name in profiles)
+  bool prints = false;                                  // it has PRINT messages: its queue needs a print buffer
+  std::shared_ptr<const compiler::ProgramNotes> notes;  // what its listing shows (ops, arguments)
 };
 
 struct ProgramCacheStats {

@@ -63,8 +63,12 @@ LoadedProgram DeviceRuntime::loaded(const std::string& key, const std::function<
   TORCH_INTERNAL_ASSERT(p.num_args <= num_args, "spyre: program ", p.name, " needs ", p.num_args, " arguments");
   hw::ProgramHeader header{};
   std::memcpy(&header, p.image.data(), std::min(sizeof header, p.image.size()));
-  const LoadedProgram mine{alloc_reclaiming(p.image.size()), p.image.size(), p.core_mask, p.name,
-                           header.strings_size > 0};
+  const LoadedProgram mine{alloc_reclaiming(p.image.size()),
+                           p.image.size(),
+                           p.core_mask,
+                           p.name,
+                           header.strings_size > 0,
+                           std::make_shared<const compiler::ProgramNotes>(p.notes)};
   upload(mine.addr, p.image.data(), p.image.size());
   wait(queue(), queue().last_seq());  // any stream may launch it next
   LoadedProgram prog{};
@@ -269,7 +273,7 @@ std::string DeviceRuntime::listing(const std::string& op) {
   std::vector<uint8_t> image(prog->size);
   d2h(image.data(), prog->addr, image.size());
   return c10::str("; kernel '", prog->name, "'", op.empty() ? std::string() : " launched by " + op, "\n",
-                  compiler::listing(image));
+                  compiler::listing(image, prog->notes ? *prog->notes : compiler::ProgramNotes{}));
 }
 
 ProgramCacheStats DeviceRuntime::program_cache_stats() {

@@ -164,7 +164,8 @@ def test_every_instruction_slice_is_a_line_of_its_launchs_listing(tmp_path):
     listings: dict[str, dict[int, str]] = {}
     for block in stdout.split("@@ ")[1:]:
         op, *lines = block.splitlines()
-        listings[op] = {int(n): text for n, text in (line.split(maxsplit=1) for line in lines[2:] if line)}
+        instructions = (line.split(maxsplit=1) for line in lines if line and not line.startswith(";"))
+        listings[op] = {int(n): text for n, text in instructions}
     slices = [e for e in events if e["ph"] == "X"]
     # Each launch's window on the queue track, and its op: the core slices inside it are its.
     queue_tids = {e["tid"] for e in events if e.get("name") == "thread_name" and "queue" in e["args"]["name"]}
@@ -375,3 +376,16 @@ def test_a_gpt_forward_profiled_links_each_kernel_to_its_op_by_a_flow(tmp_path):
         start = flow["s"]
         assert (start["pid"], start["tid"]) == (op["pid"], op["tid"])
         assert op["ts"] <= start["ts"] <= op["ts"] + op["dur"]
+
+
+def test_a_listing_heads_each_op_of_its_graph_and_names_each_argument_s_tensor():
+    x = torch.randn(64, 48).to("spyre")
+    torch.nn.functional.layer_norm(x, (48,)).cpu()
+    listing = torch_spyre.debug.listing("aten::native_layer_norm")
+    heads = [line for line in listing.splitlines() if line.startswith("; op ")]
+    # The mean, the variance and the normalisation: reductions to one value per row, then the rows;
+    # every op of the graph once, in order.
+    assert heads[0] == "; op 0: reduce f32 [64,1]" and "; op 2: pointwise f32 [64,48]" in heads, heads
+    assert [int(h.split()[2].rstrip(":")) for h in heads] == list(range(len(heads)))
+    args = {line.split("; ")[-1] for line in listing.splitlines() if " ARG " in line}
+    assert "in f32 [64, 48]" in args and "out f32 [64, 48]" in args, args

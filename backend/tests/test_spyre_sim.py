@@ -107,8 +107,10 @@ def test_listing_prints_the_kernels_decoded_program_without_running_it(tmp_path)
     lines = p.stdout.splitlines()
     assert lines[0].startswith("; mm f32 64x32x16")
     assert lines[1].startswith("; ") and " instructions, " in lines[1]
-    numbered = [line.split(maxsplit=1) for line in lines[2:]]
+    assert lines[2] == "; op 0: mm f32 64x32x16"  # the graph's one op heads its code
+    numbered = [line.split(maxsplit=1) for line in lines[3:]]
     assert [int(n) for n, _ in numbered] == list(range(len(numbered)))  # every instruction, in order
+    assert any(text.startswith("ARG ") and text.endswith("; out f32 [64, 16]") for _, text in numbered)
     assert any(text.startswith("MATMUL   f32 ") for _, text in numbered)
     assert any(text.startswith("LOAD ") for _, text in numbered) and numbered[-1][1] == "END"
     assert not stats.exists() or json.loads(stats.read_text())["cards"][0]["launches"] == []  # nothing ran

@@ -341,7 +341,7 @@ int run(const CLI::App& app, const Options& o, const CLI::Option& check_flag,
     if (!ktir_listing.empty()) {
       fmt::print("{}", ktir_listing);
     } else {
-      fmt::print("; {}\n{}", kernel.program.name, compiler::listing(kernel.program.image));
+      fmt::print("; {}\n{}", kernel.program.name, compiler::listing(kernel.program.image, kernel.program.notes));
     }
     return 0;
   }

@@ -20,7 +20,9 @@ Program compile(const ir::Graph& g, const Target& t) {
     }
   }
   std::vector<lower::Kernel> kernels;
+  std::vector<size_t> first_kernel;  // of each op
   for (const ir::Op& op : g.ops) {
+    first_kernel.push_back(kernels.size());
     std::optional<lower::Kernel> k;
     switch (op.family) {
       case ir::Op::Family::kPointwise:
@@ -54,11 +56,35 @@ Program compile(const ir::Graph& g, const Target& t) {
   }
   const auto cores = static_cast<uint32_t>(std::min<uint64_t>(std::max<uint32_t>(t.cores, 1), most));
   emit::Builder b;
+  ProgramNotes notes;
   for (size_t i = 0; i < kernels.size(); ++i) {
     if (i > 0) b.emit(emit::instr(hw::Op::kBarrier));
+    for (size_t op = 0; op < g.ops.size(); ++op) {
+      if (first_kernel[op] == i) notes.sections.emplace_back(b.pos(), fmt::format("op {}: {}", op, g.op_name(op)));
+    }
     schedule::emit_nest(b, kernels[i].nest, cores, kernels[i].body);
   }
-  return assemble_spmd(g.name(), b.finish(), cores, g.num_args);
+  // Each argument slot by the first view of it; an op's output makes it "out".
+  std::vector<bool> written(g.views.size());
+  for (const ir::Op& op : g.ops) {
+    const uint32_t out = op.family == ir::Op::Family::kPointwise ? op.pointwise.out
+                         : op.family == ir::Op::Family::kReduce  ? op.reduce.out
+                         : op.family == ir::Op::Family::kMatmul  ? op.matmul.out
+                         : op.family == ir::Op::Family::kScan    ? op.scan.out
+                         : op.family == ir::Op::Family::kSort    ? op.sort.values
+                         : op.family == ir::Op::Family::kIndex
+                             ? (op.index.kind == ir::Index::Kind::kGather ? op.index.rows : op.index.table)
+                             : op.attention.out;
+    written[out] = true;
+  }
+  notes.args.assign(g.num_args, "");
+  for (size_t v = 0; v < g.views.size(); ++v) {
+    std::string& slot = notes.args[g.views[v].arg];
+    if (slot.empty()) slot = fmt::format("{} {}", written[v] ? "out" : "in", g.views[v].describe());
+  }
+  Program p = assemble_spmd(g.name(), b.finish(), cores, g.num_args);
+  p.notes = std::move(notes);
+  return p;
 }
 
 Program compile_matmul(const MatmulSpec& s, const Target& t) {

@@ -210,7 +210,7 @@ std::string disassemble(const hw::Instr& in) {
                      static_cast<unsigned>(in.op), t, in.flags, in.regs, in.a, in.b, in.c, in.d, in.e);
 }
 
-std::string listing(const std::vector<uint8_t>& image) {
+std::string listing(const std::vector<uint8_t>& image, const ProgramNotes& notes) {
   hw::ProgramHeader h{};
   if (image.size() < sizeof h) throw Malformed("listing: an image shorter than its header");
   std::memcpy(&h, image.data(), sizeof h);
@@ -219,10 +219,18 @@ std::string listing(const std::vector<uint8_t>& image) {
     throw Malformed("listing: instructions past the end of the image");
   }
   std::string out = fmt::format("; {} instructions, {} cores\n", h.num_instrs, h.num_entries);
+  size_t section = 0;
   for (uint32_t i = 0; i < h.num_instrs; ++i) {
     hw::Instr in{};
     std::memcpy(&in, image.data() + h.instr_offset + i * sizeof(hw::Instr), sizeof in);
-    out += fmt::format("{:5d}  {}\n", i, disassemble(in));
+    for (; section < notes.sections.size() && notes.sections[section].first <= i; ++section) {
+      out += fmt::format("; {}\n", notes.sections[section].second);
+    }
+    std::string line = fmt::format("{:5d}  {}", i, disassemble(in));
+    if (in.op == hw::Op::kArg && in.b < notes.args.size() && !notes.args[in.b].empty()) {
+      line += fmt::format("    ; {}", notes.args[in.b]);
+    }
+    out += line + "\n";
   }
   return out;
 }

@@ -122,9 +122,8 @@ std::string Graph::signature() const {
   return k.take();
 }
 
-std::string Graph::name() const {
-  if (ops.empty()) return "empty";
-  const Op& op = ops.front();
+std::string Graph::op_name(size_t i) const {
+  const Op& op = ops.at(i);
   if (op.family == Op::Family::kMatmul) {
     const std::vector<int64_t>& a = views.at(op.matmul.a).sizes;
     const std::vector<int64_t>& o = views.at(op.matmul.out).sizes;
@@ -157,13 +156,29 @@ std::string Graph::name() const {
     return fmt::format("{} {} [{}]", kinds[static_cast<int>(op.index.kind)], hw::dtype_name(v.dtype),
                        fmt::join(v.sizes, ","));
   }
-  const uint32_t out = op.family == Op::Family::kReduce ? op.reduce.out : op.pointwise.out;
-  const char* kind = op.family == Op::Family::kReduce ? "reduce" : "pointwise";
-  const View& v = views.at(out);
-  const std::string inner = fmt::format("{}{} {} [{}]", kind, ops.size() > 1 ? fmt::format(" +{}", ops.size() - 1) : "",
-                                        hw::dtype_name(v.dtype), fmt::join(v.sizes, ","));
-  // "pointwise" and "reduce" say how the kernel runs, not what it is: its title leads.
+  const View& v = views.at(op.family == Op::Family::kReduce ? op.reduce.out : op.pointwise.out);
+  return fmt::format("{} {} [{}]", op.family == Op::Family::kReduce ? "reduce" : "pointwise", hw::dtype_name(v.dtype),
+                     fmt::join(v.sizes, ","));
+}
+
+std::string Graph::name() const {
+  if (ops.empty()) return "empty";
+  const Op::Family f = ops.front().family;
+  if (f != Op::Family::kReduce && f != Op::Family::kPointwise) return op_name(0);
+  // "pointwise" and "reduce" say how the kernel runs, not what it is: its title leads, and the
+  // count of the ops after the first follows the kind ("reduce +7 f32 [64,1]").
+  std::string inner = op_name(0);
+  if (ops.size() > 1) inner.insert(inner.find(' '), fmt::format(" +{}", ops.size() - 1));
   return title.empty() ? inner : fmt::format("{} ({})", title, inner);
+}
+
+std::string View::describe() const {
+  std::vector<int64_t> contiguous(sizes.size(), 1);
+  for (size_t d = sizes.size(); d-- > 1;) contiguous[d - 1] = contiguous[d] * sizes[d];
+  std::string s = fmt::format("{} [{}]", hw::dtype_name(dtype), fmt::join(sizes, ", "));
+  if (strides != contiguous) s += fmt::format(" strides [{}]", fmt::join(strides, ", "));
+  if (offset != 0) s += fmt::format(" + {}", offset);
+  return s;
 }
 
 }  // namespace spyre::compiler::ir

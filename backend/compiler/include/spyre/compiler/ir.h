@@ -24,6 +24,8 @@ struct View {
   hw::DType dtype = hw::DType::kF32;
 
   int64_t numel() const;
+  /// "f32 [64, 32]", with " strides [...]" when not row-major and " + offset" when not at the base.
+  std::string describe() const;
 };
 
 /// An input of a pointwise op: a view (broadcast to the output's shape, aligned at the right as in
@@ -287,6 +289,8 @@ struct Graph {
   std::string signature() const;
   /// A short human-readable name for traces, e.g. "mm f32 64x32x16", "add (pointwise f32 [64,64])".
   std::string name() const;
+  /// Op i alone, as name() would call a graph of it: "mm f16 64x32x16", "reduce f32 [64,1]".
+  std::string op_name(size_t i) const;
 };
 
 /// A graph from its JSON form (the torch.compile front door's): {"num_args": n, "views": [{"arg",

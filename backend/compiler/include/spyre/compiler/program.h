@@ -5,6 +5,7 @@
 
 #include <cstdint>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "spyre/compiler/ir.h"
@@ -31,12 +32,20 @@ struct Target : hw::CardFigures {
 /// Tensors one pointwise op (one fused expression) may read: its loop nest walks these and its output.
 inline constexpr uint32_t kMaxPointwiseInputs = 3;
 
+/// What a listing shows beside a program's instructions (not part of the image): where the code of
+/// each op of its IR graph starts, and which tensor view each launch argument addresses.
+struct ProgramNotes {
+  std::vector<std::pair<uint32_t, std::string>> sections;  // (first instruction, the op), in order
+  std::vector<std::string> args;                           // argument slot -> "in f32 [64, 32]"
+};
+
 /// A compiled program: the bytes to load into device memory and how to launch them.
 struct Program {
   std::string name;            // for traces and logs, e.g. "mm f32 1024x1024x1024"
   std::vector<uint8_t> image;  // header, entry table, instructions (see spyre/hw/isa.h)
   uint64_t core_mask = 0;
   uint32_t num_args = 0;  // argument slots the launch must fill
+  ProgramNotes notes;     // for listings; compile() fills it
 };
 
 /// Assembles per-core instruction streams into a program image. Each stream gets a kEnd appended;
@@ -47,8 +56,9 @@ Program assemble(std::string name, const std::vector<std::vector<hw::Instr>>& pe
 Program assemble_spmd(std::string name, std::vector<hw::Instr> code, uint32_t cores, uint32_t num_args);
 
 /// The instructions of a program image as text, one decoded instruction per line, numbered from 0
-/// (for debug dumps; a fault's instruction index is a line number here).
-std::string listing(const std::vector<uint8_t>& image);
+/// (for debug dumps; a fault's instruction index is a line number here). With `notes`, each op's
+/// code is headed by the op (`; op 1: reduce f32 [64,1]`) and each ARG names its tensor.
+std::string listing(const std::vector<uint8_t>& image, const ProgramNotes& notes = {});
 /// One instruction decoded: its mnemonic, dtype, operands (registers, scratchpad and device
 /// addresses, shapes) and function, e.g. `GATHER   f32 lx[0x0] <- mem[r2+0x0][lx[0x40][i] * 16] ...`.
 std::string disassemble(const hw::Instr& in);
