@@ -158,8 +158,8 @@ void DeviceRuntime::wait(driver::Queue& q, uint64_t seq) {
   driver::SanitizerFinding finding;
   const std::string found = q.sanitizer_finding(&finding) ? sanitizer::describe(index_, finding) : std::string();
   const uint64_t skipped = q.not_executed();
-  flush_prints(q);  // what the launches printed before the fault
   (void)q.reset();
+  flush_prints(q);  // what the launches printed before the fault (the reset took the buffer off the card)
   forget_print_buffer(q);
   // The reset took the queue's sanitizer checks with it: its next launches get them again.
   if (const uint64_t checks = sanitize_checks_.load(); checks != 0) {

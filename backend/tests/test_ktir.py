@@ -248,3 +248,26 @@ print([round(v, 6) for v in x[:4].max(1).values.tolist()])
         e["name"] for e in json.loads(trace.read_text())["traceEvents"] if e.get("name", "").startswith("print: ")
     )
     assert [s.split(": max")[0] for s in slices] == ["print: tile 0 rows 0..", "print: tile 1 rows 2.."]
+
+
+def test_what_a_kernel_printed_before_it_faulted_is_shown():
+    code = f"""
+import torch, torch_spyre
+text = open({str(EXAMPLES / "gather.mlir")!r}).read()
+say = '    gpu.printf "tile %d gathers rows from %d\\\\n", %id, %first : index, index\\n'
+text = text.replace("    %T = ktdp", say + "    %T = ktdp", 1)
+k = torch_spyre.ktir.loads(text)
+idx = torch.zeros(256, dtype=torch.long)
+idx[77] = 1000
+try:
+    k(torch.randn(1000, 64).to("spyre"), idx.to("spyre"), torch.zeros(256, 64, device="spyre"))
+    torch.spyre.synchronize()
+    print("no error")
+except RuntimeError as e:
+    print("raised", "core 9 at instruction" in str(e))
+"""
+    proc = run_python(code)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.strip().splitlines()[-1] == "raised True"
+    printed = {line for line in proc.stderr.splitlines() if line.startswith("tile ")}
+    assert "tile 9 gathers rows from 72" in printed and len(printed) == 32, proc.stderr
