@@ -271,3 +271,42 @@ except RuntimeError as e:
     assert proc.stdout.strip().splitlines()[-1] == "raised True"
     printed = {line for line in proc.stderr.splitlines() if line.startswith("tile ")}
     assert "tile 9 gathers rows from 72" in printed and len(printed) == 32, proc.stderr
+
+
+SCALE = """
+#full = affine_map<(d0, d1) -> (d0, d1)>
+#box = affine_set<(d0, d1) : (d0 >= 0, -d0 + 3 >= 0, d1 >= 0, -d1 + 15 >= 0)>
+module {
+  func.func @scale(%in: index, %out: index) attributes {grid = [1]} {
+    %c0 = arith.constant 0 : index
+    %two = arith.constant 2.0 : f32
+    %three = arith.constant 3.0 : f32
+    %X = ktdp.construct_memory_view %in, sizes: [4, 16], strides: [16, 1] {memory_space = #ktdp.memory_space<global>}
+        : memref<4x16xf32>
+    %Y = ktdp.construct_memory_view %out, sizes: [4, 16], strides: [16, 1] {memory_space = #ktdp.memory_space<global>}
+        : memref<4x16xf32>
+    %xt = ktdp.construct_access_tile %X[%c0, %c0] {access_tile_set = #box}
+        : memref<4x16xf32> -> !ktdp.access_tile<4x16xindex>
+    %x = ktdp.load %xt : !ktdp.access_tile<4x16xindex> -> tensor<4x16xf32>
+    %e = tensor.empty() : tensor<4x16xf32>
+    %y = linalg.generic {indexing_maps = [#full, #full], iterator_types = ["parallel", "parallel"]}
+        ins(%x : tensor<4x16xf32>) outs(%e : tensor<4x16xf32>) {
+      ^bb0(%v: f32, %o: f32):
+        %p = math.powf %two, %three : f32
+        %r = arith.mulf %v, %p : f32
+        linalg.yield %r : f32
+    } -> tensor<4x16xf32>
+    %yt = ktdp.construct_access_tile %Y[%c0, %c0] {access_tile_set = #box}
+        : memref<4x16xf32> -> !ktdp.access_tile<4x16xindex>
+    ktdp.store %y, %yt : tensor<4x16xf32>, !ktdp.access_tile<4x16xindex>
+    return
+  }
+}
+"""
+
+
+def test_a_generic_body_folds_constants_as_the_device_computes_them():
+    # 2 ** 3 of two constants is folded at compile time; it once folded to min(2, 3).
+    x = torch.randn(4, 16, generator=torch.Generator().manual_seed(6))
+    _, y = run(torch_spyre.ktir.loads(SCALE), x, torch.zeros(4, 16))
+    assert torch.equal(y, x * 8)

@@ -11,6 +11,7 @@
 #include "sfp.h"
 #include "sfp_convert.h"
 #include "spyre/hw/dlfloat16.h"
+#include "spyre/hw/float16.h"
 
 namespace spyre::sim {
 namespace sfp {
@@ -18,13 +19,6 @@ namespace {
 
 // The format of f16 data (set once per process from the config, before any core runs).
 bool g_fp16_dlfloat = true;
-
-float bf16_to_f32(uint16_t h) {
-  const uint32_t bits = uint32_t{h} << 16;
-  float f;
-  std::memcpy(&f, &bits, 4);
-  return f;
-}
 
 uint16_t f32_to_bf16(float f) {
   uint32_t bits;
@@ -68,7 +62,7 @@ void to_f32(const void* src, DType t, uint64_t n, float* out) {
     }
     case DType::kBF16: {
       const auto* s = static_cast<const uint16_t*>(src);
-      for (uint64_t i = 0; i < n; ++i) out[i] = bf16_to_f32(s[i]);
+      for (uint64_t i = 0; i < n; ++i) out[i] = hw::bf16_to_float(s[i]);
       return;
     }
     case DType::kI32: {

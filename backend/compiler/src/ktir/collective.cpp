@@ -151,12 +151,7 @@ void Lowering::inter_reduce(const Op& o) {
   for (const Pending& p : pending_) {
     if (p.store) stores |= 1u << p.tag;
   }
-  if (stores) {
-    emit(emit::wait_tags(stores));
-    pending_.erase(
-        std::remove_if(pending_.begin(), pending_.end(), [&](const Pending& p) { return stores >> p.tag & 1; }),
-        pending_.end());
-  }
+  retire(stores);
   emit(emit::instr(hw::Op::kBarrier));
   const std::vector<std::string> identity = group(o, "identity");
   const auto [shape, dtype] =
@@ -308,12 +303,7 @@ void Lowering::gather(const TileV& t, const TensorV& x, int line) {
     throw Unsupported(fmt::format("ktir: line {}: gathered rows must be contiguous", line));
   }
   emit(emit::li(kBoundReg, static_cast<uint64_t>(v.sizes[0])));
-  const uint32_t tag = 2 + next_tag_++ % (hw::kNumDmaTags - 2);
-  if (std::any_of(pending_.begin(), pending_.end(), [&](const Pending& p) { return p.tag == tag; })) {
-    emit(emit::wait_tags(1u << tag));
-    pending_.erase(std::remove_if(pending_.begin(), pending_.end(), [&](const Pending& p) { return p.tag == tag; }),
-                   pending_.end());
-  }
+  const uint32_t tag = load_tag();
   hw::Instr g = emit::instr(hw::Op::kGather);
   g.dtype = v.dtype;
   g.regs = hw::pack_regs(arg_reg(v.base.arg), kBoundReg);

@@ -30,6 +30,8 @@ RowsCols rc(const std::vector<int64_t>& shape) {
   return {static_cast<uint32_t>(n / cols), static_cast<uint32_t>(cols)};
 }
 
+}  // namespace
+
 std::optional<BinaryFn> binary_fn(const std::string& n) {
   const std::string f = n.substr(n.find('.') + 1);
   if (f == "addf" || f == "add" || f == "addi") return BinaryFn::kAdd;
@@ -99,6 +101,16 @@ double fold_unary(UnaryFn f, double x) {
       throw Unsupported("ktir: this math function of a constant is not folded");
   }
 }
+
+std::optional<hw::ReduceFn> reduce_fn(std::optional<BinaryFn> combine) {
+  if (combine == BinaryFn::kAdd) return hw::ReduceFn::kSum;
+  if (combine == BinaryFn::kMax) return hw::ReduceFn::kMax;
+  if (combine == BinaryFn::kMin) return hw::ReduceFn::kMin;
+  if (combine == BinaryFn::kMul) return hw::ReduceFn::kProd;
+  return std::nullopt;
+}
+
+namespace {
 
 uint64_t fill_bits(double x, DType t, int line) {
   return hw::dtype_is_float(t) ? emit::double_bits(x) : integer_bits(x, line);
@@ -306,17 +318,11 @@ void Lowering::reduce(const Op& o) {
       }
     }
   }
-  hw::ReduceFn rf;
-  if (fn == BinaryFn::kAdd)
-    rf = hw::ReduceFn::kSum;
-  else if (fn == BinaryFn::kMax)
-    rf = hw::ReduceFn::kMax;
-  else if (fn == BinaryFn::kMin)
-    rf = hw::ReduceFn::kMin;
-  else if (fn == BinaryFn::kMul)
-    rf = hw::ReduceFn::kProd;
-  else
+  const std::optional<hw::ReduceFn> combine = reduce_fn(fn);
+  if (!combine) {
     throw Unsupported(fmt::format("ktir: line {}: a linalg.reduce whose combiner is not add, max, min or mul", o.line));
+  }
+  const hw::ReduceFn rf = *combine;
   TensorV x = tensor(in[0], o.line);
   const TensorV init = tensor(outs[0], o.line);
   const std::vector<int64_t> dims = int_list(o, "dimensions");

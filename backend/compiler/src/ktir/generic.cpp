@@ -54,29 +54,6 @@ std::vector<Token> list_attribute(const Op& o, const std::string& key, const Mod
   return out;
 }
 
-std::optional<BinaryFn> body_binary(const std::string& n) {
-  if (n == "arith.addf") return BinaryFn::kAdd;
-  if (n == "arith.subf") return BinaryFn::kSub;
-  if (n == "arith.mulf") return BinaryFn::kMul;
-  if (n == "arith.divf") return BinaryFn::kDiv;
-  if (n == "arith.maximumf" || n == "arith.maxnumf") return BinaryFn::kMax;
-  if (n == "arith.minimumf" || n == "arith.minnumf") return BinaryFn::kMin;
-  if (n == "math.powf") return BinaryFn::kPow;
-  return std::nullopt;
-}
-
-std::optional<hw::UnaryFn> body_unary(const std::string& n) {
-  static const std::map<std::string, hw::UnaryFn> kFns = {
-      {"math.exp", hw::UnaryFn::kExp},    {"math.exp2", hw::UnaryFn::kExp2},   {"math.log", hw::UnaryFn::kLog},
-      {"math.log2", hw::UnaryFn::kLog2},  {"math.sqrt", hw::UnaryFn::kSqrt},   {"math.rsqrt", hw::UnaryFn::kRsqrt},
-      {"math.tanh", hw::UnaryFn::kTanh},  {"math.erf", hw::UnaryFn::kErf},     {"math.absf", hw::UnaryFn::kAbs},
-      {"arith.negf", hw::UnaryFn::kNeg},  {"math.floor", hw::UnaryFn::kFloor}, {"math.ceil", hw::UnaryFn::kCeil},
-      {"math.sin", hw::UnaryFn::kSin},    {"math.cos", hw::UnaryFn::kCos},     {"math.expm1", hw::UnaryFn::kExpm1},
-      {"math.log1p", hw::UnaryFn::kLog1p}};
-  const auto f = kFns.find(n);
-  return f == kFns.end() ? std::nullopt : std::optional<hw::UnaryFn>(f->second);
-}
-
 bool commutative(BinaryFn f) {
   return f == BinaryFn::kAdd || f == BinaryFn::kMul || f == BinaryFn::kMax || f == BinaryFn::kMin;
 }
@@ -229,7 +206,7 @@ void Lowering::generic(const Op& o) {
       vals[op.result()] = b;
       continue;
     }
-    if (const auto fn = body_binary(op.name)) {
+    if (const auto fn = binary_fn(op.name)) {
       if (args.size() != 2) throw Malformed(fmt::format("ktir: line {}: {} takes two operands", op.line, op.name));
       if (reducing && (args[0] == out_arg || args[1] == out_arg)) {
         combine = fn;
@@ -242,12 +219,7 @@ void Lowering::generic(const Op& o) {
       if (a.scalar && b.scalar) {
         BV r;
         r.scalar = true;
-        r.x = *fn == BinaryFn::kAdd   ? a.x + b.x
-              : *fn == BinaryFn::kSub ? a.x - b.x
-              : *fn == BinaryFn::kMul ? a.x * b.x
-              : *fn == BinaryFn::kDiv ? a.x / b.x
-              : *fn == BinaryFn::kMax ? std::max(a.x, b.x)
-                                      : std::min(a.x, b.x);
+        r.x = fold_binary(*fn, a.x, b.x);
         vals[op.result()] = r;
         continue;
       }
@@ -272,7 +244,7 @@ void Lowering::generic(const Op& o) {
       vals[op.result()] = BV{false, 0, r, Bcast::kFull, t};
       continue;
     }
-    if (const auto fn = body_unary(op.name)) {
+    if (const auto fn = unary_fn(op.name)) {
       if (args.empty()) throw Malformed(fmt::format("ktir: line {}: {} without an operand", op.line, op.name));
       const BV a = get(args[0]);
       if (a.scalar)
@@ -308,18 +280,12 @@ void Lowering::generic(const Op& o) {
   }
   before_write(dst.addr, dst.bytes());
   if (reducing) {
-    hw::ReduceFn rf;
-    if (combine == BinaryFn::kAdd)
-      rf = hw::ReduceFn::kSum;
-    else if (combine == BinaryFn::kMax)
-      rf = hw::ReduceFn::kMax;
-    else if (combine == BinaryFn::kMin)
-      rf = hw::ReduceFn::kMin;
-    else if (combine == BinaryFn::kMul)
-      rf = hw::ReduceFn::kProd;
-    else
+    const std::optional<hw::ReduceFn> folded = reduce_fn(combine);
+    if (!folded) {
       throw Unsupported(
           fmt::format("ktir: line {}: a reduction that does not add, multiply, or keep a max or min", o.line));
+    }
+    const hw::ReduceFn rf = *folded;
     if (result.scalar) result = scalar_block(result, dst.dtype);
     if (result.mode != Bcast::kFull || result.type != dst.dtype) {
       const TensorV full = temp(dst.dtype);

@@ -605,14 +605,24 @@ void Lowering::emit(hw::Instr in) {
   lines.push_back(line_);
 }
 
+void Lowering::retire(uint32_t mask) {
+  wait_ |= mask;
+  pending_.erase(std::remove_if(pending_.begin(), pending_.end(), [&](const Pending& p) { return mask >> p.tag & 1; }),
+                 pending_.end());
+}
+
+uint32_t Lowering::load_tag() {
+  const uint32_t tag = 2 + next_tag_++ % (hw::kNumDmaTags - 2);
+  if (std::any_of(pending_.begin(), pending_.end(), [&](const Pending& p) { return p.tag == tag; })) retire(1u << tag);
+  return tag;
+}
+
 void Lowering::before_read(uint32_t addr, uint32_t bytes) {
   uint32_t mask = 0;
   for (const Pending& p : pending_) {
     if (!p.store && p.lo < addr + bytes && addr < p.hi) mask |= 1u << p.tag;
   }
-  wait_ |= mask;
-  pending_.erase(std::remove_if(pending_.begin(), pending_.end(), [&](const Pending& p) { return mask >> p.tag & 1; }),
-                 pending_.end());
+  retire(mask);
 }
 
 void Lowering::before_write(uint32_t addr, uint32_t bytes) {
@@ -620,9 +630,7 @@ void Lowering::before_write(uint32_t addr, uint32_t bytes) {
   for (const Pending& p : pending_) {
     if (p.lo < addr + bytes && addr < p.hi) mask |= 1u << p.tag;
   }
-  wait_ |= mask;
-  pending_.erase(std::remove_if(pending_.begin(), pending_.end(), [&](const Pending& p) { return mask >> p.tag & 1; }),
-                 pending_.end());
+  retire(mask);
 }
 
 void Lowering::memory_view(const Op& o) {
@@ -840,14 +848,8 @@ void Lowering::transfer(const TileV& t, const TensorV& x, bool to_device, int li
         before_read(lx_addr, bytes);
         work.store_bytes += bytes;
       } else {
-        tag = 2 + next_tag_++ % (hw::kNumDmaTags - 2);
+        tag = load_tag();
         before_write(lx_addr, bytes);
-        if (std::any_of(pending_.begin(), pending_.end(), [&](const Pending& p) { return p.tag == tag; })) {
-          emit(emit::wait_tags(1u << tag));
-          pending_.erase(
-              std::remove_if(pending_.begin(), pending_.end(), [&](const Pending& p) { return p.tag == tag; }),
-              pending_.end());
-        }
         work.load_bytes += bytes;
       }
       emit(emit::dma(to_device ? hw::Op::kStore : hw::Op::kLoad, v.dtype, arg_reg(v.base.arg), 0, lx_addr,

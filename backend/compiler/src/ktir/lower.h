@@ -7,6 +7,7 @@
 
 #include <cstdint>
 #include <map>
+#include <optional>
 #include <set>
 #include <string>
 #include <variant>
@@ -120,6 +121,10 @@ class Lowering {
   uint32_t alloc(uint64_t bytes, int line);
   TensorV new_tensor(std::vector<int64_t> shape, hw::DType dtype, int line);
   void emit(hw::Instr in);
+  /// The transfers of the tags in `mask` are waited for before the next instruction.
+  void retire(uint32_t mask);
+  /// A tag for the next asynchronous load, its last transfer retired if still in flight.
+  uint32_t load_tag();
   void before_read(uint32_t addr, uint32_t bytes);
   void before_write(uint32_t addr, uint32_t bytes);
   void memory_view(const Op& o);
@@ -174,6 +179,16 @@ class Lowering {
   uint32_t wait_ = 0;  // tags the next instruction must wait for (emit() issues the WAIT)
 };
 
+/// The SFP function an arith, math or named linalg op computes ("arith.addf", "linalg.max",
+/// "math.exp": the part after the dot), or nullopt.
+std::optional<hw::BinaryFn> binary_fn(const std::string& name);
+std::optional<hw::UnaryFn> unary_fn(const std::string& name);
+/// The REDUCE function a reduction's combining op folds with (add, max, min, mul), or nullopt.
+std::optional<hw::ReduceFn> reduce_fn(std::optional<hw::BinaryFn> combine);
+/// f of constants known when the kernel is compiled, as the SFP computes it (a NaN wins max and
+/// min). fold_unary throws Unsupported for a function it does not fold.
+double fold_binary(hw::BinaryFn f, double a, double b);
+double fold_unary(hw::UnaryFn f, double x);
 /// The two's-complement bits of an integer-valued double (FILL's value for an integer type);
 /// Malformed naming `line` when it is out of range.
 uint64_t integer_bits(double x, int line);
