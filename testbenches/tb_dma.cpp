@@ -117,6 +117,34 @@ TEST_CASE("zeros copied into never-written memory take no host memory and read b
   CHECK(got == 0);
 }
 
+TEST_CASE("a scrubbed page gives its host memory back and its slot comes back as zeros") {
+  constexpr uint64_t kPage = 64 << 10;
+  constexpr uint64_t kAt = 0x50000000, kElsewhere = 0x60000000;  // untouched by the cases before
+  const uint64_t before = h->memory.resident_bytes();
+  const std::vector<uint8_t> pattern(2 * kPage, 0xab);
+  CHECK(h->memory.write(kAt, pattern.data(), pattern.size()));
+  CHECK(h->memory.resident_bytes() == before + 2 * kPage);
+  // The first page wholly, the second from its middle: one page freed, half of the other zeroed.
+  h->memory.scrub(kAt, kPage + kPage / 2);
+  CHECK(h->memory.resident_bytes() == before + kPage);
+  std::vector<uint8_t> back(2 * kPage);
+  h->memory.read(kAt, back.data(), back.size());
+  CHECK(std::all_of(back.begin(), back.begin() + kPage + kPage / 2, [](uint8_t b) { return b == 0; }));
+  CHECK(std::all_of(back.begin() + kPage + kPage / 2, back.end(), [](uint8_t b) { return b == 0xab; }));
+  // A new page takes the freed slot: it holds the byte written and zeros, nothing of the pattern.
+  const uint8_t one = 1;
+  CHECK(h->memory.write(kElsewhere + 7, &one, 1));
+  CHECK(h->memory.resident_bytes() == before + 2 * kPage);
+  std::vector<uint8_t> fresh(kPage, 0xee);
+  h->memory.read(kElsewhere, fresh.data(), kPage);
+  CHECK(fresh[7] == 1);
+  fresh[7] = 0;
+  CHECK(std::all_of(fresh.begin(), fresh.end(), [](uint8_t b) { return b == 0; }));
+  h->memory.scrub(kAt, 2 * kPage);
+  h->memory.scrub(kElsewhere, kPage);
+  CHECK(h->memory.resident_bytes() == before);
+}
+
 TEST_CASE("a host copy takes its PCIe transfer time plus latency once") {
   // 1 MiB in 4096 packets of 256 bytes, each with 24 bytes of header and framing: 1146880 bytes at
   // 64 GB/s = 17920 ns; + 600 ns PCIe latency; + the last 64 KiB chunk into LPDDR5 (4096 bytes on

@@ -1,7 +1,11 @@
 #include "capture.h"
 
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
 #include <cstring>
-#include <filesystem>
 #include <stdexcept>
 
 #include <fmt/format.h>
@@ -122,29 +126,45 @@ void RecordingTape::record(uint32_t core, const uint8_t* indices, uint64_t n) {
 // ---- Reading ------------------------------------------------------------------------------------
 
 Capture Capture::load(const std::string& path) {
-  std::unique_ptr<FILE, int (*)(FILE*)> f(std::fopen(path.c_str(), "rb"), &std::fclose);
-  if (!f) throw std::runtime_error(fmt::format("capture: cannot read '{}'", path));
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) throw std::runtime_error(fmt::format("capture: cannot read '{}'", path));
+  struct stat st = {};
+  const bool sized = ::fstat(fd, &st) == 0 && S_ISREG(st.st_mode);
+  const auto file_bytes = sized ? static_cast<uint64_t>(st.st_size) : 0;
+  void* map = file_bytes > 0 ? ::mmap(nullptr, file_bytes, PROT_READ, MAP_PRIVATE, fd, 0) : MAP_FAILED;
+  ::close(fd);
+  if (!sized) throw std::runtime_error(fmt::format("capture: '{}' is not a regular file", path));
+  if (file_bytes == 0) throw std::runtime_error(fmt::format("capture: '{}' is not a Spyre capture file", path));
+  if (map == MAP_FAILED) throw std::runtime_error(fmt::format("capture: cannot map '{}'", path));
+  ::madvise(map, file_bytes, MADV_SEQUENTIAL);
+  Capture c;
+  c.file_ =
+      std::shared_ptr<const void>(map, [file_bytes](const void* p) { ::munmap(const_cast<void*>(p), file_bytes); });
+  const auto* bytes = static_cast<const uint8_t*>(map);
+  uint64_t at = 0;
+  // Copies the next n bytes of the file to dst, or says that the file ends first.
+  const auto take = [&](void* dst, uint64_t n) {
+    if (n > file_bytes - at) return false;
+    std::memcpy(dst, bytes + at, n);
+    at += n;
+    return true;
+  };
   char magic[8] = {};
   uint32_t version = 0, len = 0;
-  if (std::fread(magic, 1, 8, f.get()) != 8 || std::memcmp(magic, kMagic, 8) != 0) {
+  if (!take(magic, 8) || std::memcmp(magic, kMagic, 8) != 0) {
     throw std::runtime_error(fmt::format("capture: '{}' is not a Spyre capture file", path));
   }
-  if (std::fread(&version, 4, 1, f.get()) != 1 || version != kVersion) {
+  if (!take(&version, 4) || version != kVersion) {
     throw std::runtime_error(
         fmt::format("capture: '{}' has version {}, this simulator reads {}", path, version, kVersion));
   }
-  Capture c;
-  if (std::fread(&len, 4, 1, f.get()) != 1) throw std::runtime_error(fmt::format("capture: '{}' is truncated", path));
-  c.config_json.resize(len);
-  if (std::fread(c.config_json.data(), 1, len, f.get()) != len) {
+  if (!take(&len, 4) || len > file_bytes - at) {
     throw std::runtime_error(fmt::format("capture: '{}' is truncated", path));
   }
-  // The bytes of the file are at most its size: one allocation, not one growth per record.
-  std::error_code size_error;
-  const uintmax_t file_bytes = std::filesystem::file_size(path, size_error);
-  if (!size_error) c.data.reserve(file_bytes);
+  c.config_json.assign(reinterpret_cast<const char*>(bytes + at), len);
+  at += len;
   Record r;
-  while (std::fread(&r, sizeof r, 1, f.get()) == 1) {
+  while (take(&r, sizeof r)) {
     if (r.kind > static_cast<uint8_t>(CaptureEvent::Kind::kIndices)) {
       throw std::runtime_error(fmt::format("capture: '{}' has an event of unknown kind {}", path, r.kind));
     }
@@ -158,14 +178,9 @@ Capture Capture::load(const std::string& path) {
     e.size = r.size;
     e.hash = r.hash;
     if (e.has_bytes()) {
-      if (!size_error && e.size > file_bytes) {  // no file holds a record longer than itself
-        throw std::runtime_error(fmt::format("capture: '{}' is truncated", path));
-      }
-      e.data = c.data.size();
-      c.data.resize(c.data.size() + e.size);
-      if (std::fread(c.data.data() + e.data, 1, e.size, f.get()) != e.size) {
-        throw std::runtime_error(fmt::format("capture: '{}' is truncated", path));
-      }
+      if (e.size > file_bytes - at) throw std::runtime_error(fmt::format("capture: '{}' is truncated", path));
+      e.data = at;
+      at += e.size;
     }
     c.events.push_back(e);
   }
@@ -197,9 +212,8 @@ class ReplayHost::Link final : public HostLink {
       ++host_.result_.missing_reads;
       return false;
     }
-    const CaptureEvent& e = host_.capture_.events[it->second.front()];
-    it->second.pop_front();
-    if (e.ok) std::memcpy(dst, host_.capture_.data.data() + e.data, n);
+    const CaptureEvent& e = host_.capture_.events[it->second.take()];
+    if (e.ok) std::memcpy(dst, host_.capture_.bytes() + e.data, n);
     return e.ok;
   }
   bool dma_write(uint64_t iova, const void* src, uint64_t n) override {
@@ -226,29 +240,30 @@ class ReplayHost::Link final : public HostLink {
 class ReplayHost::Tape final : public IndexTape {
  public:
   explicit Tape(ReplayHost& host) : host_(host) {}
-  void add(uint32_t core, size_t event) { cores_[core].push_back(event); }
+  void add(uint32_t core, size_t event) {
+    if (core >= cores_.size()) cores_.resize(core + 1);
+    cores_[core].push(event);
+  }
   void record(uint32_t /*core*/, const uint8_t* /*indices*/, uint64_t /*n*/) override {}
   bool plays() const override { return true; }
   bool play(uint32_t core, uint8_t* indices, uint64_t n) override {
-    std::deque<size_t>& q = cores_[core];
-    if (q.empty()) {
+    if (core >= cores_.size() || cores_[core].empty()) {
       ++host_.result_.missing_indices;
       return false;
     }
-    const CaptureEvent& e = host_.capture_.events[q.front()];
-    q.pop_front();
+    const CaptureEvent& e = host_.capture_.events[cores_[core].take()];
     if (e.size != n) {  // not the instruction that was captured: the replay has left the capture's path
       ++host_.result_.missing_indices;
       return false;
     }
-    std::memcpy(indices, host_.capture_.data.data() + e.data, n);
+    std::memcpy(indices, host_.capture_.bytes() + e.data, n);
     ++host_.result_.played_indices;
     return true;
   }
 
  private:
   ReplayHost& host_;
-  std::map<uint32_t, std::deque<size_t>> cores_;
+  std::vector<EventQueue> cores_;  // by core
 };
 
 ReplayHost::ReplayHost(const Capture& capture, uint32_t cards, std::function<void(const CaptureEvent&)> apply)
@@ -267,7 +282,7 @@ ReplayHost::ReplayHost(const Capture& capture, uint32_t cards, std::function<voi
       answer_times_.push_back(e.time_ps);
       answer_hashes_.push_back(e.kind == CaptureEvent::Kind::kDmaWrite ? e.hash : 0);
     } else if (e.kind == CaptureEvent::Kind::kDmaRead) {
-      reads_[{e.card, e.addr, e.size}].push_back(i);
+      reads_[{e.card, e.addr, e.size}].push(i);
     } else if (e.kind == CaptureEvent::Kind::kIndices && e.card < cards) {
       tapes_[e.card]->add(static_cast<uint32_t>(e.value), i);
     }

@@ -6,12 +6,10 @@
 
 #include <cstdint>
 #include <cstdio>
-#include <deque>
 #include <functional>
-#include <map>
 #include <memory>
 #include <string>
-#include <tuple>
+#include <unordered_map>
 #include <utility>
 #include <vector>
 
@@ -99,7 +97,28 @@ class ReplayHost {
   std::vector<uint64_t> answer_times_;    // capture: each answer's time
   std::vector<uint64_t> answer_hashes_;   // capture: each DMA write's hash (0 for an interrupt)
   std::vector<uint64_t> replayed_times_;  // replay: the answers so far
-  std::map<std::tuple<uint32_t, uint64_t, uint64_t>, std::deque<size_t>> reads_;  // (card, iova, size) -> events
+  /// Events in the order they are to be taken.
+  class EventQueue {
+   public:
+    void push(size_t event) { events_.push_back(event); }
+    bool empty() const { return next_ == events_.size(); }
+    size_t take() { return events_[next_++]; }
+
+   private:
+    std::vector<size_t> events_;
+    size_t next_ = 0;
+  };
+  struct ReadKey {
+    uint32_t card;
+    uint64_t iova, size;
+    bool operator==(const ReadKey& o) const { return card == o.card && iova == o.iova && size == o.size; }
+  };
+  struct ReadKeyHash {
+    size_t operator()(const ReadKey& k) const {
+      return std::hash<uint64_t>()(k.iova * 0x9e3779b97f4a7c15ull ^ k.size ^ (uint64_t{k.card} << 56));
+    }
+  };
+  std::unordered_map<ReadKey, EventQueue, ReadKeyHash> reads_;  // the card's DMA reads, in capture order
   size_t next_ = 0;
   uint64_t last_applied_ = 0;
   ReplayResult result_;

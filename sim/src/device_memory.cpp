@@ -1,6 +1,6 @@
 #include "device_memory.h"
 
-#include <malloc.h>
+#include <sys/mman.h>
 
 #include <algorithm>
 #include <cstring>
@@ -35,6 +35,40 @@ std::pair<uint64_t, uint64_t> host_memory() {
 }
 }  // namespace
 
+PagePool::~PagePool() {
+  for (void* b : blocks_) ::munmap(b, kBlockBytes);
+}
+
+uint8_t* PagePool::take() {
+  if (!free_.empty()) {
+    uint8_t* slot = free_.back();
+    free_.pop_back();
+    return slot;
+  }
+  if (next_ == end_) {
+    // Twice the block, so that an aligned block lies inside; the rest goes back at once.
+    void* raw = ::mmap(nullptr, 2 * kBlockBytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (raw == MAP_FAILED) return nullptr;
+    auto* lo = static_cast<uint8_t*>(raw);
+    const uint64_t skip = (kBlockBytes - reinterpret_cast<uintptr_t>(lo) % kBlockBytes) % kBlockBytes;
+    uint8_t* block = lo + skip;
+    if (skip > 0) ::munmap(lo, skip);
+    ::munmap(block + kBlockBytes, kBlockBytes - skip);
+    ::madvise(block, kBlockBytes, MADV_HUGEPAGE);  // a hint: without huge pages, 4 KiB ones
+    blocks_.push_back(block);
+    next_ = block;
+    end_ = block + kBlockBytes;
+  }
+  uint8_t* slot = next_;
+  next_ += kSlotBytes;
+  return slot;
+}
+
+void PagePool::give(uint8_t* slot) {
+  ::madvise(slot, kSlotBytes, MADV_DONTNEED);  // private anonymous memory: reads as zeros after
+  free_.push_back(slot);
+}
+
 const uint8_t* DeviceMemory::zero_page() {
   static const std::vector<uint8_t> zeros(kPageBytes);
   return zeros.data();
@@ -65,7 +99,7 @@ void DeviceMemory::read(uint64_t addr, void* dst, uint64_t n) const {
     if (it == pages_.end()) {
       std::memset(out, 0, len);  // never-written memory reads as zero
     } else {
-      std::memcpy(out, it->second.get() + off, len);
+      std::memcpy(out, it->second + off, len);
     }
     out += len;
     addr += len;
@@ -78,7 +112,7 @@ void DeviceMemory::locate(uint64_t addr, uint64_t n, std::vector<std::pair<const
     const uint64_t off = addr % kPageBytes;
     const uint64_t len = std::min(n, kPageBytes - off);
     const auto it = pages_.find(addr / kPageBytes);
-    const uint8_t* at = it == pages_.end() ? zero_page() : it->second.get() + off;
+    const uint8_t* at = it == pages_.end() ? zero_page() : it->second + off;
     if (!out.empty() && out.back().first + out.back().second == at) {
       out.back().second += len;  // pages that happen to follow each other in host memory
     } else {
@@ -99,10 +133,11 @@ bool DeviceMemory::write(uint64_t addr, const void* src, uint64_t n) {
     // Zeros into a page never written change nothing it reads: it needs no host memory yet.
     auto it = pages_.find(page);
     if (it == pages_.end() && std::memcmp(in, zero_page(), len) != 0) {
-      if (!may_grow()) return false;
-      it = pages_.emplace(page, std::make_unique<uint8_t[]>(kPageBytes)).first;  // value-initialised: zero
+      uint8_t* slot = may_grow() ? pool_.take() : nullptr;
+      if (!slot) return false;
+      it = pages_.emplace(page, slot).first;
     }
-    if (it != pages_.end()) std::memcpy(it->second.get() + off, in, len);
+    if (it != pages_.end()) std::memcpy(it->second + off, in, len);
     in += len;
     addr += len;
     n -= len;
@@ -117,13 +152,15 @@ void DeviceMemory::scrub(uint64_t addr, uint64_t n) {
   const uint64_t end = addr + n;
   const auto clear = [&](decltype(pages_)::iterator it) {  // the page's part in range; the next page
     const uint64_t lo = it->first * kPageBytes, hi = lo + kPageBytes;
-    if (lo >= addr && hi <= end) return pages_.erase(it);
+    if (lo >= addr && hi <= end) {
+      pool_.give(it->second);
+      return pages_.erase(it);
+    }
     const uint64_t from = std::max(lo, addr), to = std::min(hi, end);
-    std::memset(it->second.get() + (from - lo), 0, to - from);
+    std::memset(it->second + (from - lo), 0, to - from);
     return std::next(it);
   };
   const uint64_t first = addr / kPageBytes, last = (end + kPageBytes - 1) / kPageBytes;
-  const size_t before = pages_.size();
   if (last - first < pages_.size()) {  // a small range: look its pages up
     for (uint64_t p = first; p < last; ++p) {
       if (const auto it = pages_.find(p); it != pages_.end()) clear(it);
@@ -133,9 +170,6 @@ void DeviceMemory::scrub(uint64_t addr, uint64_t n) {
       it = it->first >= first && it->first < last ? clear(it) : std::next(it);
     }
   }
-  // Pages are heap blocks below malloc's mmap threshold: freed, they stay in the process until the
-  // heap is trimmed. Trimmed once a scrub has released a megabyte or more.
-  if ((before - pages_.size()) * kPageBytes >= (1u << 20)) malloc_trim(0);
 }
 
 void DeviceMemory::b_transport(int /*id*/, tlm::tlm_generic_payload& gp, sc_core::sc_time& delay) {

@@ -21,6 +21,31 @@
 
 namespace spyre::sim {
 
+/// Where device memory's pages live on the host: 64 KiB slots carved from 2 MiB blocks that the
+/// kernel may back with huge pages, so that a megabyte written costs one page fault, not 256. A
+/// slot is zero when handed out (fresh memory from the kernel, or given back with
+/// MADV_DONTNEED), so neither a new page nor a freed one is cleared by hand, and a freed slot's
+/// host memory goes back to the host at once.
+class PagePool {
+ public:
+  static constexpr uint64_t kSlotBytes = 64 * 1024;
+  PagePool() = default;
+  PagePool(const PagePool&) = delete;
+  PagePool& operator=(const PagePool&) = delete;
+  ~PagePool();
+  /// A zeroed slot, or nullptr when the host has no memory for another block.
+  uint8_t* take();
+  /// Gives the slot's host memory back; the slot reads as zeros when next taken.
+  void give(uint8_t* slot);
+
+ private:
+  static constexpr uint64_t kBlockBytes = 2 * 1024 * 1024;
+  std::vector<void*> blocks_;
+  std::vector<uint8_t*> free_;
+  uint8_t* next_ = nullptr;  // the unused rest of the newest block
+  uint8_t* end_ = nullptr;
+};
+
 class DeviceMemory : public sc_core::sc_module {
  public:
   /// Every initiator (DMA engine, cores) binds here, and names its ring stop in a RowList (an access
@@ -50,7 +75,7 @@ class DeviceMemory : public sc_core::sc_module {
   }
 
  private:
-  static constexpr uint64_t kPageBytes = 64 * 1024;
+  static constexpr uint64_t kPageBytes = PagePool::kSlotBytes;
   /// A page of zeros: what a never-written page reads as.
   static const uint8_t* zero_page();
   /// Whether one more page may be backed: below sim.host_memory_bytes when it is set, else while
@@ -70,7 +95,8 @@ class DeviceMemory : public sc_core::sc_module {
   uint64_t host_limit_;    // sim.host_memory_bytes: 0 = what the host has
   uint64_t headroom_ = 0;  // pages that may still be backed before the host is looked at again
   Fabric& fabric_;
-  std::unordered_map<uint64_t, std::unique_ptr<uint8_t[]>> pages_;
+  PagePool pool_;
+  std::unordered_map<uint64_t, uint8_t*> pages_;  // device page -> its slot in pool_
   std::function<void(uint64_t, uint64_t)> guard_;
   uint64_t poison_lo_ = 0, poison_hi_ = 0;
   Sanitizer* sanitizer_ = nullptr;

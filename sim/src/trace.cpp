@@ -112,6 +112,27 @@ nlohmann::json server_json(const ServerStats& s, uint64_t cycles, const Config& 
           {"utilisation", span_ps > 0 ? static_cast<double>(s.busy_ps) / span_ps : 0.0}};
 }
 
+// One JSON object per launch, a line each.
+void write_launches(FILE* f, const std::vector<LaunchStats>& launches) {
+  for (size_t i = 0; i < launches.size(); ++i) {
+    const LaunchStats& l = launches[i];
+    const uint64_t span = uint64_t{l.cores} * (l.end - l.start);
+    uint64_t busy = 0;
+    fmt::print(
+        f,
+        "{}\n    {{\"name\": {}, \"op\": {}, \"queue\": {}, \"cores\": {}, \"start\": {}, \"end\": {}, \"stall\": {{",
+        i == 0 ? "" : ",", nlohmann::json(l.name).dump(), nlohmann::json(l.op).dump(), l.queue, l.cores, l.start,
+        l.end);
+    for (int k = 0; k < static_cast<int>(Stall::kCount); ++k) {
+      busy += l.stall[k];
+      fmt::print(f, "\"{}\": {}, ", kStallNames[k], l.stall[k]);
+    }
+    fmt::print(f, "\"idle\": {}}}, \"flops\": {}, \"bytes_loaded\": {}, \"bytes_stored\": {}}}",
+               span - std::min(span, busy), l.flops, l.bytes_loaded, l.bytes_stored);
+  }
+  if (!launches.empty()) std::fputs("\n  ", f);
+}
+
 }  // namespace
 
 void write_stats(const std::string& path, const Config& config, const std::vector<const CardStats*>& cards,
@@ -156,24 +177,6 @@ void write_stats(const std::string& path, const Config& config, const std::vecto
     c["flops"] = flops;
     c["stall"] = stall_json(stall);
     c["stall"]["idle"] = idle;
-    nlohmann::json launches = nlohmann::json::array();
-    for (const LaunchStats& l : s.launches) {
-      nlohmann::json st = stall_json(l.stall);
-      uint64_t busy = 0;
-      for (const uint64_t x : l.stall) busy += x;
-      st["idle"] = uint64_t{l.cores} * (l.end - l.start) - std::min(uint64_t{l.cores} * (l.end - l.start), busy);
-      launches.push_back({{"name", l.name},
-                          {"op", l.op},
-                          {"queue", l.queue},
-                          {"cores", l.cores},
-                          {"start", l.start},
-                          {"end", l.end},
-                          {"stall", st},
-                          {"flops", l.flops},
-                          {"bytes_loaded", l.bytes_loaded},
-                          {"bytes_stored", l.bytes_stored}});
-    }
-    c["launches"] = launches;
     c["launches_dropped"] = s.launches_dropped;
     uint64_t memory_bytes = 0;
     for (size_t k = 0; k < s.channels.size(); ++k) {
@@ -209,7 +212,22 @@ void write_stats(const std::string& path, const Config& config, const std::vecto
   }
   std::unique_ptr<FILE, int (*)(FILE*)> f(std::fopen(path.c_str(), "w"), &std::fclose);
   if (!f) throw std::runtime_error(fmt::format("stats: cannot write '{}'", path));
-  fmt::print(f.get(), "{}\n", j.dump(2));
+  // Each card's launches, one line each, go in after its other keys: a long run has hundreds of
+  // thousands, too many to build as JSON objects first.
+  const nlohmann::json card_list = std::move(j["cards"]);
+  j.erase("cards");
+  std::string head = j.dump(2);
+  head.resize(head.size() - 2);  // the closing "\n}"
+  fmt::print(f.get(), "{},\n  \"cards\": [", head);
+  for (size_t i = 0; i < cards.size(); ++i) {
+    std::string card = card_list[i].dump(2);
+    card.resize(card.size() - 2);
+    fmt::print(f.get(), "{}{},\n  \"launches\": [", i == 0 ? "\n" : ",\n", card);
+    write_launches(f.get(), cards[i]->launches);
+    std::fputs("]\n}", f.get());
+  }
+  std::fputs("\n]\n}\n", f.get());
+  if (std::ferror(f.get())) throw std::runtime_error(fmt::format("stats: error writing '{}'", path));
 }
 
 }  // namespace spyre::sim

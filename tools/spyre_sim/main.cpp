@@ -115,11 +115,16 @@ driver::Device& open_device() {
   return *dev;
 }
 
-nlohmann::json read_stats(const std::string& path) {
+// The stats file; `whole` false leaves out what a replay's summary never reads (the per-launch
+// records, the config), most of a long run's file.
+nlohmann::json read_stats(const std::string& path, bool whole = true) {
   std::ifstream in(path);
   if (!in) throw std::runtime_error(fmt::format("cannot read the simulator's stats file '{}'", path));
+  const auto keep = [whole](int /*depth*/, nlohmann::json::parse_event_t event, const nlohmann::json& parsed) {
+    return whole || event != nlohmann::json::parse_event_t::key || (parsed != "launches" && parsed != "config");
+  };
   try {
-    return nlohmann::json::parse(in);
+    return nlohmann::json::parse(in, keep);
   } catch (const nlohmann::json::parse_error& e) {
     throw std::runtime_error(fmt::format("the simulator's stats file '{}' is not JSON ({})", path, e.what()));
   }
@@ -152,9 +157,9 @@ int replay(const Options& o, std::chrono::steady_clock::time_point start) {
   sim::Simulator& simulator = sim::Simulator::instance();
   const sim::ReplayResult r = simulator.replay(capture);
   const sim::Reports reports = simulator.flush_reports();
-  const nlohmann::json stats = read_stats(reports.stats_path);
+  const nlohmann::json stats = read_stats(reports.stats_path, false);
   const std::vector<uint64_t> captured = capture.end_cycles();
-  nlohmann::json card = stats.at("cards").at(0);
+  const nlohmann::json& card = stats.at("cards").at(0);
   nlohmann::json summary = {
       {"kernel", "replay"},
       {"capture", o.capture},

@@ -7,6 +7,7 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -16,7 +17,7 @@ struct CaptureEvent {
   enum class Kind : uint8_t {
     kMmioWrite,  // host -> card: BAR0 `addr` = `value`
     kCfgWrite,   // host -> card: config space `addr` = `value` (`size` bytes)
-    kDmaRead,    // card <- host: `size` bytes at IOVA `addr` (the bytes at `data` in Capture::data)
+    kDmaRead,    // card <- host: `size` bytes at IOVA `addr` (the bytes at `data` in Capture::bytes())
     kDmaWrite,   // card -> host: `size` bytes at IOVA `addr`, FNV-1a `hash` of them
     kIrq,        // card -> host: MSI-X vector `value`
     kEnd,        // the card's cycle counter when the run ended, in `value`
@@ -30,7 +31,7 @@ struct CaptureEvent {
   uint64_t addr = 0;
   uint64_t value = 0;
   uint64_t size = 0;
-  uint64_t data = 0;  // kDmaRead, kIndices: offset into Capture::data
+  uint64_t data = 0;  // kDmaRead, kIndices: offset of its bytes in Capture::bytes()
   uint64_t hash = 0;  // kDmaWrite
 
   /// Events the host caused, which a replay re-enacts; the others are the cards' side.
@@ -43,12 +44,17 @@ struct CaptureEvent {
 struct Capture {
   std::string config_json;  // the capturing run's config (canonical JSON)
   std::vector<CaptureEvent> events;
-  std::vector<uint8_t> data;
 
   /// Reads a capture file. Throws std::runtime_error naming the file and what is wrong with it.
+  /// The file is mapped, not copied: the events' bytes are read where they lie in it.
   static Capture load(const std::string& path);
+  /// The bytes the events' `data` offsets index (the mapped file).
+  const uint8_t* bytes() const { return static_cast<const uint8_t*>(file_.get()); }
   /// The cards' cycle counters at the end of the capturing run (one per card).
   std::vector<uint64_t> end_cycles() const;
+
+ private:
+  std::shared_ptr<const void> file_;  // the mapping, unmapped with the last copy
 };
 
 /// FNV-1a 64 of `n` bytes: how DMA writes are compared between a capture and its replay.
