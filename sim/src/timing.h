@@ -20,7 +20,7 @@ namespace spyre::sim {
 /// Converts between device cycles and SystemC time for one clock.
 class Clock {
  public:
-  explicit Clock(uint32_t mhz) : mhz_(mhz) {}
+  explicit Clock(uint32_t mhz) : mhz_(mhz), max_ps_((UINT64_MAX - 1) / mhz) {}
   sc_core::sc_time cycles(uint64_t n) const {
     // Building an sc_time from a double costs more than the rest of a simple instruction's step;
     // the same few counts recur, so the last one per slot is kept.
@@ -33,7 +33,7 @@ class Clock {
     // 64-bit arithmetic while the product fits (the first 12,000 s of simulated time at 1.5 GHz):
     // a 128-bit division is a library call, and this runs several times per instruction.
     const uint64_t ps = t.value();
-    if (ps <= (UINT64_MAX - 1) / mhz_) return (ps * mhz_ + 1) / 1'000'000;
+    if (ps <= max_ps_) return (ps * mhz_ + 1) / 1'000'000;
     return static_cast<uint64_t>((static_cast<unsigned __int128>(ps) * mhz_ + 1) / 1'000'000);
   }
   uint64_t now_cycles() const { return to_cycles(sc_core::sc_time_stamp()); }
@@ -47,6 +47,7 @@ class Clock {
     sc_core::sc_time t;
   };
   uint32_t mhz_;
+  uint64_t max_ps_;  // the last picosecond whose product with mhz_ fits 64 bits
   mutable Memo memo_[kMemo];  // the simulator thread's alone, like every Clock
 };
 
