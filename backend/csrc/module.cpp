@@ -21,6 +21,7 @@
 #include "compiled_graph.h"
 #include "graph.h"
 #include "memory_bindings.h"
+#include "process_group.h"
 #include "runtime.h"
 #include "sanitizer.h"
 #include "spyre/compiler/errors.h"
@@ -286,6 +287,7 @@ PYBIND11_MODULE(_C, m) {
     END_HANDLE_TH_ERRORS_PYBIND
   });
   spyre::backend::bind_memory(m);
+  spyre::backend::bind_process_group(m);
   m.def("_device_count", [] { return DeviceRuntime::count(); });
   m.def("_current_device", [] { return spyre::backend::current_device(); });
   m.def("_set_device", [](int index) {

@@ -22,7 +22,7 @@ import logging  # noqa: E402
 
 import torch  # noqa: E402
 
-from . import _C, _decomposed, _exit, _printing, _save, ktir, smi  # noqa: E402
+from . import _C, _decomposed, _exit, _printing, _save, distributed, ktir, smi  # noqa: E402
 from . import device_module as _device_module  # noqa: E402
 from ._fallback import fallback_counts, get_cpu_fallback, set_cpu_fallback  # noqa: E402
 from ._waits import get_wait_timeout, set_wait_timeout  # noqa: E402
@@ -77,6 +77,7 @@ def _register() -> None:
     _printing.install()  # print(tensor) formats a host copy (see _printing.py)
     _save.install()  # torch.save of fp16 on a DLFloat16 card writes IEEE half (see _save.py)
     _decomposed.install()  # batch norm, pooling, interpolation, ...: PyTorch's decompositions (see _decomposed.py)
+    distributed.register()  # init_process_group("spyre") (see distributed.py)
     # Nothing here may touch the driver: the simulator starts on first use, not on `import torch`.
     logger.debug("registered device %r", BACKEND_NAME)
 

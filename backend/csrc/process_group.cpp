@@ -1,0 +1,361 @@
+// The c10d backend "spyre": what torch.distributed runs for spyre tensors.
+//
+// How the bytes travel, in this version: each collective stages its spyre tensors in host memory,
+// a host backend (Gloo, made by torch_spyre/distributed.py on the same store) carries them between
+// the processes, and the results are copied back to the cards. The host tensors have the spyre
+// tensors' sizes and strides, so Gloo accepts, refuses and computes exactly what it would for the
+// same tensors on the CPU. CPU tensors handed to this backend go to Gloo as they are.
+//
+// Ordering, as NCCL's: the inputs are read when the collective is called (after everything queued
+// before it on the caller's stream); the collective then runs on Gloo's threads, and an
+// async_op's Work completes once the results are on the card, its future holding the output
+// tensors. Its wait() returns when they are, so any stream may read them after it.
+#include "process_group.h"
+
+#include <ATen/ATen.h>
+#include <c10/core/DeviceGuard.h>
+#include <c10/core/impl/DeviceGuardImplInterface.h>
+#include <torch/csrc/utils/pybind.h>
+#include <torch/csrc/distributed/c10d/Backend.hpp>
+#include <torch/csrc/distributed/c10d/Work.hpp>
+#include <torch/csrc/distributed/c10d/reducer_timer.hpp>
+
+#include <algorithm>
+#include <mutex>
+#include <utility>
+#include <vector>
+
+namespace spyre::backend {
+
+namespace {
+
+using TensorList = std::vector<at::Tensor>;
+using CopyBack = std::vector<std::pair<at::Tensor, at::Tensor>>;  // (spyre tensor, its host copy)
+
+bool on_spyre(const at::Tensor& t) {
+  return t.defined() && t.device().type() == c10::DeviceType::PrivateUse1;
+}
+
+// The host side of one collective's tensors, and which host tensors go back to which spyre ones.
+class Staging {
+ public:
+  /// Host copies of `dev` with their values, written back to `dev` when the collective is done.
+  TensorList inout(const TensorList& dev) { return stage(dev, true, true); }
+  /// Host copies that only feed the collective.
+  TensorList in(const TensorList& dev) { return stage(dev, true, false); }
+  /// Host tensors the collective writes, copied to `dev` when it is done.
+  TensorList out(const TensorList& dev) { return stage(dev, false, true); }
+  std::vector<TensorList> in(const std::vector<TensorList>& dev) {
+    std::vector<TensorList> host;
+    host.reserve(dev.size());
+    for (const TensorList& l : dev) host.push_back(in(l));
+    return host;
+  }
+  std::vector<TensorList> out(const std::vector<TensorList>& dev) {
+    std::vector<TensorList> host;
+    host.reserve(dev.size());
+    for (const TensorList& l : dev) host.push_back(out(l));
+    return host;
+  }
+  CopyBack take() { return std::move(back_); }
+
+ private:
+  TensorList stage(const TensorList& dev, bool values, bool returns) {
+    TensorList host;
+    host.reserve(dev.size());
+    for (const at::Tensor& t : dev) {
+      if (!on_spyre(t)) {
+        host.push_back(t);
+        continue;
+      }
+      at::Tensor h = at::empty_strided(t.sizes(), t.strides(), t.options().device(c10::kCPU));
+      if (values) h.copy_(t);  // waits for the work queued before it on the caller's stream
+      if (returns) back_.emplace_back(t, h);
+      host.push_back(std::move(h));
+    }
+    return host;
+  }
+
+  CopyBack back_;
+};
+
+// Writes the host results into their spyre tensors and waits until the cards hold them.
+void copy_back(const CopyBack& back) {
+  const at::NoGradGuard no_grad;  // a collective's output is written as data, as NCCL's is
+  std::vector<c10::Device> devices;
+  for (const auto& [dev, host] : back) {
+    const c10::DeviceGuard guard(dev.device());
+    dev.copy_(host);
+    if (std::find(devices.begin(), devices.end(), dev.device()) == devices.end()) devices.push_back(dev.device());
+  }
+  for (const c10::Device& d : devices) c10::impl::getDeviceGuardImpl(d.type())->synchronizeDevice(d.index());
+}
+
+// A collective carried by the host backend, finished by copying its results to the cards. When
+// the host work has a future (Gloo's collectives), the copy runs as soon as the bytes have arrived,
+// on Gloo's thread; otherwise (Gloo's recv) in wait().
+class StagedWork final : public c10d::Work {
+ public:
+  StagedWork(c10::intrusive_ptr<c10d::Work> host, CopyBack back, TensorList result, c10d::OpType type,
+             const char* title)
+      : c10d::Work(-1, type, title),
+        host_(std::move(host)),
+        result_(std::move(result)),
+        future_(c10::make_intrusive<c10::ivalue::Future>(c10::ListType::create(c10::TensorType::get()))) {
+    c10::intrusive_ptr<c10::ivalue::Future> carried;
+    try {
+      carried = host_->getFuture();
+    } catch (const c10::Error&) {
+      carried = nullptr;
+    }
+    if (!carried) {
+      lazy_ = true;
+      back_ = std::move(back);
+      return;
+    }
+    carried->addCallback([future = future_, back = std::move(back), result = result_](c10::ivalue::Future& f) {
+      if (f.hasError()) {
+        future->setError(f.exception_ptr());
+        return;
+      }
+      finish(*future, back, result);
+    });
+  }
+
+  bool isCompleted() override { return future_->completed(); }
+  bool isSuccess() const override { return future_->completed() && !future_->hasError(); }
+  std::exception_ptr exception() const override {
+    return future_->hasError() ? future_->exception_ptr() : std::exception_ptr();
+  }
+  std::vector<at::Tensor> result() override { return result_; }
+
+  bool wait(std::chrono::milliseconds timeout) override {
+    host_->wait(timeout);  // honours the timeout; raises what the host backend raised
+    if (lazy_) {
+      const std::lock_guard lock(mu_);
+      if (!future_->completed()) finish(*future_, back_, result_);
+    }
+    future_->wait();
+    if (future_->hasError()) std::rethrow_exception(future_->exception_ptr());
+    return true;
+  }
+
+  c10::intrusive_ptr<c10::ivalue::Future> getFuture() override {
+    return lazy_ ? c10d::Work::getFuture() : future_;  // a host work without a future: none either
+  }
+
+ private:
+  static void finish(c10::ivalue::Future& future, const CopyBack& back, const TensorList& result) {
+    try {
+      copy_back(back);
+      future.markCompleted(c10::IValue(result));
+    } catch (...) {
+      future.setError(std::current_exception());
+    }
+  }
+
+  c10::intrusive_ptr<c10d::Work> host_;
+  TensorList result_;
+  c10::intrusive_ptr<c10::ivalue::Future> future_;
+  bool lazy_ = false;
+  CopyBack back_;  // lazy: what wait() copies back
+  std::mutex mu_;
+};
+
+class SpyreBackend final : public c10d::Backend {
+ public:
+  SpyreBackend(int rank, int size, c10::intrusive_ptr<c10d::Backend> host)
+      : c10d::Backend(rank, size), host_(std::move(host)) {
+    TORCH_CHECK(host_, "spyre: the spyre process group needs a host backend");
+  }
+
+  const std::string getBackendName() const override { return "spyre"; }
+
+  c10::intrusive_ptr<c10d::Work> broadcast(TensorList& tensors, const c10d::BroadcastOptions& opts) override {
+    Staging s;
+    TensorList host = s.inout(tensors);
+    return done(host_->broadcast(host, opts), s, tensors, c10d::OpType::BROADCAST, "spyre:broadcast");
+  }
+
+  c10::intrusive_ptr<c10d::Work> allreduce(TensorList& tensors, const c10d::AllreduceOptions& opts) override {
+    Staging s;
+    TensorList host = s.inout(tensors);
+    return done(host_->allreduce(host, opts), s, tensors, c10d::OpType::ALLREDUCE, "spyre:all_reduce");
+  }
+
+  c10::intrusive_ptr<c10d::Work> allreduce_coalesced(TensorList& tensors,
+                                                     const c10d::AllreduceCoalescedOptions& opts) override {
+    Staging s;
+    TensorList host = s.inout(tensors);
+    return done(host_->allreduce_coalesced(host, opts), s, tensors, c10d::OpType::ALLREDUCE_COALESCED,
+                "spyre:all_reduce_coalesced");
+  }
+
+  c10::intrusive_ptr<c10d::Work> reduce(TensorList& tensors, const c10d::ReduceOptions& opts) override {
+    Staging s;
+    TensorList host = s.inout(tensors);
+    return done(host_->reduce(host, opts), s, tensors, c10d::OpType::REDUCE, "spyre:reduce");
+  }
+
+  c10::intrusive_ptr<c10d::Work> allgather(std::vector<TensorList>& outputs, TensorList& inputs,
+                                           const c10d::AllgatherOptions& opts) override {
+    Staging s;
+    std::vector<TensorList> host_out = s.out(outputs);
+    TensorList host_in = s.in(inputs);
+    return done(host_->allgather(host_out, host_in, opts), s, flat(outputs), c10d::OpType::ALLGATHER,
+                "spyre:all_gather");
+  }
+
+  c10::intrusive_ptr<c10d::Work> _allgather_base(at::Tensor& output, at::Tensor& input,
+                                                 const c10d::AllgatherOptions& opts) override {
+    Staging s;
+    at::Tensor host_out = s.out({output})[0];
+    at::Tensor host_in = s.in({input})[0];
+    return done(host_->_allgather_base(host_out, host_in, opts), s, {output}, c10d::OpType::_ALLGATHER_BASE,
+                "spyre:_all_gather_base");
+  }
+
+  c10::intrusive_ptr<c10d::Work> allgather_into_tensor_coalesced(TensorList& outputs, TensorList& inputs,
+                                                                 const c10d::AllgatherOptions& opts) override {
+    Staging s;
+    TensorList host_out = s.out(outputs);
+    TensorList host_in = s.in(inputs);
+    return done(host_->allgather_into_tensor_coalesced(host_out, host_in, opts), s, outputs, c10d::OpType::COALESCED,
+                "spyre:all_gather_into_tensor_coalesced");
+  }
+
+  c10::intrusive_ptr<c10d::Work> gather(std::vector<TensorList>& outputs, TensorList& inputs,
+                                        const c10d::GatherOptions& opts) override {
+    Staging s;
+    std::vector<TensorList> host_out = s.out(outputs);
+    TensorList host_in = s.in(inputs);
+    return done(host_->gather(host_out, host_in, opts), s, flat(outputs), c10d::OpType::GATHER, "spyre:gather");
+  }
+
+  c10::intrusive_ptr<c10d::Work> scatter(TensorList& outputs, std::vector<TensorList>& inputs,
+                                         const c10d::ScatterOptions& opts) override {
+    Staging s;
+    TensorList host_out = s.out(outputs);
+    std::vector<TensorList> host_in = s.in(inputs);
+    return done(host_->scatter(host_out, host_in, opts), s, outputs, c10d::OpType::SCATTER, "spyre:scatter");
+  }
+
+  c10::intrusive_ptr<c10d::Work> reduce_scatter(TensorList& outputs, std::vector<TensorList>& inputs,
+                                                const c10d::ReduceScatterOptions& opts) override {
+    Staging s;
+    TensorList host_out = s.out(outputs);
+    std::vector<TensorList> host_in = s.in(inputs);
+    return done(host_->reduce_scatter(host_out, host_in, opts), s, outputs, c10d::OpType::REDUCE_SCATTER,
+                "spyre:reduce_scatter");
+  }
+
+  c10::intrusive_ptr<c10d::Work> _reduce_scatter_base(at::Tensor& output, at::Tensor& input,
+                                                      const c10d::ReduceScatterOptions& opts) override {
+    Staging s;
+    at::Tensor host_out = s.out({output})[0];
+    at::Tensor host_in = s.in({input})[0];
+    return done(host_->_reduce_scatter_base(host_out, host_in, opts), s, {output}, c10d::OpType::_REDUCE_SCATTER_BASE,
+                "spyre:_reduce_scatter_base");
+  }
+
+  c10::intrusive_ptr<c10d::Work> reduce_scatter_tensor_coalesced(TensorList& outputs, TensorList& inputs,
+                                                                 const c10d::ReduceScatterOptions& opts) override {
+    Staging s;
+    TensorList host_out = s.out(outputs);
+    TensorList host_in = s.in(inputs);
+    return done(host_->reduce_scatter_tensor_coalesced(host_out, host_in, opts), s, outputs, c10d::OpType::COALESCED,
+                "spyre:reduce_scatter_tensor_coalesced");
+  }
+
+  c10::intrusive_ptr<c10d::Work> alltoall_base(at::Tensor& output, at::Tensor& input,
+                                               std::vector<int64_t>& output_splits, std::vector<int64_t>& input_splits,
+                                               const c10d::AllToAllOptions& opts) override {
+    Staging s;
+    at::Tensor host_out = s.out({output})[0];
+    at::Tensor host_in = s.in({input})[0];
+    return done(host_->alltoall_base(host_out, host_in, output_splits, input_splits, opts), s, {output},
+                c10d::OpType::ALLTOALL_BASE, "spyre:all_to_all_single");
+  }
+
+  c10::intrusive_ptr<c10d::Work> alltoall(TensorList& outputs, TensorList& inputs,
+                                          const c10d::AllToAllOptions& opts) override {
+    Staging s;
+    TensorList host_out = s.out(outputs);
+    TensorList host_in = s.in(inputs);
+    return done(host_->alltoall(host_out, host_in, opts), s, outputs, c10d::OpType::ALLTOALL, "spyre:all_to_all");
+  }
+
+  c10::intrusive_ptr<c10d::Work> send(TensorList& tensors, int dst, int tag) override {
+    Staging s;
+    TensorList host = s.in(tensors);
+    return done(host_->send(host, dst, tag), s, {}, c10d::OpType::SEND, "spyre:send");
+  }
+
+  c10::intrusive_ptr<c10d::Work> recv(TensorList& tensors, int src, int tag) override {
+    Staging s;
+    TensorList host = s.out(tensors);
+    return done(host_->recv(host, src, tag), s, tensors, c10d::OpType::RECV, "spyre:recv");
+  }
+
+  c10::intrusive_ptr<c10d::Work> recvAnysource(TensorList& tensors, int tag) override {
+    Staging s;
+    TensorList host = s.out(tensors);
+    return done(host_->recvAnysource(host, tag), s, tensors, c10d::OpType::RECVANYSOURCE, "spyre:recv_any_source");
+  }
+
+  c10::intrusive_ptr<c10d::Work> barrier(const c10d::BarrierOptions& opts) override { return host_->barrier(opts); }
+
+  void monitoredBarrier(const c10d::BarrierOptions& opts, bool wait_all_ranks) override {
+    host_->monitoredBarrier(opts, wait_all_ranks);
+  }
+  void setSequenceNumberForGroup() override { host_->setSequenceNumberForGroup(); }
+  uint64_t getSequenceNumberForGroup() override { return host_->getSequenceNumberForGroup(); }
+  void setTimeout(std::chrono::milliseconds timeout) override { host_->setTimeout(timeout); }
+
+ private:
+  static TensorList flat(const std::vector<TensorList>& lists) {
+    TensorList out;
+    for (const TensorList& l : lists) out.insert(out.end(), l.begin(), l.end());
+    return out;
+  }
+
+  // The Work of a collective whose host side `host` runs: the host work itself when nothing was
+  // staged (CPU tensors only), else one that copies the results back.
+  static c10::intrusive_ptr<c10d::Work> done(c10::intrusive_ptr<c10d::Work> host, Staging& s, TensorList result,
+                                             c10d::OpType type, const char* title) {
+    CopyBack back = s.take();
+    if (back.empty() && std::none_of(result.begin(), result.end(), on_spyre)) return host;
+    return c10::make_intrusive<StagedWork>(std::move(host), std::move(back), std::move(result), type, title);
+  }
+
+  c10::intrusive_ptr<c10d::Backend> host_;
+};
+
+// DistributedDataParallel's time stats for spyre modules: host times, as its CPU timer's.
+class HostTimer final : public c10d::Timer {
+ public:
+  explicit HostTimer(c10::Device /*device*/) {}
+  std::optional<int64_t> measureDifference(Event start, Event end) override {
+    const std::optional<int64_t> a = getTimestamp(start), b = getTimestamp(end);
+    if (!a || !b || *b < *a) return std::nullopt;
+    return *b - *a;
+  }
+};
+
+}  // namespace
+
+void bind_process_group(pybind11::module_& m) {
+  m.def(
+      "_process_group",
+      [](int rank, int size, c10::intrusive_ptr<c10d::Backend> host) -> c10::intrusive_ptr<c10d::Backend> {
+        return c10::make_intrusive<SpyreBackend>(rank, size, std::move(host));
+      },
+      pybind11::arg("rank"), pybind11::arg("size"), pybind11::arg("host"),
+      "The c10d backend for spyre tensors, carrying their bytes through `host` (a Gloo backend).");
+}
+
+}  // namespace spyre::backend
+
+namespace c10d {
+C10_REGISTER_TYPED_CLASS(TimerRegistry, c10::kPrivateUse1, spyre::backend::HostTimer);
+}  // namespace c10d
