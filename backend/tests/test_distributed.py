@@ -19,6 +19,8 @@ import pytest
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 CHECKS = ROOT / "backend" / "tests" / "distributed_checks.py"
 DDP = ROOT / "examples" / "distributed" / "ddp_llama.py"
+TP = ROOT / "examples" / "distributed" / "tp_llama.py"
+SERVER4 = ROOT / "configs" / "server4.json"
 
 
 def torchrun(nproc: int, script: pathlib.Path, *args: str, env: dict[str, str] | None = None, timeout: int = 600):
@@ -56,3 +58,15 @@ def test_ddp_over_four_processes_gives_the_losses_of_one_cpu_process(tmp_path):
     assert spyre["world"] == 4
     assert spyre["losses"] == pytest.approx(reference, rel=1e-5)
     assert spyre["losses"][-1] < spyre["losses"][0]  # it trains
+
+
+def test_tensor_parallel_llama_over_four_cards_gives_the_cpu_logits_and_tokens(tmp_path):
+    # A server of four cards (configs/server4.json): each process takes the one its LOCAL_RANK
+    # names, through the DeviceMesh.
+    out = tmp_path / "tp.json"
+    p = torchrun(4, TP, "--new-tokens", "8", "--json", str(out), env={"SPYRE_CONFIG": str(SERVER4)})
+    assert p.returncode == 0, p.stderr[-4000:]
+    report = json.loads(out.read_text())
+    assert report["world"] == 4
+    assert report["max_logit_diff"] < 1e-4
+    assert report["tokens_equal"]

@@ -40,7 +40,7 @@ def model_and_data(seed: int = 0):
     return model, data
 
 
-def train(model, data, steps: int, device: str, ddp: bool) -> list[float]:
+def train(model, data, steps: int, device: str | torch.device, ddp: bool) -> list[float]:
     """`steps` AdamW steps over `data` (this process's share); the whole batch's loss at each."""
     model = model.to(device)
     net = torch.nn.parallel.DistributedDataParallel(model) if ddp else model
@@ -75,7 +75,9 @@ def main() -> None:
         if BATCH % world:
             raise SystemExit(f"the batch of {BATCH} does not split evenly over {world} processes")
         share = BATCH // world
-        losses = train(model, data[rank * share : (rank + 1) * share], a.steps, "spyre", ddp=True)
+        # The card LOCAL_RANK names when the config has that many (configs/server4.json), else card 0.
+        device = torch.device("spyre", int(os.environ.get("LOCAL_RANK", "0")) % torch.spyre.device_count())
+        losses = train(model, data[rank * share : (rank + 1) * share], a.steps, device, ddp=True)
         dist.destroy_process_group()
         if rank != 0:
             return
