@@ -136,6 +136,8 @@ class DeviceRuntime {
   /// the peer's memory window, not host memory). Waits for the peer's current stream first (its
   /// queued work may still use `dst`), and for the copy, so the peer's later work sees the data.
   void copy_to_peer(int peer, uint64_t dst, uint64_t src, uint64_t n);
+  /// Where this card's DMA reaches address `addr` of card `peer` (its memory window, mapped once).
+  uint64_t peer_iova(int peer, uint64_t addr);
 
   /// Launches the program cached under `key` (compiled by `build` on first use) with `args`,
   /// labelled `op` in the trace (the ATen operator). Asynchronous.
@@ -164,6 +166,8 @@ class DeviceRuntime {
   void begin_capture(int64_t stream, CaptureSink* sink);
   void end_capture(int64_t stream);
   bool capturing(int64_t stream);
+  /// Device address of `stream`'s timeline semaphore (the stream is opened if need be).
+  uint64_t stream_semaphore(int64_t stream);
   /// Submits captured descriptors (a graph's replay) on the calling thread's current stream;
   /// `names` label them for the profiler. Asynchronous.
   void submit(const std::vector<hw::Descriptor>& commands, const std::vector<std::string>& names);

@@ -140,16 +140,20 @@ void DeviceRuntime::copy_to_peer(int peer, uint64_t dst, uint64_t src, uint64_t 
   check_not_capturing("a copy to another card");
   DeviceRuntime& other = get(peer);
   other.stream_synchronize(other.current_stream());
+  driver::Queue& q = queue();
+  wait(q, copy_in_pieces(q, src, peer_iova(peer, dst), n, hw::kCopyDstHost, "Memcpy PtoP"));
+}
+
+uint64_t DeviceRuntime::peer_iova(int peer, uint64_t addr) {
   // The IOVA window maps the peer's memory as this process sees it: [memory_base, + memory_bytes).
-  const driver::DeviceInfo& peer_info = other.device().info();
+  const driver::DeviceInfo& peer_info = get(peer).device().info();
   const uint64_t window = peers_.get(peer, [&] {
     uint64_t mapped = 0;
     check_status(device_->map_peer(static_cast<uint32_t>(peer), peer_info.memory_base, peer_info.memory_bytes, &mapped),
-                 "copy_to_peer");
+                 "map_peer");
     return mapped;
   });
-  driver::Queue& q = queue();
-  wait(q, copy_in_pieces(q, src, window + (dst - peer_info.memory_base), n, hw::kCopyDstHost, "Memcpy PtoP"));
+  return window + (addr - peer_info.memory_base);
 }
 
 }  // namespace spyre::backend

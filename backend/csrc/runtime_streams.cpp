@@ -212,20 +212,26 @@ void DeviceRuntime::record_event(StreamEvent& ev, int64_t stream, bool timing) {
   st.signalled = ev.value;  // only once queued: a value never signalled would hold its waiters
 }
 
+uint64_t DeviceRuntime::stream_semaphore(int64_t stream) {
+  queue(stream);  // the semaphore exists
+  std::lock_guard lock(streams_mu_);
+  return streams_[stream].semaphore;
+}
+
 void DeviceRuntime::wait_event(const StreamEvent& ev, int64_t stream) {
-  TORCH_CHECK(ev.device == index_, "spyre: an event recorded on device ", ev.device, " cannot be waited on by device ",
-              index_);
-  if (ev.stream == stream) return;  // a stream is in order with itself
-  TORCH_CHECK(!capturing(stream) && !capturing(ev.stream),
+  if (ev.device == index_ && ev.stream == stream) return;  // a stream is in order with itself
+  DeviceRuntime& recorder = get(ev.device);
+  TORCH_CHECK(!capturing(stream) && !recorder.capturing(ev.stream),
               "spyre: a wait between streams cannot be captured in a graph (a stream it joins is capturing)");
-  queue(ev.stream);  // the semaphore exists
-  uint64_t sem = 0;
-  {
-    std::lock_guard lock(streams_mu_);
-    sem = streams_[ev.stream].semaphore;
-  }
+  const uint64_t sem = recorder.stream_semaphore(ev.stream);
   uint64_t seq = 0;
-  SPYRE_CHECK(queue(stream).wait_semaphore(sem, ev.value, &seq));
+  if (ev.device == index_) {
+    SPYRE_CHECK(queue(stream).wait_semaphore(sem, ev.value, &seq));
+    return;
+  }
+  // Another card's event: this card's firmware reads that card's semaphore across PCIe, through its
+  // memory window, whenever any card of the server raises one; the host does not wait.
+  SPYRE_CHECK(queue(stream).wait_semaphore(peer_iova(ev.device, sem), ev.value, &seq, true));
 }
 
 bool DeviceRuntime::event_query(const StreamEvent& ev) {

@@ -4,6 +4,9 @@ Device times come from the card's own timestamps (events with timing); the expec
 the modelled hardware (PCIe bandwidth in the config), not from the backend's code.
 """
 
+import os
+import subprocess
+import sys
 import threading
 
 import pytest
@@ -183,3 +186,48 @@ def test_a_stream_id_the_device_does_not_have_is_refused():
         bogus.query()
     with pytest.raises(IndexError, match="no stream 99"):
         torch.spyre.set_stream(bogus)
+
+
+def test_a_stream_of_one_card_waits_for_an_event_of_another_in_device_time(tmp_path):
+    """Card 1's stream waits, on the card, for an event recorded on card 0 after a long chain of
+    matmuls: its next timestamp lands after card 0's, by about a PCIe read. Without the wait card 1
+    runs ahead. (It once raised: an event of device 0 could not be waited on by device 1.)"""
+    config = tmp_path / "two.json"
+    config.write_text('{"sim": {"devices": 2}}')
+    code = (
+        "import sys, torch\n"
+        "a = torch.randn(1024, 1024).to('spyre:0')\n"
+        "b = torch.ones(4).to('spyre:1')\n"
+        "torch.spyre.synchronize(0); torch.spyre.synchronize(1)\n"
+        "z0 = torch.spyre.Event(enable_timing=True); z0.record(torch.spyre.current_stream(0))\n"
+        "z1 = torch.spyre.Event(enable_timing=True); z1.record(torch.spyre.current_stream(1))\n"
+        "for _ in range(4): a = a @ a * 1e-3\n"
+        "e = torch.spyre.Event(); e.record(torch.spyre.current_stream(0))\n"
+        "t0 = torch.spyre.Event(enable_timing=True); t0.record(torch.spyre.current_stream(0))\n"
+        "s1 = torch.spyre.current_stream(1)\n"
+        "if sys.argv[1] == 'wait': s1.wait_event(e)\n"
+        "t1 = torch.spyre.Event(enable_timing=True); t1.record(s1)\n"
+        "c = b + 1\n"
+        "torch.spyre.synchronize(0); torch.spyre.synchronize(1)\n"
+        "print(z0.elapsed_time(t0), z1.elapsed_time(t1), c.cpu().tolist())\n"
+    )
+    script = tmp_path / "wait.py"
+    script.write_text(code)
+    times = {}
+    for mode in ("wait", "none"):
+        proc = subprocess.run(
+            [sys.executable, str(script), mode],
+            capture_output=True,
+            text=True,
+            timeout=300,
+            env={**os.environ, "SPYRE_CONFIG": str(config)},
+        )
+        assert proc.returncode == 0, proc.stderr
+        card0, card1, c = proc.stdout.split(" ", 2)
+        assert c.strip() == "[2.0, 2.0, 2.0, 2.0]"
+        times[mode] = float(card0), float(card1)
+    card0, card1 = times["wait"]
+    assert card0 > 0.1  # ms: the chain took a while
+    assert card0 <= card1 <= card0 + 0.01  # after card 0's event, by a read across PCIe
+    card0, card1 = times["none"]
+    assert card1 < card0 / 2

@@ -323,8 +323,10 @@ Status Queue::signal(uint64_t sem, uint64_t value, uint64_t* seq) {
   return submit_raw(semaphore_op(hw::Opcode::kSignal, sem, value), seq);
 }
 
-Status Queue::wait_semaphore(uint64_t sem, uint64_t value, uint64_t* seq) {
-  return submit_raw(semaphore_op(hw::Opcode::kWait, sem, value), seq);
+Status Queue::wait_semaphore(uint64_t sem, uint64_t value, uint64_t* seq, bool across_pcie) {
+  hw::Descriptor d = semaphore_op(hw::Opcode::kWait, sem, value);
+  if (across_pcie) d.flags = hw::kWaitHost;
+  return submit_raw(d, seq);
 }
 
 Status Queue::sanitize(hw::SanitizeAction action, uint64_t base, uint64_t size, uint64_t tag, uint64_t* seq) {

@@ -84,12 +84,17 @@ hw::Verdict validate_timestamp(const hw::Descriptor& d, const Limits& lim) {
 }
 
 hw::Verdict validate_semaphore(const hw::Descriptor& d, const Limits& lim) {
-  if (d.flags != 0) return fail(ErrorCode::kBadFlags, Field::kFlags);
+  const uint8_t allowed = d.opcode == hw::Opcode::kWait ? hw::kWaitFlagMask : 0;
+  if ((d.flags & ~allowed) != 0) return fail(ErrorCode::kBadFlags, Field::kFlags);
   for (uint64_t r : d.semaphore.reserved) {
     if (r != 0) return fail(ErrorCode::kReservedNonZero, Field::kReserved);
   }
   if (d.semaphore.addr % 8 != 0) return fail(ErrorCode::kBadAlignment, Field::kSemaphoreAddr);
-  if (!in_device(d.semaphore.addr, 8, lim)) return fail(ErrorCode::kOutOfRange, Field::kSemaphoreAddr);
+  if (d.flags & hw::kWaitHost) {
+    if (!in_host(d.semaphore.addr, 8, lim)) return fail(ErrorCode::kDmaFault, Field::kSemaphoreAddr);
+  } else if (!in_device(d.semaphore.addr, 8, lim)) {
+    return fail(ErrorCode::kOutOfRange, Field::kSemaphoreAddr);
+  }
   return {};
 }
 
@@ -277,7 +282,7 @@ bool Firmware::service_queue(uint32_t q) {
     v = validate_descriptor(d, limits);
     if (v.ok()) {
       if (d.opcode == hw::Opcode::kWait) {
-        if (!wait_semaphore(q, d.semaphore, resets)) return true;
+        if (!wait_semaphore(q, d, resets, v)) return true;
       } else {
         hal_.reg_write(qreg(q, hw::kQActive), 1);
         v = execute(q, resets, d, limits);
@@ -379,13 +384,21 @@ hw::Verdict Firmware::signal(const hw::SemaphoreArgs& s) {
   return {};
 }
 
-bool Firmware::wait_semaphore(uint32_t q, const hw::SemaphoreArgs& s, uint32_t resets) {
+bool Firmware::wait_semaphore(uint32_t q, const hw::Descriptor& d, uint32_t resets, hw::Verdict& v) {
+  const hw::SemaphoreArgs& s = d.semaphore;
+  const bool across = (d.flags & hw::kWaitHost) != 0;
   for (;;) {
     uint64_t now = 0;
-    hal_.dev_read(s.addr, &now, sizeof now);
+    if (!across) {
+      hal_.dev_read(s.addr, &now, sizeof now);
+    } else if (!hal_.host_read(s.addr, &now, sizeof now)) {
+      v = fail(ErrorCode::kDmaFault, Field::kSemaphoreAddr);
+      return true;
+    }
     if (now >= s.value) return true;
     if (hal_.reg_read(qreg(q, hw::kQResets)) != resets) return false;
-    hal_.wait_for_signal(q);
+    // Another card's semaphore is raised by that card: any card's signal wakes the wait.
+    hal_.wait_for_signal(q, across);
   }
 }
 

@@ -114,7 +114,9 @@ class FakeHal final : public fw::Hal {
   // A wait that is not satisfied: the test's "other queue" signals here, once.
   std::function<void()> on_wait_for_signal;
   int signals = 0;
-  void wait_for_signal(uint32_t) override {
+  bool woken_by_any_card = false;  // what the last wait_for_signal asked for
+  void wait_for_signal(uint32_t, bool any_card) override {
+    woken_by_any_card = any_card;
     REQUIRE(on_wait_for_signal);
     auto f = std::move(on_wait_for_signal);
     on_wait_for_signal = nullptr;
@@ -216,9 +218,12 @@ TEST_CASE("each malformed field is named") {
     d.semaphore.reserved[3] = 1;
     cases.push_back({d, ErrorCode::kReservedNonZero, Field::kReserved});
     d = sem(op, 64, 1);
-    d.flags = 1;
+    d.flags = op == hw::Opcode::kWait ? 2 : 1;  // a wait takes kWaitHost, a signal nothing
     cases.push_back({d, ErrorCode::kBadFlags, Field::kFlags});
   }
+  d = sem(hw::Opcode::kWait, 12, 1);  // across PCIe, still 8-byte aligned
+  d.flags = hw::kWaitHost;
+  cases.push_back({d, ErrorCode::kBadAlignment, Field::kSemaphoreAddr});
 
   for (size_t i = 0; i < cases.size(); ++i) {
     CAPTURE(i);
@@ -517,6 +522,51 @@ TEST_CASE("a wait holds its queue until another queue's signal reaches the value
   CHECK(hal.sems[256] == 2);
   CHECK(firmware.service_queue(0));
   CHECK(hal.fence_value(0) == 3);
+}
+
+TEST_CASE("a wait across PCIe reads another card's semaphore by DMA and wakes on any card's signal") {
+  FakeHal hal;
+  hal.setup_queue(0, 8);
+  fw::Firmware firmware(hal);
+  const uint64_t iova = FakeHal::kBase + 0x8000;  // the other card's semaphore, as this card reaches it
+  const auto put = [&](uint64_t v) { std::memcpy(&hal.host[iova - FakeHal::kBase], &v, 8); };
+  put(1);
+  hw::Descriptor wait = sem(hw::Opcode::kWait, iova, 3);
+  wait.flags = hw::kWaitHost;
+  hal.push(0, wait, 1);
+  hal.push(0, copy(0, 64, 8), 2);
+  int reads = 0;
+  hal.on_host_read = [&](uint64_t at) { reads += at == iova; };
+  hal.on_wait_for_signal = [&] {
+    CHECK(hal.copies.empty());
+    put(3);  // the other card raised it
+  };
+  CHECK(firmware.service_queue(0));
+  CHECK(hal.woken_by_any_card);
+  CHECK(reads == 2);  // before the sleep and after it
+  CHECK(hal.completion(0, 0).error == ErrorCode::kOk);
+  CHECK(hal.sems.empty());  // nothing read or written in this card's memory
+  CHECK(firmware.service_queue(0));
+  CHECK(hal.copies.size() == 1);
+  // Where the IOMMU refuses the address, the wait fails as a DMA fault naming the semaphore.
+  hw::Descriptor stray = sem(hw::Opcode::kWait, 0x8, 1);
+  stray.flags = hw::kWaitHost;
+  hal.push(0, stray, 3);
+  CHECK(firmware.service_queue(0));
+  CHECK(hal.completion(0, 2).error == ErrorCode::kDmaFault);
+  CHECK(hal.completion(0, 2).field == hw::Field::kSemaphoreAddr);
+}
+
+TEST_CASE("a signal takes no flags: it raises a semaphore of its own card") {
+  FakeHal hal;
+  hal.setup_queue(0, 8);
+  fw::Firmware firmware(hal);
+  hw::Descriptor signal = sem(hw::Opcode::kSignal, 256, 1);
+  signal.flags = hw::kWaitHost;
+  hal.push(0, signal, 1);
+  CHECK(firmware.service_queue(0));
+  CHECK(hal.completion(0, 0).error == ErrorCode::kBadFlags);
+  CHECK(hal.sems.count(256) == 0);
 }
 
 TEST_CASE("a queue reset while it waits drops the wait without a completion") {

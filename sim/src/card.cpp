@@ -4,7 +4,7 @@
 
 namespace spyre::sim {
 
-Card::Card(const sc_core::sc_module_name& name, uint32_t index, const Config& config, Trace& trace)
+Card::Card(const sc_core::sc_module_name& name, uint32_t index, const Config& config, Trace& trace, Server& server)
     : sc_core::sc_module(name), host_bar0("host_bar0"), fabric_(config), worker_(config.sim.async_compute) {
   stats_.cores.resize(config.chip.cores);
   memory_ = std::make_unique<DeviceMemory>("memory", config, fabric_);
@@ -29,7 +29,7 @@ Card::Card(const sc_core::sc_module_name& name, uint32_t index, const Config& co
     cores.push_back(cores_.back().get());
   }
   cp_ = std::make_unique<ControlProcessor>("cp", config, index, *endpoint_, *memory_, *dma_, std::move(cores), trace,
-                                           stats_);
+                                           stats_, server);
   cp_->set_sanitizer(&sanitizer_);
   const FaultsConfig& f = config.faults;
   if (index == f.card) {

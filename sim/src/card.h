@@ -13,6 +13,7 @@
 #include "endpoint.h"
 #include "fabric.h"
 #include "sanitizer.h"
+#include "server.h"
 #include "worker.h"
 
 namespace spyre::sim {
@@ -22,7 +23,7 @@ class Card : public sc_core::sc_module {
   /// The host's side of BAR0 (the wire), bound to the endpoint.
   tlm_utils::simple_initiator_socket<Card> host_bar0;
 
-  Card(const sc_core::sc_module_name& name, uint32_t index, const Config& config, Trace& trace);
+  Card(const sc_core::sc_module_name& name, uint32_t index, const Config& config, Trace& trace, Server& server);
 
   Endpoint& endpoint() { return *endpoint_; }
   /// BAR0 access from the host side, through the endpoint's target socket. False on a bus error.

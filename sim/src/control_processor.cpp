@@ -9,7 +9,7 @@ namespace spyre::sim {
 
 ControlProcessor::ControlProcessor(const sc_core::sc_module_name& name, const Config& config, uint32_t card,
                                    Endpoint& endpoint, DeviceMemory& memory, DmaEngine& dma, std::vector<Core*> cores,
-                                   Trace& trace, CardStats& stats)
+                                   Trace& trace, CardStats& stats, Server& server)
     : sc_core::sc_module(name),
       config_(config),
       clock_(config.chip.clock_mhz),
@@ -18,6 +18,7 @@ ControlProcessor::ControlProcessor(const sc_core::sc_module_name& name, const Co
       dma_(dma),
       cores_(std::move(cores)),
       core_arbiter_(static_cast<uint32_t>(cores_.size())),
+      server_(server),
       trace_(trace),
       stats_(stats),
       card_(card),

@@ -14,6 +14,7 @@
 #include "device_memory.h"
 #include "dma_engine.h"
 #include "endpoint.h"
+#include "server.h"
 #include "spyre/firmware/firmware.h"
 
 namespace spyre::sim {
@@ -21,7 +22,8 @@ namespace spyre::sim {
 class ControlProcessor : public sc_core::sc_module, private fw::Hal {
  public:
   ControlProcessor(const sc_core::sc_module_name& name, const Config& config, uint32_t card, Endpoint& endpoint,
-                   DeviceMemory& memory, DmaEngine& dma, std::vector<Core*> cores, Trace& trace, CardStats& stats);
+                   DeviceMemory& memory, DmaEngine& dma, std::vector<Core*> cores, Trace& trace, CardStats& stats,
+                   Server& server);
   /// The device sanitizer that SANITIZE commands reach, and whose reports land in queue registers.
   void set_sanitizer(Sanitizer* s) { sanitizer_ = s; }
 
@@ -48,8 +50,13 @@ class ControlProcessor : public sc_core::sc_module, private fw::Hal {
   /// The NUL-terminated label at `addr` (at most kMaxLabelBytes - 1 characters).
   std::string read_label(uint64_t addr) const;
   void wait_for_work(uint32_t queue) override { wait(endpoint_.work_event(queue)); }
-  void wait_for_signal(uint32_t queue) override { wait(endpoint_.work_event(queue) | signalled_); }
-  void signalled() override { signalled_.notify(sc_core::SC_ZERO_TIME); }
+  void wait_for_signal(uint32_t queue, bool any_card) override {
+    wait(endpoint_.work_event(queue) | (any_card ? server_.signal() : signalled_));
+  }
+  void signalled() override {
+    signalled_.notify(sc_core::SC_ZERO_TIME);
+    server_.signal().notify(sc_core::SC_ZERO_TIME);
+  }
   void command_done(uint32_t queue, const hw::Descriptor& d, const hw::Completion& c) override;
   /// Puts a sanitizer report in queue `queue`'s kQSan* registers.
   void report(uint32_t queue, const SanitizerReport& r);
@@ -63,6 +70,7 @@ class ControlProcessor : public sc_core::sc_module, private fw::Hal {
   Arbiter core_arbiter_;
   std::vector<std::unique_ptr<Launch>> idle_launches_;  // barrier state, one per launch in flight
   sc_core::sc_event signalled_;
+  Server& server_;
   // Launches whose cores are done, until command_done names them: by (program, argument block).
   std::multimap<std::pair<uint64_t, uint64_t>, LaunchStats> finished_launches_;
   std::vector<uint32_t> queue_tracks_;  // trace track of each queue, made on its first command (0: none yet)

@@ -360,8 +360,9 @@ class SimulatorImpl final : public Simulator {
   void main() {
     try {
       trace_ = std::make_unique<Trace>(config_);
+      server_ = std::make_unique<Server>();
       for (uint32_t i = 0; i < config_.sim.devices; ++i) {
-        cards_.push_back(std::make_unique<Card>(fmt::format("card{}", i).c_str(), i, config_, *trace_));
+        cards_.push_back(std::make_unique<Card>(fmt::format("card{}", i).c_str(), i, config_, *trace_, *server_));
       }
       if (!config_.output.capture_path.empty()) {
         capture_ = std::make_unique<CaptureWriter>(config_.output.capture_path, config_.without_paths().to_json());
@@ -511,6 +512,7 @@ class SimulatorImpl final : public Simulator {
   std::string init_error_;
   // Owned by the simulator thread.
   std::unique_ptr<Trace> trace_;
+  std::unique_ptr<Server> server_;  // outlives the cards, which share it
   // Card `card`'s memory if [offset, offset + n) lies inside it; nullptr otherwise.
   DeviceMemory* peer_window(uint32_t card, uint64_t offset, uint64_t n) {
     if (card >= cards_.size()) return nullptr;

@@ -131,8 +131,9 @@ class Queue {
   /// Submits a SIGNAL: raises the u64 timeline semaphore at device address `sem` to `value`.
   Status signal(uint64_t sem, uint64_t value, uint64_t* seq);
   /// Submits a WAIT: later descriptors of this queue start once the semaphore at `sem` is at
-  /// least `value`. The host does not wait.
-  Status wait_semaphore(uint64_t sem, uint64_t value, uint64_t* seq);
+  /// least `value`. The host does not wait. `across_pcie`: `sem` is an IOVA the card reads by DMA
+  /// (another card's semaphore through map_peer's window), and any card's SIGNAL wakes the wait.
+  Status wait_semaphore(uint64_t sem, uint64_t value, uint64_t* seq, bool across_pcie = false);
   /// Submits a SANITIZE command (hw/commands.h, SanitizeArgs): in this queue's order, switches the
   /// card's sanitizer to `tag`'s checks (kEnable), or names the allocation [base, base + size) as
   /// `tag` (kAlloc) or frees it (kFree).

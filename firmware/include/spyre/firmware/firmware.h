@@ -54,8 +54,9 @@ class Firmware {
   hw::Verdict run_launch(uint32_t q, uint32_t resets, const hw::LaunchArgs& l, uint8_t flags, uint32_t priority,
                          const Limits& limits);
   hw::Verdict signal(const hw::SemaphoreArgs& s);
-  /// Holds queue `q` until the semaphore reaches its value; false when the queue was reset meanwhile.
-  bool wait_semaphore(uint32_t q, const hw::SemaphoreArgs& s, uint32_t resets);
+  /// Holds queue `q` until the semaphore of WAIT `d` reaches its value; false when the queue was reset
+  /// meanwhile. A semaphore across PCIe (kWaitHost) that the IOMMU refuses sets `v` to a DMA fault.
+  bool wait_semaphore(uint32_t q, const hw::Descriptor& d, uint32_t resets, hw::Verdict& v);
   void fail_queue(uint32_t q, hw::ErrorCode e);
   void halt_queue(uint32_t q, hw::ErrorCode e, uint32_t tail);
 

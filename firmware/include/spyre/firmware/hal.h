@@ -63,9 +63,10 @@ class Hal {
   virtual uint64_t now_cycles() = 0;
   /// Sleeps until the host writes queue `queue`'s doorbell or control register, or resets the device.
   virtual void wait_for_work(uint32_t queue) = 0;
-  /// Sleeps until a semaphore is signalled, or as wait_for_work(queue).
-  virtual void wait_for_signal(uint32_t queue) = 0;
-  /// Wakes every wait_for_signal(): a semaphore was raised.
+  /// Sleeps until a semaphore of this card (`any_card`: of any card of the server) is signalled, or
+  /// as wait_for_work(queue).
+  virtual void wait_for_signal(uint32_t queue, bool any_card) = 0;
+  /// Wakes every wait_for_signal() of this card, and those of any card that wait for any card's.
   virtual void signalled() = 0;
   /// Tells the model a command ran on queue `queue` (for traces and stats); no effect on results.
   virtual void command_done(uint32_t queue, const hw::Descriptor& d, const hw::Completion& c) = 0;

@@ -53,6 +53,12 @@ inline constexpr uint8_t kCopyFlagMask = kCopySrcHost | kCopyDstHost;
 inline constexpr uint8_t kLaunchArgsHost = 1u << 0;
 inline constexpr uint8_t kLaunchFlagMask = kLaunchArgsHost;
 
+// Wait flags. kWaitHost: the semaphore's `addr` is an IOVA that the firmware reads by DMA across
+// PCIe, not a device address: host memory, or another card's semaphore through its memory window
+// (a stream of one card waiting for an event of another). SIGNAL takes no flags.
+inline constexpr uint8_t kWaitHost = 1u << 0;
+inline constexpr uint8_t kWaitFlagMask = kWaitHost;
+
 inline constexpr uint64_t kMaxCopyBytes = 1ull << 32;      // 4 GiB per descriptor
 inline constexpr uint32_t kMaxLaunchArgs = 16;             // u64 argument slots per launch
 inline constexpr uint64_t kMaxProgramBytes = 64ull << 20;  // largest program a launch may name
@@ -84,7 +90,7 @@ struct TimestampArgs {
 /// host. SIGNAL runs even on a queue in the error state (its completion still reports the error),
 /// so that a queue waiting on a failed one is not held forever.
 struct SemaphoreArgs {
-  uint64_t addr;  // device address of the u64 semaphore (8-byte aligned)
+  uint64_t addr;  // device address of the u64 semaphore (8-byte aligned); an IOVA for WAIT with kWaitHost
   uint64_t value;
   uint64_t reserved[4];
 };
