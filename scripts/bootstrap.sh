@@ -16,7 +16,7 @@ cd "$ROOT"
 APT_PACKAGES=(build-essential binutils cmake ninja-build pkg-config git
   libsystemc-dev libfmt-dev libspdlog-dev doctest-dev libeigen3-dev nlohmann-json3-dev libcli11-dev
   python3 python3-dev python3-venv
-  gcc-riscv64-unknown-elf clang libclang-rt-dev ccache linux-perf)
+  gcc-riscv64-unknown-elf clang libclang-rt-dev ccache linux-perf iproute2)
 PY_PACKAGES=("torch==2.13.0" numpy pytest "expecttest==0.3.0" "transformers==5.24.0" ruff "clang-format==18.1.8" "clang-tidy==18.1.8"
   "setuptools>=64" wheel pandas pyarrow matplotlib tqdm ray "perfetto==0.59.1")
 

@@ -70,3 +70,60 @@ def test_tensor_parallel_llama_over_four_cards_gives_the_cpu_logits_and_tokens(t
     assert report["world"] == 4
     assert report["max_logit_diff"] < 1e-4
     assert report["tokens_equal"]
+
+
+def _sh(*argv: str) -> None:
+    subprocess.run(argv, check=True, capture_output=True, text=True, timeout=60)
+
+
+@pytest.fixture
+def two_hosts():
+    """Two network namespaces joined by a veth pair, standing for two hosts: (name, address,
+    interface) of each. Skips where namespaces cannot be made (not root, no iproute2)."""
+    tag = f"sp{os.getpid() % 100000}"
+    hosts = [(f"{tag}a", "10.77.0.1", f"{tag}va"), (f"{tag}b", "10.77.0.2", f"{tag}vb")]
+    try:
+        for name, _, _ in hosts:
+            _sh("ip", "netns", "add", name)
+    except (OSError, subprocess.CalledProcessError) as e:
+        for name, _, _ in hosts:
+            subprocess.run(["ip", "netns", "del", name], capture_output=True)
+        pytest.skip(f"cannot make network namespaces here: {getattr(e, 'stderr', e)}")
+    try:
+        _sh("ip", "link", "add", hosts[0][2], "type", "veth", "peer", "name", hosts[1][2])
+        for name, address, interface in hosts:
+            _sh("ip", "link", "set", interface, "netns", name)
+            _sh("ip", "-n", name, "addr", "add", f"{address}/24", "dev", interface)
+            _sh("ip", "-n", name, "link", "set", interface, "up")
+            _sh("ip", "-n", name, "link", "set", "lo", "up")
+        yield hosts
+    finally:
+        for name, _, _ in hosts:
+            subprocess.run(["ip", "netns", "del", name], capture_output=True)
+
+
+def test_ddp_split_over_two_hosts_gives_the_same_losses(tmp_path, two_hosts):
+    # Two processes in each of two network namespaces; Gloo carries the bytes between them.
+    out = tmp_path / "ddp.json"
+    a_address = two_hosts[0][1]
+    runs = []
+    for node, (name, _, interface) in enumerate(two_hosts):
+        argv = ["ip", "netns", "exec", name, "env", f"GLOO_SOCKET_IFNAME={interface}", "TORCH_SPYRE_CPU_FALLBACK=error"]
+        argv += [sys.executable, "-m", "torch.distributed.run", "--nnodes=2", f"--node-rank={node}"]
+        argv += ["--nproc-per-node=2", f"--master-addr={a_address}", "--master-port=29611", str(DDP)]
+        argv += ["--steps", "3", "--json", str(out)]
+        runs.append(subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=ROOT))
+    for p in runs:
+        _, err = p.communicate(timeout=600)
+        assert p.returncode == 0, err[-4000:]
+    split = json.loads(out.read_text())
+    cpu = subprocess.run(
+        [sys.executable, str(DDP), "--single", "--device", "cpu", "--steps", "3", "--json", str(tmp_path / "cpu.json")],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        cwd=ROOT,
+    )
+    assert cpu.returncode == 0, cpu.stderr[-4000:]
+    assert split["world"] == 4
+    assert split["losses"] == pytest.approx(json.loads((tmp_path / "cpu.json").read_text())["losses"], rel=1e-5)
