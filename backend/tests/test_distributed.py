@@ -29,6 +29,15 @@ def torchrun(nproc: int, script: pathlib.Path, *args: str, env: dict[str, str] |
     return subprocess.run([*argv, *args], capture_output=True, text=True, env=full, timeout=timeout, cwd=ROOT)
 
 
+def cpu_losses(tmp_path: pathlib.Path) -> list[float]:
+    """The DDP example's losses in one process on the whole batch, on the CPU."""
+    out = tmp_path / "cpu.json"
+    argv = [sys.executable, str(DDP), "--single", "--device", "cpu", "--steps", "3", "--json", str(out)]
+    cpu = subprocess.run(argv, capture_output=True, text=True, timeout=300, cwd=ROOT)
+    assert cpu.returncode == 0, cpu.stderr[-4000:]
+    return json.loads(out.read_text())["losses"]
+
+
 @pytest.mark.parametrize("backend", ["cpu:gloo,spyre:spyre", "spyre"])
 def test_every_collective_and_its_async_form_matches_gloo(tmp_path, backend):
     # Three ranks: odd, so that uneven splits and a ring of more than two are exercised.
@@ -46,17 +55,8 @@ def test_ddp_over_four_processes_gives_the_losses_of_one_cpu_process(tmp_path):
     p = torchrun(4, DDP, "--steps", "3", "--json", str(out))
     assert p.returncode == 0, p.stderr[-4000:]
     spyre = json.loads(out.read_text())
-    cpu = subprocess.run(
-        [sys.executable, str(DDP), "--single", "--device", "cpu", "--steps", "3", "--json", str(tmp_path / "cpu.json")],
-        capture_output=True,
-        text=True,
-        timeout=300,
-        cwd=ROOT,
-    )
-    assert cpu.returncode == 0, cpu.stderr[-4000:]
-    reference = json.loads((tmp_path / "cpu.json").read_text())["losses"]
     assert spyre["world"] == 4
-    assert spyre["losses"] == pytest.approx(reference, rel=1e-5)
+    assert spyre["losses"] == pytest.approx(cpu_losses(tmp_path), rel=1e-5)
     assert spyre["losses"][-1] < spyre["losses"][0]  # it trains
 
 
@@ -117,13 +117,5 @@ def test_ddp_split_over_two_hosts_gives_the_same_losses(tmp_path, two_hosts):
         _, err = p.communicate(timeout=600)
         assert p.returncode == 0, err[-4000:]
     split = json.loads(out.read_text())
-    cpu = subprocess.run(
-        [sys.executable, str(DDP), "--single", "--device", "cpu", "--steps", "3", "--json", str(tmp_path / "cpu.json")],
-        capture_output=True,
-        text=True,
-        timeout=300,
-        cwd=ROOT,
-    )
-    assert cpu.returncode == 0, cpu.stderr[-4000:]
     assert split["world"] == 4
-    assert split["losses"] == pytest.approx(json.loads((tmp_path / "cpu.json").read_text())["losses"], rel=1e-5)
+    assert split["losses"] == pytest.approx(cpu_losses(tmp_path), rel=1e-5)

@@ -177,7 +177,7 @@ x = torch.ones(1 << 20, device="spyre")
 torch.spyre.synchronize()
 s = smi.status(0)
 mem = driver_memory_info(0)
-assert s["answers"] and s["firmware_ready"] and s["interface_version"] == 6
+assert s["answers"] and s["firmware_ready"] and s["interface_version"] == 7
 assert s["memory_used"] == mem["allocated"] > 4 << 20
 assert s["memory_used"] + s["memory_free"] == s["memory_total"] == mem["total"]
 open_queues = [q for q in s["queues"] if q["open"]]

@@ -29,13 +29,13 @@ def _create(store, rank: int, size: int, timeout: datetime.timedelta):
 
 def register() -> None:
     """Registers the backend with ``torch.distributed`` (idempotent; a no-op without it)."""
-    if not dist.is_available() or NAME.upper() in dist.Backend._plugins:
+    if not dist.is_available() or is_registered():
         return
     dist.Backend.register_backend(NAME, _create, devices=[NAME, "cpu"])
 
 
 def is_registered() -> bool:
-    return dist.is_available() and NAME.upper() in dist.Backend._plugins
+    return dist.is_available() and NAME in dist.Backend.backend_list
 
 
 __all__ = ["NAME", "is_registered", "register"]
