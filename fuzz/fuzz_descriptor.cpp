@@ -199,6 +199,14 @@ class Card final : public fw::Hal {
   }
 
   bool host_read(uint64_t iova, void* dst, uint32_t n) override {
+    if (in_call_ && call_.fetched && call_.d.opcode == hw::Opcode::kWait) {  // another card's semaphore
+      FUZZ_CHECK((call_.d.flags & hw::kWaitHost) && iova == call_.d.semaphore.addr && n == 8,
+                 "a wait's host read of %u bytes at 0x%llx", n, (unsigned long long)iova);
+      fuzz::check_descriptor_safe(call_.d, limits_);
+      if (!mapped(iova, n)) return false;
+      std::memcpy(dst, &sems_[iova], 8);  // the semaphores of this card and the others, by address
+      return true;
+    }
     if (in_call_ && call_.fetched) {  // only a launch's arguments, once, after its program header
       const hw::LaunchArgs& l = call_.d.launch;
       FUZZ_CHECK(call_.d.opcode == hw::Opcode::kLaunch && (call_.d.flags & hw::kLaunchArgsHost) && call_.program_read &&
@@ -349,9 +357,11 @@ class Card final : public fw::Hal {
 
   void wait_for_work(uint32_t) override { FUZZ_CHECK(false, "service_queue() slept waiting for work"); }
 
-  void wait_for_signal(uint32_t q, bool /*any_card*/) override {
+  void wait_for_signal(uint32_t q, bool any_card) override {
     FUZZ_CHECK(in_call_ && q == call_.q && call_.d.opcode == hw::Opcode::kWait, "wait for opcode %u on queue %u",
                static_cast<unsigned>(call_.d.opcode), q);
+    FUZZ_CHECK(any_card == ((call_.d.flags & hw::kWaitHost) != 0), "a wait for %s card's signal",
+               any_card ? "any" : "its own");
     check_executable();
     const uint8_t wake = in_.empty() ? 0 : in_.take<uint8_t>();
     if (wake % 4 == 1) {

@@ -123,11 +123,14 @@ inline void check_descriptor_safe(const hw::Descriptor& d, const fw::Limits& lim
       for (uint64_t r : d.timestamp.reserved) FUZZ_CHECK(r == 0, "timestamp reserved");
       break;
     case hw::Opcode::kSignal:
-    case hw::Opcode::kWait:
-      FUZZ_CHECK(d.flags == 0 && d.semaphore.addr % 8 == 0, "semaphore");
-      FUZZ_CHECK(inside(d.semaphore.addr, 8, lim.mem_size), "semaphore 0x%llx", (unsigned long long)d.semaphore.addr);
+    case hw::Opcode::kWait: {
+      const uint8_t allowed = d.opcode == hw::Opcode::kWait ? hw::kWaitFlagMask : 0;
+      FUZZ_CHECK((d.flags & ~allowed) == 0 && d.semaphore.addr % 8 == 0, "semaphore flags 0x%x", d.flags);
+      FUZZ_CHECK((d.flags & hw::kWaitHost) || inside(d.semaphore.addr, 8, lim.mem_size), "semaphore 0x%llx",
+                 (unsigned long long)d.semaphore.addr);  // an IOVA with kWaitHost: the IOMMU checks it
       for (uint64_t r : d.semaphore.reserved) FUZZ_CHECK(r == 0, "semaphore reserved");
       break;
+    }
     case hw::Opcode::kSanitize: {
       const hw::SanitizeArgs& s = d.sanitize;
       FUZZ_CHECK(d.flags == 0, "sanitize flags 0x%x", d.flags);

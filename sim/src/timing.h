@@ -47,7 +47,7 @@ class Clock {
     sc_core::sc_time t;
   };
   uint32_t mhz_;
-  uint64_t max_ps_;  // the last picosecond whose product with mhz_ fits 64 bits
+  uint64_t max_ps_;           // the last picosecond whose product with mhz_ fits 64 bits
   mutable Memo memo_[kMemo];  // the simulator thread's alone, like every Clock
 };
 

@@ -7,7 +7,7 @@
 namespace spyre::hw {
 
 inline constexpr uint32_t kRegMagicValue = 0x52595053;  // "SPYR"
-inline constexpr uint32_t kInterfaceVersion = 7;  // 5: SANITIZE and the SAN_* registers; 6: PRINT; 7: kWaitHost
+inline constexpr uint32_t kInterfaceVersion = 7;        // 5: SANITIZE and the SAN_* registers; 6: PRINT; 7: kWaitHost
 
 // Device-wide registers.
 inline constexpr uint32_t kRegMagic = 0x0000;      // ro: kRegMagicValue
