@@ -103,3 +103,10 @@ def test_a_damaged_capture_is_refused_with_its_reason(captured, tmp_path):
     huge.write_bytes(data[:header] + struct.pack("<BBHIQQQQQ", 6, 1, 0, 0, 0, 0, 0, 1 << 60, 0))
     p, _ = _replay(huge)
     assert p.returncode == 1 and "is truncated" in p.stderr
+    # Indices of a core no card has (its number once sized a table of that many cores).
+    stray = tmp_path / "stray.cap"
+    stray.write_bytes(
+        data[:header] + struct.pack("<BBHIQQQQQ", 6, 1, 0, 0, 0, 0, 1 << 32, 8, 0) + bytes(8) + data[header:]
+    )
+    p, _ = _replay(stray)
+    assert p.returncode == 1 and "has indices of core 4294967296" in p.stderr

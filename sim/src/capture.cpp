@@ -137,6 +137,8 @@ Capture Capture::load(const std::string& path) {
   if (file_bytes == 0) throw std::runtime_error(fmt::format("capture: '{}' is not a Spyre capture file", path));
   if (map == MAP_FAILED) throw std::runtime_error(fmt::format("capture: cannot map '{}'", path));
   ::madvise(map, file_bytes, MADV_SEQUENTIAL);
+  // Mapped, not read: a file another process truncates while it is replayed ends the replay with
+  // SIGBUS, as for any mapped file; captures are written once and then only read.
   Capture c;
   c.file_ =
       std::shared_ptr<const void>(map, [file_bytes](const void* p) { ::munmap(const_cast<void*>(p), file_bytes); });
@@ -177,6 +179,11 @@ Capture Capture::load(const std::string& path) {
     e.value = r.value;
     e.size = r.size;
     e.hash = r.hash;
+    // A launch's core mask has 64 bits: no core of a card is numbered beyond them.
+    if (e.kind == CaptureEvent::Kind::kIndices && e.value >= 64) {
+      throw std::runtime_error(
+          fmt::format("capture: '{}' has indices of core {}; a card has at most 64", path, e.value));
+    }
     if (e.has_bytes()) {
       if (e.size > file_bytes - at) throw std::runtime_error(fmt::format("capture: '{}' is truncated", path));
       e.data = at;
