@@ -45,21 +45,17 @@ class Staging {
   TensorList in(const TensorList& dev) { return stage(dev, true, false); }
   /// Host tensors the collective writes, copied to `dev` when it is done.
   TensorList out(const TensorList& dev) { return stage(dev, false, true); }
-  std::vector<TensorList> in(const std::vector<TensorList>& dev) {
-    std::vector<TensorList> host;
-    host.reserve(dev.size());
-    for (const TensorList& l : dev) host.push_back(in(l));
-    return host;
-  }
-  std::vector<TensorList> out(const std::vector<TensorList>& dev) {
-    std::vector<TensorList> host;
-    host.reserve(dev.size());
-    for (const TensorList& l : dev) host.push_back(out(l));
-    return host;
-  }
+  std::vector<TensorList> in(const std::vector<TensorList>& dev) { return stage(dev, true, false); }
+  std::vector<TensorList> out(const std::vector<TensorList>& dev) { return stage(dev, false, true); }
   CopyBack take() { return std::move(back_); }
 
  private:
+  std::vector<TensorList> stage(const std::vector<TensorList>& dev, bool values, bool returns) {
+    std::vector<TensorList> host;
+    host.reserve(dev.size());
+    for (const TensorList& l : dev) host.push_back(stage(l, values, returns));
+    return host;
+  }
   TensorList stage(const TensorList& dev, bool values, bool returns) {
     TensorList host;
     host.reserve(dev.size());

@@ -224,14 +224,11 @@ void DeviceRuntime::wait_event(const StreamEvent& ev, int64_t stream) {
   TORCH_CHECK(!capturing(stream) && !recorder.capturing(ev.stream),
               "spyre: a wait between streams cannot be captured in a graph (a stream it joins is capturing)");
   const uint64_t sem = recorder.stream_semaphore(ev.stream);
-  uint64_t seq = 0;
-  if (ev.device == index_) {
-    SPYRE_CHECK(queue(stream).wait_semaphore(sem, ev.value, &seq));
-    return;
-  }
   // Another card's event: this card's firmware reads that card's semaphore across PCIe, through its
   // memory window, whenever any card of the server raises one; the host does not wait.
-  SPYRE_CHECK(queue(stream).wait_semaphore(peer_iova(ev.device, sem), ev.value, &seq, true));
+  const bool across = ev.device != index_;
+  uint64_t seq = 0;
+  SPYRE_CHECK(queue(stream).wait_semaphore(across ? peer_iova(ev.device, sem) : sem, ev.value, &seq, across));
 }
 
 bool DeviceRuntime::event_query(const StreamEvent& ev) {

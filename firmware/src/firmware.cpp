@@ -176,14 +176,14 @@ hw::Verdict validate_program(const hw::ProgramHeader& h, const hw::LaunchArgs& l
   if (h.instr_offset % sizeof(hw::Instr) != 0 || h.instr_offset < table_end || code_end > l.program_size) {
     return fail(ErrorCode::kBadProgram, Field::kLaunchProgramSize);
   }
-  const uint64_t name_end = uint64_t{h.name_offset} + h.name_size;
-  if (h.name_size >= hw::kMaxLabelBytes ||
-      (h.name_size > 0 && (h.name_offset < code_end || name_end > l.program_size))) {
+  // The name and PRINT's format strings follow the code; the host reads them, the cores never do.
+  const auto after_code = [&](uint32_t offset, uint32_t size) {
+    return offset >= code_end && uint64_t{offset} + size <= l.program_size;
+  };
+  if (h.name_size >= hw::kMaxLabelBytes || (h.name_size > 0 && !after_code(h.name_offset, h.name_size))) {
     return fail(ErrorCode::kBadProgram, Field::kLaunchProgram);
   }
-  // PRINT's format strings follow the code; the host reads them, the cores never do.
-  const uint64_t strings_end = uint64_t{h.strings_offset} + h.strings_size;
-  if (h.strings_size > 0 ? h.strings_offset < code_end || strings_end > l.program_size : h.strings_offset != 0) {
+  if (h.strings_size > 0 ? !after_code(h.strings_offset, h.strings_size) : h.strings_offset != 0) {
     return fail(ErrorCode::kBadProgram, Field::kLaunchProgram);
   }
   return {};

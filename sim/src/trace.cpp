@@ -214,15 +214,16 @@ void write_stats(const std::string& path, const Config& config, const std::vecto
   if (!f) throw std::runtime_error(fmt::format("stats: cannot write '{}'", path));
   // Each card's launches, one line each, go in after its other keys: a long run has hundreds of
   // thousands, too many to build as JSON objects first.
+  const auto open = [](const nlohmann::json& object) {  // its text without the closing "\n}"
+    std::string text = object.dump(2);
+    text.resize(text.size() - 2);
+    return text;
+  };
   const nlohmann::json card_list = std::move(j["cards"]);
   j.erase("cards");
-  std::string head = j.dump(2);
-  head.resize(head.size() - 2);  // the closing "\n}"
-  fmt::print(f.get(), "{},\n  \"cards\": [", head);
+  fmt::print(f.get(), "{},\n  \"cards\": [", open(j));
   for (size_t i = 0; i < cards.size(); ++i) {
-    std::string card = card_list[i].dump(2);
-    card.resize(card.size() - 2);
-    fmt::print(f.get(), "{}{},\n  \"launches\": [", i == 0 ? "\n" : ",\n", card);
+    fmt::print(f.get(), "{}{},\n  \"launches\": [", i == 0 ? "\n" : ",\n", open(card_list[i]));
     write_launches(f.get(), cards[i]->launches);
     std::fputs("]\n}", f.get());
   }
