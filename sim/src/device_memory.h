@@ -25,7 +25,9 @@ namespace spyre::sim {
 /// kernel may back with huge pages, so that a megabyte written costs one page fault, not 256. A
 /// slot is zero when handed out (fresh memory from the kernel, or given back with
 /// MADV_DONTNEED), so neither a new page nor a freed one is cleared by hand, and a freed slot's
-/// host memory goes back to the host at once.
+/// host memory goes back to the host at once. The kernel's khugepaged may later back a block
+/// whose slots were partly freed with a whole huge page again, so host memory stays within the
+/// blocks ever handed out (the run's peak), not within the pages alive now.
 class PagePool {
  public:
   static constexpr uint64_t kSlotBytes = 64 * 1024;
