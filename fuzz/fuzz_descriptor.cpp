@@ -357,6 +357,8 @@ class Card final : public fw::Hal {
 
   void wait_for_work(uint32_t) override { FUZZ_CHECK(false, "service_queue() slept waiting for work"); }
 
+  void arm_signal(uint32_t) override {}
+
   void wait_for_signal(uint32_t q, bool any_card) override {
     FUZZ_CHECK(in_call_ && q == call_.q && call_.d.opcode == hw::Opcode::kWait, "wait for opcode %u on queue %u",
                static_cast<unsigned>(call_.d.opcode), q);

@@ -50,11 +50,13 @@ struct Harness {
   CardStats stats;
   Fabric fabric{config};
   DeviceMemory memory{"memory", config, fabric};
-  Endpoint endpoint{"pcie", config, memory.size(), stats};
+  Server server{config};
+  Endpoint endpoint{"pcie", config, 0, server, memory.size(), stats};
   DmaEngine dma{"dma", config, 0, endpoint, trace, stats};
   FakeHost host;
   HostSide host_side{"host"};
   Harness() {
+    server.add_card(0, nullptr);  // no peer reaches this card's memory
     host_side.bar0.bind(endpoint.bar0);
     dma.mem.bind(memory.socket);
     endpoint.attach(&host);
@@ -154,6 +156,23 @@ TEST_CASE("a host copy takes its PCIe transfer time plus latency once") {
   CHECK(h->copy(kIova, 0x100000, 1 << 20, hw::kCopySrcHost, &cycles).ok());
   CHECK(cycles >= 26880 + 900 + 660 - 2);
   CHECK(cycles <= 26880 + 900 + 660 + 18 + 2);
+}
+
+TEST_CASE("a link booked ahead still carries a transfer booked later for an earlier time") {
+  // 64 GB/s = 64 bytes per ns. A copy booked for 10 us on carries 640 KB: it ends at 20 us. A 64 KiB
+  // transfer booked afterwards for now ends at 1024 ns, before the first one starts: a single
+  // next-free time (BandwidthServer) would put it after 20 us.
+  FluidServer link(64.0);
+  // From the next whole microsecond after the earlier cases' simulated time.
+  const uint64_t t0 = (sc_core::sc_time_stamp().value() / 1'000'000 + 1) * 1'000'000;
+  CHECK(link.reserve_ps(t0 + 10'000'000, 640'000) == t0 + 20'000'000);
+  CHECK(link.reserve_ps(t0, 65536) == t0 + 1'024'000);
+  // Capacity is kept: 640 KB more from 5 us fill 5..10 us (320 KB) and 20..25 us (the rest).
+  CHECK(link.reserve_ps(t0 + 5'000'000, 640'000) == t0 + 25'000'000);
+  // One packet slips between the packets already booked: 280 bytes take 4375 ps.
+  CHECK(link.pass_ps(t0 + 12'000'000, 280) == t0 + 12'004'375);
+  CHECK(link.bytes() == 640'000 + 65536 + 640'000 + 280);
+  CHECK(link.busy_ps() == 10'000'000 + 1'024'000 + 10'000'000 + 4375);
 }
 
 TEST_CASE("a device-to-device copy reads and writes the same memory") {

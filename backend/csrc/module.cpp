@@ -286,6 +286,22 @@ PYBIND11_MODULE(_C, m) {
     return spyre::backend::device_addr(t);
     END_HANDLE_TH_ERRORS_PYBIND
   });
+  // dst.copy_(src) across cards with no wait on either side: queued on the current stream of src's
+  // card, for collectives, which order it with events.
+  m.def("_peer_copy_async", [](const at::Tensor& dst, const at::Tensor& src) {
+    HANDLE_TH_ERRORS
+    TORCH_CHECK_VALUE(dst.is_privateuseone() && src.is_privateuseone() && dst.device() != src.device(),
+                      "spyre: _peer_copy_async copies between two spyre devices, not ", src.device(), " and ",
+                      dst.device());
+    TORCH_CHECK_VALUE(
+        dst.is_contiguous() && src.is_contiguous() && dst.dtype() == src.dtype() && dst.numel() == src.numel(),
+        "spyre: _peer_copy_async needs contiguous tensors of one dtype and size");
+    const c10::DeviceGuard guard(src.device());
+    DeviceRuntime::get(src.device().index())
+        .copy_to_peer_async(dst.device().index(), spyre::backend::device_addr(dst), spyre::backend::device_addr(src),
+                            src.nbytes());
+    END_HANDLE_TH_ERRORS_PYBIND
+  });
   spyre::backend::bind_memory(m);
   spyre::backend::bind_process_group(m);
   m.def("_device_count", [] { return DeviceRuntime::count(); });

@@ -136,6 +136,9 @@ class DeviceRuntime {
   /// the peer's memory window, not host memory). Waits for the peer's current stream first (its
   /// queued work may still use `dst`), and for the copy, so the peer's later work sees the data.
   void copy_to_peer(int peer, uint64_t dst, uint64_t src, uint64_t n);
+  /// The same copy, only queued on this card's current stream: no wait on either side. The caller
+  /// orders it with events (collectives do), and keeps both ranges alive until it has run.
+  void copy_to_peer_async(int peer, uint64_t dst, uint64_t src, uint64_t n);
   /// Where this card's DMA reaches address `addr` of card `peer` (its memory window, mapped once).
   uint64_t peer_iova(int peer, uint64_t addr);
 

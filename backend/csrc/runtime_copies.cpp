@@ -144,6 +144,12 @@ void DeviceRuntime::copy_to_peer(int peer, uint64_t dst, uint64_t src, uint64_t 
   wait(q, copy_in_pieces(q, src, peer_iova(peer, dst), n, hw::kCopyDstHost, "Memcpy PtoP"));
 }
 
+void DeviceRuntime::copy_to_peer_async(int peer, uint64_t dst, uint64_t src, uint64_t n) {
+  TORCH_CHECK(peer != index_, "spyre: copy_to_peer needs another card, not ", index_);
+  check_not_capturing("a copy to another card");
+  if (n > 0) (void)copy_in_pieces(queue(), src, peer_iova(peer, dst), n, hw::kCopyDstHost, "Memcpy PtoP");
+}
+
 uint64_t DeviceRuntime::peer_iova(int peer, uint64_t addr) {
   // The IOVA window maps the peer's memory as this process sees it: [memory_base, + memory_bytes).
   const driver::DeviceInfo& peer_info = get(peer).device().info();

@@ -388,6 +388,7 @@ bool Firmware::wait_semaphore(uint32_t q, const hw::Descriptor& d, uint32_t rese
   const hw::SemaphoreArgs& s = d.semaphore;
   const bool across = (d.flags & hw::kWaitHost) != 0;
   for (;;) {
+    hal_.arm_signal(q);
     uint64_t now = 0;
     if (!across) {
       hal_.dev_read(s.addr, &now, sizeof now);

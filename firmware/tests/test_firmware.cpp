@@ -5,6 +5,7 @@
 #include <cstring>
 #include <functional>
 #include <map>
+#include <string>
 #include <vector>
 
 #include "spyre/firmware/firmware.h"
@@ -123,6 +124,8 @@ class FakeHal final : public fw::Hal {
     f();
   }
   void signalled() override { ++signals; }
+  std::vector<std::string> order;  // arm_signal and semaphore reads across PCIe, in turn
+  void arm_signal(uint32_t) override { order.emplace_back("arm"); }
   void command_done(uint32_t, const hw::Descriptor&, const hw::Completion&) override {}
 
   // Queue q: ring at 0x10000 + q * 0x4000, completions 0x2000 above it, fence 0x3000 above it.
@@ -536,7 +539,10 @@ TEST_CASE("a wait across PCIe reads another card's semaphore by DMA and wakes on
   hal.push(0, wait, 1);
   hal.push(0, copy(0, 64, 8), 2);
   int reads = 0;
-  hal.on_host_read = [&](uint64_t at) { reads += at == iova; };
+  hal.on_host_read = [&](uint64_t at) {
+    reads += at == iova;
+    if (at == iova) hal.order.emplace_back("read");
+  };
   hal.on_wait_for_signal = [&] {
     CHECK(hal.copies.empty());
     put(3);  // the other card raised it
@@ -544,6 +550,9 @@ TEST_CASE("a wait across PCIe reads another card's semaphore by DMA and wakes on
   CHECK(firmware.service_queue(0));
   CHECK(hal.woken_by_any_card);
   CHECK(reads == 2);  // before the sleep and after it
+  // Armed before each read: a signal raised while a read crosses PCIe ends the sleep that follows
+  // (a wait across cards once slept for good when the awaited signal came during its read).
+  CHECK(hal.order == std::vector<std::string>{"arm", "read", "arm", "read"});
   CHECK(hal.completion(0, 0).error == ErrorCode::kOk);
   CHECK(hal.sems.empty());  // nothing read or written in this card's memory
   CHECK(firmware.service_queue(0));

@@ -64,7 +64,8 @@ CaptureWriter::~CaptureWriter() {
 }
 
 void CaptureWriter::write(const CaptureEvent& e, const void* bytes) {
-  const Record r{static_cast<uint8_t>(e.kind), e.ok, 0, e.card, e.time_ps, e.addr, e.value, e.size, e.hash};
+  const uint64_t last = e.kind == CaptureEvent::Kind::kPeer ? e.peer_addr : e.hash;
+  const Record r{static_cast<uint8_t>(e.kind), e.ok, 0, e.card, e.time_ps, e.addr, e.value, e.size, last};
   std::fwrite(&r, sizeof r, 1, f_);
   if (e.has_bytes()) {
     if (bytes == nullptr) throw std::logic_error("capture: an event with bytes was written without them");
@@ -104,6 +105,17 @@ bool RecordingLink::dma_write(uint64_t iova, const void* src, uint64_t n) {
   e.hash = fnv1a(src, n);
   writer_.write(e);
   return ok;
+}
+
+bool RecordingLink::peer_window(uint64_t iova, uint64_t n, uint32_t* card, uint64_t* addr) {
+  if (!inner_ || !inner_->peer_window(iova, n, card, addr)) return false;
+  CaptureEvent e = event(CaptureEvent::Kind::kPeer);
+  e.addr = iova;
+  e.size = n;
+  e.value = *card;
+  e.peer_addr = *addr;
+  writer_.write(e);
+  return true;
 }
 
 void RecordingLink::raise_irq(uint32_t vector) {
@@ -167,7 +179,7 @@ Capture Capture::load(const std::string& path) {
   at += len;
   Record r;
   while (take(&r, sizeof r)) {
-    if (r.kind > static_cast<uint8_t>(CaptureEvent::Kind::kIndices)) {
+    if (r.kind > static_cast<uint8_t>(CaptureEvent::Kind::kPeer)) {
       throw std::runtime_error(fmt::format("capture: '{}' has an event of unknown kind {}", path, r.kind));
     }
     CaptureEvent e;
@@ -178,7 +190,7 @@ Capture Capture::load(const std::string& path) {
     e.addr = r.addr;
     e.value = r.value;
     e.size = r.size;
-    e.hash = r.hash;
+    (e.kind == CaptureEvent::Kind::kPeer ? e.peer_addr : e.hash) = r.hash;
     // A launch's core mask has 64 bits: no core of a card is numbered beyond them.
     if (e.kind == CaptureEvent::Kind::kIndices && e.value >= 64) {
       throw std::runtime_error(
@@ -229,6 +241,16 @@ class ReplayHost::Link final : public HostLink {
     e.addr = iova;
     e.size = n;
     host_.answered(card_, e, fnv1a(src, n));
+    return true;
+  }
+  bool peer_window(uint64_t iova, uint64_t n, uint32_t* card, uint64_t* addr) override {
+    // A window stays mapped: once a range's captured crossings are used up (a wait across cards
+    // that polls more often than it did when captured), the last one still names its card.
+    auto it = host_.peers_.find({card_, iova, n});
+    if (it == host_.peers_.end() || it->second.holds_none()) return false;
+    const CaptureEvent& e = host_.capture_.events[it->second.empty() ? it->second.last() : it->second.take()];
+    *card = static_cast<uint32_t>(e.value);
+    *addr = e.peer_addr;
     return true;
   }
   void raise_irq(uint32_t vector) override {
@@ -290,6 +312,8 @@ ReplayHost::ReplayHost(const Capture& capture, uint32_t cards, std::function<voi
       answer_hashes_.push_back(e.kind == CaptureEvent::Kind::kDmaWrite ? e.hash : 0);
     } else if (e.kind == CaptureEvent::Kind::kDmaRead) {
       reads_[{e.card, e.addr, e.size}].push(i);
+    } else if (e.kind == CaptureEvent::Kind::kPeer) {
+      peers_[{e.card, e.addr, e.size}].push(i);
     } else if (e.kind == CaptureEvent::Kind::kIndices && e.card < cards) {
       tapes_[e.card]->add(static_cast<uint32_t>(e.value), i);
     }

@@ -39,6 +39,7 @@ class RecordingLink final : public HostLink {
   RecordingLink(uint32_t card, HostLink* inner, CaptureWriter& writer) : card_(card), inner_(inner), writer_(writer) {}
   bool dma_read(uint64_t iova, void* dst, uint64_t n) override;
   bool dma_write(uint64_t iova, const void* src, uint64_t n) override;
+  bool peer_window(uint64_t iova, uint64_t n, uint32_t* card, uint64_t* addr) override;
   void raise_irq(uint32_t vector) override;
 
  private:
@@ -102,7 +103,10 @@ class ReplayHost {
    public:
     void push(size_t event) { events_.push_back(event); }
     bool empty() const { return next_ == events_.size(); }
+    bool holds_none() const { return events_.empty(); }
     size_t take() { return events_[next_++]; }
+    /// The event taken last (call only after a take()).
+    size_t last() const { return events_[next_ - 1]; }
 
    private:
     std::vector<size_t> events_;
@@ -119,6 +123,7 @@ class ReplayHost {
     }
   };
   std::unordered_map<ReadKey, EventQueue, ReadKeyHash> reads_;  // the card's DMA reads, in capture order
+  std::unordered_map<ReadKey, EventQueue, ReadKeyHash> peers_;  // its DMA to other cards' memory, likewise
   size_t next_ = 0;
   uint64_t last_applied_ = 0;
   ReplayResult result_;

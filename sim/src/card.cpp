@@ -5,12 +5,23 @@
 namespace spyre::sim {
 
 Card::Card(const sc_core::sc_module_name& name, uint32_t index, const Config& config, Trace& trace, Server& server)
-    : sc_core::sc_module(name), host_bar0("host_bar0"), fabric_(config), worker_(config.sim.async_compute) {
+    : sc_core::sc_module(name),
+      host_bar0("host_bar0"),
+      index_(index),
+      server_(server),
+      fabric_(config),
+      worker_(config.sim.async_compute),
+      peer_in_("peer_in") {
   stats_.cores.resize(config.chip.cores);
   memory_ = std::make_unique<DeviceMemory>("memory", config, fabric_);
   memory_->set_write_guard([this](uint64_t addr, uint64_t n) { worker_.settle_device_write(addr, addr + n); });
   memory_->set_sanitizer(&sanitizer_);
-  endpoint_ = std::make_unique<Endpoint>("pcie", config, memory_->size(), stats_);
+  peer_in_.bind(memory_->socket);
+  server.add_card(index, [this](tlm::tlm_command cmd, uint64_t addr, uint8_t* data, uint64_t n, sc_core::sc_time& delay,
+                                tlm::tlm_response_status* status) {
+    return tlm_access(peer_in_, cmd, addr, data, n, delay, Fabric::pcie_stop(), status);
+  });
+  endpoint_ = std::make_unique<Endpoint>("pcie", config, index, server, memory_->size(), stats_);
   host_bar0.bind(endpoint_->bar0);
   endpoint_->on_scrub([this](uint64_t addr, uint64_t n) {
     memory_->scrub(addr, n);
@@ -41,14 +52,14 @@ Card::Card(const sc_core::sc_module_name& name, uint32_t index, const Config& co
 }
 
 const CardStats& Card::stats() {
-  const auto server = [](const BandwidthServer& b) { return ServerStats{b.bytes(), b.busy_ps()}; };
+  const auto server = [](const auto& b) { return ServerStats{b.bytes(), b.busy_ps()}; };
   stats_.channels.clear();
   for (const BandwidthServer& c : fabric_.channels()) stats_.channels.push_back(server(c));
   stats_.links.clear();
   for (const Fabric::Link& l : fabric_.links()) stats_.links.push_back({l.from, l.to, l.clockwise, server(*l.server)});
   stats_.ring_byte_hops = fabric_.byte_hops();
-  stats_.pcie_up = server(endpoint_->to_host());
-  stats_.pcie_down = server(endpoint_->from_host());
+  stats_.pcie_up = server(server_.link_up(index_));
+  stats_.pcie_down = server(server_.link_down(index_));
   return stats_;
 }
 

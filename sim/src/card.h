@@ -38,10 +38,14 @@ class Card : public sc_core::sc_module {
 
  private:
   CardStats stats_;
+  uint32_t index_;
+  Server& server_;
   Fabric fabric_;
   Sanitizer sanitizer_;  // outlives the memory, cores and control processor that use it
   Worker worker_;        // outlives the cores, whose arithmetic it runs
   std::unique_ptr<DeviceMemory> memory_;
+  /// Other cards' DMA into this card's memory, from the PCIe stop (peer-to-peer through the switch).
+  tlm_utils::simple_initiator_socket<Card> peer_in_;
   std::unique_ptr<Endpoint> endpoint_;
   std::unique_ptr<DmaEngine> dma_;
   std::vector<std::unique_ptr<Core>> cores_;

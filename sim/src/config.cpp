@@ -62,6 +62,9 @@ json to_tree(const Config& c) {
                {"latency_ns", c.pcie.latency_ns},
                {"max_payload_bytes", c.pcie.max_payload_bytes},
                {"packet_overhead_bytes", c.pcie.packet_overhead_bytes}};
+  j["server"] = {{"switch_gbps", c.server.switch_gbps},
+                 {"switch_latency_ns", c.server.switch_latency_ns},
+                 {"host_port_gbps", c.server.host_port_gbps}};
   j["firmware"] = {{"queues", c.firmware.queues},
                    {"command_cycles", c.firmware.command_cycles},
                    {"watchdog_cycles", c.firmware.watchdog_cycles}};
@@ -183,6 +186,9 @@ Config from_tree(const json& j) {
   get(j, "pcie", "latency_ns", c.pcie.latency_ns, 0, 1e7);
   get(j, "pcie", "max_payload_bytes", c.pcie.max_payload_bytes, 64, 4096);
   get(j, "pcie", "packet_overhead_bytes", c.pcie.packet_overhead_bytes, 0, 4096);
+  get(j, "server", "switch_gbps", c.server.switch_gbps, 0.001, 1e5);
+  get(j, "server", "switch_latency_ns", c.server.switch_latency_ns, 0, 1e7);
+  get(j, "server", "host_port_gbps", c.server.host_port_gbps, 0.001, 1e4);
   get(j, "energy", "pt_pj_per_flop", c.energy.pt_pj_per_flop, 0, 1e6);
   get(j, "energy", "sfp_pj_per_element", c.energy.sfp_pj_per_element, 0, 1e6);
   get(j, "energy", "memory_pj_per_byte", c.energy.memory_pj_per_byte, 0, 1e6);

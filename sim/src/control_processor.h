@@ -4,6 +4,7 @@
 // out by queue priority.
 #pragma once
 
+#include <array>
 #include <cstdint>
 #include <map>
 #include <memory>
@@ -50,12 +51,16 @@ class ControlProcessor : public sc_core::sc_module, private fw::Hal {
   /// The NUL-terminated label at `addr` (at most kMaxLabelBytes - 1 characters).
   std::string read_label(uint64_t addr) const;
   void wait_for_work(uint32_t queue) override { wait(endpoint_.work_event(queue)); }
+  void arm_signal(uint32_t queue) override { armed_[queue] = {signals_, server_.signals()}; }
   void wait_for_signal(uint32_t queue, bool any_card) override {
+    const auto [own, any] = armed_[queue];
+    if (any_card ? server_.signals() != any : signals_ != own) return;  // one came since the arm
     wait(endpoint_.work_event(queue) | (any_card ? server_.signal() : signalled_));
   }
   void signalled() override {
+    ++signals_;
     signalled_.notify(sc_core::SC_ZERO_TIME);
-    server_.signal().notify(sc_core::SC_ZERO_TIME);
+    server_.raise_signal();
   }
   void command_done(uint32_t queue, const hw::Descriptor& d, const hw::Completion& c) override;
   /// Puts a sanitizer report in queue `queue`'s kQSan* registers.
@@ -70,6 +75,8 @@ class ControlProcessor : public sc_core::sc_module, private fw::Hal {
   Arbiter core_arbiter_;
   std::vector<std::unique_ptr<Launch>> idle_launches_;  // barrier state, one per launch in flight
   sc_core::sc_event signalled_;
+  uint64_t signals_ = 0;                                               // this card's, ever
+  std::array<std::pair<uint64_t, uint64_t>, hw::kMaxQueues> armed_{};  // per queue: (own, server's) at the arm
   Server& server_;
   // Launches whose cores are done, until command_done names them: by (program, argument block).
   std::multimap<std::pair<uint64_t, uint64_t>, LaunchStats> finished_launches_;

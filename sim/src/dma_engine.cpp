@@ -39,23 +39,27 @@ hw::Verdict DmaEngine::run(uint32_t channel, const hw::CopyArgs& args, uint8_t f
   const bool dst_host = flags & hw::kCopyDstHost;
   const uint64_t start = clock_.now_cycles();
   // Reads run kReadAhead chunks ahead of writes, so a chunk's write never waits behind the next
-  // read's latency; each write starts when its chunk has arrived. Bandwidth servers space the
-  // transfers, so latency is paid once per copy, not per chunk. Overlapping device ranges are
-  // undefined, as with memcpy.
+  // read's latency. The engine books each chunk's write when its data has arrived, and the read
+  // kReadAhead chunks on at that moment: what it books on shared resources (the link, the
+  // switch, memory channels, another card's memory) lies at most kReadAhead chunks ahead of
+  // simulated time, so the traffic of other initiators interleaves with a long copy instead of
+  // queueing behind all of it. Bandwidth servers space the transfers, so latency is paid once per
+  // copy, not per chunk. Overlapping device ranges are undefined, as with memcpy.
   const uint64_t chunks = (args.size + kChunkBytes - 1) / kChunkBytes;
-  std::vector<sc_core::sc_time> arrived(chunks);
-  sc_core::sc_time done = sc_core::SC_ZERO_TIME;
+  std::vector<sc_core::sc_time> arrived(chunks);  // absolute
+  sc_core::sc_time done = sc_core::sc_time_stamp();
   auto chunk_bytes = [&](uint64_t i) { return std::min(kChunkBytes, args.size - i * kChunkBytes); };
   uint8_t* const base = buffers_[channel].data();
   auto buffer = [&](uint64_t i) { return base + (i % (kReadAhead + 1)) * kChunkBytes; };
   tlm::tlm_response_status write_status = tlm::TLM_OK_RESPONSE;
   auto write = [&](uint64_t i) {
-    sc_core::sc_time t = arrived[i];
+    if (arrived[i] > sc_core::sc_time_stamp()) wait(arrived[i] - sc_core::sc_time_stamp());
+    sc_core::sc_time t = sc_core::SC_ZERO_TIME;
     const uint64_t at = args.dst + i * kChunkBytes;
     const bool ok = dst_host ? endpoint_.host_write(at, buffer(i), chunk_bytes(i), t)
                              : tlm_access(mem, tlm::TLM_WRITE_COMMAND, at, buffer(i), chunk_bytes(i), t,
                                           Fabric::pcie_stop(), &write_status);
-    done = std::max(done, t);
+    done = std::max(done, sc_core::sc_time_stamp() + t);
     return ok;
   };
   // Why a transfer failed: the link, the IOMMU, an ECC error in device memory, or a host that cannot
@@ -65,6 +69,7 @@ hw::Verdict DmaEngine::run(uint32_t channel, const hw::CopyArgs& args, uint8_t f
     return hw::Verdict{host ? hw::ErrorCode::kDmaFault : memory_error(status, hw::ErrorCode::kDmaFault), field, 0};
   };
   for (uint64_t i = 0; i < chunks + kReadAhead; ++i) {
+    if (i >= kReadAhead && !write(i - kReadAhead)) return failed(dst_host, write_status, hw::Field::kCopyDst);
     if (i < chunks) {
       sc_core::sc_time t = sc_core::SC_ZERO_TIME;
       const uint64_t at = args.src + i * kChunkBytes;
@@ -73,11 +78,10 @@ hw::Verdict DmaEngine::run(uint32_t channel, const hw::CopyArgs& args, uint8_t f
                                : tlm_access(mem, tlm::TLM_READ_COMMAND, at, buffer(i), chunk_bytes(i), t,
                                             Fabric::pcie_stop(), &status);
       if (!ok) return failed(src_host, status, hw::Field::kCopySrc);
-      arrived[i] = t;
+      arrived[i] = sc_core::sc_time_stamp() + t;
     }
-    if (i >= kReadAhead && !write(i - kReadAhead)) return failed(dst_host, write_status, hw::Field::kCopyDst);
   }
-  wait(done);
+  if (done > sc_core::sc_time_stamp()) wait(done - sc_core::sc_time_stamp());
   const char* kind = src_host ? "copy h2d" : (dst_host ? "copy d2h" : "copy d2d");
   (src_host ? stats_.h2d_bytes : (dst_host ? stats_.d2h_bytes : stats_.d2d_bytes)) += args.size;
   trace_.slice(tracks_[channel], kind, start, clock_.now_cycles(), {{"bytes", args.size}});

@@ -11,18 +11,19 @@ namespace spyre::sim {
 
 namespace hw = spyre::hw;
 
-Endpoint::Endpoint(const sc_core::sc_module_name& name, const Config& config, uint64_t mem_size, CardStats& stats)
+Endpoint::Endpoint(const sc_core::sc_module_name& name, const Config& config, uint32_t index, Server& server,
+                   uint64_t mem_size, CardStats& stats)
     : sc_core::sc_module(name),
       bar0("bar0"),
       config_(config),
+      index_(index),
+      server_(server),
       mem_size_(mem_size),
       stats_(stats),
       clock_(config.chip.clock_mhz),
       cfg_(hw::kCfgSize, 0),
       regs_(hw::kBar0Size / 4, 0),
-      functional_(config.sim.mode == "functional"),
-      to_host_(config.pcie.bandwidth_gbps),
-      from_host_(config.pcie.bandwidth_gbps) {
+      functional_(config.sim.mode == "functional") {
   bar0.register_b_transport(this, &Endpoint::b_transport);
   auto put16 = [&](uint32_t off, uint16_t v) { std::memcpy(&cfg_[off], &v, 2); };
   put16(hw::kCfgVendorId, hw::kPciVendorId);
@@ -213,22 +214,38 @@ uint64_t Endpoint::wire_bytes(uint64_t n) const {
 }
 
 bool Endpoint::host_read(uint64_t iova, void* dst, uint64_t n, sc_core::sc_time& delay) {
-  if (link_down_ || !host_ || !bus_master() || !host_->dma_read(iova, dst, n)) return false;
+  if (link_down_ || !host_ || !bus_master()) return false;
+  uint32_t peer = 0;
+  uint64_t addr = 0;
+  if (host_->peer_window(iova, n, &peer, &addr)) {
+    return server_.peer_read(index_, peer, addr, static_cast<uint8_t*>(dst), n, wire_bytes(n), !functional_, delay,
+                             nullptr);
+  }
+  if (!host_->dma_read(iova, dst, n)) return false;
   if (functional_) return true;
   // A read is a request upstream and completions with the data downstream: a round trip.
-  const sc_core::sc_time start = sc_core::sc_time_stamp() + delay;
-  const uint64_t done = from_host_.reserve_ps(start.value(), wire_bytes(n)) + uint64_t{config_.pcie.latency_ns} * 1000;
-  delay = sc_core::sc_time::from_value(done) - sc_core::sc_time_stamp();
+  const uint64_t now = sc_core::sc_time_stamp().value();
+  const uint64_t done = server_.host_transfer(index_, /*to_host=*/false, now + delay.value(), wire_bytes(n)) +
+                        uint64_t{config_.pcie.latency_ns} * 1000;
+  delay = sc_core::sc_time::from_value(done - now);
   return true;
 }
 
 bool Endpoint::host_write(uint64_t iova, const void* src, uint64_t n, sc_core::sc_time& delay) {
-  if (link_down_ || !host_ || !bus_master() || !host_->dma_write(iova, src, n)) return false;
+  if (link_down_ || !host_ || !bus_master()) return false;
+  uint32_t peer = 0;
+  uint64_t addr = 0;
+  if (host_->peer_window(iova, n, &peer, &addr)) {
+    return server_.peer_write(index_, peer, addr, static_cast<const uint8_t*>(src), n, wire_bytes(n), !functional_,
+                              delay, nullptr);
+  }
+  if (!host_->dma_write(iova, src, n)) return false;
   if (functional_) return true;
   // A posted write: one way, half the round trip.
-  const sc_core::sc_time start = sc_core::sc_time_stamp() + delay;
-  const uint64_t done = to_host_.reserve_ps(start.value(), wire_bytes(n)) + uint64_t{config_.pcie.latency_ns} * 500;
-  delay = sc_core::sc_time::from_value(done) - sc_core::sc_time_stamp();
+  const uint64_t now = sc_core::sc_time_stamp().value();
+  const uint64_t done = server_.host_transfer(index_, /*to_host=*/true, now + delay.value(), wire_bytes(n)) +
+                        uint64_t{config_.pcie.latency_ns} * 500;
+  delay = sc_core::sc_time::from_value(done - now);
   return true;
 }
 

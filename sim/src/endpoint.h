@@ -12,6 +12,7 @@
 
 #include <tlm_utils/simple_target_socket.h>
 
+#include "server.h"
 #include "spyre/hw/errors.h"
 #include "spyre/hw/regs.h"
 #include "spyre/sim/config.h"
@@ -26,7 +27,9 @@ class Endpoint : public sc_core::sc_module {
   /// BAR0 as the host reaches it: 4-byte reads and writes at offsets below hw::kBar0Size.
   tlm_utils::simple_target_socket<Endpoint> bar0;
 
-  Endpoint(const sc_core::sc_module_name& name, const Config& config, uint64_t mem_size, CardStats& stats);
+  /// Card `index` of `server`, whose switch its link goes to.
+  Endpoint(const sc_core::sc_module_name& name, const Config& config, uint32_t index, Server& server, uint64_t mem_size,
+           CardStats& stats);
 
   void attach(HostLink* link) { host_ = link; }
   uint32_t cfg_read(uint32_t offset, uint32_t size) const;
@@ -35,7 +38,8 @@ class Endpoint : public sc_core::sc_module {
   // Device side (firmware, DMA engine).
   uint32_t reg_read(uint32_t offset);
   void reg_write_device(uint32_t offset, uint32_t value);
-  /// DMA across the link. `delay` (relative to now) is advanced by the PCIe transfer time.
+  /// DMA across the link, to host memory or (through the switch) to another card's memory window.
+  /// `delay` (relative to now) is advanced by the transfer's time.
   bool host_read(uint64_t iova, void* dst, uint64_t n, sc_core::sc_time& delay);
   bool host_write(uint64_t iova, const void* src, uint64_t n, sc_core::sc_time& delay);
   void raise_msix(uint32_t vector);
@@ -55,9 +59,6 @@ class Endpoint : public sc_core::sc_module {
   /// every DMA to or from host memory fails; the queues halt with kLinkDown.
   void link_down_at(uint64_t cycle);
   bool link_down() const { return link_down_; }
-  /// Bytes on the link in each direction, headers included.
-  const BandwidthServer& to_host() const { return to_host_; }
-  const BandwidthServer& from_host() const { return from_host_; }
   /// The model failed: halt every enabled queue with `e` and raise its interrupt, so that no
   /// host waiter sleeps forever.
   void halt_all_queues(hw::ErrorCode e);
@@ -73,6 +74,8 @@ class Endpoint : public sc_core::sc_module {
   uint64_t wire_bytes(uint64_t n) const;
 
   const Config& config_;
+  uint32_t index_;
+  Server& server_;
   uint64_t mem_size_;
   CardStats& stats_;
   Clock clock_;
@@ -81,8 +84,6 @@ class Endpoint : public sc_core::sc_module {
   std::vector<uint32_t> regs_;  // the queue block storage, indexed by offset / 4
   uint32_t cycle_hi_latch_ = 0;
   bool functional_;
-  BandwidthServer to_host_;
-  BandwidthServer from_host_;
   std::array<sc_core::sc_event, hw::kMaxQueues> work_;
   std::array<uint64_t, hw::kMaxQueues> completed_ = {};
   std::function<void()> on_msix_;

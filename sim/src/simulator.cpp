@@ -172,17 +172,6 @@ class SimulatorImpl final : public Simulator {
     return result;
   }
 
-  bool peer_read(uint32_t card, uint64_t offset, void* dst, uint64_t n) override {
-    DeviceMemory* m = peer_window(card, offset, n);
-    if (m) m->read(offset, dst, n);
-    return m != nullptr;
-  }
-
-  bool peer_write(uint32_t card, uint64_t offset, const void* src, uint64_t n) override {
-    DeviceMemory* m = peer_window(card, offset, n);
-    return m != nullptr && m->write(offset, src, n);
-  }
-
   Reports flush_reports() override {
     Reports r;
     std::string error;
@@ -350,7 +339,7 @@ class SimulatorImpl final : public Simulator {
         stats.push_back(&c->stats());
         cycles.push_back(clock.now_cycles());
       }
-      write_stats(config_.output.stats_path, config_, stats, cycles, trace_->dropped());
+      write_stats(config_.output.stats_path, config_, stats, cycles, server_->stats(), trace_->dropped());
       r.stats_path = config_.output.stats_path;
       log("sim").info("stats written to {}", r.stats_path);
     }
@@ -360,7 +349,7 @@ class SimulatorImpl final : public Simulator {
   void main() {
     try {
       trace_ = std::make_unique<Trace>(config_);
-      server_ = std::make_unique<Server>();
+      server_ = std::make_unique<Server>(config_);
       for (uint32_t i = 0; i < config_.sim.devices; ++i) {
         cards_.push_back(std::make_unique<Card>(fmt::format("card{}", i).c_str(), i, config_, *trace_, *server_));
       }
@@ -513,12 +502,6 @@ class SimulatorImpl final : public Simulator {
   // Owned by the simulator thread.
   std::unique_ptr<Trace> trace_;
   std::unique_ptr<Server> server_;  // outlives the cards, which share it
-  // Card `card`'s memory if [offset, offset + n) lies inside it; nullptr otherwise.
-  DeviceMemory* peer_window(uint32_t card, uint64_t offset, uint64_t n) {
-    if (card >= cards_.size()) return nullptr;
-    DeviceMemory& m = cards_[card]->memory();
-    return offset <= m.size() && n <= m.size() - offset ? &m : nullptr;
-  }
 
   std::vector<std::unique_ptr<Card>> cards_;
   std::unique_ptr<CaptureWriter> capture_;                 // when output.capture_path is set

@@ -3,8 +3,10 @@
 // its last byte arrives `latency` later. No per-cycle ticking.
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 #include <functional>
+#include <map>
 #include <string>
 #include <utility>
 #include <vector>
@@ -80,6 +82,59 @@ class BandwidthServer {
  private:
   double ps_per_byte_;
   uint64_t next_free_ = 0;
+  uint64_t busy_ = 0;
+  uint64_t bytes_ = 0;
+};
+
+/// A resource that independent initiators book ahead of time (a PCIe link, which a card's own DMA,
+/// its descriptor fetches and other cards' peer writes share; the switch's crossbar and upstream
+/// port): its bandwidth is cut into 1 us slots, and a request fills the free capacity of the slots
+/// from its start on. A DMA engine books a whole copy at once, far ahead of simulated time; with
+/// BandwidthServer's single next-free time, a 64-byte descriptor fetch booked a moment later for
+/// now would wait behind all of it, where the link interleaves their packets.
+class FluidServer {
+ public:
+  explicit FluidServer(double bytes_per_ns)
+      : ps_per_byte_(1000.0 / bytes_per_ns), slot_bytes_(bytes_per_ns * static_cast<double>(kSlotPs) / 1000.0) {}
+
+  /// Reserves `bytes` from `at_ps` on; returns when the last of them has passed.
+  uint64_t reserve_ps(uint64_t at_ps, uint64_t bytes) {
+    busy_ += static_cast<uint64_t>(static_cast<double>(bytes) * ps_per_byte_ + 0.5);
+    bytes_ += bytes;
+    const uint64_t now_slot = sc_core::sc_time_stamp().value() / kSlotPs;
+    while (!used_.empty() && used_.begin()->first < now_slot) used_.erase(used_.begin());  // the past
+    double left = static_cast<double>(bytes);
+    uint64_t slot = at_ps / kSlotPs;
+    // The first slot offers only what is left of it after at_ps.
+    double from = static_cast<double>(at_ps % kSlotPs) / static_cast<double>(kSlotPs) * slot_bytes_;
+    for (;; ++slot, from = 0) {
+      double& used = used_[slot];
+      const double start = std::max(used, from);
+      const double take = std::min(left, slot_bytes_ - start);
+      if (take <= 0) continue;
+      used = start + take;
+      left -= take;
+      if (left <= 0) {
+        return slot * kSlotPs + static_cast<uint64_t>(used / slot_bytes_ * static_cast<double>(kSlotPs) + 0.5);
+      }
+    }
+  }
+  /// A transfer of one packet, which the resource interleaves with the transfers booked before it
+  /// (a link arbitrates packet by packet): it waits for none of them. Returns when it has passed.
+  uint64_t pass_ps(uint64_t at_ps, uint64_t bytes) {
+    const auto occupy = static_cast<uint64_t>(static_cast<double>(bytes) * ps_per_byte_ + 0.5);
+    busy_ += occupy;
+    bytes_ += bytes;
+    return at_ps + occupy;
+  }
+  uint64_t bytes() const { return bytes_; }
+  uint64_t busy_ps() const { return busy_; }
+
+ private:
+  static constexpr uint64_t kSlotPs = 1'000'000;
+  double ps_per_byte_;
+  double slot_bytes_;
+  std::map<uint64_t, double> used_;  // slot -> bytes booked in it (filled from its start)
   uint64_t busy_ = 0;
   uint64_t bytes_ = 0;
 };

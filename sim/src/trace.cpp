@@ -136,11 +136,16 @@ void write_launches(FILE* f, const std::vector<LaunchStats>& launches) {
 }  // namespace
 
 void write_stats(const std::string& path, const Config& config, const std::vector<const CardStats*>& cards,
-                 const std::vector<uint64_t>& card_cycles, uint64_t trace_dropped) {
+                 const std::vector<uint64_t>& card_cycles, const SwitchStats& server, uint64_t trace_dropped) {
   nlohmann::json j;
   j["config_hash"] = config.hash();
   j["config"] = nlohmann::json::parse(config.without_paths().to_json());
   j["trace_dropped_events"] = trace_dropped;
+  const uint64_t span = card_cycles.empty() ? 0 : *std::max_element(card_cycles.begin(), card_cycles.end());
+  j["server"] = {{"switch", server_json(server.crossbar, span, config)},
+                 {"host_port",
+                  {{"to_host", server_json(server.host_up, span, config)},
+                   {"from_host", server_json(server.host_down, span, config)}}}};
   const EnergyConfig& e = config.energy;
   for (size_t i = 0; i < cards.size(); ++i) {
     const CardStats& s = *cards[i];

@@ -129,8 +129,13 @@ struct CardStats {
   ServerStats pcie_up, pcie_down;  // card to host, host to card (wire bytes, headers included)
 };
 
+/// The server's shared PCIe: the switch's crossbar and its upstream port to the host.
+struct SwitchStats {
+  ServerStats crossbar, host_up, host_down;
+};
+
 /// Writes the stats of all cards as JSON to `path`. Throws std::runtime_error on I/O errors.
 void write_stats(const std::string& path, const Config& config, const std::vector<const CardStats*>& cards,
-                 const std::vector<uint64_t>& card_cycles, uint64_t trace_dropped);
+                 const std::vector<uint64_t>& card_cycles, const SwitchStats& server, uint64_t trace_dropped);
 
 }  // namespace spyre::sim

@@ -31,8 +31,6 @@ constexpr uint64_t kIovaAlign = 4096;
 // (peer-to-peer DMA), which the simulator serves.
 class Link final : public HostLink {
  public:
-  explicit Link(Simulator& sim) : sim_(sim) {}
-
   Status map(void* host, uint64_t len, uint64_t* iova) {
     if (host == nullptr || len == 0) return {StatusCode::kInvalidArgument, "iommu: cannot map an empty range"};
     return add(Region{static_cast<uint8_t*>(host), len, 0, 0}, iova);
@@ -60,8 +58,7 @@ class Link final : public HostLink {
     std::lock_guard lock(mu_);
     uint64_t off = 0;
     const Region* r = regions_.find(iova, n, &off);
-    if (!r) return false;
-    if (!r->host) return sim_.peer_read(r->peer, r->peer_offset + off, dst, n);
+    if (!r || !r->host) return false;  // a peer window is the switch's (peer_window)
     std::memcpy(dst, r->host + off, n);
     return true;
   }
@@ -70,9 +67,18 @@ class Link final : public HostLink {
     std::lock_guard lock(mu_);
     uint64_t off = 0;
     const Region* r = regions_.find(iova, n, &off);
-    if (!r) return false;
-    if (!r->host) return sim_.peer_write(r->peer, r->peer_offset + off, src, n);
+    if (!r || !r->host) return false;
     store_dma_write(r->host + off, src, n);
+    return true;
+  }
+
+  bool peer_window(uint64_t iova, uint64_t n, uint32_t* card, uint64_t* addr) override {
+    std::lock_guard lock(mu_);
+    uint64_t off = 0;
+    const Region* r = regions_.find(iova, n, &off);
+    if (!r || r->host) return false;
+    *card = r->peer;
+    *addr = r->peer_offset + off;
     return true;
   }
 
@@ -100,7 +106,6 @@ class Link final : public HostLink {
     return {};
   }
 
-  Simulator& sim_;
   std::mutex mu_;
   IovaMap<Region> regions_;
   uint64_t next_ = kIovaBase;
@@ -111,7 +116,7 @@ class InprocTransport final : public Transport {
  public:
   explicit InprocTransport(Simulator& sim) : sim_(sim) {
     for (uint32_t i = 0; i < sim.num_cards(); ++i) {
-      links_.push_back(std::make_unique<Link>(sim));
+      links_.push_back(std::make_unique<Link>());
       sim_.attach(i, links_.back().get());
     }
   }

@@ -77,8 +77,7 @@ bool CardLink::dma_read(uint64_t iova, void* dst, uint64_t n) {
   std::lock_guard lock(mu_);
   uint64_t off = 0;
   const Region* r = regions_.find(iova, n, &off);
-  if (!r) return false;
-  if (!r->host) return sim_.peer_read(r->peer, r->peer_addr + off, dst, n);
+  if (!r || !r->host) return false;  // a peer window is the switch's (peer_window)
   std::memcpy(dst, r->host + off, n);
   return true;
 }
@@ -87,9 +86,18 @@ bool CardLink::dma_write(uint64_t iova, const void* src, uint64_t n) {
   std::lock_guard lock(mu_);
   uint64_t off = 0;
   const Region* r = regions_.find(iova, n, &off);
-  if (!r) return false;
-  if (!r->host) return sim_.peer_write(r->peer, r->peer_addr + off, src, n);
+  if (!r || !r->host) return false;
   sim::store_dma_write(r->host + off, src, n);
+  return true;
+}
+
+bool CardLink::peer_window(uint64_t iova, uint64_t n, uint32_t* card, uint64_t* addr) {
+  std::lock_guard lock(mu_);
+  uint64_t off = 0;
+  const Region* r = regions_.find(iova, n, &off);
+  if (!r || r->host) return false;
+  *card = r->peer;
+  *addr = r->peer_addr + off;
   return true;
 }
 

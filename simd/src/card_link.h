@@ -21,8 +21,6 @@ inline constexpr int kClientShift = 44;
 
 class CardLink final : public sim::HostLink {
  public:
-  explicit CardLink(sim::Simulator& sim) : sim_(sim) {}
-
   /// Maps `bytes` of the client's memfd `fd` from `offset`; its IOVA in `iova`. "" or the error.
   std::string map(uint32_t client, int fd, uint64_t bytes, uint64_t offset, uint64_t* iova);
   /// Maps [addr, addr + bytes) of card `peer`'s memory for the client's DMA (peer-to-peer).
@@ -38,6 +36,7 @@ class CardLink final : public sim::HostLink {
 
   bool dma_read(uint64_t iova, void* dst, uint64_t n) override;
   bool dma_write(uint64_t iova, const void* src, uint64_t n) override;
+  bool peer_window(uint64_t iova, uint64_t n, uint32_t* card, uint64_t* addr) override;
   void raise_irq(uint32_t vector) override;
 
  private:
@@ -49,7 +48,6 @@ class CardLink final : public sim::HostLink {
     uint64_t peer_addr = 0;
   };
 
-  sim::Simulator& sim_;
   std::mutex mu_;
   sim::IovaMap<Region> regions_;
   std::map<uint32_t, uint64_t> next_;

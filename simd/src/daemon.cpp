@@ -75,7 +75,7 @@ Daemon::Daemon(sim::Simulator& sim, std::string socket_path, std::chrono::millis
       source_digest_(own_source_digest()),
       started_(std::chrono::steady_clock::now()) {
   for (uint32_t c = 0; c < sim_.num_cards(); ++c) {
-    links_.push_back(std::make_unique<CardLink>(sim_));
+    links_.push_back(std::make_unique<CardLink>());
     sim_.attach(c, links_.back().get());
     // The daemon is the card's owner: it enables it once, and clients' config writes are dropped.
     sim_.cfg_write(c, hw::kCfgCommand, 2, hw::kCmdMemorySpace | hw::kCmdBusMaster);

@@ -63,8 +63,13 @@ class Hal {
   virtual uint64_t now_cycles() = 0;
   /// Sleeps until the host writes queue `queue`'s doorbell or control register, or resets the device.
   virtual void wait_for_work(uint32_t queue) = 0;
-  /// Sleeps until a semaphore of this card (`any_card`: of any card of the server) is signalled, or
-  /// as wait_for_work(queue).
+  /// Starts watching queue `queue`'s signals: the next wait_for_signal(queue, ...) returns at once
+  /// if one came after this call. The firmware arms before it reads a semaphore it may then wait
+  /// on, so that a signal raised while the read is in flight (across PCIe, it takes a round trip)
+  /// is not lost.
+  virtual void arm_signal(uint32_t queue) = 0;
+  /// Sleeps until a semaphore of this card (`any_card`: of any card of the server) is signalled
+  /// (or was since arm_signal(queue)), or as wait_for_work(queue).
   virtual void wait_for_signal(uint32_t queue, bool any_card) = 0;
   /// Wakes every wait_for_signal() of this card, and those of any card that wait for any card's.
   virtual void signalled() = 0;

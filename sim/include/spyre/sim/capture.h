@@ -23,6 +23,8 @@ struct CaptureEvent {
     kEnd,        // the card's cycle counter when the run ended, in `value`
     kIndices,    // core `value` of the card ran a GATHER or SCATTER over these `size` bytes of int64
                  // indices (at `data`): what a replay in timing mode indexes with
+    kPeer,       // the card's DMA of `size` bytes at IOVA `addr` went to card `value`'s memory, at
+                 // device address `peer_addr` (peer-to-peer, across the server's switch)
   };
   Kind kind = Kind::kEnd;
   bool ok = true;  // DMA: whether the IOMMU let it through
@@ -31,8 +33,9 @@ struct CaptureEvent {
   uint64_t addr = 0;
   uint64_t value = 0;
   uint64_t size = 0;
-  uint64_t data = 0;  // kDmaRead, kIndices: offset of its bytes in Capture::bytes()
-  uint64_t hash = 0;  // kDmaWrite
+  uint64_t data = 0;       // kDmaRead, kIndices: offset of its bytes in Capture::bytes()
+  uint64_t hash = 0;       // kDmaWrite
+  uint64_t peer_addr = 0;  // kPeer (kept in the record's hash field)
 
   /// Events the host caused, which a replay re-enacts; the others are the cards' side.
   bool from_host() const { return kind == Kind::kMmioWrite || kind == Kind::kCfgWrite; }

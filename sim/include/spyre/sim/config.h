@@ -62,6 +62,15 @@ struct PcieConfig {
   uint32_t packet_overhead_bytes = 24;  // header, sequence number, CRC and framing per packet
 };
 
+/// The server the cards sit in: each card's PCIe link (pcie.*) goes to one port of a PCIe switch,
+/// whose upstream port goes to the host. Host traffic crosses the card's link and the upstream
+/// port; peer-to-peer DMA crosses the sender's link, the switch and the receiver's link.
+struct ServerConfig {
+  double switch_gbps = 512.0;        // the switch's crossbar, aggregate over its ports, per direction
+  uint32_t switch_latency_ns = 150;  // one way, card to card through the switch
+  double host_port_gbps = 64.0;      // the upstream port to the host, per direction (Gen5 x16)
+};
+
 /// Energy per unit of work, for the estimate in the stats (all assumptions: see the architect guide).
 struct EnergyConfig {
   double pt_pj_per_flop = 0.3;
@@ -116,6 +125,7 @@ struct Config {
   RingConfig ring;
   MemoryConfig memory;
   PcieConfig pcie;
+  ServerConfig server;
   FirmwareConfig firmware;
   EnergyConfig energy;
   FaultsConfig faults;

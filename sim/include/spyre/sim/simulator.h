@@ -24,6 +24,10 @@ class HostLink {
   virtual bool dma_write(uint64_t iova, const void* src, uint64_t n) = 0;
   /// Delivers MSI-X vector `vector`.
   virtual void raise_irq(uint32_t vector) = 0;
+  /// Whether [iova, iova + n) lies in a mapping of another card's memory window (peer-to-peer):
+  /// then that card in `card` and the range's device address there in `addr`, and the card's DMA
+  /// crosses the server's switch to it instead of calling dma_read or dma_write.
+  virtual bool peer_window(uint64_t /*iova*/, uint64_t /*n*/, uint32_t* /*card*/, uint64_t* /*addr*/) { return false; }
 };
 
 /// Paths of the report files written by flush_reports(); empty when not configured.
@@ -63,12 +67,6 @@ class Simulator {
   /// reads block until the model answered. Thread-safe.
   virtual uint32_t mmio_read(uint32_t card, uint32_t offset) = 0;
   virtual void mmio_write(uint32_t card, uint32_t offset, uint32_t value) = 0;
-
-  /// Card `card`'s device memory as another card's DMA reaches it across the PCIe fabric (its
-  /// memory window, for peer-to-peer copies): `n` bytes at `offset`. False when the range leaves
-  /// device memory. Called only from the simulator thread, by a HostLink serving a card's DMA.
-  virtual bool peer_read(uint32_t card, uint64_t offset, void* dst, uint64_t n) = 0;
-  virtual bool peer_write(uint32_t card, uint64_t offset, const void* src, uint64_t n) = 0;
 
   /// Simulator service, not part of the wire: a host thread will block until queue `queue` of
   /// card `card` completes `seq`. With `sim.host_paced`, simulated time advances only while some

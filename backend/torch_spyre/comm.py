@@ -1,0 +1,257 @@
+"""Collectives among the cards of one server, run by the cards themselves: the bytes cross the
+server's PCIe switch by peer-to-peer DMA, and the reductions run on the receiving card's cores.
+One process drives every card, as with ``torch.cuda.nccl``: each call takes one tensor per card.
+
+    import torch_spyre.comm as comm
+    xs = [torch.randn(n, device=f"spyre:{i}") for i in range(4)]
+    comm.all_reduce(xs)          # in place: every xs[i] holds the sum
+
+The call returns once the work is queued. Each card's current stream waits for it before what
+comes next on that stream, as if the collective had run there; the host waits only when it reads
+a result. Two algorithms (``algorithm=``, or chosen by size):
+
+- ``"ring"``: reduce-scatter, then all-gather, around the ring 0 -> 1 -> ... -> N-1 -> 0. Each
+  card's buffer is cut in N chunks and each chunk in slices, which pipeline: one slice crosses
+  the switch while the one before it is added. Every card sends and receives 2(N-1)/N of the
+  buffer, the least any all-reduce can (bandwidth-optimal), in 2(N-1) steps.
+- ``"tree"``: reduce up a binary tree to card 0, then broadcast down it: 2 ceil(log2 N) steps of
+  the whole buffer. Fewer steps than the ring, for small tensors, whose time is latency.
+
+The timings these take are modelled (docs/architect-guide.md, "Several cards");
+``benchmarks/collectives.py`` prints the bus bandwidth.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Sequence
+
+import torch
+
+from . import _C
+
+# Below this many bytes the tree's fewer steps beat the ring's smaller messages
+# (benchmarks/collectives.py measures the crossover on the default config).
+TREE_BELOW_BYTES = 512 * 1024
+# A ring slice of at least this many bytes: each slice pays a copy's and a kernel's fixed costs.
+SLICE_BYTES = 1 << 20
+
+_REDUCE: dict[str, Callable[[torch.Tensor, torch.Tensor], object]] = {
+    "sum": lambda acc, x: acc.add_(x),
+    "avg": lambda acc, x: acc.add_(x),  # divided by N once, by the card that completes the sum
+    "product": lambda acc, x: acc.mul_(x),
+    "max": lambda acc, x: torch.maximum(acc, x, out=acc),
+    "min": lambda acc, x: torch.minimum(acc, x, out=acc),
+}
+
+# Each card's two streams for collectives: what it sends, and what it adds (a wait for an arriving
+# slice must not hold up the sends queued behind it).
+_streams: dict[int, tuple[torch.Stream, torch.Stream]] = {}
+
+
+def _card_streams(index: int) -> tuple[torch.Stream, torch.Stream]:
+    if index not in _streams:
+        device = torch.device("spyre", index)
+        _streams[index] = (torch.Stream(device=device), torch.Stream(device=device))
+    return _streams[index]
+
+
+def _check(tensors: Sequence[torch.Tensor], op: str) -> list[int]:
+    if op not in _REDUCE:
+        raise ValueError(f"torch_spyre.comm: op must be one of {sorted(_REDUCE)}, not {op!r}")
+    if len(tensors) < 1:
+        raise ValueError("torch_spyre.comm: needs one tensor per card, got none")
+    first = tensors[0]
+    cards = []
+    for t in tensors:
+        if not isinstance(t, torch.Tensor) or t.device.type != "spyre":
+            raise TypeError(f"torch_spyre.comm: every tensor must be on a spyre device, not {getattr(t, 'device', t)}")
+        if t.dtype != first.dtype or t.shape != first.shape:
+            raise ValueError(
+                f"torch_spyre.comm: every tensor must have one dtype and shape: {first.dtype} {tuple(first.shape)} "
+                f"and {t.dtype} {tuple(t.shape)}"
+            )
+        if not t.is_contiguous():
+            raise ValueError("torch_spyre.comm: the tensors must be contiguous")
+        cards.append(t.device.index)
+    if len(set(cards)) != len(cards):
+        raise ValueError(f"torch_spyre.comm: one tensor per card; cards {cards} repeat")
+    if op == "avg" and not first.is_floating_point():
+        raise ValueError(f"torch_spyre.comm: op 'avg' needs a floating-point dtype, not {first.dtype}")
+    return cards
+
+
+class _Schedule:
+    """Queues the work of one collective on the cards' collective streams, in dependency order,
+    and ties the cards' current streams to it at both ends."""
+
+    def __init__(self, cards: list[int]):
+        self.cards = cards
+        self.current = [torch.accelerator.current_stream(torch.device("spyre", c)) for c in cards]
+        self.send = [_card_streams(c)[0] for c in cards]
+        self.add = [_card_streams(c)[1] for c in cards]
+        start = [self._record(s) for s in self.current]
+        for i, ev in enumerate(start):  # what the caller queued before comes first
+            self.send[i].wait_event(ev)
+            self.add[i].wait_event(ev)
+
+    @staticmethod
+    def _record(stream: torch.Stream) -> torch.Event:
+        ev = torch.Event(device=stream.device)
+        ev.record(stream)
+        return ev
+
+    def copy(self, i: int, dst: torch.Tensor, src: torch.Tensor, after: Sequence[torch.Event | None]) -> torch.Event:
+        """Card i's DMA copies src (its own) into dst (another card's), once `after` are reached."""
+        stream = self.send[i]
+        for ev in after:
+            if ev is not None:
+                stream.wait_event(ev)
+        with stream:
+            _C._peer_copy_async(dst, src)
+        return self._record(stream)
+
+    def reduce(self, i: int, fn: Callable, acc: torch.Tensor, x: torch.Tensor, after: torch.Event) -> torch.Event:
+        stream = self.add[i]
+        stream.wait_event(after)
+        with stream:
+            fn(acc, x)
+        return self._record(stream)
+
+    def scale(self, i: int, t: torch.Tensor, by: float, after: torch.Event | None) -> torch.Event:
+        stream = self.add[i]
+        if after is not None:
+            stream.wait_event(after)
+        with stream:
+            t.div_(by)
+        return self._record(stream)
+
+    def finish(self, arrivals: list[list[torch.Event]]) -> None:
+        """Each card's current stream waits for its own collective streams and for the copies
+        that land in it (`arrivals[i]`)."""
+        for i, cur in enumerate(self.current):
+            cur.wait_event(self._record(self.send[i]))
+            cur.wait_event(self._record(self.add[i]))
+            for ev in arrivals[i]:
+                cur.wait_event(ev)
+
+
+def _ring(sched: _Schedule, bufs: list[torch.Tensor], fn: Callable, avg: bool, slices: int) -> None:
+    n = len(bufs)
+    count = bufs[0].numel()
+    bounds = [count * c // n for c in range(n + 1)]
+
+    def piece(buf: torch.Tensor, c: int, k: int) -> torch.Tensor:
+        lo, hi = bounds[c], bounds[c + 1]
+        return buf[lo + -(-(hi - lo) * k // slices) : lo + -(-(hi - lo) * (k + 1) // slices)]
+
+    longest = max(piece(bufs[0], c, k).numel() for c in range(n) for k in range(slices))
+    slots = 2 * slices  # staging slots per card: one step's slices arriving while the last's are added
+    staging = [torch.empty(slots * longest, dtype=b.dtype, device=b.device) for b in bufs]
+    added: dict[tuple[int, int, int], torch.Event] = {}  # (card, step, slice) -> its reduction done
+    slot_free: dict[tuple[int, int], torch.Event] = {}  # (card, slot) -> the reduction that read it
+    sent: dict[tuple[int, int, int], torch.Event] = {}
+    use = 0
+    # Reduce-scatter: at step s card i sends chunk (i - s) mod n to card i + 1, which reduces it into
+    # its own; after n - 1 steps card i holds chunk (i + 1) mod n reduced over every card.
+    for s in range(n - 1):
+        for k in range(slices):
+            slot = use % slots
+            use += 1
+            for i in range(n):
+                j = (i + 1) % n
+                src = piece(bufs[i], (i - s) % n, k)
+                if src.numel() == 0:
+                    continue
+                land = staging[j][slot * longest : slot * longest + src.numel()]
+                sent[i, s, k] = sched.copy(i, land, src, [added.get((i, s - 1, k)), slot_free.get((j, slot))])
+            for i in range(n):
+                j = (i + 1) % n
+                if (i, s, k) not in sent:
+                    continue
+                acc = piece(bufs[j], (i - s) % n, k)
+                land = staging[j][slot * longest : slot * longest + acc.numel()]
+                added[j, s, k] = slot_free[j, slot] = sched.reduce(j, fn, acc, land, sent[i, s, k])
+    last = n - 2
+    if avg:
+        for i in range(n):
+            for k in range(slices):
+                owned = piece(bufs[i], (i + 1) % n, k)
+                if owned.numel():
+                    added[i, last, k] = sched.scale(i, owned, n, added.get((i, last, k)))
+    # All-gather: at step s card i passes chunk (i + 1 - s) mod n, complete, to card i + 1.
+    arrivals: list[list[torch.Event]] = [[] for _ in range(n)]
+    got: dict[tuple[int, int, int], torch.Event] = {}  # (card, step, slice) -> its chunk arrived
+    for s in range(n - 1):
+        for k in range(slices):
+            for i in range(n):
+                j = (i + 1) % n
+                src = piece(bufs[i], (i + 1 - s) % n, k)
+                if src.numel() == 0:
+                    continue
+                ready = added.get((i, last, k)) if s == 0 else got.get((i, s - 1, k))
+                got[j, s, k] = sched.copy(i, piece(bufs[j], (i + 1 - s) % n, k), src, [ready])
+                arrivals[j].append(got[j, s, k])
+    sched.finish(arrivals)  # the staging was allocated on the current streams, which now wait for it
+
+
+def _tree(sched: _Schedule, bufs: list[torch.Tensor], fn: Callable, avg: bool) -> None:
+    n = len(bufs)
+    staging = [torch.empty_like(b) for b in bufs]
+    done: list[torch.Event | None] = [None] * n  # each card's last reduction or arrival
+    arrivals: list[list[torch.Event]] = [[] for _ in range(n)]
+    span = 1
+    while span < n:  # reduce: card i takes card i + span's partial sum
+        for i in range(0, n - span, 2 * span):
+            arrived = sched.copy(i + span, staging[i], bufs[i + span], [done[i + span], done[i]])
+            done[i] = sched.reduce(i, fn, bufs[i], staging[i], arrived)
+        span *= 2
+    if avg:
+        done[0] = sched.scale(0, bufs[0], n, done[0])
+    while span > 1:  # broadcast: card i gives the result to card i + span / 2
+        span //= 2
+        for i in range(0, n - span, 2 * span):
+            done[i + span] = sched.copy(i, bufs[i + span], bufs[i], [done[i], done[i + span]])
+            arrivals[i + span].append(done[i + span])
+    sched.finish(arrivals)
+
+
+def all_reduce(
+    tensors: Sequence[torch.Tensor], op: str = "sum", algorithm: str | None = None, slices: int | None = None
+) -> None:
+    """Reduces ``tensors`` (one per card, same dtype and shape, contiguous) elementwise with ``op``
+    (``"sum"``, ``"avg"``, ``"product"``, ``"max"``, ``"min"``) and writes the result into each.
+    ``algorithm``: ``"ring"``, ``"tree"`` or None (tree below ``TREE_BELOW_BYTES``, ring above);
+    ``slices``: how many pieces each ring chunk is cut into for pipelining (None: one per
+    ``SLICE_BYTES`` of a chunk, from 1 to 8)."""
+    cards = _check(tensors, op)
+    if algorithm not in (None, "ring", "tree"):
+        raise ValueError(f"torch_spyre.comm: algorithm must be 'ring', 'tree' or None, not {algorithm!r}")
+    if slices is not None and (not isinstance(slices, int) or slices < 1):
+        raise ValueError(f"torch_spyre.comm: slices must be a positive int, not {slices!r}")
+    bufs = [t.view(-1) for t in tensors]
+    if len(bufs) == 1 or bufs[0].numel() == 0:
+        return
+    if algorithm is None:
+        algorithm = "tree" if bufs[0].nbytes < TREE_BELOW_BYTES else "ring"
+    if slices is None:
+        slices = min(8, max(1, bufs[0].nbytes // len(bufs) // SLICE_BYTES))
+    sched = _Schedule(cards)
+    if algorithm == "ring":
+        _ring(sched, bufs, _REDUCE[op], op == "avg", slices)
+    else:
+        _tree(sched, bufs, _REDUCE[op], op == "avg")
+
+
+def ring_seconds(nbytes: int, cards: int, link_gbps: float) -> float:
+    """The ring's analytical time for ``nbytes`` on ``cards`` cards whose links carry
+    ``link_gbps`` GB/s of data each way: 2(N-1)/N of the buffer through each card's link."""
+    return 2 * (cards - 1) / cards * nbytes / (link_gbps * 1e9) if cards > 1 else 0.0
+
+
+def bus_bandwidth(nbytes: int, cards: int, seconds: float) -> float:
+    """All-reduce bus bandwidth in GB/s as nccl-tests defines it: size / time * 2(N-1)/N."""
+    return nbytes / seconds * 2 * (cards - 1) / cards / 1e9 if seconds > 0 else math.inf
+
+
+__all__ = ["TREE_BELOW_BYTES", "all_reduce", "bus_bandwidth", "ring_seconds"]
