@@ -169,6 +169,7 @@ TEST_CASE("a link booked ahead still carries a transfer booked later for an earl
   CHECK(link.reserve_ps(t0, 65536) == t0 + 1'024'000);
   // Capacity is kept: 640 KB more from 5 us fill 5..10 us (320 KB) and 20..25 us (the rest).
   CHECK(link.reserve_ps(t0 + 5'000'000, 640'000) == t0 + 25'000'000);
+  CHECK(link.reserve_ps(t0 + 3'000'000, 0) == t0 + 3'000'000);  // nothing to carry: done at once
   // One packet slips between the packets already booked: 280 bytes take 4375 ps.
   CHECK(link.pass_ps(t0 + 12'000'000, 280) == t0 + 12'004'375);
   CHECK(link.bytes() == 640'000 + 65536 + 640'000 + 280);

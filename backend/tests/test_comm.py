@@ -70,7 +70,11 @@ def test_all_reduce_matches_cpu_for_every_op_dtype_size_and_algorithm(tmp_path):
                             tol = {torch.float32: 1e-5, torch.bfloat16: 2e-2, torch.int64: 0}[dtype]
                             torch.testing.assert_close(got[0], want, rtol=tol, atol=tol)
                             checks += 1
-        # A 2-D tensor, reduced in place and still the caller's tensor.
+        # A 2-D tensor, reduced in place and still the caller's tensor; a parameter (a leaf that
+        # requires grad) reduces as data, as DDP reduces gradients.
+        w = [torch.nn.Parameter(torch.ones(3, device=f"spyre:{i}")) for i in range(2)]
+        comm.all_reduce(w)
+        assert torch.equal(w[1].detach().cpu(), torch.full((3,), 2.0)) and w[1].requires_grad
         xs = [torch.full((5, 7), float(i + 1), device=f"spyre:{i}") for i in range(4)]
         ptrs = [x.data_ptr() for x in xs]
         comm.all_reduce(xs, slices=3)

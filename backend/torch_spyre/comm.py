@@ -236,11 +236,12 @@ def all_reduce(
         algorithm = "tree" if bufs[0].nbytes < TREE_BELOW_BYTES else "ring"
     if slices is None:
         slices = min(8, max(1, bufs[0].nbytes // len(bufs) // SLICE_BYTES))
-    sched = _Schedule(cards)
-    if algorithm == "ring":
-        _ring(sched, bufs, _REDUCE[op], op == "avg", slices)
-    else:
-        _tree(sched, bufs, _REDUCE[op], op == "avg")
+    with torch.no_grad():  # data movement, as NCCL's: no autograd graph, leaves that require grad included
+        sched = _Schedule(cards)
+        if algorithm == "ring":
+            _ring(sched, bufs, _REDUCE[op], op == "avg", slices)
+        else:
+            _tree(sched, bufs, _REDUCE[op], op == "avg")
 
 
 def ring_seconds(nbytes: int, cards: int, link_gbps: float) -> float:

@@ -32,7 +32,7 @@ SwitchStats Server::stats() const {
   return {of(crossbar_), of(host_up_), of(host_down_)};
 }
 
-uint64_t Server::path(FluidServer& a, FluidServer* b, FluidServer& c, uint64_t at_ps, uint64_t wire) const {
+uint64_t Server::path(FluidServer& a, FluidServer* b, FluidServer& c, uint64_t at_ps, uint64_t wire) {
   const uint64_t packet = uint64_t{config_.pcie.max_payload_bytes} + config_.pcie.packet_overhead_bytes;
   uint64_t done = std::max(book(a, at_ps, wire, packet), book(c, at_ps, wire, packet));
   if (b) done = std::max(done, book(*b, at_ps, wire, packet));

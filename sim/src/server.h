@@ -73,7 +73,7 @@ class Server {
 
   /// Books `wire` bytes on links `a` and `c` and (unless nullptr) the shared `b` between them,
   /// all from `at_ps`; returns when the slowest has carried them.
-  uint64_t path(FluidServer& a, FluidServer* b, FluidServer& c, uint64_t at_ps, uint64_t wire) const;
+  uint64_t path(FluidServer& a, FluidServer* b, FluidServer& c, uint64_t at_ps, uint64_t wire);
 
   const Config& config_;
   std::vector<Port> ports_;

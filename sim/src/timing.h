@@ -99,6 +99,7 @@ class FluidServer {
 
   /// Reserves `bytes` from `at_ps` on; returns when the last of them has passed.
   uint64_t reserve_ps(uint64_t at_ps, uint64_t bytes) {
+    if (bytes == 0) return at_ps;
     busy_ += static_cast<uint64_t>(static_cast<double>(bytes) * ps_per_byte_ + 0.5);
     bytes_ += bytes;
     const uint64_t now_slot = sc_core::sc_time_stamp().value() / kSlotPs;
