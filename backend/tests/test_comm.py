@@ -186,3 +186,39 @@ def test_a_captured_all_reduce_replays_to_the_same_cycles(tmp_path):
     summary = json.loads(proc.stdout)
     assert summary["cycles"] == live == summary["captured_cycles"]
     assert summary["missing_reads"] == 0 and summary["diverged_writes"] == 0
+
+
+def test_a_collective_writes_no_card_memory_that_work_queued_before_it_still_reads(tmp_path):
+    """Card 0's current stream still has a long chain queued, and after it a kernel that reads
+    `tmp`, freed at once on the host. The tree's staging on card 0 takes tmp's block back from the
+    allocator; card 1's copy into it must wait for card 0's queued work, or the kernel reads card
+    1's bytes instead of tmp's (it did: each card's sends waited for their own card only)."""
+    run(
+        tmp_path,
+        {"sim": {"devices": 2}},
+        """
+        import torch, torch_spyre
+        import torch_spyre.comm as comm
+        n = 1 << 16
+        host_tmp = torch.arange(float(n))
+        a = torch.randn(1024, 1024, device="spyre:0")
+        xs = [torch.full((n,), 5.0, device="spyre:0"), torch.full((n,), 7.0, device="spyre:1")]
+        tmp = host_tmp.to("spyre:0")
+        # Every kernel below runs once first: loading a program waits on the host, and a wait lets
+        # the cards run what is queued, which would close the window.
+        w = a
+        for _ in range(6):
+            w = w @ w * 1e-3
+        _ = (tmp + w[0, 0] * 0) * 2
+        comm.all_reduce([torch.ones(n, device="spyre:0"), torch.ones(n, device="spyre:1")], algorithm="tree")
+        torch.spyre.synchronize(0)
+        torch.spyre.synchronize(1)
+        for _ in range(6):  # some 200 us of work on card 0's current stream
+            a = a @ a * 1e-3
+        r = (tmp + a[0, 0] * 0) * 2  # reads tmp after the chain
+        del tmp  # its block goes back to card 0's current stream at once
+        comm.all_reduce(xs, algorithm="tree")
+        assert torch.equal(r.cpu(), host_tmp * 2)
+        assert torch.equal(xs[0].cpu(), torch.full((n,), 12.0))
+        """,
+    )

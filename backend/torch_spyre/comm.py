@@ -33,7 +33,8 @@ from . import _C
 # Below this many bytes the tree's fewer steps beat the ring's smaller messages
 # (benchmarks/collectives.py measures the crossover on the default config).
 TREE_BELOW_BYTES = 512 * 1024
-# A ring slice of at least this many bytes: each slice pays a copy's and a kernel's fixed costs.
+# A ring chunk is cut in one slice per this many bytes (1 to 8 slices): each slice pays a copy's and
+# a kernel's fixed costs.
 SLICE_BYTES = 1 << 20
 
 _REDUCE: dict[str, Callable[[torch.Tensor, torch.Tensor], object]] = {
@@ -91,9 +92,13 @@ class _Schedule:
         self.send = [_card_streams(c)[0] for c in cards]
         self.add = [_card_streams(c)[1] for c in cards]
         start = [self._record(s) for s in self.current]
-        for i, ev in enumerate(start):  # what the caller queued before comes first
-            self.send[i].wait_event(ev)
-            self.add[i].wait_event(ev)
+        # What the callers queued before comes first, on every card: a card's copies land in other
+        # cards' memory (staging the allocator may have just freed there, a buffer a kernel queued
+        # there still reads), so each card's sends wait for every card's start.
+        for i in range(len(cards)):
+            for ev in start:
+                self.send[i].wait_event(ev)
+            self.add[i].wait_event(start[i])
 
     @staticmethod
     def _record(stream: torch.Stream) -> torch.Event:

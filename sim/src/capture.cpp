@@ -192,6 +192,9 @@ Capture Capture::load(const std::string& path) {
     e.size = r.size;
     (e.kind == CaptureEvent::Kind::kPeer ? e.peer_addr : e.hash) = r.hash;
     // A launch's core mask has 64 bits: no core of a card is numbered beyond them.
+    if (e.kind == CaptureEvent::Kind::kPeer && e.value >= 16) {  // sim.devices allows 16 cards
+      throw std::runtime_error(fmt::format("capture: '{}' has DMA to card {}; a server has at most 16", path, e.value));
+    }
     if (e.kind == CaptureEvent::Kind::kIndices && e.value >= 64) {
       throw std::runtime_error(
           fmt::format("capture: '{}' has indices of core {}; a card has at most 64", path, e.value));

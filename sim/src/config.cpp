@@ -188,7 +188,7 @@ Config from_tree(const json& j) {
   get(j, "pcie", "packet_overhead_bytes", c.pcie.packet_overhead_bytes, 0, 4096);
   get(j, "server", "switch_gbps", c.server.switch_gbps, 0.001, 1e5);
   get(j, "server", "switch_latency_ns", c.server.switch_latency_ns, 0, 1e7);
-  get(j, "server", "host_port_gbps", c.server.host_port_gbps, 0.001, 1e4);
+  get(j, "server", "host_port_gbps", c.server.host_port_gbps, 0, 1e4);
   get(j, "energy", "pt_pj_per_flop", c.energy.pt_pj_per_flop, 0, 1e6);
   get(j, "energy", "sfp_pj_per_element", c.energy.sfp_pj_per_element, 0, 1e6);
   get(j, "energy", "memory_pj_per_byte", c.energy.memory_pj_per_byte, 0, 1e6);

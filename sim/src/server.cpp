@@ -13,13 +13,18 @@ uint64_t book(FluidServer& s, uint64_t at_ps, uint64_t bytes, uint64_t packet) {
   return bytes <= packet ? s.pass_ps(at_ps, bytes) : s.reserve_ps(at_ps, bytes);
 }
 
+// The upstream port: as fast as a card's link unless the config says otherwise.
+double host_port_gbps(const Config& c) {
+  return c.server.host_port_gbps > 0 ? c.server.host_port_gbps : c.pcie.bandwidth_gbps;
+}
+
 }  // namespace
 
 Server::Server(const Config& config)
     : config_(config),
       crossbar_(config.server.switch_gbps),
-      host_up_(config.server.host_port_gbps),
-      host_down_(config.server.host_port_gbps) {}
+      host_up_(host_port_gbps(config)),
+      host_down_(host_port_gbps(config)) {}
 
 void Server::add_card(uint32_t card, MemoryPort memory) {
   if (card != ports_.size()) throw std::logic_error("server: cards join in order");
@@ -46,7 +51,8 @@ uint64_t Server::host_transfer(uint32_t card, bool to_host, uint64_t at_ps, uint
 
 bool Server::peer_write(uint32_t card, uint32_t peer, uint64_t addr, const uint8_t* src, uint64_t n, uint64_t wire,
                         bool timed, sc_core::sc_time& delay, tlm::tlm_response_status* status) {
-  auto* data = const_cast<uint8_t*>(src);  // a write payload is only read
+  if (peer >= ports_.size()) return false;  // no such card behind the switch: a DMA fault
+  auto* data = const_cast<uint8_t*>(src);   // a write payload is only read
   if (!timed) {
     sc_core::sc_time ignored = sc_core::SC_ZERO_TIME;
     return ports_.at(peer).memory(tlm::TLM_WRITE_COMMAND, addr, data, n, ignored, status);
@@ -65,6 +71,7 @@ bool Server::peer_write(uint32_t card, uint32_t peer, uint64_t addr, const uint8
 
 bool Server::peer_read(uint32_t card, uint32_t peer, uint64_t addr, uint8_t* dst, uint64_t n, uint64_t wire, bool timed,
                        sc_core::sc_time& delay, tlm::tlm_response_status* status) {
+  if (peer >= ports_.size()) return false;
   if (!timed) {
     sc_core::sc_time ignored = sc_core::SC_ZERO_TIME;
     return ports_.at(peer).memory(tlm::TLM_READ_COMMAND, addr, dst, n, ignored, status);

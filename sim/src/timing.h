@@ -91,7 +91,9 @@ class BandwidthServer {
 /// port): its bandwidth is cut into 1 us slots, and a request fills the free capacity of the slots
 /// from its start on. A DMA engine books a whole copy at once, far ahead of simulated time; with
 /// BandwidthServer's single next-free time, a 64-byte descriptor fetch booked a moment later for
-/// now would wait behind all of it, where the link interleaves their packets.
+/// now would wait behind all of it, where the link interleaves their packets. A slot fills from its
+/// start: a booking that starts mid-slot counts the slot's earlier part as used, so a later booking
+/// for that earlier moment goes after it (an error below 1 us per booking).
 class FluidServer {
  public:
   explicit FluidServer(double bytes_per_ns)

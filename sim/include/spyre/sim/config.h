@@ -68,7 +68,7 @@ struct PcieConfig {
 struct ServerConfig {
   double switch_gbps = 512.0;        // the switch's crossbar, aggregate over its ports, per direction
   uint32_t switch_latency_ns = 150;  // one way, card to card through the switch
-  double host_port_gbps = 64.0;      // the upstream port to the host, per direction (Gen5 x16)
+  double host_port_gbps = 0;         // the upstream port to the host, per direction; 0: pcie.bandwidth_gbps
 };
 
 /// Energy per unit of work, for the estimate in the stats (all assumptions: see the architect guide).
