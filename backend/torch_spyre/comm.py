@@ -91,14 +91,12 @@ class _Schedule:
         self.current = [torch.accelerator.current_stream(torch.device("spyre", c)) for c in cards]
         self.send = [_card_streams(c)[0] for c in cards]
         self.add = [_card_streams(c)[1] for c in cards]
-        start = [self._record(s) for s in self.current]
-        # What the callers queued before comes first, on every card: a card's copies land in other
-        # cards' memory (staging the allocator may have just freed there, a buffer a kernel queued
-        # there still reads), so each card's sends wait for every card's start.
-        for i in range(len(cards)):
-            for ev in start:
-                self.send[i].wait_event(ev)
-            self.add[i].wait_event(start[i])
+        self.start = [self._record(s) for s in self.current]
+        self.index = {c: i for i, c in enumerate(cards)}
+        self.reached: set[tuple[int, int]] = set()  # (sender, receiver): the receiver's start awaited
+        for i, ev in enumerate(self.start):  # what the caller queued before comes first
+            self.send[i].wait_event(ev)
+            self.add[i].wait_event(ev)
 
     @staticmethod
     def _record(stream: torch.Stream) -> torch.Event:
@@ -109,6 +107,12 @@ class _Schedule:
     def copy(self, i: int, dst: torch.Tensor, src: torch.Tensor, after: Sequence[torch.Event | None]) -> torch.Event:
         """Card i's DMA copies src (its own) into dst (another card's), once `after` are reached."""
         stream = self.send[i]
+        # The copy lands in the receiver's memory: staging the allocator may just have freed there,
+        # or a buffer that work the caller queued there still reads. It waits for that work too.
+        j = self.index[dst.device.index]
+        if (i, j) not in self.reached:
+            self.reached.add((i, j))
+            stream.wait_event(self.start[j])
         for ev in after:
             if ev is not None:
                 stream.wait_event(ev)
