@@ -94,6 +94,9 @@ class _Schedule:
         self.start = [self._record(s) for s in self.current]
         self.index = {c: i for i, c in enumerate(cards)}
         self.reached: set[tuple[int, int]] = set()  # (sender, receiver): the receiver's start awaited
+        # (sender, receiver) -> the sender's last copy into the receiver's result; the send stream is
+        # in order, so the receiver's current stream waits for that one alone (finish).
+        self.landed: dict[tuple[int, int], torch.Event] = {}
         for i, ev in enumerate(self.start):  # what the caller queued before comes first
             self.send[i].wait_event(ev)
             self.add[i].wait_event(ev)
@@ -104,8 +107,11 @@ class _Schedule:
         ev.record(stream)
         return ev
 
-    def copy(self, i: int, dst: torch.Tensor, src: torch.Tensor, after: Sequence[torch.Event | None]) -> torch.Event:
-        """Card i's DMA copies src (its own) into dst (another card's), once `after` are reached."""
+    def copy(
+        self, i: int, dst: torch.Tensor, src: torch.Tensor, after: Sequence[torch.Event | None], result: bool = False
+    ) -> torch.Event:
+        """Card i's DMA copies src (its own) into dst (another card's), once `after` are reached;
+        `result`: dst is the caller's tensor (not staging, which a reduction on its card reads)."""
         stream = self.send[i]
         # The copy lands in the receiver's memory: staging the allocator may just have freed there,
         # or a buffer that work the caller queued there still reads. It waits for that work too.
@@ -118,7 +124,10 @@ class _Schedule:
                 stream.wait_event(ev)
         with stream:
             _C._peer_copy_async(dst, src)
-        return self._record(stream)
+        ev = self._record(stream)
+        if result:
+            self.landed[i, j] = ev
+        return ev
 
     def reduce(self, i: int, fn: Callable, acc: torch.Tensor, x: torch.Tensor, after: torch.Event) -> torch.Event:
         stream = self.add[i]
@@ -135,14 +144,15 @@ class _Schedule:
             t.div_(by)
         return self._record(stream)
 
-    def finish(self, arrivals: list[list[torch.Event]]) -> None:
+    def finish(self) -> None:
         """Each card's current stream waits for its own collective streams and for the copies
-        that land in it (`arrivals[i]`)."""
+        that landed in its result (those into staging, its reductions waited for). The staging was
+        allocated on the current streams, so it is not reused before the collective is done with it."""
         for i, cur in enumerate(self.current):
             cur.wait_event(self._record(self.send[i]))
             cur.wait_event(self._record(self.add[i]))
-            for ev in arrivals[i]:
-                cur.wait_event(ev)
+        for (_, j), ev in self.landed.items():
+            self.current[j].wait_event(ev)
 
 
 def _ring(sched: _Schedule, bufs: list[torch.Tensor], fn: Callable, avg: bool, slices: int) -> None:
@@ -159,7 +169,6 @@ def _ring(sched: _Schedule, bufs: list[torch.Tensor], fn: Callable, avg: bool, s
     staging = [torch.empty(slots * longest, dtype=b.dtype, device=b.device) for b in bufs]
     added: dict[tuple[int, int, int], torch.Event] = {}  # (card, step, slice) -> its reduction done
     slot_free: dict[tuple[int, int], torch.Event] = {}  # (card, slot) -> the reduction that read it
-    sent: dict[tuple[int, int, int], torch.Event] = {}
     use = 0
     # Reduce-scatter: at step s card i sends chunk (i - s) mod n to card i + 1, which reduces it into
     # its own; after n - 1 steps card i holds chunk (i + 1) mod n reduced over every card.
@@ -167,20 +176,17 @@ def _ring(sched: _Schedule, bufs: list[torch.Tensor], fn: Callable, avg: bool, s
         for k in range(slices):
             slot = use % slots
             use += 1
+            landed = []  # (receiver, its chunk's slice, where the sender's slice landed, the copy's event)
             for i in range(n):
                 j = (i + 1) % n
                 src = piece(bufs[i], (i - s) % n, k)
                 if src.numel() == 0:
                     continue
                 land = staging[j][slot * longest : slot * longest + src.numel()]
-                sent[i, s, k] = sched.copy(i, land, src, [added.get((i, s - 1, k)), slot_free.get((j, slot))])
-            for i in range(n):
-                j = (i + 1) % n
-                if (i, s, k) not in sent:
-                    continue
-                acc = piece(bufs[j], (i - s) % n, k)
-                land = staging[j][slot * longest : slot * longest + acc.numel()]
-                added[j, s, k] = slot_free[j, slot] = sched.reduce(j, fn, acc, land, sent[i, s, k])
+                ev = sched.copy(i, land, src, [added.get((i, s - 1, k)), slot_free.get((j, slot))])
+                landed.append((j, piece(bufs[j], (i - s) % n, k), land, ev))
+            for j, acc, land, ev in landed:
+                added[j, s, k] = slot_free[j, slot] = sched.reduce(j, fn, acc, land, ev)
     last = n - 2
     if avg:
         for i in range(n):
@@ -189,7 +195,6 @@ def _ring(sched: _Schedule, bufs: list[torch.Tensor], fn: Callable, avg: bool, s
                 if owned.numel():
                     added[i, last, k] = sched.scale(i, owned, n, added.get((i, last, k)))
     # All-gather: at step s card i passes chunk (i + 1 - s) mod n, complete, to card i + 1.
-    arrivals: list[list[torch.Event]] = [[] for _ in range(n)]
     got: dict[tuple[int, int, int], torch.Event] = {}  # (card, step, slice) -> its chunk arrived
     for s in range(n - 1):
         for k in range(slices):
@@ -199,16 +204,14 @@ def _ring(sched: _Schedule, bufs: list[torch.Tensor], fn: Callable, avg: bool, s
                 if src.numel() == 0:
                     continue
                 ready = added.get((i, last, k)) if s == 0 else got.get((i, s - 1, k))
-                got[j, s, k] = sched.copy(i, piece(bufs[j], (i + 1 - s) % n, k), src, [ready])
-                arrivals[j].append(got[j, s, k])
-    sched.finish(arrivals)  # the staging was allocated on the current streams, which now wait for it
+                got[j, s, k] = sched.copy(i, piece(bufs[j], (i + 1 - s) % n, k), src, [ready], result=True)
+    sched.finish()
 
 
 def _tree(sched: _Schedule, bufs: list[torch.Tensor], fn: Callable, avg: bool) -> None:
     n = len(bufs)
     staging = [torch.empty_like(b) for b in bufs]
     done: list[torch.Event | None] = [None] * n  # each card's last reduction or arrival
-    arrivals: list[list[torch.Event]] = [[] for _ in range(n)]
     span = 1
     while span < n:  # reduce: card i takes card i + span's partial sum
         for i in range(0, n - span, 2 * span):
@@ -220,9 +223,8 @@ def _tree(sched: _Schedule, bufs: list[torch.Tensor], fn: Callable, avg: bool) -
     while span > 1:  # broadcast: card i gives the result to card i + span / 2
         span //= 2
         for i in range(0, n - span, 2 * span):
-            done[i + span] = sched.copy(i, bufs[i + span], bufs[i], [done[i], done[i + span]])
-            arrivals[i + span].append(done[i + span])
-    sched.finish(arrivals)
+            done[i + span] = sched.copy(i, bufs[i + span], bufs[i], [done[i], done[i + span]], result=True)
+    sched.finish()
 
 
 def all_reduce(
