@@ -302,6 +302,42 @@ PYBIND11_MODULE(_C, m) {
                             src.nbytes());
     END_HANDLE_TH_ERRORS_PYBIND
   });
+  // Memory shared between processes of one spyre-simd, for torch.distributed's collectives on the
+  // cards (torch_spyre/_group_comm.py). Addresses are device addresses and IOVAs, as ints.
+  m.def("_ipc_export", [](int index) {
+    HANDLE_TH_ERRORS
+    return DeviceRuntime::get(index).ipc_export();
+    END_HANDLE_TH_ERRORS_PYBIND
+  });
+  m.def("_ipc_open", [](int index, uint64_t handle) {
+    HANDLE_TH_ERRORS
+    const auto w = DeviceRuntime::get(index).ipc_open(handle);
+    return py::make_tuple(w.iova, w.card, w.addr, w.bytes);
+    END_HANDLE_TH_ERRORS_PYBIND
+  });
+  // src's bytes to `iova` (inside an _ipc_open window), queued on the current stream of src's card.
+  m.def("_copy_to_iova_async", [](uint64_t iova, const at::Tensor& src) {
+    HANDLE_TH_ERRORS
+    TORCH_CHECK_VALUE(src.is_privateuseone() && src.is_contiguous(),
+                      "spyre: _copy_to_iova_async copies a contiguous spyre tensor, not one on ", src.device());
+    const c10::DeviceGuard guard(src.device());
+    DeviceRuntime::get(src.device().index()).copy_to_iova_async(iova, spyre::backend::device_addr(src), src.nbytes());
+    END_HANDLE_TH_ERRORS_PYBIND
+  });
+  m.def("_stream_wait_value", [](int index, int64_t stream, uint64_t iova, uint64_t value) {
+    HANDLE_TH_ERRORS
+    DeviceRuntime& rt = DeviceRuntime::get(index);
+    rt.check_stream(stream);
+    rt.wait_value(stream, iova, value);
+    END_HANDLE_TH_ERRORS_PYBIND
+  });
+  m.def("_stream_signal_state", [](int index, int64_t stream) {
+    HANDLE_TH_ERRORS
+    DeviceRuntime& rt = DeviceRuntime::get(index);
+    rt.check_stream(stream);
+    return rt.stream_signal_state(stream);
+    END_HANDLE_TH_ERRORS_PYBIND
+  });
   spyre::backend::bind_memory(m);
   spyre::backend::bind_process_group(m);
   m.def("_device_count", [] { return DeviceRuntime::count(); });

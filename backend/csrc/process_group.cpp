@@ -6,6 +6,9 @@
 // tensors' sizes and strides, so Gloo accepts, refuses and computes exactly what it would for the
 // same tensors on the CPU. CPU tensors handed to this backend go to Gloo as they are.
 //
+// An all-reduce whose ranks drive cards of one simulated server runs on the cards instead, by
+// peer-to-peer DMA (torch_spyre/_group_comm.py, through the `on_cards` callable).
+//
 // Ordering, as NCCL's: the inputs are read when the collective is called (after everything queued
 // before it on the caller's stream); the collective then runs on Gloo's threads, and an
 // async_op's Work completes once the results are on the card, its future holding the output
@@ -14,6 +17,7 @@
 
 #include <ATen/ATen.h>
 #include <c10/core/DeviceGuard.h>
+#include <c10/core/Event.h>
 #include <c10/core/impl/DeviceGuardImplInterface.h>
 #include <torch/csrc/utils/pybind.h>
 #include <torch/csrc/distributed/c10d/Backend.hpp>
@@ -22,6 +26,7 @@
 
 #include <algorithm>
 #include <mutex>
+#include <optional>
 #include <utility>
 #include <vector>
 
@@ -158,10 +163,77 @@ class StagedWork final : public c10d::Work {
   std::mutex mu_;
 };
 
+// An all-reduce the cards run (torch_spyre/_group_comm.py): queued on the card's collective
+// streams, and the caller's stream waits for it, as if it had run there. wait() makes the stream
+// current then wait too (as NCCL's), and returns once the cards are done (as Gloo's: is_completed()
+// is then true); the future holds the tensors at once, for work queued behind it on a stream.
+class QueuedWork final : public c10d::Work {
+ public:
+  QueuedWork(TensorList result, c10d::OpType type, const char* title)
+      : c10d::Work(-1, type, title),
+        result_(std::move(result)),
+        end_(c10::DeviceType::PrivateUse1),
+        future_(c10::make_intrusive<c10::ivalue::Future>(c10::ListType::create(c10::TensorType::get()))) {
+    const c10::Device device = result_.at(0).device();
+    end_.record(c10::impl::getDeviceGuardImpl(device.type())->getStream(device));
+    future_->markCompleted(c10::IValue(result_));
+  }
+  bool isCompleted() override { return end_.query(); }
+  bool isSuccess() const override { return true; }
+  bool wait(std::chrono::milliseconds /*timeout*/) override {
+    const c10::Device device = result_.at(0).device();
+    end_.block(c10::impl::getDeviceGuardImpl(device.type())->getStream(device));
+    std::optional<pybind11::gil_scoped_release> no_gil;  // other threads' Python runs while the cards work
+    if (PyGILState_Check()) no_gil.emplace();
+    end_.synchronize();
+    return true;
+  }
+  std::vector<at::Tensor> result() override { return result_; }
+  c10::intrusive_ptr<c10::ivalue::Future> getFuture() override { return future_; }
+
+ private:
+  TensorList result_;
+  c10::Event end_;
+  c10::intrusive_ptr<c10::ivalue::Future> future_;
+};
+
+// The op as torch_spyre.comm names it; "" for one the cards do not reduce.
+const char* op_name(const c10d::ReduceOp& op) {
+  switch (op.op_) {
+    case c10d::ReduceOp::SUM:
+      return "sum";
+    case c10d::ReduceOp::AVG:
+      return "avg";
+    case c10d::ReduceOp::PRODUCT:
+      return "product";
+    case c10d::ReduceOp::MAX:
+      return "max";
+    case c10d::ReduceOp::MIN:
+      return "min";
+    default:
+      return "";
+  }
+}
+
+// A Python callable held by C++ whose last owner may be any thread: released under the GIL.
+using PyCallable = std::shared_ptr<pybind11::object>;
+PyCallable hold(pybind11::object fn) {
+  if (fn.is_none()) return nullptr;
+  return PyCallable(new pybind11::object(std::move(fn)), [](pybind11::object* o) {
+    if (Py_IsInitialized()) {
+      const pybind11::gil_scoped_acquire gil;
+      delete o;
+    } else {
+      (void)o->release();  // the interpreter is gone: nothing to give back to
+      delete o;
+    }
+  });
+}
+
 class SpyreBackend final : public c10d::Backend {
  public:
-  SpyreBackend(int rank, int size, c10::intrusive_ptr<c10d::Backend> host)
-      : c10d::Backend(rank, size), host_(std::move(host)) {
+  SpyreBackend(int rank, int size, c10::intrusive_ptr<c10d::Backend> host, PyCallable on_cards)
+      : c10d::Backend(rank, size), host_(std::move(host)), on_cards_(std::move(on_cards)) {
     TORCH_CHECK(host_, "spyre: the spyre process group needs a host backend");
   }
 
@@ -174,6 +246,15 @@ class SpyreBackend final : public c10d::Backend {
   }
 
   c10::intrusive_ptr<c10d::Work> allreduce(TensorList& tensors, const c10d::AllreduceOptions& opts) override {
+    // One tensor: every rank asks the cards first (a collective decision, the same on every rank).
+    if (on_cards_ && tensors.size() == 1) {
+      bool queued = false;
+      {
+        const pybind11::gil_scoped_acquire gil;
+        queued = (*on_cards_)(tensors[0], op_name(opts.reduceOp)).cast<bool>();
+      }
+      if (queued) return c10::make_intrusive<QueuedWork>(tensors, c10d::OpType::ALLREDUCE, "spyre:all_reduce");
+    }
     Staging s;
     TensorList host = s.inout(tensors);
     return done(host_->allreduce(host, opts), s, tensors, c10d::OpType::ALLREDUCE, "spyre:all_reduce");
@@ -325,6 +406,7 @@ class SpyreBackend final : public c10d::Backend {
   }
 
   c10::intrusive_ptr<c10d::Backend> host_;
+  PyCallable on_cards_;  // (tensor, op) -> whether the cards took the all-reduce; null: never
 };
 
 // DistributedDataParallel's time stats for spyre modules: host times, as its CPU timer's.
@@ -343,11 +425,13 @@ class HostTimer final : public c10d::Timer {
 void bind_process_group(pybind11::module_& m) {
   m.def(
       "_process_group",
-      [](int rank, int size, c10::intrusive_ptr<c10d::Backend> host) -> c10::intrusive_ptr<c10d::Backend> {
-        return c10::make_intrusive<SpyreBackend>(rank, size, std::move(host));
+      [](int rank, int size, c10::intrusive_ptr<c10d::Backend> host,
+         pybind11::object on_cards) -> c10::intrusive_ptr<c10d::Backend> {
+        return c10::make_intrusive<SpyreBackend>(rank, size, std::move(host), hold(std::move(on_cards)));
       },
-      pybind11::arg("rank"), pybind11::arg("size"), pybind11::arg("host"),
-      "The c10d backend for spyre tensors, carrying their bytes through `host` (a Gloo backend).");
+      pybind11::arg("rank"), pybind11::arg("size"), pybind11::arg("host"), pybind11::arg("on_cards") = pybind11::none(),
+      "The c10d backend for spyre tensors, carrying their bytes through `host` (a Gloo backend); "
+      "`on_cards(tensor, op)` runs a one-tensor all-reduce on the cards when it returns True.");
 }
 
 }  // namespace spyre::backend

@@ -142,6 +142,23 @@ class DeviceRuntime {
   /// Where this card's DMA reaches address `addr` of card `peer` (its memory window, mapped once).
   uint64_t peer_iova(int peer, uint64_t addr);
 
+  // Memory shared with other processes of the same cards (spyre-simd), for torch.distributed's
+  // collectives on the cards (torch_spyre/_group_comm.py).
+  /// A handle to this process's whole window of this card's memory, for the other processes
+  /// (made once; shared until this process closes the card).
+  uint64_t ipc_export();
+  /// Maps another process's export (its handle, from another card) for this card's DMA, once.
+  driver::Transport::IpcWindow ipc_open(uint64_t handle);
+  /// Copies `n` bytes at `src` of this card to `iova`, inside a window ipc_open mapped, queued on
+  /// the current stream with no wait (as copy_to_peer_async).
+  void copy_to_iova_async(uint64_t iova, uint64_t src, uint64_t n);
+  /// Makes `stream` wait on the card, not the host, until the semaphore at `iova` (another card's,
+  /// inside a window ipc_open mapped) is at least `value`.
+  void wait_value(int64_t stream, uint64_t iova, uint64_t value);
+  /// `stream`'s semaphore address and the last value queued to signal it: the next record_event
+  /// on it signals that value + 1.
+  std::pair<uint64_t, uint64_t> stream_signal_state(int64_t stream);
+
   /// Launches the program cached under `key` (compiled by `build` on first use) with `args`,
   /// labelled `op` in the trace (the ATen operator). Asynchronous.
   void launch(const std::string& key, const std::function<compiler::Program()>& build,
@@ -283,6 +300,11 @@ class DeviceRuntime {
   uint64_t capture_launch(driver::Queue& q, const LoadedProgram& prog, const std::vector<uint64_t>& args,
                           uint64_t op_label, const std::string& path);
   PeerWindows peers_;
+  std::mutex ipc_mu_;
+  uint64_t exported_ = 0;                                         // ipc_export's handle
+  std::map<uint64_t, driver::Transport::IpcWindow> ipc_windows_;  // ipc_open's, by handle
+  /// Throws ValueError unless [iova, iova + n) lies in a window ipc_open mapped.
+  void check_ipc_range(uint64_t iova, uint64_t n, const char* what);
   std::mutex rmw_mu_;
   // Device printf (runtime_print.cpp): each queue's print buffer, once a program that prints runs.
   struct PrintBuffer {

@@ -162,4 +162,51 @@ uint64_t DeviceRuntime::peer_iova(int peer, uint64_t addr) {
   return window + (addr - peer_info.memory_base);
 }
 
+uint64_t DeviceRuntime::ipc_export() {
+  std::lock_guard lock(ipc_mu_);
+  if (exported_ == 0) {
+    const driver::DeviceInfo& info = device_->info();
+    check_status(device_->ipc_export(info.memory_base, info.memory_bytes, &exported_), "ipc_export");
+  }
+  return exported_;
+}
+
+driver::Transport::IpcWindow DeviceRuntime::ipc_open(uint64_t handle) {
+  std::lock_guard lock(ipc_mu_);
+  if (const auto it = ipc_windows_.find(handle); it != ipc_windows_.end()) return it->second;
+  driver::Transport::IpcWindow w;
+  check_status(device_->ipc_open(handle, &w), "ipc_open");
+  ipc_windows_[handle] = w;
+  return w;
+}
+
+void DeviceRuntime::check_ipc_range(uint64_t iova, uint64_t n, const char* what) {
+  std::lock_guard lock(ipc_mu_);
+  for (const auto& [handle, w] : ipc_windows_) {
+    if (iova >= w.iova && n <= w.bytes && iova - w.iova <= w.bytes - n) return;
+  }
+  TORCH_CHECK_VALUE(false, "spyre: ", what, " at IOVA ", iova, " + ", n,
+                    " is outside every window of another process's memory this card opened");
+}
+
+void DeviceRuntime::copy_to_iova_async(uint64_t iova, uint64_t src, uint64_t n) {
+  check_ipc_range(iova, n, "a copy to another process's memory");
+  check_not_capturing("a copy to another process's memory");
+  if (n > 0) (void)copy_in_pieces(queue(), src, iova, n, hw::kCopyDstHost, "Memcpy PtoP");
+}
+
+void DeviceRuntime::wait_value(int64_t stream, uint64_t iova, uint64_t value) {
+  check_ipc_range(iova, sizeof(uint64_t), "a semaphore of another process");
+  TORCH_CHECK(!capturing(stream), "spyre: a wait on another process's semaphore cannot be captured in a graph");
+  uint64_t seq = 0;
+  SPYRE_CHECK(queue(stream).wait_semaphore(iova, value, &seq, true));
+}
+
+std::pair<uint64_t, uint64_t> DeviceRuntime::stream_signal_state(int64_t stream) {
+  queue(stream);  // the semaphore exists
+  std::lock_guard lock(streams_mu_);
+  const Stream& st = streams_[stream];
+  return {st.semaphore, st.signalled};
+}
+
 }  // namespace spyre::backend

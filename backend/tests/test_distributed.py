@@ -11,8 +11,10 @@ from __future__ import annotations
 import json
 import os
 import pathlib
+import signal
 import subprocess
 import sys
+import time
 
 import pytest
 
@@ -70,6 +72,84 @@ def test_tensor_parallel_llama_over_four_cards_gives_the_cpu_logits_and_tokens(t
     assert report["world"] == 4
     assert report["max_logit_diff"] < 1e-4
     assert report["tokens_equal"]
+
+
+SPYRE_SIMD = ROOT / "build" / "simd" / "spyre-simd"
+
+
+@pytest.fixture
+def server(tmp_path):
+    """One spyre-simd simulating a server of four cards, each process of a torchrun its client
+    (its own card by LOCAL_RANK): yields the clients' environment and the stats file the daemon
+    writes when it stops."""
+    sock, stats = tmp_path / "simd.sock", tmp_path / "server_stats.json"
+    config = tmp_path / "server4.json"
+    config.write_text(json.dumps({"sim": {"devices": 4}, "output": {"stats_path": str(stats)}}))
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("SPYRE_", "TORCH_SPYRE_"))}
+    env.update(SPYRE_CONFIG=str(config), SPYRE_SIMD_SOCKET=str(sock))
+    log = open(tmp_path / "simd.log", "w")  # noqa: SIM115 (closed below)
+    proc = subprocess.Popen(
+        [str(SPYRE_SIMD), "--socket", str(sock), "--clients", "4"], env=env, stdout=log, stderr=subprocess.STDOUT
+    )
+    for _ in range(500):
+        if sock.exists():
+            break
+        time.sleep(0.02)
+    assert sock.exists(), (tmp_path / "simd.log").read_text()
+    env["SPYRE_TRANSPORT"] = "socket"
+    try:
+        yield env, stats
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(timeout=60) == 0
+        log.close()
+
+
+def test_all_reduce_on_the_cards_of_one_server_matches_gloo(tmp_path, server):
+    # Three ranks, each a client of one spyre-simd driving its own card: all_reduce runs as
+    # peer-to-peer DMA and the cards' adds (ring and tree); every other collective through Gloo.
+    env, stats = server
+    env = {**env, "CHECKS_BACKEND": "spyre", "CHECKS_ON_CARDS": "1"}
+    p = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "torch.distributed.run",
+            "--standalone",
+            "--nproc-per-node=3",
+            str(CHECKS),
+            str(tmp_path),
+        ],
+        capture_output=True,
+        text=True,
+        env={**env, "TORCH_SPYRE_CPU_FALLBACK": "error"},
+        timeout=900,
+        cwd=ROOT,
+    )
+    assert p.returncode == 0, p.stderr[-4000:]
+    for rank in range(3):
+        report = json.loads((tmp_path / f"rank{rank}.json").read_text())
+        assert report["failures"] == [], report["failures"][:10]
+        assert report["checks"] == 169 + 30  # the ring's size: 3 dtypes x 2 forms x 5 ops
+        # On the cards: every all_reduce of a contiguous non-empty tensor (3 dtypes x 2 forms x
+        # 2 sizes x 5 ops, but avg of int64, which Gloo refuses too), and the future check.
+        assert report["on_cards"] == 3 * 2 * 2 * 5 - 2 * 2 + 1
+    # The daemon writes its stats for a client that asks: the rings' bytes crossed the switch, card
+    # to card (a ring of 3 sends 2 x 2/3 of the buffer from each card; 10 rings of 140000 elements).
+    write = "import torch, torch_spyre; torch.ones(1, device='spyre'); torch_spyre.write_reports()"
+    subprocess.run([sys.executable, "-c", write], env=env, check=True, timeout=120)
+    switch = json.loads(stats.read_text())["server"]["switch"]["bytes"]
+    assert switch > 3 * 2 * 2 / 3 * 140_000 * (4 + 2 + 8) * 2
+
+
+def test_ddp_on_the_cards_of_one_server_gives_the_losses_of_one_cpu_process(tmp_path, server):
+    env, _ = server
+    out = tmp_path / "ddp.json"
+    p = torchrun(4, DDP, "--steps", "3", "--json", str(out), env=env)
+    assert p.returncode == 0, p.stderr[-4000:]
+    spyre = json.loads(out.read_text())
+    assert spyre["world"] == 4 and spyre["on_cards"] > 0
+    assert spyre["losses"] == pytest.approx(cpu_losses(tmp_path), rel=1e-5)
 
 
 def _sh(*argv: str) -> None:

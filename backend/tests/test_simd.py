@@ -380,6 +380,99 @@ for raw in [d(99), d(1, operands=(base, base + (1 << 40), 64, 0, 0, 0)), d(1, op
 """
 
 
+# A client that shares its window of card 1 (an IPC handle, as torch.distributed's collectives on
+# the cards do), keeps a tensor of 7s there, and on "check" prints its first values.
+SHARER = """
+import json, sys, torch, torch_spyre
+from torch_spyre import _C
+from torch_spyre.debug import device_address
+x = torch.full((4096,), 7.0, device="spyre:1")
+torch.spyre.synchronize(1)
+print(json.dumps({"handle": _C._ipc_export(1), "addr": device_address(x)}), flush=True)
+for line in sys.stdin:
+    if line.strip() == "check":
+        print(" ".join(str(v) for v in x[62:66].cpu().tolist()), flush=True)
+    elif line.strip() == "quit":
+        break
+"""
+
+# A client of card 0 that opens the sharer's handle and copies 64 floats of 3s into its tensor,
+# once per "copy", printing what happened.
+OPENER = """
+import json, sys, torch, torch_spyre
+from torch_spyre import _C
+theirs = json.loads(sys.argv[1])
+def attempt(what, fn):
+    try:
+        fn()
+        print(what, "| ok", flush=True)
+    except Exception as e:
+        print(what, "|", type(e).__name__, "|", str(e).splitlines()[0], flush=True)
+attempt("bogus handle", lambda: _C._ipc_open(0, 12345))
+attempt("same card", lambda: _C._ipc_open(1, theirs["handle"]))
+iova, card, base, size = _C._ipc_open(0, theirs["handle"])
+print("window", card, base <= theirs["addr"] < base + size, flush=True)
+y = torch.full((64,), 3.0, device="spyre:0")
+attempt("past the window", lambda: _C._copy_to_iova_async(iova + size, y[:1]))
+def copy():
+    _C._copy_to_iova_async(iova + theirs["addr"] - base, y)
+    torch.spyre.synchronize(0)
+for line in sys.stdin:
+    if line.strip() == "copy":
+        attempt("copy", copy)
+        a = torch.arange(12.0).reshape(3, 4)
+        torch.testing.assert_close((a.to("spyre:0") @ a.t().to("spyre:0")).cpu(), a @ a.t())
+        print("own work ok", flush=True)
+    elif line.strip() == "quit":
+        break
+"""
+
+
+def _two_cards(tmp_path):
+    config = tmp_path / "config.json"
+    config.write_text(json.dumps({"chip": {"fp16_format": "ieee"}, "sim": {"devices": 2}}))
+    return {"SPYRE_CONFIG": str(config)}
+
+
+def _order(proc: subprocess.Popen, line: str, answers: int = 1) -> list[str]:
+    proc.stdin.write(line + "\n")
+    proc.stdin.flush()
+    return [proc.stdout.readline().strip() for _ in range(answers)]
+
+
+@pytest.mark.simd_env.with_args(_two_cards)
+def test_memory_one_client_shares_is_reached_by_the_handle_only_until_it_leaves(daemon):
+    env, _ = daemon
+    sharer = _interactive(env, SHARER)
+    line = sharer.stdout.readline()
+    assert line, sharer.stderr.read()
+    theirs = json.loads(line)
+    opener = _interactive(env, OPENER, line)
+    try:
+        said = [opener.stdout.readline().strip() for _ in range(4)]
+        assert said[0].startswith("bogus handle | IndexError | ") and "no shared memory has handle" in said[0]
+        assert said[1].startswith("same card | IndexError | ") and "is on card 1 itself" in said[1]
+        assert said[2] == "window 1 True"
+        assert said[3].startswith("past the window | ValueError | ") and "outside every window" in said[3]
+        # The copy lands in the other client's tensor, card 0 to card 1 across the switch.
+        assert _order(opener, "copy", 2) == ["copy | ok", "own work ok"]
+        assert _order(sharer, "check") == ["3.0 3.0 7.0 7.0"]
+        # Once the sharer has left, its window is no longer reachable: the next copy faults, and
+        # the opener's own work goes on.
+        _order(sharer, "quit", 0)
+        assert sharer.wait(timeout=60) == 0
+        again = _order(opener, "copy", 2)
+        assert again[0].startswith("copy | RuntimeError") and "DMA fault" in again[0], again
+        assert again[1] == "own work ok"
+        del theirs
+    finally:
+        for p in (sharer, opener):
+            if p.poll() is None:
+                p.stdin.write("quit\n")
+                p.stdin.flush()
+                p.wait(timeout=60)
+
+
 def _ecc_in_the_second_slot(tmp_path):
     # Two slots of 56 GiB: the second client's window starts at 56 GiB; its first 256 MiB read as
     # uncorrectable.

@@ -92,7 +92,6 @@ class _Schedule:
         self.send = [_card_streams(c)[0] for c in cards]
         self.add = [_card_streams(c)[1] for c in cards]
         self.start = [self._record(s) for s in self.current]
-        self.index = {c: i for i, c in enumerate(cards)}
         self.reached: set[tuple[int, int]] = set()  # (sender, receiver): the receiver's start awaited
         # (sender, receiver) -> the sender's last copy into the receiver's result; the send stream is
         # in order, so the receiver's current stream waits for that one alone (finish).
@@ -108,14 +107,19 @@ class _Schedule:
         return ev
 
     def copy(
-        self, i: int, dst: torch.Tensor, src: torch.Tensor, after: Sequence[torch.Event | None], result: bool = False
+        self,
+        i: int,
+        j: int,
+        dst: torch.Tensor,
+        src: torch.Tensor,
+        after: Sequence[torch.Event | None],
+        result: bool = False,
     ) -> torch.Event:
-        """Card i's DMA copies src (its own) into dst (another card's), once `after` are reached;
+        """Card i's DMA copies src (its own) into dst (card j's), once `after` are reached;
         `result`: dst is the caller's tensor (not staging, which a reduction on its card reads)."""
         stream = self.send[i]
         # The copy lands in the receiver's memory: staging the allocator may just have freed there,
         # or a buffer that work the caller queued there still reads. It waits for that work too.
-        j = self.index[dst.device.index]
         if (i, j) not in self.reached:
             self.reached.add((i, j))
             stream.wait_event(self.start[j])
@@ -155,18 +159,30 @@ class _Schedule:
             self.current[j].wait_event(ev)
 
 
-def _ring(sched: _Schedule, bufs: list[torch.Tensor], fn: Callable, avg: bool, slices: int) -> None:
+def _ring_longest(count: int, n: int, slices: int) -> int:
+    """The most elements of one slice of a ring chunk."""
+    return max(-(-(count * (c + 1) // n - count * c // n) // slices) for c in range(n))
+
+
+def staging_numel(algorithm: str, count: int, n: int, slices: int) -> int:
+    """Elements of the staging buffer each card needs for one all-reduce of `count` elements."""
+    # The ring: one step's slices arriving while the last's are added.
+    return 2 * slices * _ring_longest(count, n, slices) if algorithm == "ring" else count
+
+
+def _ring(sched, bufs: list, staging: list, fn: Callable, avg: bool, slices: int) -> None:
+    """Queues a ring all-reduce of `bufs` (one per card, 1-D) through `staging` (staging_numel
+    each) on `sched`. A buffer of another process's card is a _Remote: only sliced and measured."""
     n = len(bufs)
     count = bufs[0].numel()
     bounds = [count * c // n for c in range(n + 1)]
 
-    def piece(buf: torch.Tensor, c: int, k: int) -> torch.Tensor:
+    def piece(buf, c: int, k: int):
         lo, hi = bounds[c], bounds[c + 1]
         return buf[lo + -(-(hi - lo) * k // slices) : lo + -(-(hi - lo) * (k + 1) // slices)]
 
-    longest = max(piece(bufs[0], c, k).numel() for c in range(n) for k in range(slices))
-    slots = 2 * slices  # staging slots per card: one step's slices arriving while the last's are added
-    staging = [torch.empty(slots * longest, dtype=b.dtype, device=b.device) for b in bufs]
+    longest = _ring_longest(count, n, slices)
+    slots = 2 * slices
     added: dict[tuple[int, int, int], torch.Event] = {}  # (card, step, slice) -> its reduction done
     slot_free: dict[tuple[int, int], torch.Event] = {}  # (card, slot) -> the reduction that read it
     use = 0
@@ -183,7 +199,7 @@ def _ring(sched: _Schedule, bufs: list[torch.Tensor], fn: Callable, avg: bool, s
                 if src.numel() == 0:
                     continue
                 land = staging[j][slot * longest : slot * longest + src.numel()]
-                ev = sched.copy(i, land, src, [added.get((i, s - 1, k)), slot_free.get((j, slot))])
+                ev = sched.copy(i, j, land, src, [added.get((i, s - 1, k)), slot_free.get((j, slot))])
                 landed.append((j, piece(bufs[j], (i - s) % n, k), land, ev))
             for j, acc, land, ev in landed:
                 added[j, s, k] = slot_free[j, slot] = sched.reduce(j, fn, acc, land, ev)
@@ -204,18 +220,18 @@ def _ring(sched: _Schedule, bufs: list[torch.Tensor], fn: Callable, avg: bool, s
                 if src.numel() == 0:
                     continue
                 ready = added.get((i, last, k)) if s == 0 else got.get((i, s - 1, k))
-                got[j, s, k] = sched.copy(i, piece(bufs[j], (i + 1 - s) % n, k), src, [ready], result=True)
+                got[j, s, k] = sched.copy(i, j, piece(bufs[j], (i + 1 - s) % n, k), src, [ready], result=True)
     sched.finish()
 
 
-def _tree(sched: _Schedule, bufs: list[torch.Tensor], fn: Callable, avg: bool) -> None:
+def _tree(sched, bufs: list, staging: list, fn: Callable, avg: bool) -> None:
+    """Queues a tree all-reduce of `bufs` through `staging` (as _ring)."""
     n = len(bufs)
-    staging = [torch.empty_like(b) for b in bufs]
     done: list[torch.Event | None] = [None] * n  # each card's last reduction or arrival
     span = 1
     while span < n:  # reduce: card i takes card i + span's partial sum
         for i in range(0, n - span, 2 * span):
-            arrived = sched.copy(i + span, staging[i], bufs[i + span], [done[i + span], done[i]])
+            arrived = sched.copy(i + span, i, staging[i], bufs[i + span], [done[i + span], done[i]])
             done[i] = sched.reduce(i, fn, bufs[i], staging[i], arrived)
         span *= 2
     if avg:
@@ -223,7 +239,7 @@ def _tree(sched: _Schedule, bufs: list[torch.Tensor], fn: Callable, avg: bool) -
     while span > 1:  # broadcast: card i gives the result to card i + span / 2
         span //= 2
         for i in range(0, n - span, 2 * span):
-            done[i + span] = sched.copy(i, bufs[i + span], bufs[i], [done[i], done[i + span]], result=True)
+            done[i + span] = sched.copy(i, i + span, bufs[i + span], bufs[i], [done[i], done[i + span]], result=True)
     sched.finish()
 
 
@@ -243,16 +259,31 @@ def all_reduce(
     bufs = [t.view(-1) for t in tensors]
     if len(bufs) == 1 or bufs[0].numel() == 0:
         return
-    if algorithm is None:
-        algorithm = "tree" if bufs[0].nbytes < TREE_BELOW_BYTES else "ring"
-    if slices is None:
-        slices = min(8, max(1, bufs[0].nbytes // len(bufs) // SLICE_BYTES))
+    algorithm, slices = plan(bufs[0].nbytes, len(bufs), algorithm, slices)
     with torch.no_grad():  # data movement, as NCCL's: no autograd graph, leaves that require grad included
-        sched = _Schedule(cards)
-        if algorithm == "ring":
-            _ring(sched, bufs, _REDUCE[op], op == "avg", slices)
-        else:
-            _tree(sched, bufs, _REDUCE[op], op == "avg")
+        staging = [
+            torch.empty(staging_numel(algorithm, b.numel(), len(bufs), slices), dtype=b.dtype, device=b.device)
+            for b in bufs
+        ]
+        run(_Schedule(cards), algorithm, bufs, staging, op, slices)
+
+
+def plan(nbytes: int, cards: int, algorithm: str | None = None, slices: int | None = None) -> tuple[str, int]:
+    """The algorithm and slices of an all-reduce of `nbytes` per card over `cards` cards, where
+    the caller left them to be chosen (None)."""
+    if algorithm is None:
+        algorithm = "tree" if nbytes < TREE_BELOW_BYTES else "ring"
+    if slices is None:
+        slices = min(8, max(1, nbytes // cards // SLICE_BYTES))
+    return algorithm, slices
+
+
+def run(sched, algorithm: str, bufs: list, staging: list, op: str, slices: int) -> None:
+    """Queues the all-reduce on `sched`; the caller holds no_grad."""
+    if algorithm == "ring":
+        _ring(sched, bufs, staging, _REDUCE[op], op == "avg", slices)
+    else:
+        _tree(sched, bufs, staging, _REDUCE[op], op == "avg")
 
 
 def ring_seconds(nbytes: int, cards: int, link_gbps: float) -> float:

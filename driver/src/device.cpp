@@ -279,6 +279,14 @@ Status Device::unmap_peer(uint64_t iova) {
   return transport_.dma_unmap(index_, iova);
 }
 
+Status Device::ipc_export(uint64_t addr, uint64_t len, uint64_t* handle) {
+  return transport_.ipc_export(index_, addr, len, handle);
+}
+
+Status Device::ipc_open(uint64_t handle, Transport::IpcWindow* out) {
+  return transport_.ipc_open(index_, handle, out);
+}
+
 Status Device::create_queue(uint32_t entries, std::unique_ptr<Queue>* out, uint32_t priority) {
   if (entries < hw::kMinRingEntries || entries > hw::kMaxRingEntries || (entries & (entries - 1)) != 0) {
     return {StatusCode::kInvalidArgument, fmt::format("{}: queue size {} must be a power of two in [{}, {}]", name_,

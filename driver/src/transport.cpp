@@ -43,6 +43,18 @@ void Transport::free_host(void* host, uint64_t len) {
   munmap(host, len);
 }
 
+Status Transport::ipc_export(uint32_t /*dev*/, uint64_t /*addr*/, uint64_t /*len*/, uint64_t* /*handle*/) {
+  return {StatusCode::kNotAvailable, std::string("transport ") + name() +
+                                         ": its cards serve this process alone; memory is shared "
+                                         "between processes through spyre-simd (SPYRE_TRANSPORT=socket)"};
+}
+
+Status Transport::ipc_open(uint32_t dev, uint64_t handle, IpcWindow* out) {
+  (void)handle;
+  (void)out;
+  return ipc_export(dev, 0, 0, nullptr);
+}
+
 Status open_transport(const std::string& kind, std::unique_ptr<Transport>* out) {
   const std::string k = kind.empty() ? "inproc" : kind;
   TransportOpener open = nullptr;

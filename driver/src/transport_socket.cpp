@@ -261,6 +261,18 @@ class SocketTransport final : public Transport {
     *iova = reply.args[0];
     return {};
   }
+  Status ipc_export(uint32_t dev, uint64_t addr, uint64_t len, uint64_t* handle) override {
+    Message reply;
+    if (Status s = call(request(Command::kIpcExport, dev, addr, len), &reply); !s.ok()) return s;
+    *handle = reply.args[0];
+    return {};
+  }
+  Status ipc_open(uint32_t dev, uint64_t handle, IpcWindow* out) override {
+    Message reply;
+    if (Status s = call(request(Command::kIpcOpen, dev, handle), &reply); !s.ok()) return s;
+    *out = {reply.args[0], static_cast<uint32_t>(reply.args[1]), reply.args[2], reply.args[3]};
+    return {};
+  }
   Status dma_unmap(uint32_t dev, uint64_t iova) override {
     Message reply;
     return call(request(Command::kDmaUnmap, dev, iova), &reply);

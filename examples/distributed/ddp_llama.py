@@ -85,7 +85,10 @@ def main() -> None:
         print(f"step {i}: loss {loss:.6f}")
     if a.json:
         with open(a.json, "w") as f:
-            json.dump({"losses": losses, "world": int(os.environ.get("WORLD_SIZE", "1"))}, f)
+            report = {"losses": losses, "world": int(os.environ.get("WORLD_SIZE", "1"))}
+            # All-reduces the cards ran themselves (ranks that are clients of one spyre-simd).
+            report["on_cards"] = torch_spyre.distributed.device_all_reduces()
+            json.dump(report, f)
 
 
 if __name__ == "__main__":

@@ -73,6 +73,16 @@ void CardLink::drop(uint32_t client) {
   next_.erase(client);
 }
 
+void CardLink::revoke_peer(uint32_t peer, uint64_t addr, uint64_t bytes) {
+  std::lock_guard lock(mu_);
+  auto& all = regions_.all();
+  for (auto it = all.begin(); it != all.end();) {
+    const Region& r = it->second;
+    const bool reaches = !r.host && r.peer == peer && r.peer_addr < addr + bytes && addr < r.peer_addr + r.len;
+    it = reaches ? all.erase(it) : std::next(it);
+  }
+}
+
 bool CardLink::dma_read(uint64_t iova, void* dst, uint64_t n) {
   std::lock_guard lock(mu_);
   uint64_t off = 0;

@@ -33,6 +33,9 @@ class CardLink final : public sim::HostLink {
   void set_irq(uint32_t client, int fd);
   /// Forgets every mapping and the eventfd of a client that left.
   void drop(uint32_t client);
+  /// Removes every client's peer mapping that reaches into [addr, addr + bytes) of card `peer`
+  /// (memory another client exported, given back when it leaves); the DMA that next meets one faults.
+  void revoke_peer(uint32_t peer, uint64_t addr, uint64_t bytes);
 
   bool dma_read(uint64_t iova, void* dst, uint64_t n) override;
   bool dma_write(uint64_t iova, const void* src, uint64_t n) override;

@@ -13,6 +13,7 @@
 #include <array>
 #include <cerrno>
 #include <cstring>
+#include <random>
 #include <set>
 #include <thread>
 
@@ -249,6 +250,36 @@ void Daemon::serve(int sock, uint32_t client) {
             reply.args[0] = links_[card]->map_peer(client, static_cast<uint32_t>(b), c, d);
           }
           break;
+        case Command::kIpcExport: {
+          std::string why;
+          reply.args[0] = ipc_export(client, mine, card, b, c, &why);
+          if (reply.args[0] == 0) fail(kInvalidArgument, why);
+          break;
+        }
+        case Command::kIpcOpen: {
+          Export e{};
+          {
+            std::lock_guard lock(mu_);
+            const auto it = exports_.find(b);
+            if (it != exports_.end()) e = it->second;
+          }
+          if (e.client == 0) {
+            fail(kInvalidArgument, fmt::format("spyre-simd: no shared memory has handle {:#x} (its client may have "
+                                               "left, or it came from another daemon)",
+                                               b));
+          } else if (e.card == card) {
+            fail(kInvalidArgument, fmt::format("spyre-simd: the memory of handle {:#x} is on card {} itself; "
+                                               "open it from another card",
+                                               b, card));
+          } else {
+            // Mapped like a peer window of the client's own, and given back when the exporter leaves.
+            reply.args[0] = links_[card]->map_peer(client, e.card, e.addr, e.bytes);
+            reply.args[1] = e.card;
+            reply.args[2] = e.addr;
+            reply.args[3] = e.bytes;
+          }
+          break;
+        }
         case Command::kDmaUnmap:
           if (!links_[card]->unmap(client, b)) fail(kInvalidArgument, "spyre-simd: iommu: no mapping of yours there");
           break;
@@ -320,12 +351,36 @@ int Daemon::admit(uint32_t client, uint64_t pid) {
   return slot;
 }
 
+uint64_t Daemon::ipc_export(uint32_t client, const Slot& s, uint32_t card, uint64_t addr, uint64_t bytes,
+                            std::string* why) {
+  if (!hw::in_window(addr, bytes, s.mem_base, s.mem_bytes)) {
+    *why =
+        fmt::format("spyre-simd: cannot share {:#x} + {}: it is outside this client's window of card {} ({:#x} + {})",
+                    addr, bytes, card, s.mem_base, s.mem_bytes);
+    return 0;
+  }
+  // A handle is unguessable, so that only the processes it is given to reach the memory.
+  static thread_local std::mt19937_64 random{std::random_device{}()};
+  std::lock_guard lock(mu_);
+  uint64_t handle = 0;
+  while (handle == 0 || exports_.count(handle) != 0) handle = random();
+  exports_[handle] = {client, card, addr, bytes};
+  return handle;
+}
+
 void Daemon::release(uint32_t client, int slot) {
   if (slot >= 0) {
     Slot s;
     {
       std::lock_guard lock(mu_);
       s = slots_[static_cast<size_t>(slot)];
+      // What it shared is given back first: no other client's DMA reaches its window from now on.
+      for (auto it = exports_.begin(); it != exports_.end();) {
+        it = it->second.client == client ? exports_.erase(it) : std::next(it);
+      }
+    }
+    for (uint32_t card = 0; card < sim_.num_cards(); ++card) {
+      for (auto& link : links_) link->revoke_peer(card, s.mem_base, s.mem_bytes);
     }
     // Its queues stop first (a reset drops what they hold; a running program ends within the
     // watchdog's budget), then its memory is scrubbed, so nothing of it reaches the next client.

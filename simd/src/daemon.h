@@ -63,6 +63,16 @@ class Daemon {
   /// config than this daemon simulates, or for one that does not load. "" when it is this one.
   std::string config_refusal(uint64_t digest, const std::string& text) const;
 
+  /// Memory a client shared with the others (kIpcExport): [addr, + bytes) of `card`, in its window.
+  struct Export {
+    uint32_t client;
+    uint32_t card;
+    uint64_t addr;
+    uint64_t bytes;
+  };
+  /// Exports `bytes` at `addr` of `card` for the client of `s`; its handle, or 0 and `why`.
+  uint64_t ipc_export(uint32_t client, const Slot& s, uint32_t card, uint64_t addr, uint64_t bytes, std::string* why);
+
   sim::Simulator& sim_;
   std::string path_;
   std::chrono::milliseconds idle_exit_;
@@ -74,9 +84,10 @@ class Daemon {
   std::mutex scrub_mu_;  // the five writes of one scrub reach a card together
   uint32_t next_client_ = 1;
   uint32_t clients_ = 0;
-  std::set<uint32_t> connected_;  // ids of the connected clients
-  std::vector<Slot> slots_;       // guarded by mu_
-  uint64_t scrubs_ = 0;           // windows scrubbed after their clients left
+  std::set<uint32_t> connected_;        // ids of the connected clients
+  std::vector<Slot> slots_;             // guarded by mu_
+  std::map<uint64_t, Export> exports_;  // by handle; guarded by mu_
+  uint64_t scrubs_ = 0;                 // windows scrubbed after their clients left
   std::chrono::steady_clock::time_point last_seen_;
   std::chrono::steady_clock::time_point started_;
 };

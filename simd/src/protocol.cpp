@@ -35,6 +35,8 @@ constexpr Spec kSpecs[] = {
     {"reports", {nullptr, nullptr, nullptr, nullptr}, 0},
     {"status", {nullptr, nullptr, nullptr, nullptr}, 0},
     {"dma_map_peer", {"card", "peer", "address", "bytes"}, 0},
+    {"ipc_export", {"card", "address", "bytes", nullptr}, 0},
+    {"ipc_open", {"card", "handle", nullptr, nullptr}, 0},
 };
 static_assert(sizeof(kSpecs) / sizeof(kSpecs[0]) == static_cast<size_t>(Command::kCount), "a spec per command");
 
@@ -80,6 +82,15 @@ std::string check_request_args(const Message& m) {
       if (b >= kMaxCards) return bad("peer", "out of range");
       if (d == 0 || d > kMaxMapBytes) return bad("bytes", "must be 1 .. 1 TiB");
       if (c > UINT64_MAX - d) return bad("address", "the range wraps");
+      return "";
+    case Command::kIpcExport:
+      if (a >= kMaxCards) return bad("card", "out of range");
+      if (c == 0 || c > kMaxMapBytes) return bad("bytes", "must be 1 .. 1 TiB");
+      if (b > UINT64_MAX - c) return bad("address", "the range wraps");
+      return "";
+    case Command::kIpcOpen:
+      if (a >= kMaxCards) return bad("card", "out of range");
+      if (b == 0) return bad("handle", "must not be 0");
       return "";
     case Command::kIrqSet:
     case Command::kPoll:

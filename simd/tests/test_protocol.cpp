@@ -47,6 +47,8 @@ std::vector<Valid> valid_requests() {
       {request(Command::kReports), 0},
       {request(Command::kStatus), 0},
       {request(Command::kDmaMapPeer, 0, 1, 0x10000, 4096), 0},
+      {request(Command::kIpcExport, 1, 0x10000, 4096), 0},
+      {request(Command::kIpcOpen, 0, 0x9e3779b97f4a7c15), 0},
   };
 }
 
@@ -168,6 +170,12 @@ TEST_CASE("each malformed request argument is refused, naming it") {
       {request(Command::kDmaMapPeer, 0, 16, 0, 8), 0, "dma_map_peer.peer"},
       {request(Command::kDmaMapPeer, 0, 1, 0, 0), 0, "dma_map_peer.bytes"},
       {request(Command::kDmaMapPeer, 0, 1, ~0ull, 8), 0, "dma_map_peer.address"},
+      {request(Command::kIpcExport, 16, 0, 8), 0, "ipc_export.card"},
+      {request(Command::kIpcExport, 0, 0, 0), 0, "ipc_export.bytes"},
+      {request(Command::kIpcExport, 0, ~0ull, 8), 0, "ipc_export.address"},
+      {request(Command::kIpcExport, 0, 0, 8, 1), 0, "ipc_export.d: must be 0"},
+      {request(Command::kIpcOpen, 0, 0), 0, "ipc_open.handle"},
+      {request(Command::kIpcOpen, 0, 1, 2), 0, "ipc_open.c: must be 0"},
       {request(Command::kPoll, 0), 1, "poll.fds"},
   };
   for (const auto& k : cases) {

@@ -256,6 +256,12 @@ class Device {
   /// PCIe, not through host memory. Undo with unmap_peer.
   Status map_peer(uint32_t peer, uint64_t addr, uint64_t len, uint64_t* iova);
   Status unmap_peer(uint64_t iova);
+  /// Shares [addr, addr + len) of this card's memory with other processes of the same cards
+  /// (Transport::ipc_export); `*handle` names it to them.
+  Status ipc_export(uint64_t addr, uint64_t len, uint64_t* handle);
+  /// Maps another process's shared memory (its handle) for this card's DMA, as map_peer; undo
+  /// with unmap_peer.
+  Status ipc_open(uint64_t handle, Transport::IpcWindow* out);
 
   /// Creates a queue on a free hardware queue with `entries` descriptors (a power of two).
   /// `priority` (hw::kQPriorityNormal or hw::kQPriorityHigh) decides who gets the cores and DMA

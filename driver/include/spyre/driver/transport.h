@@ -44,6 +44,22 @@ class Transport {
   /// Removes a mapping made by dma_map or dma_map_peer.
   virtual Status dma_unmap(uint32_t dev, uint64_t iova) = 0;
 
+  /// Device memory shared between processes (as cudaIpcGetMemHandle): makes [addr, addr + len)
+  /// of card `dev`, which this process owns, reachable by other processes of the same cards;
+  /// returns an unguessable handle to give them. The sharing ends when this process closes the
+  /// device. kNotAvailable where the cards serve one process (in-process).
+  virtual Status ipc_export(uint32_t dev, uint64_t addr, uint64_t len, uint64_t* handle);
+  /// What ipc_open mapped: `bytes` from `addr` of card `card`, at `iova` for this card's DMA.
+  struct IpcWindow {
+    uint64_t iova = 0;
+    uint32_t card = 0;
+    uint64_t addr = 0;
+    uint64_t bytes = 0;
+  };
+  /// Maps another process's export (`handle`, from ipc_export on another card) for card `dev`'s
+  /// DMA, as dma_map_peer does for this process's own memory. Undo with dma_unmap.
+  virtual Status ipc_open(uint32_t dev, uint64_t handle, IpcWindow* out);
+
   /// Installs the MSI-X handler of `dev`. It runs on a transport thread and must not block.
   virtual void set_irq_handler(uint32_t dev, std::function<void(uint32_t vector)> handler) = 0;
 

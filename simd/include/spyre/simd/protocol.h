@@ -14,7 +14,8 @@
 
 namespace spyre::simd {
 
-inline constexpr uint32_t kProtocolVersion = 3;  // 2: shared cards and status; 3: the config source in hello
+inline constexpr uint32_t kProtocolVersion = 4;  // 2: shared cards and status; 3: the config source in hello;
+                                                 // 4: memory shared between clients (kIpcExport, kIpcOpen)
 inline constexpr uint32_t kArgsBytes = 32;
 inline constexpr uint32_t kMaxText = 65536;  // error messages, report paths, the status JSON, a config
 inline constexpr uint32_t kMaxCards = 16;
@@ -35,6 +36,9 @@ enum class Command : uint16_t {
   kReports = 12,     // -> text: trace path, a newline, stats path
   kStatus = 13,      // -> text: the daemon's state as JSON (cards, clients, windows, queues): spyre-smi
   kDmaMapPeer = 14,  // a: card, b: peer card, c: peer device address, d: bytes -> a: IOVA (peer-to-peer)
+  kIpcExport = 15,   // a: card, b: device address, c: bytes (in this client's window) -> a: handle
+  kIpcOpen = 16,     // a: card, b: handle (another client's export on another card)
+                     //   -> a: IOVA on card a, b: the exporter's card, c: its device address, d: bytes
   kCount
 };
 

@@ -1,0 +1,242 @@
+"""All-reduce of torch.distributed's ``spyre`` backend run by the cards, when the ranks' cards
+are cards of one simulated server: every rank drives its own card through the same spyre-simd
+(``SPYRE_TRANSPORT=socket``). The bytes cross the server's switch by peer-to-peer DMA and the
+receiving cards add them, with the ring and tree of ``torch_spyre.comm``; anywhere else the
+backend's bytes go through Gloo (``backend/csrc/process_group.cpp``).
+
+How ranks in different processes reach each other's cards:
+
+- Memory: each rank shares its whole window of its card with the daemon's other clients
+  (``_C._ipc_export``, an unguessable handle, as ``cudaIpcGetMemHandle``) and maps the others'
+  (``_C._ipc_open``) once, at the group's first all-reduce.
+- Order: the schedule is SPMD. Every rank builds the same schedule for every rank and queues only
+  its own part; it counts what each rank's collective streams signal, so it knows the value each
+  other rank's stream semaphore reaches after any step, and waits on the card for that value,
+  reading the other card's semaphore across the switch (``_C._stream_wait_value``).
+- Per call, one small all_gather through Gloo carries each rank's buffer and staging addresses and
+  its streams' semaphore values; when a rank cannot take the device path (a tensor that is not
+  contiguous, a dtype or op the cards do not reduce), every rank learns it there and the call
+  goes through Gloo.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import torch
+import torch.distributed as dist
+
+from . import _C, comm
+
+# What the cards reduce here (test_comm and test_distributed check each against CPU torch).
+_DTYPES = (torch.float32, torch.bfloat16, torch.int64)
+_OPS = ("sum", "avg", "product", "max", "min")
+
+_calls = 0  # all-reduces the cards ran for this process (device_all_reduces())
+
+_Token = tuple[int, int, int]  # (rank, stream: 0 sends / 1 adds, the stream's nth signal in this call)
+
+
+class _Remote:
+    """A 1-D run of another rank's device memory: what a schedule slices and copies into."""
+
+    def __init__(self, rank: int, addr: int, itemsize: int, numel: int):
+        self.rank, self.addr, self.itemsize, self._numel = rank, addr, itemsize, numel
+
+    def numel(self) -> int:
+        return self._numel
+
+    def __getitem__(self, s: slice) -> _Remote:
+        lo, hi, _ = s.indices(self._numel)
+        return _Remote(self.rank, self.addr + lo * self.itemsize, self.itemsize, max(0, hi - lo))
+
+
+class _Peer:
+    """Another rank's card as this card's DMA reaches it: its shared window and collective streams."""
+
+    def __init__(self, window: tuple[int, int, int, int], sems: Sequence[int], bases: Sequence[int]):
+        self.iova, _, self.base, self.bytes = window
+        self.sems, self.bases = sems, bases
+
+    def iova_of(self, addr: int) -> int:
+        return self.iova + (addr - self.base)
+
+
+class _GroupSchedule:
+    """comm._Schedule's interface for ranks in several processes: the same calls are made on every
+    rank for every rank; each rank queues only the work of its own card."""
+
+    def __init__(self, me: int, index: int, peers: list[_Peer | None]):
+        self.me, self.index, self.peers = me, index, peers
+        self.counts = [[0, 0] for _ in peers]
+        self.local: dict[_Token, torch.Event] = {}
+        self.current = torch.accelerator.current_stream(torch.device("spyre", index))
+        self.streams = comm._card_streams(index)
+        start = comm._Schedule._record(self.current)
+        for s in self.streams:  # what the caller queued before comes first
+            s.wait_event(start)
+        # A rank's send stream passing its start: its staging and buffer may be written.
+        self.start = [self._signal(r, 0) for r in range(len(peers))]
+        self.reached: set[tuple[int, int]] = set()
+        self.landed: dict[tuple[int, int], _Token] = {}
+
+    def _signal(self, rank: int, kind: int) -> _Token:
+        self.counts[rank][kind] += 1
+        token = (rank, kind, self.counts[rank][kind])
+        if rank == self.me:
+            self.local[token] = comm._Schedule._record(self.streams[kind])
+        return token
+
+    def _wait(self, stream: torch.Stream, token: _Token | None) -> None:
+        if token is None:
+            return
+        rank, kind, n = token
+        if rank == self.me:
+            stream.wait_event(self.local[token])
+            return
+        peer = self.peers[rank]
+        _C._stream_wait_value(self.index, stream.stream_id, peer.iova_of(peer.sems[kind]), peer.bases[kind] + n)
+
+    def copy(self, i: int, j: int, dst: _Remote, src, after: Sequence[_Token | None], result: bool = False) -> _Token:
+        if i == self.me:
+            stream = self.streams[0]
+            if (i, j) not in self.reached:
+                self._wait(stream, self.start[j])
+            for token in after:
+                self._wait(stream, token)
+            with stream:
+                _C._copy_to_iova_async(self.peers[j].iova_of(dst.addr), src)
+        self.reached.add((i, j))
+        token = self._signal(i, 0)
+        if result:
+            self.landed[i, j] = token
+        return token
+
+    def reduce(self, j: int, fn, acc, x, after: _Token) -> _Token:
+        if j == self.me:
+            stream = self.streams[1]
+            self._wait(stream, after)
+            with stream:
+                fn(acc, x)
+        return self._signal(j, 1)
+
+    def scale(self, i: int, t, by: float, after: _Token | None) -> _Token:
+        if i == self.me:
+            stream = self.streams[1]
+            self._wait(stream, after)
+            with stream:
+                t.div_(by)
+        return self._signal(i, 1)
+
+    def finish(self) -> None:
+        """This rank's current stream waits for its collective streams and for the copies other
+        ranks landed in its result."""
+        for r in range(len(self.peers)):
+            for kind in (0, 1):
+                token = self._signal(r, kind)
+                if r == self.me:
+                    self._wait(self.current, token)
+        for (_, j), token in self.landed.items():
+            if j == self.me:
+                self._wait(self.current, token)
+
+
+def _signed(v: int) -> int:
+    return v - (1 << 64) if v >= 1 << 63 else v
+
+
+class Group:
+    """The device all-reduce of one spyre process group; `host` is its Gloo group."""
+
+    def __init__(self, host: dist.ProcessGroup, rank: int, size: int):
+        self.host, self.rank, self.size = host, rank, size
+        self.index: int | None = None  # the card, once the group's cards were set up
+        self.windows: list[tuple[int, int, int, int] | None] = []
+
+    def _gather(self, row: list[int]) -> list[list[int]]:
+        mine = torch.tensor([_signed(v) for v in row], dtype=torch.int64)
+        out = [torch.empty_like(mine) for _ in range(self.size)]
+        self.host.allgather([out], [mine]).wait()
+        return [[v % (1 << 64) for v in t.tolist()] for t in out]
+
+    def _setup(self, index: int | None) -> None:
+        """Shares this rank's card window and opens every other rank's: the device path is on
+        when every rank's card is another card of one daemon. Collective: every rank calls it,
+        with its tensor's card (None: the tensor is not on a card; the setup waits for a call
+        whose tensors all are)."""
+        handle = 0
+        if index is not None:
+            try:
+                handle = _C._ipc_export(index)
+            except RuntimeError:  # cards this process simulates itself (in-process): nobody else's
+                handle = 0
+        rows = self._gather([handle, 0 if index is None else index + 1])
+        if not all(c for _, c in rows):
+            return
+        ok = all(h != 0 for h, _ in rows) and len({c for _, c in rows}) == self.size
+        windows: list[tuple[int, int, int, int] | None] = [None] * self.size
+        if ok:
+            try:
+                for r, (h, _) in enumerate(rows):
+                    if r != self.rank:
+                        windows[r] = _C._ipc_open(index, h)
+            except (RuntimeError, IndexError):  # another daemon's handle
+                ok = False
+        ok = all(v for (v,) in self._gather([int(ok)]))
+        self.index, self.windows = (index, windows) if ok else (-1, [])
+
+    def all_reduce(self, tensor: torch.Tensor, op: str) -> bool:
+        """Queues the all-reduce of `tensor` with `op` on the cards and returns True, or returns
+        False (every rank alike) when the group's cards or this call cannot take the device path."""
+        index = tensor.device.index if tensor.device.type == "spyre" else None
+        if self.index is None:
+            self._setup(index)
+        if self.index == -1:  # every rank knows: the group's cards are not of one server
+            return False
+        ok = (
+            index is not None
+            and self.index == index
+            and tensor.dtype in _DTYPES
+            and op in _OPS
+            and tensor.is_contiguous()
+            and tensor.numel() > 0
+            and (op != "avg" or tensor.is_floating_point())
+        )
+        count = tensor.numel()
+        algorithm, slices = comm.plan(tensor.nbytes, self.size)
+        staging = (
+            torch.empty(
+                comm.staging_numel(algorithm, count, self.size, slices), dtype=tensor.dtype, device=tensor.device
+            )
+            if ok
+            else None
+        )
+        row = [int(ok), count, _DTYPES.index(tensor.dtype) if ok else 0, _OPS.index(op) if ok else 0]
+        if ok:
+            send, add = comm._card_streams(index)
+            (s_sem, s_base), (a_sem, a_base) = (_C._stream_signal_state(index, s.stream_id) for s in (send, add))
+            row += [_C._device_address(tensor), _C._device_address(staging), s_sem, a_sem, s_base, a_base]
+        else:
+            row += [0] * 6
+        rows = self._gather(row)
+        if not all(r[0] for r in rows) or len({tuple(r[1:4]) for r in rows}) != 1:
+            return False
+        peers: list[_Peer | None] = [
+            None if r == self.rank else _Peer(self.windows[r], rows[r][6:8], rows[r][8:10]) for r in range(self.size)
+        ]
+        itemsize = tensor.element_size()
+        bufs = [
+            tensor.view(-1) if r == self.rank else _Remote(r, rows[r][4], itemsize, count) for r in range(self.size)
+        ]
+        stag = [
+            staging if r == self.rank else _Remote(r, rows[r][5], itemsize, staging.numel()) for r in range(self.size)
+        ]
+        with torch.no_grad():
+            comm.run(_GroupSchedule(self.rank, index, peers), algorithm, bufs, stag, op, slices)
+        global _calls
+        _calls += 1
+        return True
+
+
+def calls() -> int:
+    return _calls
