@@ -240,20 +240,20 @@ class SpyreBackend final : public c10d::Backend {
   const std::string getBackendName() const override { return "spyre"; }
 
   c10::intrusive_ptr<c10d::Work> broadcast(TensorList& tensors, const c10d::BroadcastOptions& opts) override {
+    if (tensors.size() == 1 && opts.rootTensor == 0) {
+      if (auto w = on_cards("broadcast", tensors, "", opts.rootRank, c10d::OpType::BROADCAST, "spyre:broadcast"))
+        return w;
+    }
     Staging s;
     TensorList host = s.inout(tensors);
     return done(host_->broadcast(host, opts), s, tensors, c10d::OpType::BROADCAST, "spyre:broadcast");
   }
 
   c10::intrusive_ptr<c10d::Work> allreduce(TensorList& tensors, const c10d::AllreduceOptions& opts) override {
-    // One tensor: every rank asks the cards first (a collective decision, the same on every rank).
-    if (on_cards_ && tensors.size() == 1) {
-      bool queued = false;
-      {
-        const pybind11::gil_scoped_acquire gil;
-        queued = (*on_cards_)(tensors[0], op_name(opts.reduceOp)).cast<bool>();
-      }
-      if (queued) return c10::make_intrusive<QueuedWork>(tensors, c10d::OpType::ALLREDUCE, "spyre:all_reduce");
+    if (tensors.size() == 1) {
+      if (auto w =
+              on_cards("all_reduce", tensors, op_name(opts.reduceOp), 0, c10d::OpType::ALLREDUCE, "spyre:all_reduce"))
+        return w;
     }
     Staging s;
     TensorList host = s.inout(tensors);
@@ -285,6 +285,9 @@ class SpyreBackend final : public c10d::Backend {
 
   c10::intrusive_ptr<c10d::Work> _allgather_base(at::Tensor& output, at::Tensor& input,
                                                  const c10d::AllgatherOptions& opts) override {
+    if (auto w =
+            on_cards("all_gather", {output, input}, "", 0, c10d::OpType::_ALLGATHER_BASE, "spyre:_all_gather_base"))
+      return w;
     Staging s;
     at::Tensor host_out = s.out({output})[0];
     at::Tensor host_in = s.in({input})[0];
@@ -328,6 +331,10 @@ class SpyreBackend final : public c10d::Backend {
 
   c10::intrusive_ptr<c10d::Work> _reduce_scatter_base(at::Tensor& output, at::Tensor& input,
                                                       const c10d::ReduceScatterOptions& opts) override {
+    const char* op = op_name(opts.reduceOp);
+    if (auto w = on_cards("reduce_scatter", {output, input}, op, 0, c10d::OpType::_REDUCE_SCATTER_BASE,
+                          "spyre:_reduce_scatter_base"))
+      return w;
     Staging s;
     at::Tensor host_out = s.out({output})[0];
     at::Tensor host_in = s.in({input})[0];
@@ -396,6 +403,20 @@ class SpyreBackend final : public c10d::Backend {
     return out;
   }
 
+  // The cards run the collective `kind` of `tensors` (the output first) when every rank's call can
+  // (torch_spyre/_group_comm.py decides, the same on every rank): its Work; else null, for the host.
+  c10::intrusive_ptr<c10d::Work> on_cards(const char* kind, const TensorList& tensors, const char* op, int64_t root,
+                                          c10d::OpType type, const char* title) {
+    if (!on_cards_) return nullptr;
+    bool queued = false;
+    {
+      const pybind11::gil_scoped_acquire gil;
+      queued = (*on_cards_)(kind, tensors, op, root).cast<bool>();
+    }
+    if (!queued) return nullptr;
+    return c10::make_intrusive<QueuedWork>(TensorList{tensors.front()}, type, title);
+  }
+
   // The Work of a collective whose host side `host` runs: the host work itself when nothing was
   // staged (CPU tensors only), else one that copies the results back.
   static c10::intrusive_ptr<c10d::Work> done(c10::intrusive_ptr<c10d::Work> host, Staging& s, TensorList result,
@@ -406,7 +427,7 @@ class SpyreBackend final : public c10d::Backend {
   }
 
   c10::intrusive_ptr<c10d::Backend> host_;
-  PyCallable on_cards_;  // (tensor, op) -> whether the cards took the all-reduce; null: never
+  PyCallable on_cards_;  // (kind, tensors, op, root) -> whether the cards took the collective; null: never
 };
 
 // DistributedDataParallel's time stats for spyre modules: host times, as its CPU timer's.
@@ -431,7 +452,7 @@ void bind_process_group(pybind11::module_& m) {
       },
       pybind11::arg("rank"), pybind11::arg("size"), pybind11::arg("host"), pybind11::arg("on_cards") = pybind11::none(),
       "The c10d backend for spyre tensors, carrying their bytes through `host` (a Gloo backend); "
-      "`on_cards(tensor, op)` runs a one-tensor all-reduce on the cards when it returns True.");
+      "`on_cards(kind, tensors, op, root)` runs the collective on the cards when it returns True.");
 }
 
 }  // namespace spyre::backend

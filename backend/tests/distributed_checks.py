@@ -28,10 +28,10 @@ REDUCE_SCATTER_SINGLE = getattr(dist, "reduce_scatter_single", dist.reduce_scatt
 RANK = int(os.environ["RANK"])
 WORLD = int(os.environ["WORLD_SIZE"])
 DTYPES = (torch.float32, torch.bfloat16, torch.int64)
-# CHECKS_ON_CARDS=1: every rank drives its own card of one spyre-simd, so all_reduce runs on the
-# cards (peer-to-peer DMA and the cards' adds): floating-point results are compared within the
-# rounding of another order of additions, a size that takes the ring is added, and the report
-# counts the all-reduces the cards ran.
+# CHECKS_ON_CARDS=1: every rank drives its own card of one spyre-simd, so all_reduce, broadcast,
+# all_gather_single and reduce_scatter_single run on the cards (peer-to-peer DMA and the cards'
+# adds): floating-point reductions are compared within the rounding of another order of additions,
+# sizes that take the ring are added, and the report counts the collectives the cards ran.
 ON_CARDS = os.environ.get("CHECKS_ON_CARDS") == "1"
 ON_CARDS_TOLERANCE = (
     {
@@ -140,13 +140,14 @@ def check_dtype(c: Checks, dtype: torch.dtype, salt: int) -> None:
             first,
             a,
         )
-        c.check(
-            f"broadcast from 1 {name}",
-            lambda t, **k: dist.broadcast(t, src=1, **k),
-            lambda salt=salt: [values((5, 3), dtype, salt)],
-            first,
-            a,
-        )
+        for shape in ((5, 3), *((n,) for n in RING_SIZES)):
+            c.check(
+                f"broadcast from 1 {name} {shape}",
+                lambda t, **k: dist.broadcast(t, src=1, **k),
+                lambda shape=shape, salt=salt: [values(shape, dtype, salt)],
+                first,
+                a,
+            )
         c.check(
             f"reduce to {WORLD - 1} {name}",
             lambda t, **k: dist.reduce(t, dst=WORLD - 1, **k),
@@ -154,7 +155,7 @@ def check_dtype(c: Checks, dtype: torch.dtype, salt: int) -> None:
             first,
             a,
         )
-        for n in (4, 0):
+        for n in (4, 0, *(m // 3 for m in RING_SIZES)):
             c.check(
                 f"all_gather [{n}] {name}",
                 dist.all_gather,
@@ -188,6 +189,7 @@ def check_dtype(c: Checks, dtype: torch.dtype, salt: int) -> None:
                 lambda n=n, salt=salt: [torch.zeros(n, dtype=dtype), values((WORLD * n,), dtype, salt)],
                 first,
                 a,
+                ON_CARDS_TOLERANCE,
             )
         c.check(
             f"all_to_all_single, uneven {name}",

@@ -86,6 +86,70 @@ def test_all_reduce_matches_cpu_for_every_op_dtype_size_and_algorithm(tmp_path):
     assert int(out) == 3 * (3 * 6 * 5 - 6) * 3
 
 
+def test_broadcast_all_gather_and_reduce_scatter_match_cpu(tmp_path):
+    """Each against CPU torch on the same inputs, on 4, 3 and 2 cards, sizes that take the tree
+    and the ring (several slices), uneven and empty; the inputs of all_gather and reduce_scatter
+    are left as they were."""
+    out = run(
+        tmp_path,
+        {"sim": {"devices": 4}},
+        """
+        import torch, torch_spyre
+        import torch_spyre.comm as comm
+        torch.manual_seed(0)
+        REF = {"sum": lambda s: s.sum(0), "avg": lambda s: s.mean(0), "product": lambda s: s.prod(0),
+               "max": lambda s: s.max(0).values, "min": lambda s: s.min(0).values}
+        TOL = {torch.float32: 1e-5, torch.bfloat16: 2e-2, torch.int64: 0}
+        def inputs(n, numel, dtype):
+            if dtype == torch.int64:
+                return [torch.randint(-3, 4, (numel,)) for _ in range(n)]
+            return [(torch.rand(numel) + 0.5).to(dtype) for _ in range(n)]
+        checks = 0
+        for cards in ([0, 1, 2, 3], [2, 0, 1], [3, 1]):
+            n = len(cards)
+            for dtype in (torch.float32, torch.bfloat16, torch.int64):
+                for numel in (0, 5, 1001, 300_000):  # 300000 fp32 per card: the ring, 1 MiB+ slices
+                    for root in range(n):
+                        for algorithm in ("tree", "ring", None):
+                            cpu = inputs(n, numel, dtype)
+                            xs = [(c.to(f"spyre:{d}") * 1) for c, d in zip(cpu, cards)]
+                            comm.broadcast(xs, root=root, algorithm=algorithm)
+                            for x in xs:
+                                assert torch.equal((x + 0).cpu(), cpu[root]), ("broadcast", cards, numel, root)
+                            checks += 1
+                    cpu = inputs(n, numel, dtype)
+                    ins = [(c.to(f"spyre:{d}") * 1) for c, d in zip(cpu, cards)]
+                    outs = [torch.full((n * numel,), 9, dtype=dtype, device=f"spyre:{d}") for d in cards]
+                    comm.all_gather(outs, ins)
+                    for o in outs:
+                        assert torch.equal((o + 0).cpu(), torch.cat(cpu)), ("all_gather", cards, numel)
+                    for i, c in zip(ins, cpu):
+                        assert torch.equal(i.cpu(), c)
+                    checks += 1
+                    for op in REF:
+                        if op == "avg" and dtype == torch.int64:
+                            continue
+                        cpu = inputs(n, n * numel, dtype)
+                        ins = [(c.to(f"spyre:{d}") * 1) for c, d in zip(cpu, cards)]
+                        outs = [torch.full((numel,), 9, dtype=dtype, device=f"spyre:{d}") for d in cards]
+                        comm.reduce_scatter(outs, ins, op=op)
+                        want = REF[op](torch.stack(cpu).double()).to(dtype)
+                        for r, o in enumerate(outs):
+                            got = (o + 0).cpu()
+                            part = want[r * numel : (r + 1) * numel]
+                            torch.testing.assert_close(got, part, rtol=TOL[dtype], atol=TOL[dtype])
+                        for i, c in zip(ins, cpu):
+                            assert torch.equal(i.cpu(), c)
+                        checks += 1
+        print(checks)
+        """,
+        timeout=1200,
+    )
+    # per card set and dtype: 4 sizes x (n roots x 3 algorithms + 1 all_gather + ops)
+    per = lambda n, ops: 4 * (3 * n + 1 + ops)  # noqa: E731
+    assert int(out) == sum(per(n, 5) * 2 + per(n, 4) for n in (4, 3, 2))
+
+
 def test_all_reduce_refuses_what_it_cannot_do(tmp_path):
     run(
         tmp_path,

@@ -130,16 +130,19 @@ def test_all_reduce_on_the_cards_of_one_server_matches_gloo(tmp_path, server):
     for rank in range(3):
         report = json.loads((tmp_path / f"rank{rank}.json").read_text())
         assert report["failures"] == [], report["failures"][:10]
-        assert report["checks"] == 169 + 30  # the ring's size: 3 dtypes x 2 forms x 5 ops
-        # On the cards: every all_reduce of a contiguous non-empty tensor (3 dtypes x 2 forms x
-        # 2 sizes x 5 ops, but avg of int64, which Gloo refuses too), and the future check.
-        assert report["on_cards"] == 3 * 2 * 2 * 5 - 2 * 2 + 1
+        # The ring's sizes, in 3 dtypes x 2 forms: all_reduce x 5 ops, broadcast, and the 4 forms
+        # of all_gather and reduce_scatter.
+        assert report["checks"] == 169 + 3 * 2 * (5 + 1 + 4)
+        # On the cards, in 3 dtypes x 2 forms, of contiguous non-empty tensors: all_reduce (2 sizes
+        # x 5 ops, but avg of int64), broadcast, all_gather_single and reduce_scatter_single (2
+        # sizes each); and the future check.
+        assert report["on_cards"] == 3 * 2 * (2 * 5 + 3 * 2) - 2 * 2 + 1
     # The daemon writes its stats for a client that asks: the rings' bytes crossed the switch, card
     # to card (a ring of 3 sends 2 x 2/3 of the buffer from each card; 10 rings of 140000 elements).
     write = "import torch, torch_spyre; torch.ones(1, device='spyre'); torch_spyre.write_reports()"
     subprocess.run([sys.executable, "-c", write], env=env, check=True, timeout=120)
     switch = json.loads(stats.read_text())["server"]["switch"]["bytes"]
-    assert switch > 3 * 2 * 2 / 3 * 140_000 * (4 + 2 + 8) * 2
+    assert switch > 3 * 2 * 2 / 3 * 140_000 * (4 + 2 + 8) * 2 + 2 * 140_000 * (4 + 2 + 8) * 2
 
 
 def test_ddp_on_the_cards_of_one_server_gives_the_losses_of_one_cpu_process(tmp_path, server):

@@ -31,6 +31,21 @@ from . import _C, comm
 # What the cards reduce here (test_comm and test_distributed check each against CPU torch).
 _DTYPES = (torch.float32, torch.bfloat16, torch.int64)
 _OPS = ("sum", "avg", "product", "max", "min")
+# What the cards copy (broadcast, all_gather): any dtype of a fixed numbering, the same in every rank.
+_ALL_DTYPES = (
+    torch.float32,
+    torch.bfloat16,
+    torch.int64,
+    torch.float16,
+    torch.float64,
+    torch.int32,
+    torch.int16,
+    torch.int8,
+    torch.uint8,
+    torch.bool,
+)
+_KINDS = ("all_reduce", "broadcast", "all_gather", "reduce_scatter")
+_REDUCING = ("all_reduce", "reduce_scatter")
 
 _calls = 0  # all-reduces the cards ran for this process (device_all_reduces())
 
@@ -120,6 +135,14 @@ class _GroupSchedule:
                 fn(acc, x)
         return self._signal(j, 1)
 
+    def local_copy(self, i: int, kind: int, dst, src, after: _Token | None) -> _Token:
+        if i == self.me:
+            stream = self.streams[kind]
+            self._wait(stream, after)
+            with stream:
+                dst.copy_(src)
+        return self._signal(i, kind)
+
     def scale(self, i: int, t, by: float, after: _Token | None) -> _Token:
         if i == self.me:
             stream = self.streams[1]
@@ -185,57 +208,89 @@ class Group:
         ok = all(v for (v,) in self._gather([int(ok)]))
         self.index, self.windows = (index, windows) if ok else (-1, [])
 
-    def all_reduce(self, tensor: torch.Tensor, op: str) -> bool:
-        """Queues the all-reduce of `tensor` with `op` on the cards and returns True, or returns
-        False (every rank alike) when the group's cards or this call cannot take the device path."""
-        index = tensor.device.index if tensor.device.type == "spyre" else None
+    def run(self, kind: str, tensors: list[torch.Tensor], op: str, root: int) -> bool:
+        """Queues collective `kind` on the cards and returns True, or returns False (every rank
+        alike) when the group's cards or this call cannot take the device path:
+        ``"all_reduce"`` ([tensor], op), ``"broadcast"`` ([tensor], root), ``"all_gather"``
+        ([output, input]) and ``"reduce_scatter"`` ([output, input], op), with c10d's meanings."""
+        t = tensors[0]
+        index = t.device.index if all(x.device.type == "spyre" for x in tensors) else None
         if self.index is None:
             self._setup(index)
         if self.index == -1:  # every rank knows: the group's cards are not of one server
             return False
-        ok = (
-            index is not None
-            and self.index == index
-            and tensor.dtype in _DTYPES
-            and op in _OPS
-            and tensor.is_contiguous()
-            and tensor.numel() > 0
-            and (op != "avg" or tensor.is_floating_point())
-        )
-        count = tensor.numel()
-        algorithm, slices = comm.plan(tensor.nbytes, self.size)
-        staging = (
-            torch.empty(
-                comm.staging_numel(algorithm, count, self.size, slices), dtype=tensor.dtype, device=tensor.device
-            )
-            if ok
-            else None
-        )
-        row = [int(ok), count, _DTYPES.index(tensor.dtype) if ok else 0, _OPS.index(op) if ok else 0]
+        ok = index is not None and self.index == index and self._takes(kind, tensors, op, root)
+        # What moves: the tensor, or all_gather's input and reduce_scatter's output (per rank).
+        count = tensors[-1].numel() if kind in ("all_gather", "reduce_scatter") else t.numel()
+        if kind == "reduce_scatter":
+            algorithm, slices = comm.plan(tensors[1].nbytes, self.size, "ring")
+            staged = self.size * count
+        else:
+            algorithm, slices = comm.plan(t.nbytes, 1 if kind == "broadcast" else self.size)
+            staged = count if kind == "all_reduce" else 0
+        staging = None
+        if ok and staged:
+            numel = comm.staging_numel(algorithm, staged, self.size, slices)
+            staging = torch.empty(numel, dtype=t.dtype, device=t.device)
+        row = [int(ok), _KINDS.index(kind), count, _ALL_DTYPES.index(t.dtype) if ok else 0]
+        row += [_OPS.index(op) if ok and kind in _REDUCING else 0, root if kind == "broadcast" else 0]
         if ok:
             send, add = comm._card_streams(index)
             (s_sem, s_base), (a_sem, a_base) = (_C._stream_signal_state(index, s.stream_id) for s in (send, add))
-            row += [_C._device_address(tensor), _C._device_address(staging), s_sem, a_sem, s_base, a_base]
+            stag_addr = _C._device_address(staging) if staging is not None else 0
+            row += [_C._device_address(t), stag_addr, s_sem, a_sem, s_base, a_base]
         else:
             row += [0] * 6
         rows = self._gather(row)
-        if not all(r[0] for r in rows) or len({tuple(r[1:4]) for r in rows}) != 1:
+        if not all(r[0] for r in rows) or len({tuple(r[1:6]) for r in rows}) != 1:
             return False
         peers: list[_Peer | None] = [
-            None if r == self.rank else _Peer(self.windows[r], rows[r][6:8], rows[r][8:10]) for r in range(self.size)
+            None if r == self.rank else _Peer(self.windows[r], rows[r][8:10], rows[r][10:12]) for r in range(self.size)
         ]
-        itemsize = tensor.element_size()
-        bufs = [
-            tensor.view(-1) if r == self.rank else _Remote(r, rows[r][4], itemsize, count) for r in range(self.size)
-        ]
-        stag = [
-            staging if r == self.rank else _Remote(r, rows[r][5], itemsize, staging.numel()) for r in range(self.size)
-        ]
+        itemsize = t.element_size()
+
+        def each(mine, numel: int, where: int) -> list:
+            """Every rank's buffer: this rank's `mine`, the others' at row[where] (0: never reached)."""
+            return [mine if r == self.rank else _Remote(r, rows[r][where], itemsize, numel) for r in range(self.size)]
+
+        sched = _GroupSchedule(self.rank, index, peers)
         with torch.no_grad():
-            comm.run(_GroupSchedule(self.rank, index, peers), algorithm, bufs, stag, op, slices)
+            if kind == "all_reduce":
+                comm.run(sched, algorithm, each(t.view(-1), count, 6), each(staging, staging.numel(), 7), op, slices)
+            elif kind == "broadcast":
+                comm.run_broadcast(sched, algorithm, each(t.view(-1), count, 6), root, slices)
+            elif kind == "all_gather":
+                out, x = tensors
+                comm.run_all_gather(sched, each(out.view(-1), self.size * count, 6), each(x.view(-1), count, 0), slices)
+            else:
+                out, x = tensors
+                scratch = torch.empty_like(x).view(-1)
+                outs, ins = each(out.view(-1), count, 0), each(x.view(-1), self.size * count, 0)
+                stag = each(staging, staging.numel(), 7)
+                comm.run_reduce_scatter(sched, outs, ins, each(scratch, x.numel(), 0), stag, op, slices)
         global _calls
         _calls += 1
         return True
+
+    def _takes(self, kind: str, tensors: list[torch.Tensor], op: str, root: int) -> bool:
+        """Whether this rank's side of the call can run on the cards (c10d's checks come after,
+        through Gloo, for any that cannot)."""
+        if not all(x.is_contiguous() and x.dtype == tensors[0].dtype for x in tensors):
+            return False
+        t = tensors[0]
+        if kind in _REDUCING and (
+            t.dtype not in _DTYPES or op not in _OPS or (op == "avg" and not t.is_floating_point())
+        ):
+            return False
+        if t.dtype not in _ALL_DTYPES:
+            return False
+        if kind == "broadcast":
+            return t.numel() > 0 and 0 <= root < self.size
+        if kind == "all_gather":
+            return tensors[1].numel() > 0 and t.numel() == self.size * tensors[1].numel()
+        if kind == "reduce_scatter":
+            return t.numel() > 0 and tensors[1].numel() == self.size * t.numel()
+        return t.numel() > 0
 
 
 def calls() -> int:

@@ -140,6 +140,17 @@ class _Schedule:
             fn(acc, x)
         return self._record(stream)
 
+    def local_copy(
+        self, i: int, kind: int, dst: torch.Tensor, src: torch.Tensor, after: torch.Event | None
+    ) -> torch.Event:
+        """Card i copies src into dst, both its own, on its send (kind 0) or add (1) stream."""
+        stream = (self.send, self.add)[kind][i]
+        if after is not None:
+            stream.wait_event(after)
+        with stream:
+            dst.copy_(src)
+        return self._record(stream)
+
     def scale(self, i: int, t: torch.Tensor, by: float, after: torch.Event | None) -> torch.Event:
         stream = self.add[i]
         if after is not None:
@@ -165,29 +176,41 @@ def _ring_longest(count: int, n: int, slices: int) -> int:
 
 
 def staging_numel(algorithm: str, count: int, n: int, slices: int) -> int:
-    """Elements of the staging buffer each card needs for one all-reduce of `count` elements."""
+    """Elements of the staging buffer each card needs for one reduction of `count` elements
+    (all_reduce's, or reduce_scatter's of its whole input)."""
     # The ring: one step's slices arriving while the last's are added.
     return 2 * slices * _ring_longest(count, n, slices) if algorithm == "ring" else count
 
 
-def _ring(sched, bufs: list, staging: list, fn: Callable, avg: bool, slices: int) -> None:
-    """Queues a ring all-reduce of `bufs` (one per card, 1-D) through `staging` (staging_numel
-    each) on `sched`. A buffer of another process's card is a _Remote: only sliced and measured."""
-    n = len(bufs)
-    count = bufs[0].numel()
+def _pieces(count: int, n: int, slices: int) -> Callable:
+    """piece(buf, c, k): slice k of chunk c when `count` elements are cut in n chunks of `slices`."""
     bounds = [count * c // n for c in range(n + 1)]
 
     def piece(buf, c: int, k: int):
         lo, hi = bounds[c], bounds[c + 1]
         return buf[lo + -(-(hi - lo) * k // slices) : lo + -(-(hi - lo) * (k + 1) // slices)]
 
+    return piece
+
+
+# The ring phases. A buffer of another process's card is a _Remote (_group_comm.py): only sliced
+# and measured. Card i "owns" chunk own(i) = i + shift: the chunk it holds complete after the
+# reduce-scatter, and passes first in the all-gather.
+
+
+def _reduce_scatter_phase(sched, bufs: list, staging: list, fn: Callable, slices: int, shift: int, first=None) -> dict:
+    """Ring reduce-scatter in place in `bufs` through `staging` (staging_numel each): at step s
+    card i sends chunk (own(i) - 1 - s) to card i + 1, which reduces it into its own; after n - 1
+    steps card i's chunk own(i) holds the reduction over every card. `first[i]`: what card i's
+    first sends wait for. Returns {(card, slice): the last reduction into its owned chunk}."""
+    n = len(bufs)
+    count = bufs[0].numel()
+    piece = _pieces(count, n, slices)
     longest = _ring_longest(count, n, slices)
     slots = 2 * slices
-    added: dict[tuple[int, int, int], torch.Event] = {}  # (card, step, slice) -> its reduction done
-    slot_free: dict[tuple[int, int], torch.Event] = {}  # (card, slot) -> the reduction that read it
+    added: dict = {}  # (card, step, slice) -> its reduction done
+    slot_free: dict = {}  # (card, slot) -> the reduction that read it
     use = 0
-    # Reduce-scatter: at step s card i sends chunk (i - s) mod n to card i + 1, which reduces it into
-    # its own; after n - 1 steps card i holds chunk (i + 1) mod n reduced over every card.
     for s in range(n - 1):
         for k in range(slices):
             slot = use % slots
@@ -195,39 +218,62 @@ def _ring(sched, bufs: list, staging: list, fn: Callable, avg: bool, slices: int
             landed = []  # (receiver, its chunk's slice, where the sender's slice landed, the copy's event)
             for i in range(n):
                 j = (i + 1) % n
-                src = piece(bufs[i], (i - s) % n, k)
+                c = (i + shift - 1 - s) % n
+                src = piece(bufs[i], c, k)
                 if src.numel() == 0:
                     continue
                 land = staging[j][slot * longest : slot * longest + src.numel()]
-                ev = sched.copy(i, j, land, src, [added.get((i, s - 1, k)), slot_free.get((j, slot))])
-                landed.append((j, piece(bufs[j], (i - s) % n, k), land, ev))
+                before = added.get((i, s - 1, k)) if s else (first[i] if first else None)
+                landed.append(
+                    (j, piece(bufs[j], c, k), land, sched.copy(i, j, land, src, [before, slot_free.get((j, slot))]))
+                )
             for j, acc, land, ev in landed:
                 added[j, s, k] = slot_free[j, slot] = sched.reduce(j, fn, acc, land, ev)
-    last = n - 2
-    if avg:
-        for i in range(n):
-            for k in range(slices):
-                owned = piece(bufs[i], (i + 1) % n, k)
-                if owned.numel():
-                    added[i, last, k] = sched.scale(i, owned, n, added.get((i, last, k)))
-    # All-gather: at step s card i passes chunk (i + 1 - s) mod n, complete, to card i + 1.
-    got: dict[tuple[int, int, int], torch.Event] = {}  # (card, step, slice) -> its chunk arrived
+    return {(i, k): added.get((i, n - 2, k)) for i in range(n) for k in range(slices)}
+
+
+def _scale_owned(sched, bufs: list, slices: int, shift: int, done: dict) -> None:
+    """avg: each card divides its owned chunk by n once it is complete (updates `done`)."""
+    n = len(bufs)
+    piece = _pieces(bufs[0].numel(), n, slices)
+    for i in range(n):
+        for k in range(slices):
+            owned = piece(bufs[i], (i + shift) % n, k)
+            if owned.numel():
+                done[i, k] = sched.scale(i, owned, n, done.get((i, k)))
+
+
+def _all_gather_phase(sched, bufs: list, slices: int, shift: int, ready: dict) -> None:
+    """Ring all-gather in place in `bufs`: at step s card i passes chunk (own(i) - s), complete,
+    to card i + 1; `ready[(i, k)]`: what card i's owned slice k waits for before it leaves."""
+    n = len(bufs)
+    piece = _pieces(bufs[0].numel(), n, slices)
+    got: dict = {}  # (card, step, slice) -> its chunk arrived
     for s in range(n - 1):
         for k in range(slices):
             for i in range(n):
                 j = (i + 1) % n
-                src = piece(bufs[i], (i + 1 - s) % n, k)
+                c = (i + shift - s) % n
+                src = piece(bufs[i], c, k)
                 if src.numel() == 0:
                     continue
-                ready = added.get((i, last, k)) if s == 0 else got.get((i, s - 1, k))
-                got[j, s, k] = sched.copy(i, j, piece(bufs[j], (i + 1 - s) % n, k), src, [ready], result=True)
+                before = ready.get((i, k)) if s == 0 else got.get((i, s - 1, k))
+                got[j, s, k] = sched.copy(i, j, piece(bufs[j], c, k), src, [before], result=True)
+
+
+def _ring(sched, bufs: list, staging: list, fn: Callable, avg: bool, slices: int) -> None:
+    """Queues a ring all-reduce of `bufs` (one per card, 1-D): reduce-scatter, then all-gather."""
+    done = _reduce_scatter_phase(sched, bufs, staging, fn, slices, 1)
+    if avg:
+        _scale_owned(sched, bufs, slices, 1, done)
+    _all_gather_phase(sched, bufs, slices, 1, done)
     sched.finish()
 
 
 def _tree(sched, bufs: list, staging: list, fn: Callable, avg: bool) -> None:
     """Queues a tree all-reduce of `bufs` through `staging` (as _ring)."""
     n = len(bufs)
-    done: list[torch.Event | None] = [None] * n  # each card's last reduction or arrival
+    done: list = [None] * n  # each card's last reduction or arrival
     span = 1
     while span < n:  # reduce: card i takes card i + span's partial sum
         for i in range(0, n - span, 2 * span):
@@ -236,10 +282,87 @@ def _tree(sched, bufs: list, staging: list, fn: Callable, avg: bool) -> None:
         span *= 2
     if avg:
         done[0] = sched.scale(0, bufs[0], n, done[0])
-    while span > 1:  # broadcast: card i gives the result to card i + span / 2
+    _tree_broadcast(sched, bufs, 0, done)
+    sched.finish()
+
+
+def _tree_broadcast(sched, bufs: list, root: int, done: list) -> None:
+    """Root's buffer down a binary tree rooted at `root`: ceil(log2 n) steps of the whole buffer,
+    for small ones. `done[v]`: card (root + v)'s last work on its buffer."""
+    n = len(bufs)
+    span = 1
+    while span < n:
+        span *= 2
+    while span > 1:  # card v gives the result to card v + span / 2 (v counted from the root)
         span //= 2
-        for i in range(0, n - span, 2 * span):
-            done[i + span] = sched.copy(i, i + span, bufs[i + span], bufs[i], [done[i], done[i + span]], result=True)
+        for v in range(0, n - span, 2 * span):
+            a, b = (root + v) % n, (root + v + span) % n
+            done[v + span] = sched.copy(a, b, bufs[b], bufs[a], [done[v], done[v + span]], result=True)
+
+
+def _chain_broadcast(sched, bufs: list, root: int, slices: int) -> None:
+    """Root's buffer along the ring root -> root + 1 -> ..., in slices that pipeline: every card's
+    link carries the buffer once, for large ones."""
+    n = len(bufs)
+    piece = _pieces(bufs[0].numel(), 1, slices)
+    for k in range(slices):
+        arrived = None
+        for h in range(n - 1):
+            a, b = (root + h) % n, (root + h + 1) % n
+            src = piece(bufs[a], 0, k)
+            if src.numel():
+                arrived = sched.copy(a, b, piece(bufs[b], 0, k), src, [arrived], result=True)
+
+
+def plan(nbytes: int, cards: int, algorithm: str | None = None, slices: int | None = None) -> tuple[str, int]:
+    """The algorithm and slices of a collective moving `nbytes` per card over `cards` cards,
+    where the caller left them to be chosen (None)."""
+    if algorithm is None:
+        algorithm = "tree" if nbytes < TREE_BELOW_BYTES else "ring"
+    if slices is None:
+        slices = min(8, max(1, nbytes // cards // SLICE_BYTES))
+    return algorithm, slices
+
+
+def run(sched, algorithm: str, bufs: list, staging: list, op: str, slices: int) -> None:
+    """Queues an all-reduce on `sched`; the caller holds no_grad."""
+    if algorithm == "ring":
+        _ring(sched, bufs, staging, _REDUCE[op], op == "avg", slices)
+    else:
+        _tree(sched, bufs, staging, _REDUCE[op], op == "avg")
+
+
+def run_broadcast(sched, algorithm: str, bufs: list, root: int, slices: int) -> None:
+    """Queues a broadcast of card `root`'s buffer into every other's on `sched`."""
+    if algorithm == "ring":
+        _chain_broadcast(sched, bufs, root, slices)
+    else:
+        _tree_broadcast(sched, bufs, root, [None] * len(bufs))
+    sched.finish()
+
+
+def run_all_gather(sched, outs: list, ins: list, slices: int) -> None:
+    """Queues an all-gather on `sched`: card i's input lands in chunk i of every card's output
+    (flat, n times the input). Card i first copies its own input into its chunk, on its send
+    stream, which then passes it on."""
+    for i, (out, x) in enumerate(zip(outs, ins, strict=True)):
+        sched.local_copy(i, 0, _pieces(out.numel(), len(outs), 1)(out, i, 0), x, None)
+    _all_gather_phase(sched, outs, slices, 0, {})
+    sched.finish()
+
+
+def run_reduce_scatter(sched, outs: list, ins: list, scratch: list, staging: list, op: str, slices: int) -> None:
+    """Queues a reduce-scatter on `sched`: chunk i of the reduction of every card's input (flat,
+    n times the output) lands in card i's output. The inputs stay as they are: each card reduces
+    in `scratch` (a copy of its input), through `staging` (staging_numel("ring", ...))."""
+    n = len(ins)
+    first = [sched.local_copy(i, 1, scratch[i], ins[i], None) for i in range(n)]
+    done = _reduce_scatter_phase(sched, scratch, staging, _REDUCE[op], slices, 0, first)
+    if op == "avg":
+        _scale_owned(sched, scratch, slices, 0, done)
+    piece = _pieces(scratch[0].numel(), n, 1)
+    for i in range(n):  # after its reductions: on the same stream
+        sched.local_copy(i, 1, outs[i], piece(scratch[i], i, 0), None)
     sched.finish()
 
 
@@ -252,10 +375,7 @@ def all_reduce(
     ``slices``: how many pieces each ring chunk is cut into for pipelining (None: one per
     ``SLICE_BYTES`` of a chunk, from 1 to 8)."""
     cards = _check(tensors, op)
-    if algorithm not in (None, "ring", "tree"):
-        raise ValueError(f"torch_spyre.comm: algorithm must be 'ring', 'tree' or None, not {algorithm!r}")
-    if slices is not None and (not isinstance(slices, int) or slices < 1):
-        raise ValueError(f"torch_spyre.comm: slices must be a positive int, not {slices!r}")
+    _check_plan(algorithm, slices)
     bufs = [t.view(-1) for t in tensors]
     if len(bufs) == 1 or bufs[0].numel() == 0:
         return
@@ -268,22 +388,77 @@ def all_reduce(
         run(_Schedule(cards), algorithm, bufs, staging, op, slices)
 
 
-def plan(nbytes: int, cards: int, algorithm: str | None = None, slices: int | None = None) -> tuple[str, int]:
-    """The algorithm and slices of an all-reduce of `nbytes` per card over `cards` cards, where
-    the caller left them to be chosen (None)."""
-    if algorithm is None:
-        algorithm = "tree" if nbytes < TREE_BELOW_BYTES else "ring"
-    if slices is None:
-        slices = min(8, max(1, nbytes // cards // SLICE_BYTES))
-    return algorithm, slices
+def broadcast(tensors: Sequence[torch.Tensor], root: int = 0, algorithm: str | None = None) -> None:
+    """Copies ``tensors[root]`` into every other tensor (one per card, same dtype and shape,
+    contiguous). ``algorithm``: ``"tree"`` (binary, from the root), ``"ring"`` (a chain from the
+    root, pipelined in slices) or None (tree below ``TREE_BELOW_BYTES``)."""
+    cards = _check(tensors, "sum")
+    _check_plan(algorithm, None)
+    if not isinstance(root, int) or not 0 <= root < len(tensors):
+        raise ValueError(f"torch_spyre.comm: root must index the tensors (0 .. {len(tensors) - 1}), not {root!r}")
+    bufs = [t.view(-1) for t in tensors]
+    if len(bufs) == 1 or bufs[0].numel() == 0:
+        return
+    algorithm, slices = plan(bufs[0].nbytes, 1, algorithm)
+    with torch.no_grad():
+        run_broadcast(_Schedule(cards), algorithm, bufs, root, slices)
 
 
-def run(sched, algorithm: str, bufs: list, staging: list, op: str, slices: int) -> None:
-    """Queues the all-reduce on `sched`; the caller holds no_grad."""
-    if algorithm == "ring":
-        _ring(sched, bufs, staging, _REDUCE[op], op == "avg", slices)
-    else:
-        _tree(sched, bufs, staging, _REDUCE[op], op == "avg")
+def all_gather(outputs: Sequence[torch.Tensor], inputs: Sequence[torch.Tensor]) -> None:
+    """Gathers ``inputs`` (one per card) into every card's output: ``outputs[i]`` (on the card of
+    ``inputs[i]``, contiguous, n times as many elements) holds input j at elements [j m, (j + 1) m),
+    as ``torch.distributed.all_gather_into_tensor``. A ring, pipelined in slices."""
+    cards = _check(inputs, "sum")
+    _check_outputs(outputs, inputs, len(inputs), "all_gather")
+    outs, ins = [o.view(-1) for o in outputs], [t.view(-1) for t in inputs]
+    if ins[0].numel() == 0:
+        return
+    _, slices = plan(outs[0].nbytes, len(outs))
+    with torch.no_grad():
+        run_all_gather(_Schedule(cards), outs, ins, slices)
+
+
+def reduce_scatter(outputs: Sequence[torch.Tensor], inputs: Sequence[torch.Tensor], op: str = "sum") -> None:
+    """Reduces ``inputs`` (one per card, contiguous, n times the output's elements) elementwise
+    with ``op`` and scatters the result: ``outputs[i]`` (on the card of ``inputs[i]``) holds its
+    elements [i m, (i + 1) m), as ``torch.distributed.reduce_scatter_tensor``. A ring, pipelined
+    in slices; the inputs are left as they were."""
+    cards = _check(inputs, op)
+    _check_outputs(inputs, outputs, len(inputs), "reduce_scatter")
+    outs, ins = [o.view(-1) for o in outputs], [t.view(-1) for t in inputs]
+    if outs[0].numel() == 0:
+        return
+    n = len(ins)
+    _, slices = plan(ins[0].nbytes, n, "ring")
+    with torch.no_grad():
+        scratch = [torch.empty_like(x) for x in ins]
+        staging = [
+            torch.empty(staging_numel("ring", x.numel(), n, slices), dtype=x.dtype, device=x.device) for x in ins
+        ]
+        run_reduce_scatter(_Schedule(cards), outs, ins, scratch, staging, op, slices)
+
+
+def _check_plan(algorithm: str | None, slices: int | None) -> None:
+    if algorithm not in (None, "ring", "tree"):
+        raise ValueError(f"torch_spyre.comm: algorithm must be 'ring', 'tree' or None, not {algorithm!r}")
+    if slices is not None and (not isinstance(slices, int) or slices < 1):
+        raise ValueError(f"torch_spyre.comm: slices must be a positive int, not {slices!r}")
+
+
+def _check_outputs(big: Sequence[torch.Tensor], small: Sequence[torch.Tensor], n: int, what: str) -> None:
+    """`big[i]` is on the card of `small[i]`, contiguous, of its dtype, with n times its elements."""
+    if len(big) != len(small):
+        raise ValueError(f"torch_spyre.comm: {what} needs as many outputs as inputs, not {len(big)} and {len(small)}")
+    for b, t in zip(big, small, strict=True):
+        if not isinstance(b, torch.Tensor) or b.device != t.device or b.dtype != t.dtype or not b.is_contiguous():
+            raise ValueError(
+                f"torch_spyre.comm: {what}'s tensors must be contiguous, of one dtype, pairwise on one card: "
+                f"{getattr(b, 'device', b)} {getattr(b, 'dtype', '')} and {t.device} {t.dtype}"
+            )
+        if b.numel() != n * t.numel():
+            raise ValueError(
+                f"torch_spyre.comm: {what} over {n} cards needs {n} x {t.numel()} elements, not {b.numel()}"
+            )
 
 
 def ring_seconds(nbytes: int, cards: int, link_gbps: float) -> float:
@@ -297,4 +472,12 @@ def bus_bandwidth(nbytes: int, cards: int, seconds: float) -> float:
     return nbytes / seconds * 2 * (cards - 1) / cards / 1e9 if seconds > 0 else math.inf
 
 
-__all__ = ["TREE_BELOW_BYTES", "all_reduce", "bus_bandwidth", "ring_seconds"]
+__all__ = [
+    "TREE_BELOW_BYTES",
+    "all_gather",
+    "all_reduce",
+    "broadcast",
+    "bus_bandwidth",
+    "reduce_scatter",
+    "ring_seconds",
+]

@@ -30,7 +30,7 @@ def _create(store, rank: int, size: int, timeout: datetime.timedelta):
     from ._group_comm import Group
 
     host = dist.ProcessGroupGloo(store, rank, size, timeout)
-    on_cards = Group(host, rank, size).all_reduce if os.environ.get(DEVICE_COLLECTIVES, "1") != "0" else None
+    on_cards = Group(host, rank, size).run if os.environ.get(DEVICE_COLLECTIVES, "1") != "0" else None
     return _C._process_group(rank, size, host, on_cards)
 
 
