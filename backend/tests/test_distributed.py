@@ -155,6 +155,18 @@ def test_ddp_on_the_cards_of_one_server_gives_the_losses_of_one_cpu_process(tmp_
     assert spyre["losses"] == pytest.approx(cpu_losses(tmp_path), rel=1e-5)
 
 
+def test_tensor_parallel_llama_on_the_cards_of_one_server_gives_the_cpu_logits_and_tokens(tmp_path, server):
+    # The row-parallel projections' all-reduces (DTensor's functional collectives) run on the cards.
+    env, _ = server
+    out = tmp_path / "tp.json"
+    p = torchrun(4, TP, "--new-tokens", "8", "--json", str(out), env=env)
+    assert p.returncode == 0, p.stderr[-4000:]
+    report = json.loads(out.read_text())
+    assert report["world"] == 4 and report["on_cards"] > 0
+    assert report["max_logit_diff"] < 1e-4
+    assert report["tokens_equal"]
+
+
 def _sh(*argv: str) -> None:
     subprocess.run(argv, check=True, capture_output=True, text=True, timeout=60)
 

@@ -47,7 +47,7 @@ _ALL_DTYPES = (
 _KINDS = ("all_reduce", "broadcast", "all_gather", "reduce_scatter")
 _REDUCING = ("all_reduce", "reduce_scatter")
 
-_calls = 0  # all-reduces the cards ran for this process (device_all_reduces())
+_calls = 0  # collectives the cards ran for this process (device_collectives())
 
 _Token = tuple[int, int, int]  # (rank, stream: 0 sends / 1 adds, the stream's nth signal in this call)
 

@@ -6,11 +6,12 @@ Importing ``torch_spyre`` registers it, so that any of these works::
     dist.init_process_group("spyre")                 # both on this backend (CPU tensors go to Gloo)
 
 When the ranks' cards are cards of one simulated server (every rank a client of one spyre-simd),
-an all-reduce runs on the cards: peer-to-peer DMA across the server's switch and reductions on the
-cores (``_group_comm.py``). Any other collective, or ranks on separate servers, stages its spyre
+all_reduce, broadcast, all_gather_into_tensor and reduce_scatter_tensor run on the cards:
+peer-to-peer DMA across the server's switch and reductions on the cores (``_group_comm.py``). Any
+other collective, or ranks on separate servers, stages its spyre
 tensors in host memory and a Gloo process group, made here on the same store, carries the bytes
 between the processes; the results are copied back to the cards (``backend/csrc/process_group.cpp``).
-``TORCH_SPYRE_DEVICE_COLLECTIVES=0`` sends every all-reduce through Gloo too. docs/user-guide.md,
+``TORCH_SPYRE_DEVICE_COLLECTIVES=0`` sends those through Gloo too. docs/user-guide.md,
 "Distributed", has the semantics and the torchrun recipe.
 """
 
@@ -41,9 +42,10 @@ def register() -> None:
     dist.Backend.register_backend(NAME, _create, devices=[NAME, "cpu"])
 
 
-def device_all_reduces() -> int:
-    """How many all-reduces of this process the cards ran themselves (peer-to-peer DMA across the
-    server's switch) rather than Gloo."""
+def device_collectives() -> int:
+    """How many collectives of this process the cards ran themselves (peer-to-peer DMA across the
+    server's switch) rather than Gloo: all_reduce, broadcast, all_gather_into_tensor and
+    reduce_scatter_tensor, when the ranks drive cards of one spyre-simd."""
     from . import _group_comm
 
     return _group_comm.calls()
@@ -53,4 +55,4 @@ def is_registered() -> bool:
     return dist.is_available() and NAME in dist.Backend.backend_list
 
 
-__all__ = ["DEVICE_COLLECTIVES", "NAME", "device_all_reduces", "is_registered", "register"]
+__all__ = ["DEVICE_COLLECTIVES", "NAME", "device_collectives", "is_registered", "register"]

@@ -86,8 +86,8 @@ def main() -> None:
     if a.json:
         with open(a.json, "w") as f:
             report = {"losses": losses, "world": int(os.environ.get("WORLD_SIZE", "1"))}
-            # All-reduces the cards ran themselves (ranks that are clients of one spyre-simd).
-            report["on_cards"] = torch_spyre.distributed.device_all_reduces()
+            # Collectives the cards ran themselves (ranks that are clients of one spyre-simd).
+            report["on_cards"] = torch_spyre.distributed.device_collectives()
             json.dump(report, f)
 
 

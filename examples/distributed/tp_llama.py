@@ -20,7 +20,7 @@ import json
 
 import torch
 import torch.distributed as dist
-import torch_spyre  # noqa: F401  (the device and the backend)
+import torch_spyre  # the device and the backend
 import transformers
 from torch.distributed.device_mesh import init_device_mesh
 from torch.distributed.tensor.parallel import ColwiseParallel, RowwiseParallel, parallelize_module
@@ -93,7 +93,10 @@ def main() -> None:
         print(tokens.tolist())
         if a.json:
             with open(a.json, "w") as f:
-                json.dump({"world": world, "max_logit_diff": diff, "tokens_equal": same}, f)
+                report = {"world": world, "max_logit_diff": diff, "tokens_equal": same}
+                # Collectives the cards ran themselves (ranks that are clients of one spyre-simd).
+                report["on_cards"] = torch_spyre.distributed.device_collectives()
+                json.dump(report, f)
     dist.destroy_process_group()
 
 
