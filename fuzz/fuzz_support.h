@@ -171,7 +171,7 @@ inline void check_descriptor_rejection(const hw::Descriptor& d, const hw::Verdic
   bool own = false;
   switch (d.opcode) {
     case hw::Opcode::kCopy:
-      own = v.field == F::kCopySrc || v.field == F::kCopyDst || v.field == F::kCopySize;
+      own = v.field == F::kCopySrc || v.field == F::kCopyDst || v.field == F::kCopySize || v.field == F::kCopyLabel;
       break;
     case hw::Opcode::kLaunch:
       own = v.field == F::kLaunchProgram || v.field == F::kLaunchProgramSize || v.field == F::kLaunchArgs ||

@@ -288,20 +288,23 @@ PYBIND11_MODULE(_C, m) {
   });
   // dst.copy_(src) across cards with no wait on either side: queued on the current stream of src's
   // card, for collectives, which order it with events.
-  m.def("_peer_copy_async", [](const at::Tensor& dst, const at::Tensor& src) {
-    HANDLE_TH_ERRORS
-    TORCH_CHECK_VALUE(dst.is_privateuseone() && src.is_privateuseone() && dst.device() != src.device(),
-                      "spyre: _peer_copy_async copies between two spyre devices, not ", src.device(), " and ",
-                      dst.device());
-    TORCH_CHECK_VALUE(
-        dst.is_contiguous() && src.is_contiguous() && dst.dtype() == src.dtype() && dst.numel() == src.numel(),
-        "spyre: _peer_copy_async needs contiguous tensors of one dtype and size");
-    const c10::DeviceGuard guard(src.device());
-    DeviceRuntime::get(src.device().index())
-        .copy_to_peer_async(dst.device().index(), spyre::backend::device_addr(dst), spyre::backend::device_addr(src),
-                            src.nbytes());
-    END_HANDLE_TH_ERRORS_PYBIND
-  });
+  m.def(
+      "_peer_copy_async",
+      [](const at::Tensor& dst, const at::Tensor& src, const std::string& label) {
+        HANDLE_TH_ERRORS
+        TORCH_CHECK_VALUE(dst.is_privateuseone() && src.is_privateuseone() && dst.device() != src.device(),
+                          "spyre: _peer_copy_async copies between two spyre devices, not ", src.device(), " and ",
+                          dst.device());
+        TORCH_CHECK_VALUE(
+            dst.is_contiguous() && src.is_contiguous() && dst.dtype() == src.dtype() && dst.numel() == src.numel(),
+            "spyre: _peer_copy_async needs contiguous tensors of one dtype and size");
+        const c10::DeviceGuard guard(src.device());
+        DeviceRuntime::get(src.device().index())
+            .copy_to_peer_async(dst.device().index(), spyre::backend::device_addr(dst),
+                                spyre::backend::device_addr(src), src.nbytes(), label);
+        END_HANDLE_TH_ERRORS_PYBIND
+      },
+      py::arg("dst"), py::arg("src"), py::arg("label") = "");
   // Memory shared between processes of one spyre-simd, for torch.distributed's collectives on the
   // cards (torch_spyre/_group_comm.py). Addresses are device addresses and IOVAs, as ints.
   m.def("_ipc_export", [](int index) {
@@ -316,14 +319,18 @@ PYBIND11_MODULE(_C, m) {
     END_HANDLE_TH_ERRORS_PYBIND
   });
   // src's bytes to `iova` (inside an _ipc_open window), queued on the current stream of src's card.
-  m.def("_copy_to_iova_async", [](uint64_t iova, const at::Tensor& src) {
-    HANDLE_TH_ERRORS
-    TORCH_CHECK_VALUE(src.is_privateuseone() && src.is_contiguous(),
-                      "spyre: _copy_to_iova_async copies a contiguous spyre tensor, not one on ", src.device());
-    const c10::DeviceGuard guard(src.device());
-    DeviceRuntime::get(src.device().index()).copy_to_iova_async(iova, spyre::backend::device_addr(src), src.nbytes());
-    END_HANDLE_TH_ERRORS_PYBIND
-  });
+  m.def(
+      "_copy_to_iova_async",
+      [](uint64_t iova, const at::Tensor& src, const std::string& label) {
+        HANDLE_TH_ERRORS
+        TORCH_CHECK_VALUE(src.is_privateuseone() && src.is_contiguous(),
+                          "spyre: _copy_to_iova_async copies a contiguous spyre tensor, not one on ", src.device());
+        const c10::DeviceGuard guard(src.device());
+        DeviceRuntime::get(src.device().index())
+            .copy_to_iova_async(iova, spyre::backend::device_addr(src), src.nbytes(), label);
+        END_HANDLE_TH_ERRORS_PYBIND
+      },
+      py::arg("iova"), py::arg("src"), py::arg("label") = "");
   m.def("_stream_wait_value", [](int index, int64_t stream, uint64_t iova, uint64_t value) {
     HANDLE_TH_ERRORS
     DeviceRuntime& rt = DeviceRuntime::get(index);

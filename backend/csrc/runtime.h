@@ -138,7 +138,8 @@ class DeviceRuntime {
   void copy_to_peer(int peer, uint64_t dst, uint64_t src, uint64_t n);
   /// The same copy, only queued on this card's current stream: no wait on either side. The caller
   /// orders it with events (collectives do), and keeps both ranges alive until it has run.
-  void copy_to_peer_async(int peer, uint64_t dst, uint64_t src, uint64_t n);
+  /// `label` names the copy in the device trace (a collective's step; "" for none).
+  void copy_to_peer_async(int peer, uint64_t dst, uint64_t src, uint64_t n, const std::string& label = "");
   /// Where this card's DMA reaches address `addr` of card `peer` (its memory window, mapped once).
   uint64_t peer_iova(int peer, uint64_t addr);
 
@@ -151,7 +152,7 @@ class DeviceRuntime {
   driver::Transport::IpcWindow ipc_open(uint64_t handle);
   /// Copies `n` bytes at `src` of this card to `iova`, inside a window ipc_open mapped, queued on
   /// the current stream with no wait (as copy_to_peer_async).
-  void copy_to_iova_async(uint64_t iova, uint64_t src, uint64_t n);
+  void copy_to_iova_async(uint64_t iova, uint64_t src, uint64_t n, const std::string& label = "");
   /// Makes `stream` wait on the card, not the host, until the semaphore at `iova` (another card's,
   /// inside a window ipc_open mapped) is at least `value`.
   void wait_value(int64_t stream, uint64_t iova, uint64_t value);
@@ -243,7 +244,8 @@ class DeviceRuntime {
   CaptureSink* capture_sink();
   /// Queues a copy of `n` bytes on `q` as descriptors of at most hw::kMaxCopyBytes (`flags`: which
   /// side is a host IOVA), each noted for the profiler as `name`. Returns the last one's sequence.
-  uint64_t copy_in_pieces(driver::Queue& q, uint64_t src, uint64_t dst, uint64_t n, uint8_t flags, const char* name);
+  uint64_t copy_in_pieces(driver::Queue& q, uint64_t src, uint64_t dst, uint64_t n, uint8_t flags, const char* name,
+                          uint64_t label = 0);
   /// h2d without the capture check: the runtime's own uploads run at once even during a capture.
   void upload(uint64_t dst, const void* src, uint64_t n, bool non_blocking = false);
   /// A staging buffer of at least `n` bytes: a kept one, or a new mapping.
@@ -258,6 +260,17 @@ class DeviceRuntime {
   /// instruction decoded; empty otherwise. Reads the card: call it once the queue is reset.
   std::string failed_launch(const hw::Descriptor& d, const hw::Completion& c);
   uint64_t label(const std::string& op);
+  /// The device copy of a copy's trace label, for a command about to be queued on the current
+  /// stream: written on that stream's queue without a wait (it lands before the command). Another
+  /// queue that uses it waits for that write first, if it is still queued.
+  uint64_t queued_label(const std::string& text);
+  struct QueuedLabel {
+    uint64_t addr;
+    driver::Queue* queue;
+    uint64_t seq;
+  };
+  std::mutex queued_labels_mu_;
+  std::map<std::string, QueuedLabel> queued_labels_;
   /// launch() under the shared program lock; returns the programs the cache evicted in `evicted`.
   /// Returns the launch's sequence number on the current stream's queue (0: a capture took it).
   uint64_t submit_launch(const std::string& key, const std::function<compiler::Program()>& build,

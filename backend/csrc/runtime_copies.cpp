@@ -42,12 +42,12 @@ uint64_t copy_chunk() {
 constexpr size_t kChunksInFlight = 4;
 
 uint64_t DeviceRuntime::copy_in_pieces(driver::Queue& q, uint64_t src, uint64_t dst, uint64_t n, uint8_t flags,
-                                       const char* name) {
+                                       const char* name, uint64_t label) {
   const int64_t stream = current_stream();
   uint64_t seq = 0;
   for (uint64_t off = 0; off < n; off += hw::kMaxCopyBytes) {
     const uint64_t m = std::min(hw::kMaxCopyBytes, n - off);
-    SPYRE_CHECK(q.copy(src + off, dst + off, m, flags, &seq));
+    SPYRE_CHECK(q.copy(src + off, dst + off, m, flags, &seq, label));
     profiling::note(index_, stream, q, seq, profiling::Kind::kMemcpy, name, m);
   }
   return seq;
@@ -144,10 +144,11 @@ void DeviceRuntime::copy_to_peer(int peer, uint64_t dst, uint64_t src, uint64_t 
   wait(q, copy_in_pieces(q, src, peer_iova(peer, dst), n, hw::kCopyDstHost, "Memcpy PtoP"));
 }
 
-void DeviceRuntime::copy_to_peer_async(int peer, uint64_t dst, uint64_t src, uint64_t n) {
+void DeviceRuntime::copy_to_peer_async(int peer, uint64_t dst, uint64_t src, uint64_t n, const std::string& label) {
   TORCH_CHECK(peer != index_, "spyre: copy_to_peer needs another card, not ", index_);
   check_not_capturing("a copy to another card");
-  if (n > 0) (void)copy_in_pieces(queue(), src, peer_iova(peer, dst), n, hw::kCopyDstHost, "Memcpy PtoP");
+  if (n > 0)
+    (void)copy_in_pieces(queue(), src, peer_iova(peer, dst), n, hw::kCopyDstHost, "Memcpy PtoP", queued_label(label));
 }
 
 uint64_t DeviceRuntime::peer_iova(int peer, uint64_t addr) {
@@ -160,6 +161,23 @@ uint64_t DeviceRuntime::peer_iova(int peer, uint64_t addr) {
     return mapped;
   });
   return window + (addr - peer_info.memory_base);
+}
+
+uint64_t DeviceRuntime::queued_label(const std::string& text) {
+  if (text.empty()) return 0;
+  driver::Queue& q = queue();
+  std::lock_guard lock(queued_labels_mu_);
+  if (const auto it = queued_labels_.find(text); it != queued_labels_.end()) {
+    const QueuedLabel& l = it->second;
+    if (l.queue != &q && !l.queue->is_complete(l.seq)) wait(*l.queue, l.seq);
+    return l.addr;
+  }
+  // A few dozen per card (a collective's phases and peers), kept for the process's life.
+  const std::string s = text.substr(0, hw::kMaxLabelBytes - 1);
+  const uint64_t addr = alloc_reclaiming(s.size() + 1);
+  upload(addr, s.c_str(), s.size() + 1);  // staged: queued, no wait
+  queued_labels_[text] = {addr, &q, q.last_seq()};
+  return addr;
 }
 
 uint64_t DeviceRuntime::ipc_export() {
@@ -189,10 +207,10 @@ void DeviceRuntime::check_ipc_range(uint64_t iova, uint64_t n, const char* what)
                     " is outside every window of another process's memory this card opened");
 }
 
-void DeviceRuntime::copy_to_iova_async(uint64_t iova, uint64_t src, uint64_t n) {
+void DeviceRuntime::copy_to_iova_async(uint64_t iova, uint64_t src, uint64_t n, const std::string& label) {
   check_ipc_range(iova, n, "a copy to another process's memory");
   check_not_capturing("a copy to another process's memory");
-  if (n > 0) (void)copy_in_pieces(queue(), src, iova, n, hw::kCopyDstHost, "Memcpy PtoP");
+  if (n > 0) (void)copy_in_pieces(queue(), src, iova, n, hw::kCopyDstHost, "Memcpy PtoP", queued_label(label));
 }
 
 void DeviceRuntime::wait_value(int64_t stream, uint64_t iova, uint64_t value) {

@@ -197,12 +197,27 @@ print(cycles)
 """
 
 
-def ring_all_reduce(tmp_path, cards: int, nbytes: int, link_gbps: float) -> tuple[float, dict]:
-    """Seconds of device time and the stats of one ring all-reduce on `cards` cards."""
-    stats = tmp_path / f"stats_{link_gbps}.json"
-    config = {"sim": {"devices": cards}, "pcie": {"bandwidth_gbps": link_gbps}, "output": {"stats_path": str(stats)}}
+def ring_all_reduce(tmp_path, cards: int, nbytes: int, link_gbps: float) -> tuple[float, dict, dict]:
+    """Seconds of device time, the stats and the trace of one ring all-reduce on `cards` cards."""
+    stats, trace = tmp_path / f"stats_{link_gbps}.json", tmp_path / f"trace_{link_gbps}.json"
+    output = {"stats_path": str(stats), "trace_path": str(trace)}
+    config = {"sim": {"devices": cards}, "pcie": {"bandwidth_gbps": link_gbps}, "output": output}
     cycles = int(run(tmp_path, config, RING.format(cards=cards, nbytes=nbytes)))
-    return cycles / 1.5e9, json.loads(stats.read_text())  # chip.clock_mhz: 1500
+    # chip.clock_mhz: 1500
+    return cycles / 1.5e9, json.loads(stats.read_text()), json.loads(trace.read_text())
+
+
+def collective_tracks(trace: dict) -> dict[tuple[int, str], float]:
+    """Per (card, track name): the microseconds of the trace's slices that are a collective's copies
+    (named by their step: "all_reduce ring reduce-scatter 1/7 -> spyre:1")."""
+    events = trace["traceEvents"] if isinstance(trace, dict) else trace
+    names = {(e["pid"], e["tid"]): e["args"]["name"] for e in events if e.get("name") == "thread_name"}
+    busy: dict[tuple[int, str], float] = {}
+    for e in events:
+        if e.get("ph") == "X" and e["name"].startswith("all_reduce ring "):
+            key = (e["pid"], names[e["pid"], e["tid"]])
+            busy[key] = busy.get(key, 0.0) + e["dur"]
+    return busy
 
 
 def test_an_8_card_ring_all_reduce_of_256_mib_takes_the_rings_analytical_time(tmp_path):
@@ -211,9 +226,10 @@ def test_an_8_card_ring_all_reduce_of_256_mib_takes_the_rings_analytical_time(tm
     within 204.8 GB/s). The time is within 10 % of 2(N-1)/N * size / link data rate, and halving
     the links doubles it. The switch carries every byte each card sends: 2(N-1) times the size."""
     n, nbytes = 8, 256 << 20
-    seconds = {}
+    seconds, tracks = {}, {}
     for gbps in (32.0, 16.0):
-        seconds[gbps], stats = ring_all_reduce(tmp_path, n, nbytes, gbps)
+        seconds[gbps], stats, trace = ring_all_reduce(tmp_path, n, nbytes, gbps)
+        tracks[gbps] = collective_tracks(trace)
         analytical = 2 * (n - 1) / n * nbytes / (gbps * 1e9 * PAYLOAD / (PAYLOAD + OVERHEAD))
         assert analytical <= seconds[gbps] <= 1.1 * analytical, (gbps, seconds[gbps], analytical)
         wire = 2 * (n - 1) * nbytes * (PAYLOAD + OVERHEAD) / PAYLOAD
@@ -222,6 +238,15 @@ def test_an_8_card_ring_all_reduce_of_256_mib_takes_the_rings_analytical_time(tm
             assert card["pcie"]["to_host"]["bytes"] == pytest.approx(wire / n, rel=1e-3)
             assert card["pcie"]["from_host"]["bytes"] == pytest.approx(wire / n, rel=1e-3)
     assert 1.9 <= seconds[16.0] / seconds[32.0] <= 2.1
+    # In the trace, each card's collective copies are on a queue track of their own (the collective's
+    # send stream), named by their step; the time they take follows the links.
+    for gbps in (32.0, 16.0):
+        assert sorted(card for card, _ in tracks[gbps]) == list(range(n))  # one track per card
+        for (_, name), us in tracks[gbps].items():
+            # Not queue 00, the default stream's, where the script's own kernels run.
+            assert name.startswith("queue ") and name != "queue 00" and us <= seconds[gbps] * 1e6
+    for key, us in tracks[32.0].items():
+        assert 1.8 <= tracks[16.0][key] / us <= 2.2, key
 
 
 def test_a_captured_all_reduce_replays_to_the_same_cycles(tmp_path):

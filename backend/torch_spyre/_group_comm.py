@@ -70,7 +70,7 @@ class _Peer:
     """Another rank's card as this card's DMA reaches it: its shared window and collective streams."""
 
     def __init__(self, window: tuple[int, int, int, int], sems: Sequence[int], bases: Sequence[int]):
-        self.iova, _, self.base, self.bytes = window
+        self.iova, self.card, self.base, self.bytes = window
         self.sems, self.bases = sems, bases
 
     def iova_of(self, addr: int) -> int:
@@ -81,8 +81,8 @@ class _GroupSchedule:
     """comm._Schedule's interface for ranks in several processes: the same calls are made on every
     rank for every rank; each rank queues only the work of its own card."""
 
-    def __init__(self, me: int, index: int, peers: list[_Peer | None]):
-        self.me, self.index, self.peers = me, index, peers
+    def __init__(self, me: int, index: int, peers: list[_Peer | None], name: str):
+        self.me, self.index, self.peers, self.name = me, index, peers, name
         self.counts = [[0, 0] for _ in peers]
         self.local: dict[_Token, torch.Event] = {}
         self.current = torch.accelerator.current_stream(torch.device("spyre", index))
@@ -112,7 +112,9 @@ class _GroupSchedule:
         peer = self.peers[rank]
         _C._stream_wait_value(self.index, stream.stream_id, peer.iova_of(peer.sems[kind]), peer.bases[kind] + n)
 
-    def copy(self, i: int, j: int, dst: _Remote, src, after: Sequence[_Token | None], result: bool = False) -> _Token:
+    def copy(
+        self, i: int, j: int, dst: _Remote, src, after: Sequence[_Token | None], result: bool = False, what: str = ""
+    ) -> _Token:
         if i == self.me:
             stream = self.streams[0]
             if (i, j) not in self.reached:
@@ -120,7 +122,8 @@ class _GroupSchedule:
             for token in after:
                 self._wait(stream, token)
             with stream:
-                _C._copy_to_iova_async(self.peers[j].iova_of(dst.addr), src)
+                label = f"{self.name} {what} -> spyre:{self.peers[j].card}"
+                _C._copy_to_iova_async(self.peers[j].iova_of(dst.addr), src, label)
         self.reached.add((i, j))
         token = self._signal(i, 0)
         if result:
@@ -253,7 +256,8 @@ class Group:
             """Every rank's buffer: this rank's `mine`, the others' at row[where] (0: never reached)."""
             return [mine if r == self.rank else _Remote(r, rows[r][where], itemsize, numel) for r in range(self.size)]
 
-        sched = _GroupSchedule(self.rank, index, peers)
+        shape = {"ring": "chain", "tree": "tree"}[algorithm] if kind == "broadcast" else algorithm
+        sched = _GroupSchedule(self.rank, index, peers, f"{kind} {shape}")
         with torch.no_grad():
             if kind == "all_reduce":
                 comm.run(sched, algorithm, each(t.view(-1), count, 6), each(staging, staging.numel(), 7), op, slices)

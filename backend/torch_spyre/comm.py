@@ -86,8 +86,9 @@ class _Schedule:
     """Queues the work of one collective on the cards' collective streams, in dependency order,
     and ties the cards' current streams to it at both ends."""
 
-    def __init__(self, cards: list[int]):
+    def __init__(self, cards: list[int], name: str):
         self.cards = cards
+        self.name = name  # what the copies are called in the device trace: "all_reduce ring", ...
         self.current = [torch.accelerator.current_stream(torch.device("spyre", c)) for c in cards]
         self.send = [_card_streams(c)[0] for c in cards]
         self.add = [_card_streams(c)[1] for c in cards]
@@ -114,9 +115,11 @@ class _Schedule:
         src: torch.Tensor,
         after: Sequence[torch.Event | None],
         result: bool = False,
+        what: str = "",
     ) -> torch.Event:
         """Card i's DMA copies src (its own) into dst (card j's), once `after` are reached;
-        `result`: dst is the caller's tensor (not staging, which a reduction on its card reads)."""
+        `result`: dst is the caller's tensor (not staging, which a reduction on its card reads);
+        `what`: the step, for the copy's name in the device trace."""
         stream = self.send[i]
         # The copy lands in the receiver's memory: staging the allocator may just have freed there,
         # or a buffer that work the caller queued there still reads. It waits for that work too.
@@ -127,7 +130,7 @@ class _Schedule:
             if ev is not None:
                 stream.wait_event(ev)
         with stream:
-            _C._peer_copy_async(dst, src)
+            _C._peer_copy_async(dst, src, f"{self.name} {what} -> spyre:{self.cards[j]}")
         ev = self._record(stream)
         if result:
             self.landed[i, j] = ev
@@ -224,9 +227,9 @@ def _reduce_scatter_phase(sched, bufs: list, staging: list, fn: Callable, slices
                     continue
                 land = staging[j][slot * longest : slot * longest + src.numel()]
                 before = added.get((i, s - 1, k)) if s else (first[i] if first else None)
-                landed.append(
-                    (j, piece(bufs[j], c, k), land, sched.copy(i, j, land, src, [before, slot_free.get((j, slot))]))
-                )
+                step = f"reduce-scatter {s + 1}/{n - 1}"
+                ev = sched.copy(i, j, land, src, [before, slot_free.get((j, slot))], what=step)
+                landed.append((j, piece(bufs[j], c, k), land, ev))
             for j, acc, land, ev in landed:
                 added[j, s, k] = slot_free[j, slot] = sched.reduce(j, fn, acc, land, ev)
     return {(i, k): added.get((i, n - 2, k)) for i in range(n) for k in range(slices)}
@@ -258,7 +261,8 @@ def _all_gather_phase(sched, bufs: list, slices: int, shift: int, ready: dict) -
                 if src.numel() == 0:
                     continue
                 before = ready.get((i, k)) if s == 0 else got.get((i, s - 1, k))
-                got[j, s, k] = sched.copy(i, j, piece(bufs[j], c, k), src, [before], result=True)
+                step = f"all-gather {s + 1}/{n - 1}"
+                got[j, s, k] = sched.copy(i, j, piece(bufs[j], c, k), src, [before], result=True, what=step)
 
 
 def _ring(sched, bufs: list, staging: list, fn: Callable, avg: bool, slices: int) -> None:
@@ -277,7 +281,7 @@ def _tree(sched, bufs: list, staging: list, fn: Callable, avg: bool) -> None:
     span = 1
     while span < n:  # reduce: card i takes card i + span's partial sum
         for i in range(0, n - span, 2 * span):
-            arrived = sched.copy(i + span, i, staging[i], bufs[i + span], [done[i + span], done[i]])
+            arrived = sched.copy(i + span, i, staging[i], bufs[i + span], [done[i + span], done[i]], what="reduce")
             done[i] = sched.reduce(i, fn, bufs[i], staging[i], arrived)
         span *= 2
     if avg:
@@ -297,7 +301,9 @@ def _tree_broadcast(sched, bufs: list, root: int, done: list) -> None:
         span //= 2
         for v in range(0, n - span, 2 * span):
             a, b = (root + v) % n, (root + v + span) % n
-            done[v + span] = sched.copy(a, b, bufs[b], bufs[a], [done[v], done[v + span]], result=True)
+            done[v + span] = sched.copy(
+                a, b, bufs[b], bufs[a], [done[v], done[v + span]], result=True, what="broadcast"
+            )
 
 
 def _chain_broadcast(sched, bufs: list, root: int, slices: int) -> None:
@@ -311,7 +317,9 @@ def _chain_broadcast(sched, bufs: list, root: int, slices: int) -> None:
             a, b = (root + h) % n, (root + h + 1) % n
             src = piece(bufs[a], 0, k)
             if src.numel():
-                arrived = sched.copy(a, b, piece(bufs[b], 0, k), src, [arrived], result=True)
+                arrived = sched.copy(
+                    a, b, piece(bufs[b], 0, k), src, [arrived], result=True, what=f"hop {h + 1}/{n - 1}"
+                )
 
 
 def plan(nbytes: int, cards: int, algorithm: str | None = None, slices: int | None = None) -> tuple[str, int]:
@@ -385,7 +393,7 @@ def all_reduce(
             torch.empty(staging_numel(algorithm, b.numel(), len(bufs), slices), dtype=b.dtype, device=b.device)
             for b in bufs
         ]
-        run(_Schedule(cards), algorithm, bufs, staging, op, slices)
+        run(_Schedule(cards, f"all_reduce {algorithm}"), algorithm, bufs, staging, op, slices)
 
 
 def broadcast(tensors: Sequence[torch.Tensor], root: int = 0, algorithm: str | None = None) -> None:
@@ -401,7 +409,8 @@ def broadcast(tensors: Sequence[torch.Tensor], root: int = 0, algorithm: str | N
         return
     algorithm, slices = plan(bufs[0].nbytes, 1, algorithm)
     with torch.no_grad():
-        run_broadcast(_Schedule(cards), algorithm, bufs, root, slices)
+        name = f"broadcast {'chain' if algorithm == 'ring' else 'tree'}"
+        run_broadcast(_Schedule(cards, name), algorithm, bufs, root, slices)
 
 
 def all_gather(outputs: Sequence[torch.Tensor], inputs: Sequence[torch.Tensor]) -> None:
@@ -415,7 +424,7 @@ def all_gather(outputs: Sequence[torch.Tensor], inputs: Sequence[torch.Tensor]) 
         return
     _, slices = plan(outs[0].nbytes, len(outs))
     with torch.no_grad():
-        run_all_gather(_Schedule(cards), outs, ins, slices)
+        run_all_gather(_Schedule(cards, "all_gather ring"), outs, ins, slices)
 
 
 def reduce_scatter(outputs: Sequence[torch.Tensor], inputs: Sequence[torch.Tensor], op: str = "sum") -> None:
@@ -435,7 +444,7 @@ def reduce_scatter(outputs: Sequence[torch.Tensor], inputs: Sequence[torch.Tenso
         staging = [
             torch.empty(staging_numel("ring", x.numel(), n, slices), dtype=x.dtype, device=x.device) for x in ins
         ]
-        run_reduce_scatter(_Schedule(cards), outs, ins, scratch, staging, op, slices)
+        run_reduce_scatter(_Schedule(cards, "reduce_scatter ring"), outs, ins, scratch, staging, op, slices)
 
 
 def _check_plan(algorithm: str | None, slices: int | None) -> None:

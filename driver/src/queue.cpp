@@ -263,13 +263,14 @@ Status Queue::submit_locked(std::unique_lock<std::mutex>& lock, hw::Descriptor d
   return {};
 }
 
-Status Queue::copy(uint64_t src, uint64_t dst, uint64_t size, uint8_t flags, uint64_t* seq) {
+Status Queue::copy(uint64_t src, uint64_t dst, uint64_t size, uint8_t flags, uint64_t* seq, uint64_t label) {
   hw::Descriptor d{};
   d.opcode = hw::Opcode::kCopy;
   d.flags = flags;
   d.copy.src = src;
   d.copy.dst = dst;
   d.copy.size = size;
+  d.copy.label = label;
   std::unique_lock lock(mu_);
   return submit_locked(lock, d, seq);
 }

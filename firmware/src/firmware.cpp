@@ -32,6 +32,7 @@ hw::Verdict validate_copy(const hw::Descriptor& d, const Limits& lim) {
     if (r != 0) return fail(ErrorCode::kReservedNonZero, Field::kReserved);
   }
   if (c.size == 0 || c.size > hw::kMaxCopyBytes) return fail(ErrorCode::kBadSize, Field::kCopySize);
+  if (c.label != 0 && !in_device(c.label, 1, lim)) return fail(ErrorCode::kOutOfRange, Field::kCopyLabel);
   if (!(d.flags & hw::kCopySrcHost) && !in_device(c.src, c.size, lim)) {
     return fail(ErrorCode::kOutOfRange, Field::kCopySrc);
   }

@@ -203,6 +203,12 @@ TEST_CASE("each malformed field is named") {
   d = launch(64, 4096, 1);
   d.launch.label = mem;
   cases.push_back({d, ErrorCode::kOutOfRange, Field::kLaunchLabel});
+  d = copy(0, 64, 8);
+  d.copy.label = mem;
+  cases.push_back({d, ErrorCode::kOutOfRange, Field::kCopyLabel});
+  d = copy(0, 64, 8);
+  d.copy.reserved[1] = 1;
+  cases.push_back({d, ErrorCode::kReservedNonZero, Field::kReserved});
   d = hw::Descriptor{};
   d.opcode = static_cast<hw::Opcode>(200);
   cases.push_back({d, ErrorCode::kBadOpcode, Field::kOpcode});

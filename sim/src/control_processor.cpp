@@ -162,6 +162,9 @@ void ControlProcessor::command_done(uint32_t queue, const hw::Descriptor& d, con
       }
     }
     if (d.launch.label != 0) op = read_label(d.launch.label);
+  } else if (d.opcode == hw::Opcode::kCopy && d.copy.label != 0) {
+    op = read_label(d.copy.label);  // a copy is named by its label (a collective's step), when it has one
+    if (!op.empty()) slice = op;
   }
   const std::string launch_name = slice;
   if (c.error != hw::ErrorCode::kOk) slice = fmt::format("{} (failed: {})", slice, hw::error_name(c.error));

@@ -117,7 +117,8 @@ class Queue {
   uint32_t id() const { return id_; }
 
   /// Submits a DMA copy; `flags` are hw::kCopySrcHost / hw::kCopyDstHost. Returns its sequence number.
-  Status copy(uint64_t src, uint64_t dst, uint64_t size, uint8_t flags, uint64_t* seq);
+  /// `label`: the device address of a NUL-terminated name for traces, or 0.
+  Status copy(uint64_t src, uint64_t dst, uint64_t size, uint8_t flags, uint64_t* seq, uint64_t label = 0);
   /// Submits a program launch on `core_mask`. `label` is the device address of a NUL-terminated
   /// name for traces (the host operation), or 0.
   Status launch(uint64_t program, uint64_t program_size, uint64_t args, uint64_t args_size, uint64_t core_mask,

@@ -64,10 +64,11 @@ inline constexpr uint32_t kMaxLaunchArgs = 16;             // u64 argument slots
 inline constexpr uint64_t kMaxProgramBytes = 64ull << 20;  // largest program a launch may name
 
 struct CopyArgs {
-  uint64_t src;   // device address, or IOVA when kCopySrcHost
-  uint64_t dst;   // device address, or IOVA when kCopyDstHost
-  uint64_t size;  // bytes, 1 .. kMaxCopyBytes
-  uint64_t reserved[3];
+  uint64_t src;    // device address, or IOVA when kCopySrcHost
+  uint64_t dst;    // device address, or IOVA when kCopyDstHost
+  uint64_t size;   // bytes, 1 .. kMaxCopyBytes
+  uint64_t label;  // device address of a NUL-terminated label for traces (a collective's step), or 0
+  uint64_t reserved[2];
 };
 
 struct LaunchArgs {

@@ -48,6 +48,7 @@ enum class Field : uint16_t {
   kSanitizeAction,
   kSanitizeRange,
   kSanitizeTag,
+  kCopyLabel,
   kCount
 };
 
@@ -138,6 +139,8 @@ constexpr const char* field_name(Field f) {
       return "sanitize.base";
     case Field::kSanitizeTag:
       return "sanitize.tag";
+    case Field::kCopyLabel:
+      return "copy.label";
     default:
       return "unknown";
   }
