@@ -8,10 +8,13 @@ caller wins.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import pathlib
+import signal
 import subprocess
 import sys
+import time
 from collections.abc import Sequence
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
@@ -71,6 +74,37 @@ def card_share(memory: int, queues: int, clients: int = 4) -> tuple[int, int]:
         return memory, queues
     mib = 1 << 20
     return memory // clients // mib * mib, queues // clients
+
+
+SPYRE_SIMD = ROOT / "build" / "simd" / "spyre-simd"
+
+
+def clean_env() -> dict[str, str]:
+    """This process's environment without any SPYRE_ or TORCH_SPYRE_ setting."""
+    return {k: v for k, v in os.environ.items() if not k.startswith(("SPYRE_", "TORCH_SPYRE_"))}
+
+
+@contextlib.contextmanager
+def simd_daemon(env: dict[str, str], sock: pathlib.Path, log: pathlib.Path, clients: int):
+    """A spyre-simd serving `clients` clients on `sock` with `env` (its SPYRE_CONFIG), logging to
+    `log`, for the block; it must stop cleanly on SIGTERM at the end."""
+    with open(log, "w") as out:
+        proc = subprocess.Popen(
+            [str(SPYRE_SIMD), "--socket", str(sock), "--clients", str(clients)],
+            env=env,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+        )
+        try:
+            for _ in range(500):
+                if sock.exists():
+                    break
+                time.sleep(0.02)
+            assert sock.exists(), log.read_text()
+            yield proc
+        finally:
+            proc.send_signal(signal.SIGTERM)
+            assert proc.wait(timeout=60) == 0
 
 
 def run_python(code: str, env: dict[str, str] | None = None, timeout: int = 300) -> subprocess.CompletedProcess:

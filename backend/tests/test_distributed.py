@@ -11,12 +11,11 @@ from __future__ import annotations
 import json
 import os
 import pathlib
-import signal
 import subprocess
 import sys
-import time
 
 import pytest
+from conftest import clean_env, simd_daemon
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 CHECKS = ROOT / "backend" / "tests" / "distributed_checks.py"
@@ -74,35 +73,17 @@ def test_tensor_parallel_llama_over_four_cards_gives_the_cpu_logits_and_tokens(t
     assert report["tokens_equal"]
 
 
-SPYRE_SIMD = ROOT / "build" / "simd" / "spyre-simd"
-
-
 @pytest.fixture
 def server(tmp_path):
     """One spyre-simd simulating a server of four cards, each process of a torchrun its client
     (its own card by LOCAL_RANK): yields the clients' environment and the stats file the daemon
-    writes when it stops."""
+    writes when asked."""
     sock, stats = tmp_path / "simd.sock", tmp_path / "server_stats.json"
     config = tmp_path / "server4.json"
     config.write_text(json.dumps({"sim": {"devices": 4}, "output": {"stats_path": str(stats)}}))
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("SPYRE_", "TORCH_SPYRE_"))}
-    env.update(SPYRE_CONFIG=str(config), SPYRE_SIMD_SOCKET=str(sock))
-    log = open(tmp_path / "simd.log", "w")  # noqa: SIM115 (closed below)
-    proc = subprocess.Popen(
-        [str(SPYRE_SIMD), "--socket", str(sock), "--clients", "4"], env=env, stdout=log, stderr=subprocess.STDOUT
-    )
-    for _ in range(500):
-        if sock.exists():
-            break
-        time.sleep(0.02)
-    assert sock.exists(), (tmp_path / "simd.log").read_text()
-    env["SPYRE_TRANSPORT"] = "socket"
-    try:
-        yield env, stats
-    finally:
-        proc.send_signal(signal.SIGTERM)
-        assert proc.wait(timeout=60) == 0
-        log.close()
+    env = {**clean_env(), "SPYRE_CONFIG": str(config), "SPYRE_SIMD_SOCKET": str(sock)}
+    with simd_daemon(dict(env), sock, tmp_path / "simd.log", clients=4):
+        yield {**env, "SPYRE_TRANSPORT": "socket"}, stats
 
 
 def test_all_reduce_on_the_cards_of_one_server_matches_gloo(tmp_path, server):

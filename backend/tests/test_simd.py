@@ -10,16 +10,13 @@ private socket (two client slots) and stops it."""
 from __future__ import annotations
 
 import json
-import os
 import signal
 import subprocess
 import sys
 import time
 
 import pytest
-from conftest import IEEE_FP16, ROOT
-
-SPYRE_SIMD = ROOT / "build" / "simd" / "spyre-simd"
+from conftest import IEEE_FP16, SPYRE_SIMD, clean_env, simd_daemon
 
 WORK = """
 import sys, torch, torch_spyre
@@ -32,14 +29,9 @@ print("ok", flush=True)
 """
 
 
-def _clean_env() -> dict:
-    """This process's environment without any SPYRE_ or TORCH_SPYRE_ setting."""
-    return {k: v for k, v in os.environ.items() if not k.startswith(("SPYRE_", "TORCH_SPYRE_"))}
-
-
 def _auto_start_env(config, sock) -> dict:
     """An environment whose first client starts spyre-simd on its own on `sock`, for `config`."""
-    env = _clean_env()
+    env = clean_env()
     env.update(
         SPYRE_CONFIG=str(config), SPYRE_TRANSPORT="socket", SPYRE_SIMD=str(SPYRE_SIMD), SPYRE_SIMD_SOCKET=str(sock)
     )
@@ -51,27 +43,14 @@ def daemon(tmp_path, request):
     """A spyre-simd serving the tests' config (or the config and faults of the test's `simd_env`
     mark) on a private socket; yields the environment that reaches it."""
     sock = tmp_path / "simd.sock"
-    env = _clean_env()
+    env = clean_env()
     env.update(SPYRE_CONFIG=str(IEEE_FP16), SPYRE_SIMD_SOCKET=str(sock), SPYRE_LOG_LEVEL="info")
     if (mark := request.node.get_closest_marker("simd_env")) is not None:
         env.update(mark.args[0](tmp_path))
-    log = open(tmp_path / "simd.log", "w")  # noqa: SIM115 (closed below)
-    proc = subprocess.Popen(
-        [str(SPYRE_SIMD), "--socket", str(sock), "--clients", "2"], env=env, stdout=log, stderr=subprocess.STDOUT
-    )
-    for _ in range(500):
-        if sock.exists():
-            break
-        time.sleep(0.02)
-    assert sock.exists(), (tmp_path / "simd.log").read_text()
-    env["SPYRE_TRANSPORT"] = "socket"
-    env["SPYRE_LOG_LEVEL"] = "warn"
-    try:
+    with simd_daemon(dict(env), sock, tmp_path / "simd.log", clients=2):
+        env["SPYRE_TRANSPORT"] = "socket"
+        env["SPYRE_LOG_LEVEL"] = "warn"
         yield env, tmp_path / "simd.log"
-    finally:
-        proc.send_signal(signal.SIGTERM)
-        assert proc.wait(timeout=30) == 0
-        log.close()
 
 
 def _client(env, loops: int) -> subprocess.Popen:
