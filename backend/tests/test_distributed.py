@@ -74,21 +74,29 @@ def test_tensor_parallel_llama_over_four_cards_gives_the_cpu_logits_and_tokens(t
 
 
 @pytest.fixture
-def server(tmp_path):
+def server(tmp_path, request):
     """One spyre-simd simulating a server of four cards, each process of a torchrun its client
     (its own card by LOCAL_RANK): yields the clients' environment and the stats file the daemon
-    writes when asked."""
+    writes when asked. An indirect parameter sets the cards' hardware queues (firmware.queues,
+    16 by default), which the daemon's four slots share."""
     sock, stats = tmp_path / "simd.sock", tmp_path / "server_stats.json"
     config = tmp_path / "server4.json"
-    config.write_text(json.dumps({"sim": {"devices": 4}, "output": {"stats_path": str(stats)}}))
+    queues = getattr(request, "param", 16)
+    cfg = {"sim": {"devices": 4}, "firmware": {"queues": queues}, "output": {"stats_path": str(stats)}}
+    config.write_text(json.dumps(cfg))
     env = {**clean_env(), "SPYRE_CONFIG": str(config), "SPYRE_SIMD_SOCKET": str(sock)}
     with simd_daemon(dict(env), sock, tmp_path / "simd.log", clients=4):
         yield {**env, "SPYRE_TRANSPORT": "socket"}, stats
 
 
-def test_all_reduce_on_the_cards_of_one_server_matches_gloo(tmp_path, server):
-    # Three ranks, each a client of one spyre-simd driving its own card: all_reduce runs as
-    # peer-to-peer DMA and the cards' adds (ring and tree); every other collective through Gloo.
+# 4 queues per client: the collective's two streams and the caller's are queues of their own; 2:
+# the two collective streams are one queue (one semaphore: the 8-rank benchmark once summed wrongly
+# when its schedule counted two); 1: every stream is the one queue.
+@pytest.mark.parametrize("server", [16, 8, 4], indirect=True, ids=["4 queues", "2 queues", "1 queue"])
+def test_collectives_on_the_cards_of_one_server_match_gloo(tmp_path, server):
+    # Three ranks, each a client of one spyre-simd driving its own card: all_reduce, broadcast,
+    # all_gather_single and reduce_scatter_single run as peer-to-peer DMA and the cards' adds (ring
+    # and tree); every other collective through Gloo.
     env, stats = server
     env = {**env, "CHECKS_BACKEND": "spyre", "CHECKS_ON_CARDS": "1"}
     p = subprocess.run(

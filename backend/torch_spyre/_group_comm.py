@@ -49,7 +49,9 @@ _REDUCING = ("all_reduce", "reduce_scatter")
 
 _calls = 0  # collectives the cards ran for this process (device_collectives())
 
-_Token = tuple[int, int, int]  # (rank, stream: 0 sends / 1 adds, the stream's nth signal in this call)
+# (rank, semaphore: 0 of the sending stream / 1 of the adding one, its nth signal in this call). On a
+# card with few hardware queues per client the two streams may be one queue: then both count on 0.
+_Token = tuple[int, int, int]
 
 
 class _Remote:
@@ -71,7 +73,7 @@ class _Peer:
 
     def __init__(self, window: tuple[int, int, int, int], sems: Sequence[int], bases: Sequence[int]):
         self.iova, self.card, self.base, self.bytes = window
-        self.sems, self.bases = sems, bases
+        self.sems, self.bases = sems, bases  # its sending and adding streams' semaphores
 
     def iova_of(self, addr: int) -> int:
         return self.iova + (addr - self.base)
@@ -81,23 +83,30 @@ class _GroupSchedule:
     """comm._Schedule's interface for ranks in several processes: the same calls are made on every
     rank for every rank; each rank queues only the work of its own card."""
 
-    def __init__(self, me: int, index: int, peers: list[_Peer | None], name: str):
-        self.me, self.index, self.peers, self.name = me, index, peers, name
+    def __init__(self, me: int, index: int, peers: list[_Peer | None], shared: list[bool], name: str):
+        """`shared[r]`: rank r's two collective streams are one queue (one semaphore). begin() has
+        run, and every rank's semaphore values were read after it."""
+        self.me, self.index, self.peers, self.shared, self.name = me, index, peers, shared, name
         self.counts = [[0, 0] for _ in peers]
         self.local: dict[_Token, torch.Event] = {}
         self.current = torch.accelerator.current_stream(torch.device("spyre", index))
         self.streams = comm._card_streams(index)
-        start = comm._Schedule._record(self.current)
-        for s in self.streams:  # what the caller queued before comes first
-            s.wait_event(start)
         # A rank's send stream passing its start: its staging and buffer may be written.
         self.start = [self._signal(r, 0) for r in range(len(peers))]
         self.reached: set[tuple[int, int]] = set()
         self.landed: dict[tuple[int, int], _Token] = {}
 
+    @staticmethod
+    def begin(index: int) -> None:
+        """The collective streams of this rank's card wait for what the caller queued before."""
+        start = comm._Schedule._record(torch.accelerator.current_stream(torch.device("spyre", index)))
+        for s in comm._card_streams(index):
+            s.wait_event(start)
+
     def _signal(self, rank: int, kind: int) -> _Token:
-        self.counts[rank][kind] += 1
-        token = (rank, kind, self.counts[rank][kind])
+        sem = 0 if self.shared[rank] else kind
+        self.counts[rank][sem] += 1
+        token = (rank, sem, self.counts[rank][sem])
         if rank == self.me:
             self.local[token] = comm._Schedule._record(self.streams[kind])
         return token
@@ -105,12 +114,12 @@ class _GroupSchedule:
     def _wait(self, stream: torch.Stream, token: _Token | None) -> None:
         if token is None:
             return
-        rank, kind, n = token
+        rank, sem, n = token
         if rank == self.me:
             stream.wait_event(self.local[token])
             return
         peer = self.peers[rank]
-        _C._stream_wait_value(self.index, stream.stream_id, peer.iova_of(peer.sems[kind]), peer.bases[kind] + n)
+        _C._stream_wait_value(self.index, stream.stream_id, peer.iova_of(peer.sems[sem]), peer.bases[sem] + n)
 
     def copy(
         self, i: int, j: int, dst: _Remote, src, after: Sequence[_Token | None], result: bool = False, what: str = ""
@@ -238,6 +247,7 @@ class Group:
         row = [int(ok), _KINDS.index(kind), count, _ALL_DTYPES.index(t.dtype) if ok else 0]
         row += [_OPS.index(op) if ok and kind in _REDUCING else 0, root if kind == "broadcast" else 0]
         if ok:
+            _GroupSchedule.begin(index)  # before the semaphores are read: current may be one of them
             send, add = comm._card_streams(index)
             (s_sem, s_base), (a_sem, a_base) = (_C._stream_signal_state(index, s.stream_id) for s in (send, add))
             stag_addr = _C._device_address(staging) if staging is not None else 0
@@ -257,7 +267,8 @@ class Group:
             return [mine if r == self.rank else _Remote(r, rows[r][where], itemsize, numel) for r in range(self.size)]
 
         shape = {"ring": "chain", "tree": "tree"}[algorithm] if kind == "broadcast" else algorithm
-        sched = _GroupSchedule(self.rank, index, peers, f"{kind} {shape}")
+        shared = [r[8] == r[9] for r in rows]
+        sched = _GroupSchedule(self.rank, index, peers, shared, f"{kind} {shape}")
         with torch.no_grad():
             if kind == "all_reduce":
                 comm.run(sched, algorithm, each(t.view(-1), count, 6), each(staging, staging.numel(), 7), op, slices)
