@@ -43,16 +43,20 @@ void Transport::free_host(void* host, uint64_t len) {
   munmap(host, len);
 }
 
+namespace {
+Status no_sharing(const char* transport) {
+  return {StatusCode::kNotAvailable, std::string("transport ") + transport +
+                                         ": its cards serve this process alone; memory is shared between processes "
+                                         "through spyre-simd (SPYRE_TRANSPORT=socket)"};
+}
+}  // namespace
+
 Status Transport::ipc_export(uint32_t /*dev*/, uint64_t /*addr*/, uint64_t /*len*/, uint64_t* /*handle*/) {
-  return {StatusCode::kNotAvailable, std::string("transport ") + name() +
-                                         ": its cards serve this process alone; memory is shared "
-                                         "between processes through spyre-simd (SPYRE_TRANSPORT=socket)"};
+  return no_sharing(name());
 }
 
-Status Transport::ipc_open(uint32_t dev, uint64_t handle, IpcWindow* out) {
-  (void)handle;
-  (void)out;
-  return ipc_export(dev, 0, 0, nullptr);
+Status Transport::ipc_open(uint32_t /*dev*/, uint64_t /*handle*/, IpcWindow* /*out*/) {
+  return no_sharing(name());
 }
 
 Status open_transport(const std::string& kind, std::unique_ptr<Transport>* out) {
