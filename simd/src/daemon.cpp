@@ -257,12 +257,11 @@ void Daemon::serve(int sock, uint32_t client) {
           break;
         }
         case Command::kIpcOpen: {
-          Export e{};
-          {
-            std::lock_guard lock(mu_);
-            const auto it = exports_.find(b);
-            if (it != exports_.end()) e = it->second;
-          }
+          // Mapped under the lock: the exporter's release, which forgets its exports under it and
+          // then revokes every mapping of them, cannot run between the look-up and the mapping.
+          const std::lock_guard lock(mu_);
+          const auto it = exports_.find(b);
+          const Export e = it != exports_.end() ? it->second : Export{};
           if (e.client == 0) {
             fail(kInvalidArgument, fmt::format("spyre-simd: no shared memory has handle {:#x} (its client may have "
                                                "left, or it came from another daemon)",
