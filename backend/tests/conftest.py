@@ -87,7 +87,7 @@ def clean_env() -> dict[str, str]:
 @contextlib.contextmanager
 def simd_daemon(env: dict[str, str], sock: pathlib.Path, log: pathlib.Path, clients: int):
     """A spyre-simd serving `clients` clients on `sock` with `env` (its SPYRE_CONFIG), logging to
-    `log`, for the block; it must stop cleanly on SIGTERM at the end."""
+    `log`, for the block (yields its process); it must stop cleanly on SIGTERM at the end."""
     with open(log, "w") as out:
         proc = subprocess.Popen(
             [str(SPYRE_SIMD), "--socket", str(sock), "--clients", str(clients)],
@@ -103,8 +103,15 @@ def simd_daemon(env: dict[str, str], sock: pathlib.Path, log: pathlib.Path, clie
             assert sock.exists(), log.read_text()
             yield proc
         finally:
-            proc.send_signal(signal.SIGTERM)
-            assert proc.wait(timeout=60) == 0
+            stop_simd(proc)
+
+
+def stop_simd(proc: subprocess.Popen) -> None:
+    """Stops a spyre-simd of simd_daemon (it writes its configured reports as it exits); it must
+    exit cleanly. Stopping it twice is harmless."""
+    if proc.poll() is None:
+        proc.send_signal(signal.SIGTERM)
+    assert proc.wait(timeout=120) == 0
 
 
 def run_python(code: str, env: dict[str, str] | None = None, timeout: int = 300) -> subprocess.CompletedProcess:

@@ -15,7 +15,7 @@ import subprocess
 import sys
 
 import pytest
-from conftest import clean_env, simd_daemon
+from conftest import clean_env, simd_daemon, stop_simd
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 CHECKS = ROOT / "backend" / "tests" / "distributed_checks.py"
@@ -76,17 +76,17 @@ def test_tensor_parallel_llama_over_four_cards_gives_the_cpu_logits_and_tokens(t
 @pytest.fixture
 def server(tmp_path, request):
     """One spyre-simd simulating a server of four cards, each process of a torchrun its client
-    (its own card by LOCAL_RANK): yields the clients' environment and the stats file the daemon
-    writes when asked. An indirect parameter sets the cards' hardware queues (firmware.queues,
-    16 by default), which the daemon's four slots share."""
+    (its own card by LOCAL_RANK): yields the clients' environment, the stats file, and a call
+    that stops the daemon, which writes the stats as it exits. An indirect parameter sets the
+    cards' hardware queues (firmware.queues, 16 by default), which the daemon's four slots share."""
     sock, stats = tmp_path / "simd.sock", tmp_path / "server_stats.json"
     config = tmp_path / "server4.json"
     queues = getattr(request, "param", 16)
     cfg = {"sim": {"devices": 4}, "firmware": {"queues": queues}, "output": {"stats_path": str(stats)}}
     config.write_text(json.dumps(cfg))
     env = {**clean_env(), "SPYRE_CONFIG": str(config), "SPYRE_SIMD_SOCKET": str(sock)}
-    with simd_daemon(dict(env), sock, tmp_path / "simd.log", clients=4):
-        yield {**env, "SPYRE_TRANSPORT": "socket"}, stats
+    with simd_daemon(dict(env), sock, tmp_path / "simd.log", clients=4) as daemon:
+        yield {**env, "SPYRE_TRANSPORT": "socket"}, stats, lambda: stop_simd(daemon)
 
 
 # 4 queues per client: the collective's two streams and the caller's are queues of their own; 2:
@@ -97,7 +97,7 @@ def test_collectives_on_the_cards_of_one_server_match_gloo(tmp_path, server):
     # Three ranks, each a client of one spyre-simd driving its own card: all_reduce, broadcast,
     # all_gather_single and reduce_scatter_single run as peer-to-peer DMA and the cards' adds (ring
     # and tree); every other collective through Gloo.
-    env, stats = server
+    env, stats, stop = server
     env = {**env, "CHECKS_BACKEND": "spyre", "CHECKS_ON_CARDS": "1"}
     p = subprocess.run(
         [
@@ -126,16 +126,16 @@ def test_collectives_on_the_cards_of_one_server_match_gloo(tmp_path, server):
         # x 5 ops, but avg of int64), broadcast, all_gather_single and reduce_scatter_single (2
         # sizes each); and the future check.
         assert report["on_cards"] == 3 * 2 * (2 * 5 + 3 * 2) - 2 * 2 + 1
-    # The daemon writes its stats for a client that asks: the rings' bytes crossed the switch, card
-    # to card (a ring of 3 sends 2 x 2/3 of the buffer from each card; 10 rings of 140000 elements).
-    write = "import torch, torch_spyre; torch.ones(1, device='spyre'); torch_spyre.write_reports()"
-    subprocess.run([sys.executable, "-c", write], env=env, check=True, timeout=120)
+    # The daemon's stats, written as it stops: the rings' bytes crossed the switch, card to card (a
+    # ring of 3 sends 2 x 2/3 of the buffer from each card; 10 rings of 140000 elements). (A client
+    # asking for them instead once waited out its timeout behind the ranks' slots being scrubbed.)
+    stop()
     switch = json.loads(stats.read_text())["server"]["switch"]["bytes"]
     assert switch > 3 * 2 * 2 / 3 * 140_000 * (4 + 2 + 8) * 2 + 2 * 140_000 * (4 + 2 + 8) * 2
 
 
 def test_ddp_on_the_cards_of_one_server_gives_the_losses_of_one_cpu_process(tmp_path, server):
-    env, _ = server
+    env, _, _ = server
     out = tmp_path / "ddp.json"
     p = torchrun(4, DDP, "--steps", "3", "--json", str(out), env=env)
     assert p.returncode == 0, p.stderr[-4000:]
@@ -146,7 +146,7 @@ def test_ddp_on_the_cards_of_one_server_gives_the_losses_of_one_cpu_process(tmp_
 
 def test_tensor_parallel_llama_on_the_cards_of_one_server_gives_the_cpu_logits_and_tokens(tmp_path, server):
     # The row-parallel projections' all-reduces (DTensor's functional collectives) run on the cards.
-    env, _ = server
+    env, _, _ = server
     out = tmp_path / "tp.json"
     p = torchrun(4, TP, "--new-tokens", "8", "--json", str(out), env=env)
     assert p.returncode == 0, p.stderr[-4000:]
