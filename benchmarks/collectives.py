@@ -95,7 +95,7 @@ def ranks_on_one_daemon(
     worker.write_text(RANK_WORKER)
     sock = pathlib.Path(tmp) / f"simd{n}.sock"
     env = {**env, "SPYRE_CONFIG": str(config), "SPYRE_SIMD_SOCKET": str(sock)}
-    simd = [str(ROOT / "build" / "simd" / "spyre-simd"), "--socket", str(sock), "--clients", str(n)]
+    simd = [str(ROOT / "build" / "simd" / "spyre-simd"), "--socket", str(sock), "--slots", "1"]
     daemon = subprocess.Popen(simd, env=env, stdout=subprocess.DEVNULL)
     for _ in range(500):
         if sock.exists() or daemon.poll() is not None:

@@ -472,6 +472,7 @@ PYBIND11_MODULE(_C, m) {
   m.def("_is_in_bad_fork", [] { return spyre::driver::Driver::forked_child(); });
   m.def("_device_opened", [](int index) { return DeviceRuntime::opened(index); });
   m.def("_init", [](int index) { (void)DeviceRuntime::get(index); });
+  m.def("_start", [] { DeviceRuntime::start(); });
   m.def("_register_graph_impl", [] { spyre::backend::register_graph_impl(); });
   // The compiler's two refusals (spyre/compiler/errors.h) as two Python types: a call no lowering
   // takes (the front door runs its ops one by one) and a malformed graph or document (a bug).

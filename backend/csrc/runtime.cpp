@@ -94,12 +94,16 @@ void DeviceRuntime::check_index(int index) {
                     " spyre device(s) present; set sim.devices in $SPYRE_CONFIG for more)");
 }
 
-DeviceRuntime& DeviceRuntime::get(int index) {
+void DeviceRuntime::start() {
   TORCH_CHECK(!driver::Driver::forked_child(),
               "spyre: cannot use the device in a subprocess forked after it started; start subprocesses with "
               "multiprocessing's 'spawn' method");
+  SPYRE_CHECK(driver::Driver::instance().transport_status());
+}
+
+DeviceRuntime& DeviceRuntime::get(int index) {
+  start();
   driver::Driver& drv = driver::Driver::instance();
-  SPYRE_CHECK(drv.transport_status());
   check_index(index);
   const int n = static_cast<int>(drv.device_count());
   std::lock_guard lock(g_mu);

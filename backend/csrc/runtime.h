@@ -82,6 +82,10 @@ class DeviceRuntime {
  public:
   /// The runtime of device `index`, opened on first use. Throws (IndexError-like) for a bad index.
   static DeviceRuntime& get(int index);
+  /// Starts the driver (its connection to the cards) without opening a card: each card is opened
+  /// at its first use, so a process takes only the cards it uses (a card of a server may be
+  /// another process's). Raises what get() would for the driver: a forked child, no transport.
+  static void start();
   /// Devices present; 0 when the transport is unavailable. Never throws.
   static int count() noexcept;
   /// Throws IndexError naming `index` unless a device with that index exists. Does not open it.

@@ -85,12 +85,13 @@ def clean_env() -> dict[str, str]:
 
 
 @contextlib.contextmanager
-def simd_daemon(env: dict[str, str], sock: pathlib.Path, log: pathlib.Path, clients: int):
-    """A spyre-simd serving `clients` clients on `sock` with `env` (its SPYRE_CONFIG), logging to
-    `log`, for the block (yields its process); it must stop cleanly on SIGTERM at the end."""
+def simd_daemon(env: dict[str, str], sock: pathlib.Path, log: pathlib.Path, slots: int):
+    """A spyre-simd cutting each card into `slots` slots (processes per card) on `sock` with `env`
+    (its SPYRE_CONFIG), logging to `log`, for the block (yields its process); it must stop cleanly
+    on SIGTERM at the end."""
     with open(log, "w") as out:
         proc = subprocess.Popen(
-            [str(SPYRE_SIMD), "--socket", str(sock), "--clients", str(clients)],
+            [str(SPYRE_SIMD), "--socket", str(sock), "--slots", str(slots)],
             env=env,
             stdout=out,
             stderr=subprocess.STDOUT,

@@ -85,7 +85,7 @@ def server(tmp_path, request):
     cfg = {"sim": {"devices": 4}, "firmware": {"queues": queues}, "output": {"stats_path": str(stats)}}
     config.write_text(json.dumps(cfg))
     env = {**clean_env(), "SPYRE_CONFIG": str(config), "SPYRE_SIMD_SOCKET": str(sock)}
-    with simd_daemon(dict(env), sock, tmp_path / "simd.log", clients=4) as daemon:
+    with simd_daemon(dict(env), sock, tmp_path / "simd.log", slots=4) as daemon:
         yield {**env, "SPYRE_TRANSPORT": "socket"}, stats, lambda: stop_simd(daemon)
 
 

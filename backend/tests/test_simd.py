@@ -47,7 +47,7 @@ def daemon(tmp_path, request):
     env.update(SPYRE_CONFIG=str(IEEE_FP16), SPYRE_SIMD_SOCKET=str(sock), SPYRE_LOG_LEVEL="info")
     if (mark := request.node.get_closest_marker("simd_env")) is not None:
         env.update(mark.args[0](tmp_path))
-    with simd_daemon(dict(env), sock, tmp_path / "simd.log", clients=2):
+    with simd_daemon(dict(env), sock, tmp_path / "simd.log", slots=2):
         env["SPYRE_TRANSPORT"] = "socket"
         env["SPYRE_LOG_LEVEL"] = "warn"
         yield env, tmp_path / "simd.log"
@@ -84,7 +84,7 @@ def test_a_client_past_the_slots_and_another_config_are_refused_by_name(daemon, 
             [sys.executable, "-c", WORK, "1"], env=env, capture_output=True, text=True, timeout=120, check=False
         )
         assert third.returncode != 0
-        assert "all 2 client slots are in use" in third.stderr
+        assert "all 2 slot(s) of card 0 are in use" in third.stderr
         assert str(holders[0].pid) in third.stderr and str(holders[1].pid) in third.stderr
     finally:
         for h in holders:
@@ -450,6 +450,73 @@ def test_memory_one_client_shares_is_reached_by_the_handle_only_until_it_leaves(
                 p.stdin.write("quit\n")
                 p.stdin.flush()
                 p.wait(timeout=60)
+
+
+# A client of card argv[1]: says what it sees of that card, works on it, and quits on "quit".
+CARD_HOLDER = """
+import json, sys, torch, torch_spyre
+card = int(sys.argv[1])
+info = torch_spyre.sim.device_info(card)
+a = torch.arange(12.0).reshape(3, 4)
+torch.testing.assert_close((a.to(card) @ a.t().to(card)).cpu(), a @ a.t())
+print(json.dumps({"queues": info["queues"], "memory_bytes": info["memory_bytes"], "memory_base": info["memory_base"]}),
+      flush=True)
+for line in sys.stdin:
+    if line.strip() == "quit":
+        break
+"""
+
+
+def test_with_one_slot_per_card_each_process_holds_a_whole_card_and_a_taken_card_is_refused(tmp_path):
+    # torchrun's ranks on one server, one card each: `--slots 1` gives each process that opens a
+    # card all its queues and memory; the cards it does not open stay free for the others. A
+    # process that opens a card another holds is refused, naming the card and the holder.
+    sock = tmp_path / "simd.sock"
+    env = {**clean_env(), **_two_cards(tmp_path), "SPYRE_SIMD_SOCKET": str(sock)}
+    with simd_daemon(dict(env), sock, tmp_path / "simd.log", slots=1):
+        env["SPYRE_TRANSPORT"] = "socket"
+        card = torch_spyre_status(env)["cards"][0]
+        whole = {"queues": len(card["queues"]), "memory_bytes": card["memory_bytes"], "memory_base": 0}
+        assert whole["queues"] == 16
+        holders = [_interactive(env, CARD_HOLDER, str(card)) for card in (0, 1)]
+        try:
+            for h in holders:
+                line = h.stdout.readline()
+                assert line, h.stderr.read()
+                assert json.loads(line) == whole
+            status = torch_spyre_status(env)
+            held = {(c["card"], c["pid"]) for c in status["clients"]}
+            assert held == {(0, holders[0].pid), (1, holders[1].pid)}
+            third = subprocess.run(
+                [sys.executable, "-c", CARD_HOLDER, "1"], env=env, capture_output=True, text=True, timeout=120
+            )
+            assert third.returncode != 0
+            assert "all 1 slot(s) of card 1 are in use" in third.stderr and str(holders[1].pid) in third.stderr
+            # Card 1 comes back whole once its holder leaves.
+            _order(holders[1], "quit", 0)
+            assert holders[1].wait(timeout=60) == 0
+            again = subprocess.run(
+                [sys.executable, "-c", CARD_HOLDER, "1"],
+                env=env,
+                input="quit\n",
+                capture_output=True,
+                text=True,
+                timeout=120,
+            )
+            assert again.returncode == 0, again.stderr
+            assert json.loads(again.stdout) == whole
+        finally:
+            for h in holders:
+                if h.poll() is None:
+                    _order(h, "quit", 0)
+                    h.wait(timeout=60)
+
+
+def torch_spyre_status(env: dict) -> dict:
+    """The daemon's state as spyre-smi reads it, from a process of `env`."""
+    code = "import json, torch_spyre; print(json.dumps(torch_spyre.smi.daemon_status()))"
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=60, check=True)
+    return json.loads(out.stdout)
 
 
 def _ecc_in_the_second_slot(tmp_path):

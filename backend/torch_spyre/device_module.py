@@ -127,7 +127,9 @@ def _is_in_bad_fork() -> bool:
 
 
 def _lazy_init() -> None:
-    init()
+    # What torch calls before a device's first use: the driver starts, and the card that is used
+    # opens then (a process of a server takes only the cards it uses; init() opens the current one).
+    _C._start()
 
 
 def init() -> None:

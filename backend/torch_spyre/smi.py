@@ -66,20 +66,22 @@ def daemon_status(socket_path: str = "") -> dict:
 
 
 def daemon_report(socket_path: str = "") -> str:
-    """A table of a running spyre-simd: its client slots and every card's queues."""
+    """A table of a running spyre-simd: every card's slots and queues."""
     d = daemon_status(socket_path)
     used = [c for c in d["clients"] if c["client"]]
     free_bytes = sum(c["memory_bytes"] for c in d["clients"] if not c["client"])
     out = [
         f"spyre-simd pid {d['pid']} on {d['socket']}  config {d['config_hash']}  up {d['uptime_s']:.0f} s  "
-        f"{len(used)} of {len(d['clients'])} client slots in use  {_gib(free_bytes)} free  "
+        f"{len(used)} of {len(d['clients'])} card slots in use  {_gib(free_bytes)} free  "
         f"{d['scrubs']} window(s) scrubbed"
     ]
-    out.append("  slot  client  pid      queues  memory window")
+    out.append("  card  slot  client  pid      queues  memory window")
     for c in d["clients"]:
         who = (f"{c['client']:>6}  {c['pid']:<7}") if c["client"] else f"{'-':>6}  {'free':<7}"
         qs = f"{c['first_queue']}..{c['first_queue'] + c['queues'] - 1}"
-        out.append(f"  {c['slot']:>4}  {who}  {qs:<6}  {c['memory_base']:#x} + {_gib(c['memory_bytes'])}")
+        out.append(
+            f"  {c['card']:>4}  {c['slot']:>4}  {who}  {qs:<6}  {c['memory_base']:#x} + {_gib(c['memory_bytes'])}"
+        )
     for card in d["cards"]:
         health = "ok" if card["answers"] and card["firmware_ready"] else "not answering"
         out.append(

@@ -48,6 +48,7 @@ Status Device::open(Transport& t, uint32_t index, std::unique_ptr<Device>* out) 
     return {StatusCode::kInvalidArgument,
             fmt::format("driver: device index {} is out of range ({} device(s) present)", index, t.device_count())};
   }
+  if (Status s = t.open(index); !s.ok()) return s;
   DeviceInfo info;
   info.index = index;
   info.vendor_id = static_cast<uint16_t>(t.cfg_read(index, hw::kCfgVendorId, 2));

@@ -180,6 +180,10 @@ class SocketTransport final : public Transport {
 
   const char* name() const override { return "socket"; }
   uint32_t device_count() const override { return cards_; }
+  Status open(uint32_t dev) override {
+    Message reply;
+    return call(request(Command::kOpen, dev), &reply);
+  }
 
   uint32_t cfg_read(uint32_t dev, uint32_t offset, uint32_t size) override {
     Message reply;

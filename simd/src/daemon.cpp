@@ -68,7 +68,7 @@ std::string Daemon::config_refusal(uint64_t digest, const std::string& text) con
       path_, config_hash_, asked);
 }
 
-Daemon::Daemon(sim::Simulator& sim, std::string socket_path, std::chrono::milliseconds idle_exit, uint32_t max_clients)
+Daemon::Daemon(sim::Simulator& sim, std::string socket_path, std::chrono::milliseconds idle_exit, uint32_t slots)
     : sim_(sim),
       path_(std::move(socket_path)),
       idle_exit_(idle_exit),
@@ -81,19 +81,21 @@ Daemon::Daemon(sim::Simulator& sim, std::string socket_path, std::chrono::millis
     // The daemon is the card's owner: it enables it once, and clients' config writes are dropped.
     sim_.cfg_write(c, hw::kCfgCommand, 2, hw::kCmdMemorySpace | hw::kCmdBusMaster);
   }
-  // The partition: the cards are alike (one config), so one slot table serves all of them.
+  // The partition: the cards are alike (one config), so every card is cut the same way.
   const uint32_t queues = std::min(sim_.mmio_read(0, hw::kRegNumQueues), hw::kMaxQueues);
   const uint64_t mem = sim_.mmio_read(0, hw::kRegMemSizeLo) | uint64_t{sim_.mmio_read(0, hw::kRegMemSizeHi)} << 32;
-  const uint32_t n = std::max<uint32_t>(1, std::min(max_clients, queues));
+  const uint32_t n = std::max<uint32_t>(1, std::min(slots, queues));
   const uint64_t share = mem / n / kWindowAlign * kWindowAlign;
+  std::vector<Slot> card_slots;
   for (uint32_t i = 0; i < n; ++i) {
     Slot s;
     s.first_queue = i * (queues / n);
     s.queues = queues / n;
     s.mem_base = i * share;
     s.mem_bytes = share;
-    slots_.push_back(s);
+    card_slots.push_back(s);
   }
+  slots_.assign(sim_.num_cards(), card_slots);
   log("simd").info("{} slot(s) per card: {} queue(s) and {:.1f} GiB each", n, queues / n,
                    static_cast<double>(share) / (1ull << 30));
 }
@@ -162,9 +164,11 @@ int Daemon::run() {
 void Daemon::serve(int sock, uint32_t client) {
   log("simd").info("client {} connected", client);
   std::set<uint64_t> waits;  // host-pacing tokens of its unfinished waits
-  int slot = -1;             // its slot, once its hello was accepted
-  Slot mine;
+  bool greeted = false;      // its hello was accepted
+  uint64_t pid = 0;
   const uint32_t cards = sim_.num_cards();
+  std::vector<int> slot(cards, -1);  // its slot of each card it opened
+  std::vector<Slot> mine(cards);
   for (;;) {
     Message m;
     std::vector<int> fds;
@@ -186,35 +190,50 @@ void Daemon::serve(int sock, uint32_t client) {
     const uint64_t a = m.args[0], b = m.args[1], c = m.args[2], d = m.args[3];
     const bool names_card = m.command != Command::kHello && m.command != Command::kWaitEnd &&
                             m.command != Command::kReports && m.command != Command::kStatus;
-    const bool needs_slot = m.command != Command::kHello && m.command != Command::kStatus;
-    if (slot < 0 && needs_slot) {
+    const bool needs_hello = m.command != Command::kHello && m.command != Command::kStatus;
+    if (!greeted && needs_hello) {
       fail(kNotAvailable, "spyre-simd: say hello first");
       for (int fd : fds) close(fd);
     } else if (names_card && a >= cards) {
       fail(kInvalidArgument, "spyre-simd: no card " + std::to_string(a));
       for (int fd : fds) close(fd);
+    } else if (names_card && m.command != Command::kOpen && slot[a] < 0) {
+      fail(kNotAvailable,
+           fmt::format("spyre-simd: {}: this client has not opened card {}", command_name(m.command), a));
+      for (int fd : fds) close(fd);
     } else {
       const auto card = static_cast<uint32_t>(a);
       switch (m.command) {
         case Command::kHello:
-          if (slot >= 0) {
+          if (greeted) {
             fail(kInvalidArgument, "spyre-simd: hello again");
           } else if (a != kProtocolVersion) {
             fail(kNotAvailable, "spyre-simd: protocol version " + std::to_string(a) + " is not " +
                                     std::to_string(kProtocolVersion) + "; use a driver and daemon of one build");
           } else if (std::string why = config_refusal(c, m.text); !why.empty()) {
             fail(kNotAvailable, why);
-          } else if (slot = admit(client, b); slot < 0) {
-            fail(kNotAvailable, refusal(b));
           } else {
-            std::lock_guard lock(mu_);
-            mine = slots_[static_cast<size_t>(slot)];
+            greeted = true;
+            pid = b;
             reply.args[0] = kProtocolVersion;
             reply.args[1] = cards;
             reply.args[2] = client;
             reply.args[3] = config_hash_;
-            log("simd").info("client {} is pid {}: slot {}", client, b, slot);
+            log("simd").info("client {} is pid {}", client, b);
           }
+          break;
+        case Command::kOpen:
+          if (slot[card] < 0) {
+            slot[card] = admit(client, pid, card);
+            if (slot[card] < 0) {
+              fail(kNotAvailable, refusal(pid, card));
+              break;
+            }
+            std::lock_guard lock(mu_);
+            mine[card] = slots_[card][static_cast<size_t>(slot[card])];
+            log("simd").info("client {} opened card {}: slot {}", client, card, slot[card]);
+          }
+          reply.args[0] = static_cast<uint64_t>(slot[card]);
           break;
         case Command::kCfgRead:
           reply.args[0] = sim_.cfg_read(card, static_cast<uint32_t>(b), static_cast<uint32_t>(c));
@@ -222,10 +241,10 @@ void Daemon::serve(int sock, uint32_t client) {
         case Command::kCfgWrite:
           break;  // the card is the daemon's to enable; a client's command register is virtual
         case Command::kMmioRead:
-          reply.args[0] = client_read(mine, card, static_cast<uint32_t>(b));
+          reply.args[0] = client_read(mine[card], card, static_cast<uint32_t>(b));
           break;
         case Command::kMmioWrite:
-          client_write(mine, card, static_cast<uint32_t>(b), static_cast<uint32_t>(c));
+          client_write(mine[card], card, static_cast<uint32_t>(b), static_cast<uint32_t>(c));
           break;
         case Command::kDmaMap: {
           uint64_t iova = 0;
@@ -239,20 +258,24 @@ void Daemon::serve(int sock, uint32_t client) {
           break;
         }
         case Command::kDmaMapPeer:
-          // Only the client's own window on the peer card: the same slot as on every card.
+          // Only the client's own window on the peer card, which it must have opened.
           if (b >= cards) {
             fail(kInvalidArgument, "spyre-simd: no peer card " + std::to_string(b));
-          } else if (!hw::in_window(c, d, mine.mem_base, mine.mem_bytes)) {
+          } else if (slot[b] < 0) {
+            fail(kInvalidArgument, fmt::format("spyre-simd: iommu: this client has not opened peer card {}; memory "
+                                               "of another process's card is reached through its IPC handle",
+                                               b));
+          } else if (!hw::in_window(c, d, mine[b].mem_base, mine[b].mem_bytes)) {
             fail(kInvalidArgument, fmt::format("spyre-simd: iommu: peer range {:#x} + {} is outside this client's "
                                                "window of card {} ({:#x} + {})",
-                                               c, d, b, mine.mem_base, mine.mem_bytes));
+                                               c, d, b, mine[b].mem_base, mine[b].mem_bytes));
           } else {
             reply.args[0] = links_[card]->map_peer(client, static_cast<uint32_t>(b), c, d);
           }
           break;
         case Command::kIpcExport: {
           std::string why;
-          reply.args[0] = ipc_export(client, mine, card, b, c, &why);
+          reply.args[0] = ipc_export(client, mine[card], card, b, c, &why);
           if (reply.args[0] == 0) fail(kInvalidArgument, why);
           break;
         }
@@ -286,11 +309,11 @@ void Daemon::serve(int sock, uint32_t client) {
           links_[card]->set_irq(client, fds[0]);
           break;
         case Command::kWaitBegin:
-          if (b >= mine.queues) {
-            fail(kInvalidArgument, fmt::format("spyre-simd: no queue {} (this client has {})", b, mine.queues));
+          if (b >= mine[card].queues) {
+            fail(kInvalidArgument, fmt::format("spyre-simd: no queue {} (this client has {})", b, mine[card].queues));
             break;
           }
-          reply.args[0] = sim_.wait_begin(card, mine.first_queue + static_cast<uint32_t>(b), c);
+          reply.args[0] = sim_.wait_begin(card, mine[card].first_queue + static_cast<uint32_t>(b), c);
           if (reply.args[0] != 0) waits.insert(reply.args[0]);
           break;
         case Command::kWaitEnd:
@@ -324,28 +347,27 @@ void Daemon::serve(int sock, uint32_t client) {
   log("simd").info("client {} gone", client);
 }
 
-int Daemon::admit(uint32_t client, uint64_t pid) {
+int Daemon::admit(uint32_t client, uint64_t pid, uint32_t card) {
   int slot = -1;
   Slot s;
   {
     std::lock_guard lock(mu_);
-    for (size_t i = 0; i < slots_.size() && slot < 0; ++i) {
-      if (slots_[i].client == 0) slot = static_cast<int>(i);
+    std::vector<Slot>& free = slots_[card];
+    for (size_t i = 0; i < free.size() && slot < 0; ++i) {
+      if (free[i].client == 0) slot = static_cast<int>(i);
     }
     if (slot < 0) return -1;
-    slots_[static_cast<size_t>(slot)].client = client;
-    slots_[static_cast<size_t>(slot)].pid = pid;
-    s = slots_[static_cast<size_t>(slot)];
+    free[static_cast<size_t>(slot)].client = client;
+    free[static_cast<size_t>(slot)].pid = pid;
+    s = free[static_cast<size_t>(slot)];
   }
-  for (uint32_t card = 0; card < sim_.num_cards(); ++card) {
-    for (uint32_t q = s.first_queue; q < s.first_queue + s.queues; ++q) {
-      write64(sim_, card, hw::mgmt_reg(q, hw::kMQMemBaseLo), s.mem_base);
-      write64(sim_, card, hw::mgmt_reg(q, hw::kMQMemSizeLo), s.mem_bytes);
-      write64(sim_, card, hw::mgmt_reg(q, hw::kMQIovaBaseLo), uint64_t{client} << kClientShift);
-      write64(sim_, card, hw::mgmt_reg(q, hw::kMQIovaSizeLo), uint64_t{1} << kClientShift);
-      sim_.mmio_write(card, hw::queue_reg(q, hw::kQControl), hw::kQControlReset);  // a fresh queue
-      links_[card]->set_owner(q, client);
-    }
+  for (uint32_t q = s.first_queue; q < s.first_queue + s.queues; ++q) {
+    write64(sim_, card, hw::mgmt_reg(q, hw::kMQMemBaseLo), s.mem_base);
+    write64(sim_, card, hw::mgmt_reg(q, hw::kMQMemSizeLo), s.mem_bytes);
+    write64(sim_, card, hw::mgmt_reg(q, hw::kMQIovaBaseLo), uint64_t{client} << kClientShift);
+    write64(sim_, card, hw::mgmt_reg(q, hw::kMQIovaSizeLo), uint64_t{1} << kClientShift);
+    sim_.mmio_write(card, hw::queue_reg(q, hw::kQControl), hw::kQControlReset);  // a fresh queue
+    links_[card]->set_owner(q, client);
   }
   return slot;
 }
@@ -367,56 +389,62 @@ uint64_t Daemon::ipc_export(uint32_t client, const Slot& s, uint32_t card, uint6
   return handle;
 }
 
-void Daemon::release(uint32_t client, int slot) {
-  if (slot >= 0) {
-    Slot s;
-    {
-      std::lock_guard lock(mu_);
-      s = slots_[static_cast<size_t>(slot)];
-      // What it shared is given back first: no other client's DMA reaches its window from now on.
-      for (auto it = exports_.begin(); it != exports_.end();) {
-        it = it->second.client == client ? exports_.erase(it) : std::next(it);
-      }
+void Daemon::release(uint32_t client, const std::vector<int>& slots) {
+  std::vector<Slot> held(slots.size());
+  {
+    std::lock_guard lock(mu_);
+    for (uint32_t card = 0; card < slots.size(); ++card) {
+      if (slots[card] >= 0) held[card] = slots_[card][static_cast<size_t>(slots[card])];
     }
-    for (uint32_t card = 0; card < sim_.num_cards(); ++card) {
-      for (auto& link : links_) link->revoke_peer(card, s.mem_base, s.mem_bytes);
+    // What it shared is given back first: no other client's DMA reaches its windows from now on.
+    for (auto it = exports_.begin(); it != exports_.end();) {
+      it = it->second.client == client ? exports_.erase(it) : std::next(it);
     }
-    // Its queues stop first (a reset drops what they hold; a running program ends within the
-    // watchdog's budget), then its memory is scrubbed, so nothing of it reaches the next client.
-    for (uint32_t card = 0; card < sim_.num_cards(); ++card) {
-      reset_queues(s, card);
-      for (uint32_t q = s.first_queue; q < s.first_queue + s.queues; ++q) links_[card]->set_owner(q, 0);
-      // A copy or launch already running goes on to its end (the watchdog bounds a launch):
-      // scrubbing before it ends would leave what it writes afterwards to the next client.
-      const auto since = std::chrono::steady_clock::now();
-      bool told = false;
-      for (uint32_t q = s.first_queue; q < s.first_queue + s.queues; ++q) {
-        // All ones: the card does not answer (link down); nothing it runs reaches anyone now.
-        for (uint32_t active; (active = sim_.mmio_read(card, hw::queue_reg(q, hw::kQActive))) != 0 &&
-                              active != kAllOnes && !stopping_;) {
-          sim_.note_poll();  // with host pacing, the card runs on although no client waits
-          std::this_thread::sleep_for(std::chrono::milliseconds(1));
-          if (!told && std::chrono::steady_clock::now() - since > std::chrono::seconds(5)) {
-            log("simd").warn("client {} left a command running on card {} queue {}; its slot is freed when it ends",
-                             client, card, q);
-            told = true;
-          }
+  }
+  for (uint32_t card = 0; card < slots.size(); ++card) {
+    if (slots[card] < 0) continue;
+    for (auto& link : links_) link->revoke_peer(card, held[card].mem_base, held[card].mem_bytes);
+  }
+  // Its queues stop first (a reset drops what they hold; a running program ends within the
+  // watchdog's budget), then its memory is scrubbed, so nothing of it reaches the next client.
+  for (uint32_t card = 0; card < slots.size(); ++card) {
+    if (slots[card] < 0) continue;
+    const Slot& s = held[card];
+    reset_queues(s, card);
+    for (uint32_t q = s.first_queue; q < s.first_queue + s.queues; ++q) links_[card]->set_owner(q, 0);
+    // A copy or launch already running goes on to its end (the watchdog bounds a launch):
+    // scrubbing before it ends would leave what it writes afterwards to the next client.
+    const auto since = std::chrono::steady_clock::now();
+    bool told = false;
+    for (uint32_t q = s.first_queue; q < s.first_queue + s.queues; ++q) {
+      // All ones: the card does not answer (link down); nothing it runs reaches anyone now.
+      for (uint32_t active;
+           (active = sim_.mmio_read(card, hw::queue_reg(q, hw::kQActive))) != 0 && active != kAllOnes && !stopping_;) {
+        sim_.note_poll();  // with host pacing, the card runs on although no client waits
+        std::this_thread::sleep_for(std::chrono::milliseconds(1));
+        if (!told && std::chrono::steady_clock::now() - since > std::chrono::seconds(5)) {
+          log("simd").warn("client {} left a command running on card {} queue {}; its slot is freed when it ends",
+                           client, card, q);
+          told = true;
         }
       }
-      {
-        const std::lock_guard lock(scrub_mu_);
-        write64(sim_, card, hw::kMgmtScrubBaseLo, s.mem_base);
-        write64(sim_, card, hw::kMgmtScrubSizeLo, s.mem_bytes);
-        sim_.mmio_write(card, hw::kMgmtScrub, 1);
-      }
-      (void)sim_.mmio_read(card, hw::kRegMagic);  // the resets and the scrub have landed
     }
+    {
+      const std::lock_guard lock(scrub_mu_);
+      write64(sim_, card, hw::kMgmtScrubBaseLo, s.mem_base);
+      write64(sim_, card, hw::kMgmtScrubSizeLo, s.mem_bytes);
+      sim_.mmio_write(card, hw::kMgmtScrub, 1);
+    }
+    (void)sim_.mmio_read(card, hw::kRegMagic);  // the resets and the scrub have landed
   }
   for (auto& link : links_) link->drop(client);
   std::lock_guard lock(mu_);
-  if (slot >= 0) {
-    slots_[static_cast<size_t>(slot)].client = 0;
-    slots_[static_cast<size_t>(slot)].pid = 0;
+  for (uint32_t card = 0; card < slots.size(); ++card) {
+    if (slots[card] < 0) continue;
+    Slot& freed = slots_[card][static_cast<size_t>(slots[card])];
+    freed.client = 0;
+    freed.pid = 0;
+    freed.scrub_base = freed.scrub_size = 0;
     ++scrubs_;
   }
   --clients_;
@@ -430,14 +458,14 @@ void Daemon::reset_queues(const Slot& s, uint32_t card) {
   }
 }
 
-std::string Daemon::refusal(uint64_t pid) {
+std::string Daemon::refusal(uint64_t pid, uint32_t card) {
   std::lock_guard lock(mu_);
   std::string pids;
-  for (const Slot& s : slots_) pids += (pids.empty() ? "" : ", ") + std::to_string(s.pid);
+  for (const Slot& s : slots_[card]) pids += (pids.empty() ? "" : ", ") + std::to_string(s.pid);
   return fmt::format(
-      "spyre-simd on {}: all {} client slots are in use (pids {}); pid {} must wait for one to exit "
-      "(spyre-smi --daemon lists them), or use another $SPYRE_SIMD_SOCKET",
-      path_, slots_.size(), pids, pid);
+      "spyre-simd on {}: all {} slot(s) of card {} are in use (pids {}); pid {} must wait for one to exit "
+      "(spyre-smi --daemon lists them), use another card, or start the daemon with more --slots",
+      path_, slots_[card].size(), card, pids, pid);
 }
 
 uint32_t Daemon::client_read(const Slot& s, uint32_t card, uint32_t offset) {
@@ -479,19 +507,18 @@ void Daemon::client_write(Slot& s, uint32_t card, uint32_t offset, uint32_t valu
     sim_.mmio_write(card, hw::queue_reg(phys, reg), reg == hw::kQMsixVector ? phys : value);
     return;
   }
-  if (offset >= hw::kMgmtScrubBaseLo && offset <= hw::kMgmtScrub && card < s.scrub_base.size()) {
+  if (offset >= hw::kMgmtScrubBaseLo && offset <= hw::kMgmtScrub) {
     // A client may scrub its own memory (its driver zeroes what it frees, which gives the card's
     // host backing back); a range outside its window is dropped.
     const auto set = [&](uint64_t& reg, bool hi) {
       reg = hi ? (reg & 0xffffffffu) | uint64_t{value} << 32 : (reg & ~uint64_t{0xffffffffu}) | value;
     };
-    if (offset == hw::kMgmtScrubBaseLo || offset == hw::kMgmtScrubBaseHi) set(s.scrub_base[card], offset & 4);
-    if (offset == hw::kMgmtScrubSizeLo || offset == hw::kMgmtScrubSizeHi) set(s.scrub_size[card], offset & 4);
-    if (offset == hw::kMgmtScrub && (value & 1) &&
-        hw::in_window(s.scrub_base[card], s.scrub_size[card], s.mem_base, s.mem_bytes)) {
+    if (offset == hw::kMgmtScrubBaseLo || offset == hw::kMgmtScrubBaseHi) set(s.scrub_base, offset & 4);
+    if (offset == hw::kMgmtScrubSizeLo || offset == hw::kMgmtScrubSizeHi) set(s.scrub_size, offset & 4);
+    if (offset == hw::kMgmtScrub && (value & 1) && hw::in_window(s.scrub_base, s.scrub_size, s.mem_base, s.mem_bytes)) {
       const std::lock_guard lock(scrub_mu_);  // the card has one set of scrub registers
-      write64(sim_, card, hw::kMgmtScrubBaseLo, s.scrub_base[card]);
-      write64(sim_, card, hw::kMgmtScrubSizeLo, s.scrub_size[card]);
+      write64(sim_, card, hw::kMgmtScrubBaseLo, s.scrub_base);
+      write64(sim_, card, hw::kMgmtScrubSizeLo, s.scrub_size);
       sim_.mmio_write(card, hw::kMgmtScrub, 1);
     }
     return;
@@ -500,7 +527,7 @@ void Daemon::client_write(Slot& s, uint32_t card, uint32_t offset, uint32_t valu
 }
 
 std::string Daemon::status_json() {
-  std::vector<Slot> slots;
+  std::vector<std::vector<Slot>> slots;
   uint64_t scrubs = 0;
   {
     std::lock_guard lock(mu_);
@@ -513,16 +540,19 @@ std::string Daemon::status_json() {
   j["config_hash"] = fmt::format("{:016x}", config_hash_);
   j["uptime_s"] = std::chrono::duration<double>(std::chrono::steady_clock::now() - started_).count();
   j["scrubs"] = scrubs;
-  j["clients"] = nlohmann::json::array();
-  for (size_t i = 0; i < slots.size(); ++i) {
-    const Slot& s = slots[i];
-    j["clients"].push_back({{"slot", i},
-                            {"client", s.client},
-                            {"pid", s.pid},
-                            {"first_queue", s.first_queue},
-                            {"queues", s.queues},
-                            {"memory_base", s.mem_base},
-                            {"memory_bytes", s.mem_bytes}});
+  j["clients"] = nlohmann::json::array();  // every slot of every card, free or held
+  for (uint32_t card = 0; card < slots.size(); ++card) {
+    for (size_t i = 0; i < slots[card].size(); ++i) {
+      const Slot& s = slots[card][i];
+      j["clients"].push_back({{"card", card},
+                              {"slot", i},
+                              {"client", s.client},
+                              {"pid", s.pid},
+                              {"first_queue", s.first_queue},
+                              {"queues", s.queues},
+                              {"memory_base", s.mem_base},
+                              {"memory_bytes", s.mem_bytes}});
+    }
   }
   j["cards"] = nlohmann::json::array();
   for (uint32_t card = 0; card < sim_.num_cards(); ++card) {
@@ -541,7 +571,7 @@ std::string Daemon::status_json() {
     for (uint32_t q = 0; q < nq; ++q) {
       const uint32_t qs = sim_.mmio_read(card, hw::queue_reg(q, hw::kQStatus));
       uint32_t owner = 0;
-      for (const Slot& s : slots) {
+      for (const Slot& s : slots[card]) {
         if (q >= s.first_queue && q < s.first_queue + s.queues) owner = s.client;
       }
       c["queues"].push_back(

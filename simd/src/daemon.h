@@ -1,12 +1,12 @@
 // spyre-simd's server: the process's simulated cards, served to driver processes over a Unix
 // socket (the socket transport). One thread per client; each client's DMA memory arrives as
-// memfds it maps here. The cards are shared like SR-IOV virtual functions: each client gets a slot,
-// the same on every card — its own hardware queues, a device-memory window and an IOMMU domain,
-// set in the card's management page (hw/regs.h) — and sees a card of its own through them.
+// memfds it maps here. Each card is cut into functions like SR-IOV virtual functions; a client
+// that opens a card takes a free slot of it — its own hardware queues, a device-memory window and
+// an IOMMU domain, set in the card's management page (hw/regs.h) — and sees a card of its own
+// through it. With one slot per card, each card serves one process whole (torchrun's ranks).
 // docs/design-daemon.md.
 #pragma once
 
-#include <array>
 #include <atomic>
 #include <chrono>
 #include <cstdint>
@@ -26,15 +26,16 @@ class Daemon {
  public:
   /// Serves `sim`'s cards on `socket_path`. With `idle_exit` > 0, run() returns once no client
   /// has been connected for that long (a daemon a client started on its own).
-  /// At most `max_clients` clients share the cards (fewer when a card has fewer queues).
-  Daemon(sim::Simulator& sim, std::string socket_path, std::chrono::milliseconds idle_exit, uint32_t max_clients = 4);
+  /// Each card is cut into `slots` slots (fewer when a card has fewer queues): at most that many
+  /// clients open one card at once.
+  Daemon(sim::Simulator& sim, std::string socket_path, std::chrono::milliseconds idle_exit, uint32_t slots = 4);
   ~Daemon();
   /// Listens and serves until stop() or the idle timeout. Returns a process exit code.
   int run();
   void stop() { stopping_ = true; }
 
  private:
-  /// A client's share of every card: queues [first_queue, + queues) and device memory
+  /// A client's share of one card: queues [first_queue, + queues) and device memory
   /// [mem_base, + mem_bytes); client 0: free.
   struct Slot {
     uint32_t client = 0;
@@ -43,14 +44,15 @@ class Daemon {
     uint32_t queues = 0;
     uint64_t mem_base = 0;
     uint64_t mem_bytes = 0;
-    // The client's scrub registers, per card: a scrub inside its own window goes to the card.
-    std::array<uint64_t, 16> scrub_base{}, scrub_size{};  // 16: the most cards sim.devices allows
+    // The client's scrub registers: a scrub inside its own window goes to the card.
+    uint64_t scrub_base = 0, scrub_size = 0;
   };
   void serve(int sock, uint32_t client);
-  /// Gives the client a free slot and programs its windows on every card; -1 when none is free.
-  int admit(uint32_t client, uint64_t pid);
-  /// Stops what the client left (its queues reset), scrubs its window and frees its slot.
-  void release(uint32_t client, int slot);
+  /// Gives the client a free slot of `card` and programs its windows; -1 when none is free.
+  int admit(uint32_t client, uint64_t pid, uint32_t card);
+  /// Stops what the client left on the cards it opened (`slots[card]`, -1 where it did not): its
+  /// queues reset, its windows scrubbed, its slots freed.
+  void release(uint32_t client, const std::vector<int>& slots);
   /// The client's BAR0 read or write, through its slot: its own queues renumbered from 0, its
   /// window as the card's memory; nothing of other clients or of the management page.
   uint32_t client_read(const Slot& s, uint32_t card, uint32_t offset);
@@ -58,7 +60,7 @@ class Daemon {
   /// Resets every queue of the slot on `card` (they drop what they hold).
   void reset_queues(const Slot& s, uint32_t card);
   std::string status_json();
-  std::string refusal(uint64_t pid);
+  std::string refusal(uint64_t pid, uint32_t card);
   /// Why a client whose config source is `text` (digest `digest`) is refused: it asks for another
   /// config than this daemon simulates, or for one that does not load. "" when it is this one.
   std::string config_refusal(uint64_t digest, const std::string& text) const;
@@ -84,10 +86,10 @@ class Daemon {
   std::mutex scrub_mu_;  // the five writes of one scrub reach a card together
   uint32_t next_client_ = 1;
   uint32_t clients_ = 0;
-  std::set<uint32_t> connected_;        // ids of the connected clients
-  std::vector<Slot> slots_;             // guarded by mu_
-  std::map<uint64_t, Export> exports_;  // by handle; guarded by mu_
-  uint64_t scrubs_ = 0;                 // windows scrubbed after their clients left
+  std::set<uint32_t> connected_;          // ids of the connected clients
+  std::vector<std::vector<Slot>> slots_;  // per card; guarded by mu_
+  std::map<uint64_t, Export> exports_;    // by handle; guarded by mu_
+  uint64_t scrubs_ = 0;                   // windows scrubbed after their clients left
   std::chrono::steady_clock::time_point last_seen_;
   std::chrono::steady_clock::time_point started_;
 };

@@ -28,15 +28,16 @@ int serve(int argc, char** argv) {
   std::string socket;
   bool auto_started = false;
   double idle_seconds = 10;
-  uint32_t clients = 4;
+  uint32_t slots = 4;
   app.add_option("--socket", socket, "socket path (default: $SPYRE_SIMD_SOCKET, or one per config source)");
   app.add_flag("--auto", auto_started, "started by a driver: exit when idle");
   app.add_option("--idle-seconds", idle_seconds, "with --auto: exit after this long without a client")
       ->check(CLI::PositiveNumber)
       ->capture_default_str();
-  app.add_option("--clients", clients,
-                 "clients that share the cards at once: each gets queues/clients hardware queues and "
-                 "memory/clients of device memory on every card")
+  app.add_option("--slots", slots,
+                 "processes that share one card at once: a process that opens a card gets one slot of it, "
+                 "queues/slots hardware queues and memory/slots of device memory (1: each card whole to "
+                 "one process, as torchrun's ranks want)")
       ->check(CLI::Range(1, 16))
       ->capture_default_str();
   CLI11_PARSE(app, argc, argv);
@@ -49,7 +50,7 @@ int serve(int argc, char** argv) {
     }
     const auto idle = auto_started ? std::chrono::milliseconds(static_cast<int64_t>(idle_seconds * 1000))
                                    : std::chrono::milliseconds(0);
-    spyre::simd::Daemon daemon(sim, socket, idle, clients);
+    spyre::simd::Daemon daemon(sim, socket, idle, slots);
     g_daemon = &daemon;
     std::signal(SIGINT, on_signal);
     std::signal(SIGTERM, on_signal);

@@ -37,6 +37,7 @@ constexpr Spec kSpecs[] = {
     {"dma_map_peer", {"card", "peer", "address", "bytes"}, 0},
     {"ipc_export", {"card", "address", "bytes", nullptr}, 0},
     {"ipc_open", {"card", "handle", nullptr, nullptr}, 0},
+    {"open", {"card", nullptr, nullptr, nullptr}, 0},
 };
 static_assert(sizeof(kSpecs) / sizeof(kSpecs[0]) == static_cast<size_t>(Command::kCount), "a spec per command");
 
@@ -94,6 +95,7 @@ std::string check_request_args(const Message& m) {
       return "";
     case Command::kIrqSet:
     case Command::kPoll:
+    case Command::kOpen:
       if (a >= kMaxCards) return bad("card", "out of range");
       return "";
     case Command::kWaitBegin:

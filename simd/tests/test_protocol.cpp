@@ -49,6 +49,7 @@ std::vector<Valid> valid_requests() {
       {request(Command::kDmaMapPeer, 0, 1, 0x10000, 4096), 0},
       {request(Command::kIpcExport, 1, 0x10000, 4096), 0},
       {request(Command::kIpcOpen, 0, 0x9e3779b97f4a7c15), 0},
+      {request(Command::kOpen, 7), 0},
   };
 }
 
@@ -177,6 +178,8 @@ TEST_CASE("each malformed request argument is refused, naming it") {
       {request(Command::kIpcOpen, 0, 0), 0, "ipc_open.handle"},
       {request(Command::kIpcOpen, 0, 1, 2), 0, "ipc_open.c: must be 0"},
       {request(Command::kPoll, 0), 1, "poll.fds"},
+      {request(Command::kOpen, 16), 0, "open.card"},
+      {request(Command::kOpen, 0, 1), 0, "open.b: must be 0"},
   };
   for (const auto& k : cases) {
     CAPTURE(k.expect);

@@ -20,6 +20,13 @@ class Transport {
   virtual const char* name() const = 0;
   /// Cards reachable through this transport.
   virtual uint32_t device_count() const = 0;
+  /// Takes card `dev` for this process before any other call names it (vfio: opening the
+  /// device). kNotAvailable when the card serves as many processes as it can; a card served in
+  /// slots is this process's slot of it from here on.
+  virtual Status open(uint32_t dev) {
+    (void)dev;
+    return {};
+  }
 
   virtual uint32_t cfg_read(uint32_t dev, uint32_t offset, uint32_t size) = 0;
   virtual void cfg_write(uint32_t dev, uint32_t offset, uint32_t size, uint32_t value) = 0;

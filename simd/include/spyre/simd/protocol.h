@@ -14,8 +14,9 @@
 
 namespace spyre::simd {
 
-inline constexpr uint32_t kProtocolVersion = 4;  // 2: shared cards and status; 3: the config source in hello;
-                                                 // 4: memory shared between clients (kIpcExport, kIpcOpen)
+inline constexpr uint32_t kProtocolVersion = 5;  // 2: shared cards and status; 3: the config source in hello;
+                                                 // 4: memory shared between clients (kIpcExport, kIpcOpen);
+                                                 // 5: cards opened one by one (kOpen)
 inline constexpr uint32_t kArgsBytes = 32;
 inline constexpr uint32_t kMaxText = 65536;  // error messages, report paths, the status JSON, a config
 inline constexpr uint32_t kMaxCards = 16;
@@ -39,6 +40,8 @@ enum class Command : uint16_t {
   kIpcExport = 15,   // a: card, b: device address, c: bytes (in this client's window) -> a: handle
   kIpcOpen = 16,     // a: card, b: handle (another client's export on another card)
                      //   -> a: IOVA on card a, b: the exporter's card, c: its device address, d: bytes
+  kOpen = 17,        // a: card -> a: the slot of the card this client now holds (before any other
+                     //   command naming the card)
   kCount
 };
 
