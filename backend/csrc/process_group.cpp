@@ -163,7 +163,7 @@ class StagedWork final : public c10d::Work {
   std::mutex mu_;
 };
 
-// An all-reduce the cards run (torch_spyre/_group_comm.py): queued on the card's collective
+// A collective the cards run (torch_spyre/_group_comm.py): queued on the card's collective
 // streams, and the caller's stream waits for it, as if it had run there. wait() makes the stream
 // current then wait too (as NCCL's), and returns once the cards are done (as Gloo's: is_completed()
 // is then true); the future holds the tensors at once, for work queued behind it on a stream.
@@ -241,7 +241,8 @@ class SpyreBackend final : public c10d::Backend {
 
   c10::intrusive_ptr<c10d::Work> broadcast(TensorList& tensors, const c10d::BroadcastOptions& opts) override {
     if (tensors.size() == 1 && opts.rootTensor == 0) {
-      if (auto w = on_cards("broadcast", tensors, "", opts.rootRank, c10d::OpType::BROADCAST, "spyre:broadcast"))
+      if (auto w =
+              on_cards("broadcast", tensors, tensors, "", opts.rootRank, c10d::OpType::BROADCAST, "spyre:broadcast"))
         return w;
     }
     Staging s;
@@ -251,8 +252,8 @@ class SpyreBackend final : public c10d::Backend {
 
   c10::intrusive_ptr<c10d::Work> allreduce(TensorList& tensors, const c10d::AllreduceOptions& opts) override {
     if (tensors.size() == 1) {
-      if (auto w =
-              on_cards("all_reduce", tensors, op_name(opts.reduceOp), 0, c10d::OpType::ALLREDUCE, "spyre:all_reduce"))
+      if (auto w = on_cards("all_reduce", tensors, tensors, op_name(opts.reduceOp), 0, c10d::OpType::ALLREDUCE,
+                            "spyre:all_reduce"))
         return w;
     }
     Staging s;
@@ -269,6 +270,11 @@ class SpyreBackend final : public c10d::Backend {
   }
 
   c10::intrusive_ptr<c10d::Work> reduce(TensorList& tensors, const c10d::ReduceOptions& opts) override {
+    if (tensors.size() == 1 && opts.rootTensor == 0) {
+      if (auto w = on_cards("reduce", tensors, tensors, op_name(opts.reduceOp), opts.rootRank, c10d::OpType::REDUCE,
+                            "spyre:reduce"))
+        return w;
+    }
     Staging s;
     TensorList host = s.inout(tensors);
     return done(host_->reduce(host, opts), s, tensors, c10d::OpType::REDUCE, "spyre:reduce");
@@ -276,6 +282,11 @@ class SpyreBackend final : public c10d::Backend {
 
   c10::intrusive_ptr<c10d::Work> allgather(std::vector<TensorList>& outputs, TensorList& inputs,
                                            const c10d::AllgatherOptions& opts) override {
+    if (outputs.size() == 1 && inputs.size() == 1) {
+      if (auto w = on_cards("all_gather_list", join(outputs[0], inputs), outputs[0], "", 0, c10d::OpType::ALLGATHER,
+                            "spyre:all_gather"))
+        return w;
+    }
     Staging s;
     std::vector<TensorList> host_out = s.out(outputs);
     TensorList host_in = s.in(inputs);
@@ -285,8 +296,8 @@ class SpyreBackend final : public c10d::Backend {
 
   c10::intrusive_ptr<c10d::Work> _allgather_base(at::Tensor& output, at::Tensor& input,
                                                  const c10d::AllgatherOptions& opts) override {
-    if (auto w =
-            on_cards("all_gather", {output, input}, "", 0, c10d::OpType::_ALLGATHER_BASE, "spyre:_all_gather_base"))
+    if (auto w = on_cards("all_gather", {output, input}, {output}, "", 0, c10d::OpType::_ALLGATHER_BASE,
+                          "spyre:_all_gather_base"))
       return w;
     Staging s;
     at::Tensor host_out = s.out({output})[0];
@@ -306,6 +317,12 @@ class SpyreBackend final : public c10d::Backend {
 
   c10::intrusive_ptr<c10d::Work> gather(std::vector<TensorList>& outputs, TensorList& inputs,
                                         const c10d::GatherOptions& opts) override {
+    if (outputs.size() <= 1 && inputs.size() == 1) {
+      const TensorList gathered = outputs.empty() ? TensorList{} : outputs[0];
+      if (auto w = on_cards("gather", join(gathered, inputs), gathered.empty() ? inputs : gathered, "", opts.rootRank,
+                            c10d::OpType::GATHER, "spyre:gather"))
+        return w;
+    }
     Staging s;
     std::vector<TensorList> host_out = s.out(outputs);
     TensorList host_in = s.in(inputs);
@@ -314,6 +331,12 @@ class SpyreBackend final : public c10d::Backend {
 
   c10::intrusive_ptr<c10d::Work> scatter(TensorList& outputs, std::vector<TensorList>& inputs,
                                          const c10d::ScatterOptions& opts) override {
+    if (outputs.size() == 1 && inputs.size() <= 1) {
+      const TensorList parts = inputs.empty() ? TensorList{} : inputs[0];
+      if (auto w = on_cards("scatter", join(outputs, parts), outputs, "", opts.rootRank, c10d::OpType::SCATTER,
+                            "spyre:scatter"))
+        return w;
+    }
     Staging s;
     TensorList host_out = s.out(outputs);
     std::vector<TensorList> host_in = s.in(inputs);
@@ -322,6 +345,11 @@ class SpyreBackend final : public c10d::Backend {
 
   c10::intrusive_ptr<c10d::Work> reduce_scatter(TensorList& outputs, std::vector<TensorList>& inputs,
                                                 const c10d::ReduceScatterOptions& opts) override {
+    if (outputs.size() == 1 && inputs.size() == 1) {
+      if (auto w = on_cards("reduce_scatter_list", join(outputs, inputs[0]), outputs, op_name(opts.reduceOp), 0,
+                            c10d::OpType::REDUCE_SCATTER, "spyre:reduce_scatter"))
+        return w;
+    }
     Staging s;
     TensorList host_out = s.out(outputs);
     std::vector<TensorList> host_in = s.in(inputs);
@@ -332,7 +360,7 @@ class SpyreBackend final : public c10d::Backend {
   c10::intrusive_ptr<c10d::Work> _reduce_scatter_base(at::Tensor& output, at::Tensor& input,
                                                       const c10d::ReduceScatterOptions& opts) override {
     const char* op = op_name(opts.reduceOp);
-    if (auto w = on_cards("reduce_scatter", {output, input}, op, 0, c10d::OpType::_REDUCE_SCATTER_BASE,
+    if (auto w = on_cards("reduce_scatter", {output, input}, {output}, op, 0, c10d::OpType::_REDUCE_SCATTER_BASE,
                           "spyre:_reduce_scatter_base"))
       return w;
     Staging s;
@@ -354,6 +382,9 @@ class SpyreBackend final : public c10d::Backend {
   c10::intrusive_ptr<c10d::Work> alltoall_base(at::Tensor& output, at::Tensor& input,
                                                std::vector<int64_t>& output_splits, std::vector<int64_t>& input_splits,
                                                const c10d::AllToAllOptions& opts) override {
+    if (auto w = on_cards("all_to_all_single", {output, input}, {output}, "", 0, c10d::OpType::ALLTOALL_BASE,
+                          "spyre:all_to_all_single", {output_splits, input_splits}))
+      return w;
     Staging s;
     at::Tensor host_out = s.out({output})[0];
     at::Tensor host_in = s.in({input})[0];
@@ -363,6 +394,9 @@ class SpyreBackend final : public c10d::Backend {
 
   c10::intrusive_ptr<c10d::Work> alltoall(TensorList& outputs, TensorList& inputs,
                                           const c10d::AllToAllOptions& opts) override {
+    if (auto w =
+            on_cards("all_to_all", join(outputs, inputs), outputs, "", 0, c10d::OpType::ALLTOALL, "spyre:all_to_all"))
+      return w;
     Staging s;
     TensorList host_out = s.out(outputs);
     TensorList host_in = s.in(inputs);
@@ -403,18 +437,26 @@ class SpyreBackend final : public c10d::Backend {
     return out;
   }
 
-  // The cards run the collective `kind` of `tensors` (the output first) when every rank's call can
-  // (torch_spyre/_group_comm.py decides, the same on every rank): its Work; else null, for the host.
-  c10::intrusive_ptr<c10d::Work> on_cards(const char* kind, const TensorList& tensors, const char* op, int64_t root,
-                                          c10d::OpType type, const char* title) {
-    if (!on_cards_) return nullptr;
+  static TensorList join(const TensorList& a, const TensorList& b) {
+    TensorList out(a);
+    out.insert(out.end(), b.begin(), b.end());
+    return out;
+  }
+
+  // The cards run the collective `kind` of `tensors` (laid out as torch_spyre/_group_comm.py's
+  // Group.run says) when every rank's call can (it decides, the same on every rank): its Work,
+  // whose result is `result`; else null, for the host.
+  c10::intrusive_ptr<c10d::Work> on_cards(const char* kind, const TensorList& tensors, const TensorList& result,
+                                          const char* op, int64_t root, c10d::OpType type, const char* title,
+                                          const std::vector<std::vector<int64_t>>& splits = {{}, {}}) {
+    if (!on_cards_ || tensors.empty() || result.empty()) return nullptr;
     bool queued = false;
     {
       const pybind11::gil_scoped_acquire gil;
-      queued = (*on_cards_)(kind, tensors, op, root).cast<bool>();
+      queued = (*on_cards_)(kind, tensors, op, root, splits).cast<bool>();
     }
     if (!queued) return nullptr;
-    return c10::make_intrusive<QueuedWork>(TensorList{tensors.front()}, type, title);
+    return c10::make_intrusive<QueuedWork>(result, type, title);
   }
 
   // The Work of a collective whose host side `host` runs: the host work itself when nothing was

@@ -28,10 +28,10 @@ REDUCE_SCATTER_SINGLE = getattr(dist, "reduce_scatter_single", dist.reduce_scatt
 RANK = int(os.environ["RANK"])
 WORLD = int(os.environ["WORLD_SIZE"])
 DTYPES = (torch.float32, torch.bfloat16, torch.int64)
-# CHECKS_ON_CARDS=1: every rank drives its own card of one spyre-simd, so all_reduce, broadcast,
-# all_gather_single and reduce_scatter_single run on the cards (peer-to-peer DMA and the cards'
-# adds): floating-point reductions are compared within the rounding of another order of additions,
-# sizes that take the ring are added, and the report counts the collectives the cards ran.
+# CHECKS_ON_CARDS=1: every rank drives its own card of one spyre-simd, so the collectives run on
+# the cards (peer-to-peer DMA and the cards' adds): floating-point reductions are compared within
+# the rounding of another order of additions, sizes that take the ring are added, and the report
+# counts the collectives the cards ran.
 ON_CARDS = os.environ.get("CHECKS_ON_CARDS") == "1"
 ON_CARDS_TOLERANCE = (
     {
@@ -114,6 +114,27 @@ class Checks:
             self.failures.append(f"{label}: spyre gave {got}, gloo {want}")
 
 
+def all_to_all(outputs, inputs, async_op=False):
+    """dist.all_to_all, which Gloo refuses (it has only the single-tensor form). The cards take it,
+    so on them the CPU reference is the single-tensor form on the concatenated parts."""
+    if not ON_CARDS or inputs[0].device.type != "cpu":
+        return dist.all_to_all(outputs, inputs, async_op=async_op)
+    out = torch.empty(sum(o.numel() for o in outputs), dtype=outputs[0].dtype)
+    sizes = [o.numel() for o in outputs]
+    dist.all_to_all_single(out, torch.cat(inputs), sizes, [x.numel() for x in inputs])
+    for o, part in zip(outputs, out.split(sizes), strict=True):
+        o.copy_(part)
+    return _Done() if async_op else None
+
+
+class _Done:
+    def wait(self) -> bool:
+        return True
+
+    def is_completed(self) -> bool:
+        return True
+
+
 def check_dtype(c: Checks, dtype: torch.dtype, salt: int) -> None:
     """Every collective, synchronous and async, then point to point, on tensors of `dtype`."""
     name = str(dtype).removeprefix("torch.")
@@ -148,13 +169,17 @@ def check_dtype(c: Checks, dtype: torch.dtype, salt: int) -> None:
                 first,
                 a,
             )
-        c.check(
-            f"reduce to {WORLD - 1} {name}",
-            lambda t, **k: dist.reduce(t, dst=WORLD - 1, **k),
-            lambda salt=salt: [values((6,), dtype, salt)],
-            first,
-            a,
-        )
+        for n in (6, *RING_SIZES):
+            for op in OPS:
+                # Only the root's tensor is defined afterwards (Gloo leaves partial sums elsewhere).
+                c.check(
+                    f"reduce {op} to {root} {name} [{n}]",
+                    lambda t, op=op, **k: dist.reduce(t, dst=root, op=op, **k),
+                    lambda n=n, salt=salt: [values((n,), dtype, salt)],
+                    lambda args: args[0] if RANK == root else torch.zeros(0),
+                    a,
+                    ON_CARDS_TOLERANCE,
+                )
         for n in (4, 0, *(m // 3 for m in RING_SIZES)):
             c.check(
                 f"all_gather [{n}] {name}",
@@ -182,6 +207,7 @@ def check_dtype(c: Checks, dtype: torch.dtype, salt: int) -> None:
                 ],
                 first,
                 a,
+                ON_CARDS_TOLERANCE,
             )
             c.check(
                 f"reduce_scatter_single [{n}] {name}",
@@ -200,7 +226,7 @@ def check_dtype(c: Checks, dtype: torch.dtype, salt: int) -> None:
         )
         c.check(
             f"all_to_all, uneven {name}",
-            dist.all_to_all,
+            all_to_all,
             lambda salt=salt: [
                 [torch.zeros(m, dtype=dtype) for m in recv],
                 [values((m,), dtype, salt + k) for k, m in enumerate(send)],

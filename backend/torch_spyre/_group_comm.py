@@ -44,8 +44,24 @@ _ALL_DTYPES = (
     torch.uint8,
     torch.bool,
 )
-_KINDS = ("all_reduce", "broadcast", "all_gather", "reduce_scatter")
-_REDUCING = ("all_reduce", "reduce_scatter")
+_KINDS = (
+    "all_reduce",
+    "broadcast",
+    "all_gather",
+    "reduce_scatter",
+    "reduce",
+    "all_gather_list",
+    "reduce_scatter_list",
+    "gather",
+    "scatter",
+    "all_to_all",
+    "all_to_all_single",
+)
+_REDUCING = ("all_reduce", "reduce_scatter", "reduce", "reduce_scatter_list")
+_ROOTED = ("broadcast", "reduce", "gather", "scatter")
+# The direct exchanges: each part crosses the switch once, straight to its receiver (comm.run_exchange).
+_DIRECT = _KINDS[4:]
+_ROW = 12  # a call's row: 12 fields, then a direct exchange's sizes and addresses (3 per rank)
 
 _calls = 0  # collectives the cards ran for this process (device_collectives())
 
@@ -220,72 +236,113 @@ class Group:
         ok = all(v for (v,) in self._gather([int(ok)]))
         self.index, self.windows = (index, windows) if ok else (-1, [])
 
-    def run(self, kind: str, tensors: list[torch.Tensor], op: str, root: int) -> bool:
+    def run(self, kind: str, tensors: list[torch.Tensor], op: str, root: int, splits=((), ())) -> bool:
         """Queues collective `kind` on the cards and returns True, or returns False (every rank
-        alike) when the group's cards or this call cannot take the device path:
-        ``"all_reduce"`` ([tensor], op), ``"broadcast"`` ([tensor], root), ``"all_gather"``
-        ([output, input]) and ``"reduce_scatter"`` ([output, input], op), with c10d's meanings."""
-        t = tensors[0]
-        index = t.device.index if all(x.device.type == "spyre" for x in tensors) else None
+        alike) when the group's cards or this call cannot take the device path. The tensors, with
+        c10d's meanings: ``"all_reduce"`` and ``"reduce"`` [tensor]; ``"broadcast"`` [tensor];
+        ``"all_gather"`` [output, input]; ``"reduce_scatter"`` [output, input]; ``"all_gather_list"``
+        outputs + [input]; ``"reduce_scatter_list"`` [output] + inputs; ``"gather"`` outputs (the
+        root's; none elsewhere) + [input]; ``"scatter"`` [output] + inputs (the root's);
+        ``"all_to_all"`` outputs + inputs; ``"all_to_all_single"`` [output, input] with `splits`
+        (output and input split sizes, empty: even)."""
+        on_cards = bool(tensors) and all(x.device.type == "spyre" for x in tensors)
+        index = tensors[0].device.index if on_cards else None
         if self.index is None:
             self._setup(index)
         if self.index == -1:  # every rank knows: the group's cards are not of one server
             return False
+        t = tensors[0]
         ok = index is not None and self.index == index and self._takes(kind, tensors, op, root)
-        # What moves: the tensor, or all_gather's input and reduce_scatter's output (per rank).
-        count = tensors[-1].numel() if kind in ("all_gather", "reduce_scatter") else t.numel()
-        if kind == "reduce_scatter":
-            algorithm, slices = comm.plan(tensors[1].nbytes, self.size, "ring")
-            staged = self.size * count
-        else:
-            algorithm, slices = comm.plan(t.nbytes, 1 if kind == "broadcast" else self.size)
-            staged = count if kind == "all_reduce" else 0
+        n = self.size
+        parts = None  # a direct exchange's (what this rank sends to each, where each one's lands, acc)
         staging = None
-        if ok and staged:
-            numel = comm.staging_numel(algorithm, staged, self.size, slices)
-            staging = torch.empty(numel, dtype=t.dtype, device=t.device)
+        count, algorithm, slices = 0, "direct", 1
+        if kind in _DIRECT:
+            parts = self._parts(kind, tensors, root, splits) if ok else None
+            ok = parts is not None
+        else:
+            # What moves: the tensor, or all_gather's input and reduce_scatter's output (per rank).
+            count = tensors[-1].numel() if kind in ("all_gather", "reduce_scatter") else t.numel()
+            if kind == "reduce_scatter":
+                algorithm, slices = comm.plan(tensors[1].nbytes, n, "ring")
+                staged = n * count
+            else:
+                algorithm, slices = comm.plan(t.nbytes, 1 if kind == "broadcast" else n)
+                staged = count if kind == "all_reduce" else 0
+            if ok and staged:
+                staging = torch.empty(comm.staging_numel(algorithm, staged, n, slices), dtype=t.dtype, device=t.device)
         row = [int(ok), _KINDS.index(kind), count, _ALL_DTYPES.index(t.dtype) if ok else 0]
-        row += [_OPS.index(op) if ok and kind in _REDUCING else 0, root if kind == "broadcast" else 0]
+        row += [_OPS.index(op) if ok and kind in _REDUCING else 0, root if kind in _ROOTED else 0]
         if ok:
             _GroupSchedule.begin(index)  # before the semaphores are read: current may be one of them
             send, add = comm._card_streams(index)
             (s_sem, s_base), (a_sem, a_base) = (_C._stream_signal_state(index, s.stream_id) for s in (send, add))
             stag_addr = _C._device_address(staging) if staging is not None else 0
-            row += [_C._device_address(t), stag_addr, s_sem, a_sem, s_base, a_base]
+            row += [0 if parts else _C._device_address(t), stag_addr, s_sem, a_sem, s_base, a_base]
         else:
             row += [0] * 6
+        # A direct exchange's sizes and addresses: elements to each rank, from each, and where they land.
+        sends, lands, _ = parts or ([None] * n, [None] * n, None)
+        numel = [x.numel() if x is not None else 0 for x in (*sends, *lands)]
+        row += numel + [_C._device_address(x) if x is not None and x.numel() else 0 for x in lands]
         rows = self._gather(row)
         if not all(r[0] for r in rows) or len({tuple(r[1:6]) for r in rows}) != 1:
             return False
+        if any(rows[i][_ROW + j] != rows[j][_ROW + n + i] for i in range(n) for j in range(n)):
+            return False  # what one rank sends is not what the other expects: Gloo says why
         peers: list[_Peer | None] = [
-            None if r == self.rank else _Peer(self.windows[r], rows[r][8:10], rows[r][10:12]) for r in range(self.size)
+            None if r == self.rank else _Peer(self.windows[r], rows[r][8:10], rows[r][10:12]) for r in range(n)
         ]
         itemsize = t.element_size()
 
         def each(mine, numel: int, where: int) -> list:
             """Every rank's buffer: this rank's `mine`, the others' at row[where] (0: never reached)."""
-            return [mine if r == self.rank else _Remote(r, rows[r][where], itemsize, numel) for r in range(self.size)]
+            return [mine if r == self.rank else _Remote(r, rows[r][where], itemsize, numel) for r in range(n)]
 
-        shape = {"ring": "chain", "tree": "tree"}[algorithm] if kind == "broadcast" else algorithm
+        shape = {"ring": "chain", "tree": "tree"}.get(algorithm, algorithm) if kind == "broadcast" else algorithm
         shared = [r[8] == r[9] for r in rows]
         sched = _GroupSchedule(self.rank, index, peers, shared, f"{kind} {shape}")
         with torch.no_grad():
-            if kind == "all_reduce":
+            if parts is not None:
+                self._exchange(sched, kind, rows, itemsize, parts, op, root)
+            elif kind == "all_reduce":
                 comm.run(sched, algorithm, each(t.view(-1), count, 6), each(staging, staging.numel(), 7), op, slices)
             elif kind == "broadcast":
                 comm.run_broadcast(sched, algorithm, each(t.view(-1), count, 6), root, slices)
             elif kind == "all_gather":
                 out, x = tensors
-                comm.run_all_gather(sched, each(out.view(-1), self.size * count, 6), each(x.view(-1), count, 0), slices)
+                comm.run_all_gather(sched, each(out.view(-1), n * count, 6), each(x.view(-1), count, 0), slices)
             else:
                 out, x = tensors
                 scratch = torch.empty_like(x).view(-1)
-                outs, ins = each(out.view(-1), count, 0), each(x.view(-1), self.size * count, 0)
+                outs, ins = each(out.view(-1), count, 0), each(x.view(-1), n * count, 0)
                 stag = each(staging, staging.numel(), 7)
                 comm.run_reduce_scatter(sched, outs, ins, each(scratch, x.numel(), 0), stag, op, slices)
         global _calls
         _calls += 1
         return True
+
+    def _exchange(self, sched: _GroupSchedule, kind: str, rows: list, itemsize: int, parts, op: str, root: int):
+        """Queues a direct exchange: each part crosses the switch once, from its rank's card into
+        the place its receiver named in its row."""
+        n, me = self.size, self.rank
+        sends, lands, acc = parts
+
+        def dst_of(i: int, j: int):
+            if j == me:
+                return lands[i]
+            count = rows[j][_ROW + n + i]
+            return _Remote(j, rows[j][_ROW + 2 * n + i], itemsize, count) if count else None
+
+        def src_of(i: int, j: int):
+            return sends[j] if i == me else None
+
+        fold = None
+        if kind == "reduce":
+            fold = {root: (op, acc)}
+        elif kind == "reduce_scatter_list":
+            fold = {j: (op, acc if j == me else None) for j in range(n)}
+        comm.run_exchange(sched, n, dst_of, src_of, fold)
 
     def _takes(self, kind: str, tensors: list[torch.Tensor], op: str, root: int) -> bool:
         """Whether this rank's side of the call can run on the cards (c10d's checks come after,
@@ -297,15 +354,102 @@ class Group:
             t.dtype not in _DTYPES or op not in _OPS or (op == "avg" and not t.is_floating_point())
         ):
             return False
-        if t.dtype not in _ALL_DTYPES:
+        if t.dtype not in _ALL_DTYPES or (kind in _ROOTED and not 0 <= root < self.size):
             return False
-        if kind == "broadcast":
-            return t.numel() > 0 and 0 <= root < self.size
+        if kind in ("all_to_all", "all_to_all_single"):
+            return True  # a part may be empty (uneven splits)
+        if not all(x.numel() > 0 for x in tensors):
+            return False
         if kind == "all_gather":
-            return tensors[1].numel() > 0 and t.numel() == self.size * tensors[1].numel()
+            return t.numel() == self.size * tensors[1].numel()
         if kind == "reduce_scatter":
-            return t.numel() > 0 and tensors[1].numel() == self.size * t.numel()
-        return t.numel() > 0
+            return tensors[1].numel() == self.size * t.numel()
+        return True
+
+    def _parts(self, kind: str, tensors: list[torch.Tensor], root: int, splits) -> tuple | None:
+        """This rank's side of a direct exchange: (the 1-D part it sends to each rank, where each
+        rank's part lands here, the tensor it reduces into), or None when c10d would refuse the
+        call (Gloo then says why)."""
+        n, me = self.size, self.rank
+        sends: list = [None] * n
+        lands: list = [None] * n
+        acc = None
+
+        def alike(xs, like) -> bool:
+            return len(xs) == n and all(x.shape == like.shape for x in xs)
+
+        def flat(x: torch.Tensor) -> torch.Tensor:
+            return x.view(-1)
+
+        def staging_for(x: torch.Tensor) -> list:
+            staging = torch.empty(n * x.numel(), dtype=x.dtype, device=x.device)
+            return [staging[i * x.numel() : (i + 1) * x.numel()] for i in range(n)]
+
+        if kind == "reduce":
+            (t,) = tensors
+            if me == root:
+                lands = [None if i == me else s for i, s in enumerate(staging_for(t))]
+                acc = flat(t)
+            else:
+                sends[root] = flat(t)
+        elif kind == "reduce_scatter_list":
+            out, *ins = tensors
+            if not alike(ins, out):
+                return None
+            sends = [flat(x) for x in ins]
+            lands = [flat(out) if i == me else s for i, s in enumerate(staging_for(out))]
+            acc = flat(out)
+        elif kind == "all_gather_list":
+            *outs, x = tensors
+            if not alike(outs, x):
+                return None
+            sends, lands = [flat(x)] * n, [flat(o) for o in outs]
+        elif kind == "gather":
+            *outs, x = tensors
+            if me == root:
+                if not alike(outs, x):
+                    return None
+                lands = [flat(o) for o in outs]
+            elif outs:
+                return None
+            sends[root] = flat(x)
+        elif kind == "scatter":
+            out, *ins = tensors
+            if me == root:
+                if not alike(ins, out):
+                    return None
+                sends = [flat(x) for x in ins]
+            elif ins:
+                return None
+            lands[root] = flat(out)
+        elif kind == "all_to_all":
+            if len(tensors) != 2 * n:
+                return None
+            lands, sends = [flat(o) for o in tensors[:n]], [flat(x) for x in tensors[n:]]
+        else:  # all_to_all_single: split along the first dimension
+            out, x = tensors
+            if out.dim() == 0 or x.dim() == 0 or out.shape[1:] != x.shape[1:]:
+                return None
+            lands, sends = _cut(out, list(splits[0]), n), _cut(x, list(splits[1]), n)
+            if lands is None or sends is None:
+                return None
+        return sends, lands, acc
+
+
+def _cut(t: torch.Tensor, split: list[int], n: int) -> list[torch.Tensor] | None:
+    """`t` cut along its first dimension in `split` rows (empty: evenly in n), each part 1-D."""
+    rows = t.shape[0]
+    if not split:
+        if rows % n:
+            return None
+        split = [rows // n] * n
+    if len(split) != n or sum(split) != rows or min(split) < 0:
+        return None
+    row, at, parts = t[0].numel() if rows else 0, 0, []
+    for m in split:
+        parts.append(t.view(-1)[at * row : (at + m) * row])
+        at += m
+    return parts
 
 
 def calls() -> int:

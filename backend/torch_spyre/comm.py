@@ -374,6 +374,34 @@ def run_reduce_scatter(sched, outs: list, ins: list, scratch: list, staging: lis
     sched.finish()
 
 
+def run_exchange(sched, n: int, dst_of: Callable, src_of: Callable, fold: dict | None = None) -> None:
+    """Queues direct copies on `sched`, each across the switch in one hop: card i's `src_of(i, j)`
+    into card j's `dst_of(i, j)` (None, or empty: nothing moves from i to j). This is gather,
+    scatter, all_to_all and the list forms of all_gather: every card's link carries only its own
+    parts. `fold` ({j: (op, acc)}): card j then reduces what landed from each other card, in card
+    order, into `acc` (reduce, the list form of reduce_scatter), after its own part (the (j, j)
+    copy, if any), and avg divides once at the end."""
+    fold = fold or {}
+    landed: dict = {}
+    for i in range(n):
+        for j in range(n):
+            dst = dst_of(i, j)
+            if dst is None or dst.numel() == 0:
+                continue
+            if i == j:  # a card's own part: on the stream its reductions run on, before them
+                landed[i, j] = sched.local_copy(i, 1 if j in fold else 0, dst, src_of(i, j), None)
+            else:
+                landed[i, j] = sched.copy(i, j, dst, src_of(i, j), [None], result=j not in fold, what="direct")
+    for j, (op, acc) in fold.items():
+        last = None
+        for i in range(n):
+            if i != j and (i, j) in landed:
+                last = sched.reduce(j, _REDUCE[op], acc, dst_of(i, j), landed[i, j])
+        if op == "avg":
+            sched.scale(j, acc, n, last)
+    sched.finish()
+
+
 def all_reduce(
     tensors: Sequence[torch.Tensor], op: str = "sum", algorithm: str | None = None, slices: int | None = None
 ) -> None:
