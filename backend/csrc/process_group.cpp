@@ -25,8 +25,12 @@
 #include <torch/csrc/distributed/c10d/reducer_timer.hpp>
 
 #include <algorithm>
+#include <exception>
+#include <functional>
+#include <memory>
 #include <mutex>
 #include <optional>
+#include <string>
 #include <utility>
 #include <vector>
 
@@ -129,6 +133,7 @@ class StagedWork final : public c10d::Work {
     return future_->hasError() ? future_->exception_ptr() : std::exception_ptr();
   }
   std::vector<at::Tensor> result() override { return result_; }
+  int sourceRank() const override { return host_->sourceRank(); }  // a receive's sender
 
   bool wait(std::chrono::milliseconds timeout) override {
     host_->wait(timeout);  // honours the timeout; raises what the host backend raised
@@ -197,6 +202,60 @@ class QueuedWork final : public c10d::Work {
   c10::intrusive_ptr<c10::ivalue::Future> future_;
 };
 
+// A send or receive whose bytes the cards may carry: `finish` (Python, _group_comm.Group.p2p's
+// answer) completes the two ranks' handshake at wait() and queues the copy on the cards, or says
+// that the host backend must carry them: then wait() runs `host` and waits for it. Done at wait(),
+// not at the call, so that ranks which all post receives first (or sends) do not block each other.
+class DeferredWork final : public c10d::Work {
+ public:
+  using HostPath = std::function<c10::intrusive_ptr<c10d::Work>(int peer)>;
+  DeferredWork(std::shared_ptr<pybind11::object> finish, HostPath host, TensorList result, int peer, c10d::OpType type,
+               const char* title)
+      : c10d::Work(-1, type, title),
+        finish_(std::move(finish)),
+        host_(std::move(host)),
+        result_(std::move(result)),
+        peer_(peer) {}
+  bool isCompleted() override {
+    const std::lock_guard lock(mu_);
+    return ran_ && (!host_work_ || host_work_->isCompleted());
+  }
+  bool isSuccess() const override { return !error_; }
+  bool wait(std::chrono::milliseconds timeout) override {
+    c10::intrusive_ptr<c10d::Work> host_work;
+    {
+      const std::lock_guard lock(mu_);
+      if (!ran_) {
+        ran_ = true;  // once: a second wait() gives the first one's answer
+        try {
+          const pybind11::gil_scoped_acquire gil;
+          const auto answer = (*finish_)().cast<std::pair<bool, int>>();
+          peer_ = answer.second;
+          if (!answer.first) host_work_ = host_(peer_);
+        } catch (...) {
+          error_ = std::current_exception();
+        }
+      }
+      if (error_) std::rethrow_exception(error_);
+      host_work = host_work_;
+    }
+    if (host_work) host_work->wait(timeout);
+    return true;
+  }
+  int sourceRank() const override { return peer_; }
+  std::vector<at::Tensor> result() override { return result_; }
+
+ private:
+  std::shared_ptr<pybind11::object> finish_;
+  HostPath host_;
+  TensorList result_;
+  int peer_;
+  std::mutex mu_;
+  bool ran_ = false;
+  std::exception_ptr error_;
+  c10::intrusive_ptr<c10d::Work> host_work_;
+};
+
 // The op as torch_spyre.comm names it; "" for one the cards do not reduce.
 const char* op_name(const c10d::ReduceOp& op) {
   switch (op.op_) {
@@ -232,8 +291,8 @@ PyCallable hold(pybind11::object fn) {
 
 class SpyreBackend final : public c10d::Backend {
  public:
-  SpyreBackend(int rank, int size, c10::intrusive_ptr<c10d::Backend> host, PyCallable on_cards)
-      : c10d::Backend(rank, size), host_(std::move(host)), on_cards_(std::move(on_cards)) {
+  SpyreBackend(int rank, int size, c10::intrusive_ptr<c10d::Backend> host, PyCallable on_cards, PyCallable p2p)
+      : c10d::Backend(rank, size), host_(std::move(host)), on_cards_(std::move(on_cards)), p2p_(std::move(p2p)) {
     TORCH_CHECK(host_, "spyre: the spyre process group needs a host backend");
   }
 
@@ -404,18 +463,17 @@ class SpyreBackend final : public c10d::Backend {
   }
 
   c10::intrusive_ptr<c10d::Work> send(TensorList& tensors, int dst, int tag) override {
-    Staging s;
-    TensorList host = s.in(tensors);
-    return done(host_->send(host, dst, tag), s, {}, c10d::OpType::SEND, "spyre:send");
+    if (auto w = p2p("send", tensors, dst, tag, c10d::OpType::SEND, "spyre:send")) return w;
+    return host_send(tensors, dst, tag);
   }
 
   c10::intrusive_ptr<c10d::Work> recv(TensorList& tensors, int src, int tag) override {
-    Staging s;
-    TensorList host = s.out(tensors);
-    return done(host_->recv(host, src, tag), s, tensors, c10d::OpType::RECV, "spyre:recv");
+    if (auto w = p2p("recv", tensors, src, tag, c10d::OpType::RECV, "spyre:recv")) return w;
+    return host_recv(tensors, src, tag);
   }
 
   c10::intrusive_ptr<c10d::Work> recvAnysource(TensorList& tensors, int tag) override {
+    if (auto w = p2p("recv", tensors, -1, tag, c10d::OpType::RECVANYSOURCE, "spyre:recv_any_source")) return w;
     Staging s;
     TensorList host = s.out(tensors);
     return done(host_->recvAnysource(host, tag), s, tensors, c10d::OpType::RECVANYSOURCE, "spyre:recv_any_source");
@@ -459,6 +517,39 @@ class SpyreBackend final : public c10d::Backend {
     return c10::make_intrusive<QueuedWork>(result, type, title);
   }
 
+  c10::intrusive_ptr<c10d::Work> host_send(const TensorList& tensors, int dst, int tag) {
+    Staging s;
+    TensorList host = s.in(tensors);
+    return done(host_->send(host, dst, tag), s, {}, c10d::OpType::SEND, "spyre:send");
+  }
+
+  c10::intrusive_ptr<c10d::Work> host_recv(const TensorList& tensors, int src, int tag) {
+    Staging s;
+    TensorList host = s.out(tensors);
+    return done(host_->recv(host, src, tag), s, tensors, c10d::OpType::RECV, "spyre:recv");
+  }
+
+  // A send or receive (`peer` -1: from any rank) of one tensor that the cards may carry, once the
+  // group's cards are set up (_group_comm.Group.p2p decides, the same on both ranks): its Work,
+  // which falls back to the host backend at wait() if either side cannot; else null, for the host.
+  c10::intrusive_ptr<c10d::Work> p2p(const char* kind, const TensorList& tensors, int peer, int tag, c10d::OpType type,
+                                     const char* title) {
+    if (!p2p_ || tensors.size() != 1) return nullptr;
+    std::shared_ptr<pybind11::object> finish;
+    {
+      const pybind11::gil_scoped_acquire gil;
+      pybind11::object answer = (*p2p_)(kind, tensors[0], peer, tag);
+      if (answer.is_none()) return nullptr;
+      finish = hold(std::move(answer));
+    }
+    const bool sending = std::string(kind) == "send";
+    DeferredWork::HostPath host = [this, tensors, tag, sending](int from) {
+      return sending ? host_send(tensors, from, tag) : host_recv(tensors, from, tag);
+    };
+    return c10::make_intrusive<DeferredWork>(std::move(finish), std::move(host), sending ? TensorList{} : tensors, peer,
+                                             type, title);
+  }
+
   // The Work of a collective whose host side `host` runs: the host work itself when nothing was
   // staged (CPU tensors only), else one that copies the results back.
   static c10::intrusive_ptr<c10d::Work> done(c10::intrusive_ptr<c10d::Work> host, Staging& s, TensorList result,
@@ -469,7 +560,8 @@ class SpyreBackend final : public c10d::Backend {
   }
 
   c10::intrusive_ptr<c10d::Backend> host_;
-  PyCallable on_cards_;  // (kind, tensors, op, root) -> whether the cards took the collective; null: never
+  PyCallable on_cards_;  // (kind, tensors, op, root, splits) -> whether the cards took the collective; null: never
+  PyCallable p2p_;       // (kind, tensor, peer, tag) -> None (the host carries it) or finish() -> (on cards, peer)
 };
 
 // DistributedDataParallel's time stats for spyre modules: host times, as its CPU timer's.
@@ -488,13 +580,16 @@ class HostTimer final : public c10d::Timer {
 void bind_process_group(pybind11::module_& m) {
   m.def(
       "_process_group",
-      [](int rank, int size, c10::intrusive_ptr<c10d::Backend> host,
-         pybind11::object on_cards) -> c10::intrusive_ptr<c10d::Backend> {
-        return c10::make_intrusive<SpyreBackend>(rank, size, std::move(host), hold(std::move(on_cards)));
+      [](int rank, int size, c10::intrusive_ptr<c10d::Backend> host, pybind11::object on_cards,
+         pybind11::object p2p) -> c10::intrusive_ptr<c10d::Backend> {
+        return c10::make_intrusive<SpyreBackend>(rank, size, std::move(host), hold(std::move(on_cards)),
+                                                 hold(std::move(p2p)));
       },
       pybind11::arg("rank"), pybind11::arg("size"), pybind11::arg("host"), pybind11::arg("on_cards") = pybind11::none(),
+      pybind11::arg("p2p") = pybind11::none(),
       "The c10d backend for spyre tensors, carrying their bytes through `host` (a Gloo backend); "
-      "`on_cards(kind, tensors, op, root)` runs the collective on the cards when it returns True.");
+      "`on_cards(kind, tensors, op, root, splits)` runs the collective on the cards when it returns True, "
+      "and `p2p(kind, tensor, peer, tag)` a send or receive when it returns a finish() callable.");
 }
 
 }  // namespace spyre::backend

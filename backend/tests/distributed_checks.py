@@ -258,18 +258,21 @@ def check_dtype(c: Checks, dtype: torch.dtype, salt: int) -> None:
         )
     # Point to point around the ring, blocking and not.
     nxt, prv = (RANK + 1) % WORLD, (RANK - 1) % WORLD
-    for blocking in (True, False):
+    for mode in ("blocking", "from any rank", "batched"):
         for device in ("cpu", "spyre"):
             c.count += 1
             x = values((9,), dtype, salt).to(device)
             r = torch.zeros(9, dtype=dtype, device=device)
-            if blocking:  # even ranks send first, so that the ring cannot deadlock
+            if mode != "batched":  # even ranks send first, so that the ring cannot deadlock
+                got = prv
                 if RANK % 2 == 0:
                     dist.send(x, nxt)
-                    dist.recv(r, prv)
+                    got = dist.recv(r, prv if mode == "blocking" else None)
                 else:
-                    dist.recv(r, prv)
+                    got = dist.recv(r, prv if mode == "blocking" else None)
                     dist.send(x, nxt)
+                if got != prv:
+                    c.failures.append(f"recv {mode} on {device} {name}: from {got}, not {prv}")
             else:
                 for w in dist.batch_isend_irecv([dist.P2POp(dist.isend, x, nxt), dist.P2POp(dist.irecv, r, prv)]):
                     w.wait()
@@ -280,7 +283,7 @@ def check_dtype(c: Checks, dtype: torch.dtype, salt: int) -> None:
                 else (torch.randn((9,), generator=expect) * 2).to(dtype)
             )
             if not torch.equal(r.cpu(), want):
-                c.failures.append(f"{'send/recv' if blocking else 'isend/irecv'} on {device} {name}: got {r.cpu()}")
+                c.failures.append(f"send/recv {mode} on {device} {name}: got {r.cpu()}")
 
 
 def main(out: pathlib.Path) -> None:
@@ -292,6 +295,17 @@ def main(out: pathlib.Path) -> None:
     c = Checks()
     for salt, dtype in enumerate(DTYPES):
         check_dtype(c, dtype, salt)
+    if ON_CARDS:  # a receive of another size than was sent says so (and the ranks go on)
+        c.count += 1
+        if RANK == 0:
+            dist.send(torch.ones(9, device="spyre"), 1)
+        elif RANK == 1:
+            try:
+                dist.recv(torch.zeros(5, device="spyre"), 0)
+                c.failures.append("a receive of the wrong size did not raise")
+            except RuntimeError as e:
+                if "which sent 9 of torch.float32" not in str(e):
+                    c.failures.append(f"a receive of the wrong size raised {e}")
     # An async all_reduce's future holds the spyre output, and barrier() orders the ranks.
     c.count += 1
     t = torch.full((5,), float(RANK + 1), device="spyre")

@@ -6,9 +6,9 @@ Importing ``torch_spyre`` registers it, so that any of these works::
     dist.init_process_group("spyre")                 # both on this backend (CPU tensors go to Gloo)
 
 When the ranks' cards are cards of one simulated server (every rank a client of one spyre-simd),
-all_reduce, broadcast, all_gather_into_tensor and reduce_scatter_tensor run on the cards:
-peer-to-peer DMA across the server's switch and reductions on the cores (``_group_comm.py``). Any
-other collective, or ranks on separate servers, stages its spyre
+the collectives and point-to-point transfers run on the cards: peer-to-peer DMA across the
+server's switch and reductions on the cores (``_group_comm.py``). Otherwise (ranks on separate
+servers, in-process cards, a call the cards cannot take) a collective stages its spyre
 tensors in host memory and a Gloo process group, made here on the same store, carries the bytes
 between the processes; the results are copied back to the cards (``backend/csrc/process_group.cpp``).
 ``TORCH_SPYRE_DEVICE_COLLECTIVES=0`` sends those through Gloo too. docs/user-guide.md,
@@ -31,8 +31,10 @@ def _create(store, rank: int, size: int, timeout: datetime.timedelta):
     from ._group_comm import Group
 
     host = dist.ProcessGroupGloo(store, rank, size, timeout)
-    on_cards = Group(host, rank, size).run if os.environ.get(DEVICE_COLLECTIVES, "1") != "0" else None
-    return _C._process_group(rank, size, host, on_cards)
+    if os.environ.get(DEVICE_COLLECTIVES, "1") == "0":
+        return _C._process_group(rank, size, host)
+    group = Group(host, rank, size)
+    return _C._process_group(rank, size, host, group.run, group.p2p)
 
 
 def register() -> None:
@@ -43,9 +45,8 @@ def register() -> None:
 
 
 def device_collectives() -> int:
-    """How many collectives of this process the cards ran themselves (peer-to-peer DMA across the
-    server's switch) rather than Gloo: all_reduce, broadcast, all_gather_into_tensor and
-    reduce_scatter_tensor, when the ranks drive cards of one spyre-simd."""
+    """How many collectives and receives of this process the cards ran themselves (peer-to-peer
+    DMA across the server's switch) rather than Gloo, when the ranks drive cards of one spyre-simd."""
     from . import _group_comm
 
     return _group_comm.calls()
