@@ -256,6 +256,26 @@ class DeferredWork final : public c10d::Work {
   c10::intrusive_ptr<c10d::Work> host_work_;
 };
 
+// The Works of a coalesced call made one call at a time: done when they all are.
+class ListWork final : public c10d::Work {
+ public:
+  ListWork(std::vector<c10::intrusive_ptr<c10d::Work>> works, TensorList result, c10d::OpType type, const char* title)
+      : c10d::Work(-1, type, title), works_(std::move(works)), result_(std::move(result)) {}
+  bool isCompleted() override {
+    return std::all_of(works_.begin(), works_.end(), [](const auto& w) { return w->isCompleted(); });
+  }
+  bool isSuccess() const override { return true; }
+  bool wait(std::chrono::milliseconds timeout) override {
+    for (const auto& w : works_) w->wait(timeout);
+    return true;
+  }
+  std::vector<at::Tensor> result() override { return result_; }
+
+ private:
+  std::vector<c10::intrusive_ptr<c10d::Work>> works_;
+  TensorList result_;
+};
+
 // The op as torch_spyre.comm names it; "" for one the cards do not reduce.
 const char* op_name(const c10d::ReduceOp& op) {
   switch (op.op_) {
@@ -291,8 +311,13 @@ PyCallable hold(pybind11::object fn) {
 
 class SpyreBackend final : public c10d::Backend {
  public:
-  SpyreBackend(int rank, int size, c10::intrusive_ptr<c10d::Backend> host, PyCallable on_cards, PyCallable p2p)
-      : c10d::Backend(rank, size), host_(std::move(host)), on_cards_(std::move(on_cards)), p2p_(std::move(p2p)) {
+  SpyreBackend(int rank, int size, c10::intrusive_ptr<c10d::Backend> host, PyCallable on_cards, PyCallable p2p,
+               PyCallable ready)
+      : c10d::Backend(rank, size),
+        host_(std::move(host)),
+        on_cards_(std::move(on_cards)),
+        p2p_(std::move(p2p)),
+        ready_(std::move(ready)) {
     TORCH_CHECK(host_, "spyre: the spyre process group needs a host backend");
   }
 
@@ -322,6 +347,17 @@ class SpyreBackend final : public c10d::Backend {
 
   c10::intrusive_ptr<c10d::Work> allreduce_coalesced(TensorList& tensors,
                                                      const c10d::AllreduceCoalescedOptions& opts) override {
+    c10d::AllreduceOptions one;
+    one.reduceOp = opts.reduceOp;
+    one.timeout = opts.timeout;
+    if (auto w = one_by_one(
+            tensors, tensors, tensors.size(),
+            [&](size_t i) {
+              TensorList t{tensors[i]};
+              return allreduce(t, one);
+            },
+            c10d::OpType::ALLREDUCE_COALESCED, "spyre:all_reduce_coalesced"))
+      return w;
     Staging s;
     TensorList host = s.inout(tensors);
     return done(host_->allreduce_coalesced(host, opts), s, tensors, c10d::OpType::ALLREDUCE_COALESCED,
@@ -367,6 +403,11 @@ class SpyreBackend final : public c10d::Backend {
 
   c10::intrusive_ptr<c10d::Work> allgather_into_tensor_coalesced(TensorList& outputs, TensorList& inputs,
                                                                  const c10d::AllgatherOptions& opts) override {
+    if (auto w = one_by_one(
+            join(outputs, inputs), outputs, outputs.size() == inputs.size() ? outputs.size() : 0,
+            [&](size_t i) { return _allgather_base(outputs[i], inputs[i], opts); }, c10d::OpType::COALESCED,
+            "spyre:all_gather_into_tensor_coalesced"))
+      return w;
     Staging s;
     TensorList host_out = s.out(outputs);
     TensorList host_in = s.in(inputs);
@@ -431,6 +472,11 @@ class SpyreBackend final : public c10d::Backend {
 
   c10::intrusive_ptr<c10d::Work> reduce_scatter_tensor_coalesced(TensorList& outputs, TensorList& inputs,
                                                                  const c10d::ReduceScatterOptions& opts) override {
+    if (auto w = one_by_one(
+            join(outputs, inputs), outputs, outputs.size() == inputs.size() ? outputs.size() : 0,
+            [&](size_t i) { return _reduce_scatter_base(outputs[i], inputs[i], opts); }, c10d::OpType::COALESCED,
+            "spyre:reduce_scatter_tensor_coalesced"))
+      return w;
     Staging s;
     TensorList host_out = s.out(outputs);
     TensorList host_in = s.in(inputs);
@@ -550,6 +596,27 @@ class SpyreBackend final : public c10d::Backend {
                                              type, title);
   }
 
+  // A coalesced call made as its calls one by one, each on the cards when they take it, when the
+  // group's cards are set up (every rank knows alike) and every tensor is a spyre tensor of one
+  // dtype; null otherwise, for the host backend's coalesced call (which refuses what Gloo refuses,
+  // and adds in its own order).
+  template <typename One>
+  c10::intrusive_ptr<c10d::Work> one_by_one(const TensorList& tensors, const TensorList& result, size_t n, One one,
+                                            c10d::OpType type, const char* title) {
+    if (!ready_ || n == 0 || !std::all_of(tensors.begin(), tensors.end(), on_spyre) ||
+        std::any_of(tensors.begin(), tensors.end(),
+                    [&](const at::Tensor& t) { return t.scalar_type() != tensors[0].scalar_type(); })) {
+      return nullptr;
+    }
+    {
+      const pybind11::gil_scoped_acquire gil;
+      if (!(*ready_)().cast<bool>()) return nullptr;
+    }
+    std::vector<c10::intrusive_ptr<c10d::Work>> works;
+    for (size_t i = 0; i < n; ++i) works.push_back(one(i));
+    return c10::make_intrusive<ListWork>(std::move(works), result, type, title);
+  }
+
   // The Work of a collective whose host side `host` runs: the host work itself when nothing was
   // staged (CPU tensors only), else one that copies the results back.
   static c10::intrusive_ptr<c10d::Work> done(c10::intrusive_ptr<c10d::Work> host, Staging& s, TensorList result,
@@ -562,6 +629,7 @@ class SpyreBackend final : public c10d::Backend {
   c10::intrusive_ptr<c10d::Backend> host_;
   PyCallable on_cards_;  // (kind, tensors, op, root, splits) -> whether the cards took the collective; null: never
   PyCallable p2p_;       // (kind, tensor, peer, tag) -> None (the host carries it) or finish() -> (on cards, peer)
+  PyCallable ready_;     // () -> whether the group's cards are set up for collectives
 };
 
 // DistributedDataParallel's time stats for spyre modules: host times, as its CPU timer's.
@@ -580,16 +648,17 @@ class HostTimer final : public c10d::Timer {
 void bind_process_group(pybind11::module_& m) {
   m.def(
       "_process_group",
-      [](int rank, int size, c10::intrusive_ptr<c10d::Backend> host, pybind11::object on_cards,
-         pybind11::object p2p) -> c10::intrusive_ptr<c10d::Backend> {
+      [](int rank, int size, c10::intrusive_ptr<c10d::Backend> host, pybind11::object on_cards, pybind11::object p2p,
+         pybind11::object ready) -> c10::intrusive_ptr<c10d::Backend> {
         return c10::make_intrusive<SpyreBackend>(rank, size, std::move(host), hold(std::move(on_cards)),
-                                                 hold(std::move(p2p)));
+                                                 hold(std::move(p2p)), hold(std::move(ready)));
       },
       pybind11::arg("rank"), pybind11::arg("size"), pybind11::arg("host"), pybind11::arg("on_cards") = pybind11::none(),
-      pybind11::arg("p2p") = pybind11::none(),
+      pybind11::arg("p2p") = pybind11::none(), pybind11::arg("ready") = pybind11::none(),
       "The c10d backend for spyre tensors, carrying their bytes through `host` (a Gloo backend); "
       "`on_cards(kind, tensors, op, root, splits)` runs the collective on the cards when it returns True, "
-      "and `p2p(kind, tensor, peer, tag)` a send or receive when it returns a finish() callable.");
+      "`p2p(kind, tensor, peer, tag)` a send or receive when it returns a finish() callable, and a coalesced "
+      "call is made one call at a time when `ready()`.");
 }
 
 }  // namespace spyre::backend

@@ -84,6 +84,17 @@ def same(a, b) -> bool:
     return len(a) == len(b) and all(same(x, y) for x, y in zip(a, b, strict=True))
 
 
+def close(want, got, tolerance) -> bool:
+    """Floating-point results equal within `tolerance` (the cards add in their ring's or tree's
+    order, Gloo in its own: the last bits differ), everything else exactly."""
+    if isinstance(want, torch.Tensor):
+        if not want.is_floating_point():
+            return same(want, got)
+        alike = got.shape == want.shape and got.stride() == want.stride() and got.dtype == want.dtype
+        return alike and torch.allclose(got.float(), want.float(), **tolerance[want.dtype])
+    return len(want) == len(got) and all(close(w, g, tolerance) for w, g in zip(want, got, strict=True))
+
+
 class Checks:
     def __init__(self) -> None:
         self.count = 0
@@ -105,11 +116,8 @@ class Checks:
                 self.failures.append(f"{label}: gloo raised {want_error}, spyre raised {got_error}")
             return
         want, got = outputs(cpu_args), to_cpu(outputs(spyre_args))
-        if tolerance is not None and isinstance(want, torch.Tensor) and want.is_floating_point():
-            # The cards add in their ring's or tree's order, Gloo in its own: the last bits differ.
-            if got.shape == want.shape and got.stride() == want.stride() and got.dtype == want.dtype:
-                if torch.allclose(got.float(), want.float(), **tolerance[want.dtype]):
-                    return
+        if tolerance is not None and close(want, got, tolerance):
+            return
         if not same(want, got):
             self.failures.append(f"{label}: spyre gave {got}, gloo {want}")
 
@@ -125,6 +133,27 @@ def all_to_all(outputs, inputs, async_op=False):
     for o, part in zip(outputs, out.split(sizes), strict=True):
         o.copy_(part)
     return _Done() if async_op else None
+
+
+def coalesced(kind: str):
+    """Two calls of `kind` in one torch.distributed coalescing block (as FSDP makes them), whose
+    args are the two calls' tensors in order."""
+
+    def fn(*tensors, async_op=False):
+        with dist._coalescing_manager(async_ops=async_op) as cm:
+            if kind == "all_reduce":
+                for t in tensors:
+                    dist.all_reduce(t)
+            else:
+                call = ALL_GATHER_SINGLE if kind == "all_gather_single" else REDUCE_SCATTER_SINGLE
+                for out, x in zip(tensors[::2], tensors[1::2], strict=True):
+                    call(out, x)
+        if async_op:
+            cm.wait()
+            return _Done()
+        return None
+
+    return fn
 
 
 class _Done:
@@ -217,6 +246,39 @@ def check_dtype(c: Checks, dtype: torch.dtype, salt: int) -> None:
                 a,
                 ON_CARDS_TOLERANCE,
             )
+        c.check(
+            f"coalesced all_reduce {name}",
+            coalesced("all_reduce"),
+            lambda salt=salt: [values((5,), dtype, salt), values((3, 4), dtype, salt + 1)],
+            lambda args: args,
+            a,
+            ON_CARDS_TOLERANCE,
+        )
+        c.check(
+            f"coalesced all_gather_single {name}",
+            coalesced("all_gather_single"),
+            lambda salt=salt: [
+                torch.zeros(WORLD * 5, dtype=dtype),
+                values((5,), dtype, salt),
+                torch.zeros(WORLD * 2, dtype=dtype),
+                values((2,), dtype, salt + 1),
+            ],
+            lambda args: args[0::2],
+            a,
+        )
+        c.check(
+            f"coalesced reduce_scatter_single {name}",
+            coalesced("reduce_scatter_single"),
+            lambda salt=salt: [
+                torch.zeros(5, dtype=dtype),
+                values((WORLD * 5,), dtype, salt),
+                torch.zeros(2, dtype=dtype),
+                values((WORLD * 2,), dtype, salt + 1),
+            ],
+            lambda args: args[0::2],
+            a,
+            ON_CARDS_TOLERANCE,
+        )
         c.check(
             f"all_to_all_single, uneven {name}",
             lambda o, i, **k: dist.all_to_all_single(o, i, output_split_sizes=recv, input_split_sizes=send, **k),

@@ -209,6 +209,10 @@ class Group:
         self._posted: list = []  # answers to senders still on their way (kept until sent)
         self._lent: list = []  # send buffers that receivers may still read (p2p)
 
+    def ready(self) -> bool:
+        """Whether the group's cards are set up for collectives (the same on every rank)."""
+        return self.index is not None and self.index >= 0
+
     def _gather(self, row: list[int]) -> list[list[int]]:
         mine = torch.tensor([_signed(v) for v in row], dtype=torch.int64)
         out = [torch.empty_like(mine) for _ in range(self.size)]

@@ -34,7 +34,7 @@ def _create(store, rank: int, size: int, timeout: datetime.timedelta):
     if os.environ.get(DEVICE_COLLECTIVES, "1") == "0":
         return _C._process_group(rank, size, host)
     group = Group(host, rank, size)
-    return _C._process_group(rank, size, host, group.run, group.p2p)
+    return _C._process_group(rank, size, host, group.run, group.p2p, group.ready)
 
 
 def register() -> None:
