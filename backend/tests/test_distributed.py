@@ -78,21 +78,22 @@ def server(tmp_path, request):
     """One spyre-simd simulating a server of four cards, each process of a torchrun its client
     (its own card by LOCAL_RANK): yields the clients' environment, the stats file, and a call
     that stops the daemon, which writes the stats as it exits. An indirect parameter sets the
-    cards' hardware queues (firmware.queues, 16 by default), which the daemon's four slots share."""
+    cards' hardware queues (firmware.queues) and the daemon's slots per card, which share them:
+    (16, 1) by default, each rank's card whole."""
     sock, stats = tmp_path / "simd.sock", tmp_path / "server_stats.json"
     config = tmp_path / "server4.json"
-    queues = getattr(request, "param", 16)
+    queues, slots = getattr(request, "param", (16, 1))
     cfg = {"sim": {"devices": 4}, "firmware": {"queues": queues}, "output": {"stats_path": str(stats)}}
     config.write_text(json.dumps(cfg))
     env = {**clean_env(), "SPYRE_CONFIG": str(config), "SPYRE_SIMD_SOCKET": str(sock)}
-    with simd_daemon(dict(env), sock, tmp_path / "simd.log", slots=4) as daemon:
+    with simd_daemon(dict(env), sock, tmp_path / "simd.log", slots=slots) as daemon:
         yield {**env, "SPYRE_TRANSPORT": "socket"}, stats, lambda: stop_simd(daemon)
 
 
-# 4 queues per client: the collective's two streams and the caller's are queues of their own; 2:
-# the two collective streams are one queue (one semaphore: the 8-rank benchmark once summed wrongly
-# when its schedule counted two); 1: every stream is the one queue.
-@pytest.mark.parametrize("server", [16, 8, 4], indirect=True, ids=["4 queues", "2 queues", "1 queue"])
+# Four slots per card: 4 queues per client: the collective's two streams and the caller's are
+# queues of their own; 2: the two collective streams are one queue (one semaphore: the 8-rank
+# benchmark once summed wrongly when its schedule counted two); 1: every stream is the one queue.
+@pytest.mark.parametrize("server", [(16, 4), (8, 4), (4, 4)], indirect=True, ids=["4 queues", "2 queues", "1 queue"])
 def test_collectives_on_the_cards_of_one_server_match_gloo(tmp_path, server):
     # Three ranks, each a client of one spyre-simd driving its own card: the collectives run as
     # peer-to-peer DMA and the cards' adds (ring, tree, and direct copies); point to point, and
