@@ -103,7 +103,10 @@ def main(argv: list[str] | None = None) -> None:
     import argparse
     import json
 
+    from spyre_arch.commands import version
+
     parser = argparse.ArgumentParser(prog="spyre-smi", description="The state of simulated Spyre cards.")
+    parser.add_argument("--version", action="version", version=f"%(prog)s {version()}")
     parser.add_argument("--daemon", action="store_true", help="ask the running spyre-simd, not this process's card")
     parser.add_argument("--socket", default="", help="with --daemon: its socket (default: the config's)")
     parser.add_argument("--json", action="store_true", help="print the state as JSON")

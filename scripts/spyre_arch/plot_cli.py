@@ -13,6 +13,7 @@ import sys
 from collections.abc import Sequence
 
 from spyre_arch import analysis, plots, trace
+from spyre_arch.commands import version
 from spyre_arch.grid import parse_value
 from spyre_arch.stats import load_json
 
@@ -20,6 +21,7 @@ from spyre_arch.stats import load_json
 def make_parser() -> argparse.ArgumentParser:
     """The spyre-plot parser: one subcommand per figure."""
     p = argparse.ArgumentParser(prog="spyre-plot", description="Figures of a simulated run or a sweep.")
+    p.add_argument("--version", action="version", version=f"%(prog)s {version()}")
     sub = p.add_subparsers(dest="figure", required=True, metavar="FIGURE")
 
     def add(name: str, help_text: str, input_help: str) -> argparse.ArgumentParser:

@@ -10,6 +10,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from spyre_arch import engines, grid, sweep
+from spyre_arch.commands import version
 from spyre_arch.grid import GridError
 from spyre_arch.stats import load_json
 
@@ -33,6 +34,7 @@ def make_parser() -> argparse.ArgumentParser:
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     p.add_argument("-o", "--out", default="sweep_out", help="output folder, reused to resume (default: sweep_out)")
+    p.add_argument("--version", action="version", version=f"%(prog)s {version()}")
     p.add_argument("--config", metavar="JSON", help="base config: overrides under every point's values")
     p.add_argument("--param", action="append", default=[], metavar="KEY=VALUES", help="a swept config key")
     p.add_argument("--sweep", metavar="FILE", help="a sweep file with base overrides and parameters")

@@ -24,6 +24,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from spyre_arch import trace
+from spyre_arch.commands import version
 from spyre_arch.stats import STALL_CATEGORIES, load_json
 
 # The queue commands that are not launches (hw/commands.h, opcode_name).
@@ -272,6 +273,7 @@ def to_perfetto(events: Sequence[Mapping[str, Any]]) -> bytes:
 
 def make_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="spyre-trace", description="Summaries of a simulator trace.")
+    p.add_argument("--version", action="version", version=f"%(prog)s {version()}")
     sub = p.add_subparsers(dest="command", required=True, metavar="COMMAND")
     s = sub.add_parser("summarize", help="top kernels, cores, DMA channels and idle gaps of a trace")
     s.add_argument("trace", help="TRACE.json ($SPYRE_TRACE of a run)")

@@ -8,11 +8,14 @@
 #include <stdexcept>
 #include <string>
 
+#include <fmt/format.h>
 #include <CLI/CLI.hpp>
 
 #include "daemon.h"
 #include "spyre/common/log.h"
+#include "spyre/hw/regs.h"
 #include "spyre/simd/channel.h"
+#include "spyre/simd/protocol.h"
 
 namespace {
 spyre::simd::Daemon* g_daemon = nullptr;
@@ -25,6 +28,8 @@ namespace {
 
 int serve(int argc, char** argv) {
   CLI::App app{"spyre-simd: serves simulated Spyre cards to driver processes over a Unix socket"};
+  app.set_version_flag("--version", fmt::format("spyre-simd {} (hardware interface v{}, protocol v{})", SPYRE_VERSION,
+                                                spyre::hw::kInterfaceVersion, spyre::simd::kProtocolVersion));
   std::string socket;
   bool auto_started = false;
   double idle_seconds = 10;

@@ -30,6 +30,7 @@
 #include "runner.h"
 #include "sim_config.h"
 #include "spyre/driver/driver.h"
+#include "spyre/hw/regs.h"
 #include "spyre/sim/inproc.h"
 #include "spyre/sim/simulator.h"
 #include "summary.h"
@@ -408,6 +409,8 @@ int run(int argc, char** argv) {
       "Runs a built-in kernel on the simulated Spyre card through the driver and prints its device time, rate, "
       "roofline, stalls and check. See docs/architect-guide.md.",
       "spyre-sim"};
+  app.set_version_flag(
+      "--version", fmt::format("spyre-sim {} (hardware interface v{})", SPYRE_VERSION, spyre::hw::kInterfaceVersion));
   app.require_subcommand(1, 1);
   app.fallthrough();  // the common options may also follow the subcommand
   app.failure_message([](const CLI::App*, const CLI::Error& e) {
