@@ -4,11 +4,12 @@
 #   Debian packages: compilers, CMake, Ninja, SystemC, {fmt}, doctest, Eigen, nlohmann-json, CLI11;
 #   the bare-metal RISC-V cross compiler (the firmware check) and clang with its sanitizer and
 #   libFuzzer runtimes (the fuzz targets); ccache (a build in a fresh clone reuses earlier ones).
-#   .venv at the repository root: torch==2.13.0 (CPU), numpy, pytest, expecttest (for PyTorch's OpInfo
-#   test inputs), transformers (the Llama model tests build a tiny model, no download), ruff; pandas,
-#   pyarrow, matplotlib, tqdm, ray, perfetto (the architect's tools, spyre_arch; perfetto writes
-#   spyre-trace's protobuf traces); torch_spyre and spyre_arch (editable, with the spyre-sweep,
-#   spyre-plot and spyre-trace commands).
+#   .venv at the repository root: torch==2.13.0 (CPU), numpy, pytest, pytest-xdist (the pytest
+#   plugin's run with workers), expecttest (for PyTorch's OpInfo test inputs), transformers (the
+#   Llama model tests build a tiny model, no download), ruff; pandas, pyarrow, matplotlib, tqdm,
+#   ray, perfetto (the architect's tools, spyre_arch; perfetto writes spyre-trace's protobuf
+#   traces); torch_spyre and spyre_arch (editable, with every command: spyre-sim, spyre-simd,
+#   spyre-smi, spyre-sweep, spyre-plot, spyre-trace, and the pytest plugin).
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$ROOT"
@@ -17,7 +18,7 @@ APT_PACKAGES=(build-essential binutils cmake ninja-build pkg-config git
   libsystemc-dev libfmt-dev libspdlog-dev doctest-dev libeigen3-dev nlohmann-json3-dev libcli11-dev
   python3 python3-dev python3-venv
   gcc-riscv64-unknown-elf clang libclang-rt-dev ccache linux-perf iproute2)
-PY_PACKAGES=("torch==2.13.0" numpy pytest "expecttest==0.3.0" "transformers==5.24.0" ruff "clang-format==18.1.8" "clang-tidy==18.1.8"
+PY_PACKAGES=("torch==2.13.0" numpy pytest "pytest-xdist==3.8.0" "expecttest==0.3.0" "transformers==5.24.0" ruff "clang-format==18.1.8" "clang-tidy==18.1.8"
   "setuptools>=64" wheel pandas pyarrow matplotlib tqdm ray "perfetto==0.59.1")
 
 say() { printf '\033[1mbootstrap:\033[0m %s\n' "$*"; }

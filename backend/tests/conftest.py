@@ -147,15 +147,3 @@ def pytest_configure(config):
 
 def pytest_addoption(parser):
     parser.addoption("--slow", action="store_true", help="run the long tiers: every OpInfo sample, long soaks")
-
-
-def pytest_terminal_summary(terminalreporter):
-    """The run's coverage report: which ATen ops fell back to the CPU in this process, how often."""
-    counts = torch_spyre.fallback_counts()
-    terminalreporter.section("spyre CPU fallback coverage")
-    if not counts:
-        terminalreporter.write_line("no op fell back to the CPU")
-        return
-    terminalreporter.write_line(f"{len(counts)} ATen ops fell back to the CPU ({sum(counts.values())} calls):")
-    for name, n in sorted(counts.items(), key=lambda kv: (-kv[1], kv[0])):
-        terminalreporter.write_line(f"  {n:6d}  {name}")

@@ -18,15 +18,35 @@ def _autoload() -> None:
 
 # `import torch_spyre` before torch: torch's autoload re-enters this half-imported module and looks
 # up `_autoload`, so it must exist before `import torch`.
+import importlib.metadata as _metadata  # noqa: E402
 import logging  # noqa: E402
+import os  # noqa: E402
 
 import torch  # noqa: E402
 
-from . import _C, _decomposed, _exit, _printing, _save, distributed, ktir, smi  # noqa: E402
-from . import device_module as _device_module  # noqa: E402
-from ._fallback import fallback_counts, get_cpu_fallback, set_cpu_fallback  # noqa: E402
-from ._waits import get_wait_timeout, set_wait_timeout  # noqa: E402
-from .sim import device_cycles, device_info, write_reports  # noqa: E402
+logger = logging.getLogger("torch_spyre")
+BACKEND_NAME = "spyre"
+try:  # the installed release (pyproject.toml's version; spyre-smi --version prints it too)
+    __version__ = _metadata.version("torch_spyre")
+except _metadata.PackageNotFoundError:
+    __version__ = "unknown (torch_spyre is not installed)"
+
+# A partial or broken install must not break `import torch` (which imports this package through
+# its entry point): without the extension the device reports itself unavailable, with one warning.
+try:
+    from . import _C  # noqa: E402
+except (ImportError, OSError) as _cause:
+    _C = None
+    from . import _unavailable  # noqa: E402
+
+    _unavailable.install(_cause, BACKEND_NAME)
+
+if _C is not None:
+    from . import _decomposed, _exit, _printing, _save, distributed, ktir, smi  # noqa: E402
+    from . import device_module as _device_module  # noqa: E402
+    from ._fallback import fallback_counts, get_cpu_fallback, set_cpu_fallback  # noqa: E402
+    from ._waits import get_wait_timeout, set_wait_timeout  # noqa: E402
+    from .sim import device_cycles, device_info, write_reports  # noqa: E402
 
 __all__ = [
     "compile_stats",
@@ -58,10 +78,6 @@ def launch_count(device=None) -> int:
     return count(device)
 
 
-logger = logging.getLogger("torch_spyre")
-BACKEND_NAME = "spyre"
-
-
 def _register() -> None:
     # Every step is idempotent so that autoload followed by an explicit import is harmless.
     if torch._C._get_privateuse1_backend_name() != BACKEND_NAME:
@@ -78,9 +94,13 @@ def _register() -> None:
     _save.install()  # torch.save of fp16 on a DLFloat16 card writes IEEE half (see _save.py)
     _decomposed.install()  # batch norm, pooling, interpolation, ...: PyTorch's decompositions (see _decomposed.py)
     distributed.register()  # init_process_group("spyre") (see distributed.py)
+    # Quiet by default: torch.profiler's libkineto writes lines of its own (USDT ... profiler_start)
+    # on stderr for every profile; KINETO_LOG_LEVEL set by the user wins.
+    os.environ.setdefault("KINETO_LOG_LEVEL", "6")
     # Nothing here may touch the driver: the simulator starts on first use, not on `import torch`.
     logger.debug("registered device %r", BACKEND_NAME)
 
 
-_register()
+if _C is not None:
+    _register()
 del _C  # reach the extension through the modules that wrap it
