@@ -217,8 +217,9 @@ class DeferredWork final : public c10d::Work {
         result_(std::move(result)),
         peer_(peer) {}
   bool isCompleted() override {
-    const std::lock_guard lock(mu_);
-    return ran_ && (!host_work_ || host_work_->isCompleted());
+    // Not while a wait() runs its finish (which takes the GIL that a caller here may hold).
+    const std::unique_lock lock(mu_, std::try_to_lock);
+    return lock.owns_lock() && ran_ && (error_ || !host_work_ || host_work_->isCompleted());
   }
   bool isSuccess() const override { return !error_; }
   bool wait(std::chrono::milliseconds timeout) override {
