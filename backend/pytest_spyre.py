@@ -58,6 +58,9 @@ class SpyreSession:
         import torch_spyre
 
         self.torch, self.spyre = torch, torch_spyre
+        # A device whose extension does not load (torch_spyre._unavailable): the fixture skips its
+        # tests, naming why, and nothing else is measured.
+        self.live = torch.spyre.is_available() and hasattr(torch_spyre, "fallback_counts")
         self.config = config
         self.mode = config.getoption("spyre_fallback")  # None: each test keeps the mode it sets itself
         self.fallbacks: dict[str, dict] = {}  # op -> {"calls": n, "tests": [nodeid, ...]}
@@ -88,8 +91,8 @@ class SpyreSession:
     def _figures(self) -> dict[int, tuple[int, int]]:
         """(cycles, launches) of every card this process has opened and that answers (a test may
         have lost one on purpose: its figures are then left out, not the test failed)."""
-        figures = {}
-        for i in self._opened():
+        figures: dict[int, tuple[int, int]] = {}
+        for i in self._opened() if self.live else []:
             try:
                 figures[i] = (self.spyre.device_cycles(i), self.spyre.launch_count(i))
             except RuntimeError:
@@ -97,12 +100,19 @@ class SpyreSession:
         return figures
 
     def _snapshot(self) -> tuple[dict[str, int], dict[int, tuple[int, int]]]:
-        return self.spyre.fallback_counts(), self._figures()
+        return (self.spyre.fallback_counts(), self._figures()) if self.live else ({}, {})
 
     def _record(self, item: pytest.Item, since) -> int:
         """Adds the fallbacks `item` made since `since` to the report; returns their calls."""
+        if not self.live:
+            return 0
         calls_before = since[0]
-        made = {op: n - calls_before.get(op, 0) for op, n in self.spyre.fallback_counts().items()}
+        # A count below its snapshot was reset by the test (fallback_counts(reset=True)): what it
+        # reads now was all made since.
+        made = {
+            op: n - calls_before.get(op, 0) if n >= calls_before.get(op, 0) else n
+            for op, n in self.spyre.fallback_counts().items()
+        }
         made = {op: n for op, n in made.items() if n > 0}
         for op, n in made.items():
             entry = self.fallbacks.setdefault(op, {"calls": 0, "tests": []})
@@ -114,8 +124,8 @@ class SpyreSession:
     # test's properties at the end of its call, before the report that the JUnit XML writes them from.
     @pytest.hookimpl(hookwrapper=True)
     def pytest_runtest_setup(self, item: pytest.Item):
-        self._mode_before = self.spyre.get_cpu_fallback()
-        if self.mode:
+        self._mode_before = self.spyre.get_cpu_fallback() if self.live else None
+        if self.mode and self.live:
             self.spyre.set_cpu_fallback(self.mode)
         self._since = self._snapshot()
         yield
@@ -135,7 +145,8 @@ class SpyreSession:
     def pytest_runtest_teardown(self, item: pytest.Item):
         yield
         self._record(item, self._since)
-        self.spyre.set_cpu_fallback(self._mode_before)
+        if self._mode_before is not None:
+            self.spyre.set_cpu_fallback(self._mode_before)
 
     # -- the report -----------------------------------------------------------------------------
 

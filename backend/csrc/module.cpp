@@ -331,20 +331,6 @@ PYBIND11_MODULE(_C, m) {
         END_HANDLE_TH_ERRORS_PYBIND
       },
       py::arg("iova"), py::arg("src"), py::arg("label") = "");
-  // The bytes at `iova` (inside an _ipc_open window) into dst, on the current stream of dst's card.
-  m.def(
-      "_copy_from_iova_async",
-      [](const at::Tensor& dst, uint64_t iova, const std::string& label) {
-        HANDLE_TH_ERRORS
-        TORCH_CHECK_VALUE(dst.is_privateuseone() && dst.is_contiguous(),
-                          "spyre: _copy_from_iova_async copies into a contiguous spyre tensor, not one on ",
-                          dst.device());
-        const c10::DeviceGuard guard(dst.device());
-        DeviceRuntime::get(dst.device().index())
-            .copy_from_iova_async(spyre::backend::device_addr(dst), iova, dst.nbytes(), label);
-        END_HANDLE_TH_ERRORS_PYBIND
-      },
-      py::arg("dst"), py::arg("iova"), py::arg("label") = "");
   m.def("_stream_wait_value", [](int index, int64_t stream, uint64_t iova, uint64_t value) {
     HANDLE_TH_ERRORS
     DeviceRuntime& rt = DeviceRuntime::get(index);

@@ -202,61 +202,6 @@ class QueuedWork final : public c10d::Work {
   c10::intrusive_ptr<c10::ivalue::Future> future_;
 };
 
-// A send or receive whose bytes the cards may carry: `finish` (Python, _group_comm.Group.p2p's
-// answer) completes the two ranks' handshake at wait() and queues the copy on the cards, or says
-// that the host backend must carry them: then wait() runs `host` and waits for it. Done at wait(),
-// not at the call, so that ranks which all post receives first (or sends) do not block each other.
-class DeferredWork final : public c10d::Work {
- public:
-  using HostPath = std::function<c10::intrusive_ptr<c10d::Work>(int peer)>;
-  DeferredWork(std::shared_ptr<pybind11::object> finish, HostPath host, TensorList result, int peer, c10d::OpType type,
-               const char* title)
-      : c10d::Work(-1, type, title),
-        finish_(std::move(finish)),
-        host_(std::move(host)),
-        result_(std::move(result)),
-        peer_(peer) {}
-  bool isCompleted() override {
-    // Not while a wait() runs its finish (which takes the GIL that a caller here may hold).
-    const std::unique_lock lock(mu_, std::try_to_lock);
-    return lock.owns_lock() && ran_ && (error_ || !host_work_ || host_work_->isCompleted());
-  }
-  bool isSuccess() const override { return !error_; }
-  bool wait(std::chrono::milliseconds timeout) override {
-    c10::intrusive_ptr<c10d::Work> host_work;
-    {
-      const std::lock_guard lock(mu_);
-      if (!ran_) {
-        ran_ = true;  // once: a second wait() gives the first one's answer
-        try {
-          const pybind11::gil_scoped_acquire gil;
-          const auto answer = (*finish_)().cast<std::pair<bool, int>>();
-          peer_ = answer.second;
-          if (!answer.first) host_work_ = host_(peer_);
-        } catch (...) {
-          error_ = std::current_exception();
-        }
-      }
-      if (error_) std::rethrow_exception(error_);
-      host_work = host_work_;
-    }
-    if (host_work) host_work->wait(timeout);
-    return true;
-  }
-  int sourceRank() const override { return peer_; }
-  std::vector<at::Tensor> result() override { return result_; }
-
- private:
-  std::shared_ptr<pybind11::object> finish_;
-  HostPath host_;
-  TensorList result_;
-  int peer_;
-  std::mutex mu_;
-  bool ran_ = false;
-  std::exception_ptr error_;
-  c10::intrusive_ptr<c10d::Work> host_work_;
-};
-
 // The Works of a coalesced call made one call at a time: done when they all are.
 class ListWork final : public c10d::Work {
  public:
@@ -265,12 +210,27 @@ class ListWork final : public c10d::Work {
   bool isCompleted() override {
     return std::all_of(works_.begin(), works_.end(), [](const auto& w) { return w->isCompleted(); });
   }
-  bool isSuccess() const override { return true; }
+  bool isSuccess() const override {
+    return std::all_of(works_.begin(), works_.end(), [](const auto& w) { return w->isSuccess(); });
+  }
+  std::exception_ptr exception() const override {
+    for (const auto& w : works_) {
+      if (std::exception_ptr e = w->exception()) return e;
+    }
+    return nullptr;
+  }
   bool wait(std::chrono::milliseconds timeout) override {
     for (const auto& w : works_) w->wait(timeout);
     return true;
   }
   std::vector<at::Tensor> result() override { return result_; }
+  // Completed with the outputs once every call's future is.
+  c10::intrusive_ptr<c10::ivalue::Future> getFuture() override {
+    c10::List<c10::intrusive_ptr<c10::ivalue::Future>> futures(c10::FutureType::create(c10::AnyType::get()));
+    for (const auto& w : works_) futures.push_back(w->getFuture());
+    return c10::collectAll(futures)->then([result = result_](c10::ivalue::Future&) { return c10::IValue(result); },
+                                          c10::ListType::create(c10::TensorType::get()));
+  }
 
  private:
   std::vector<c10::intrusive_ptr<c10d::Work>> works_;
@@ -312,13 +272,8 @@ PyCallable hold(pybind11::object fn) {
 
 class SpyreBackend final : public c10d::Backend {
  public:
-  SpyreBackend(int rank, int size, c10::intrusive_ptr<c10d::Backend> host, PyCallable on_cards, PyCallable p2p,
-               PyCallable ready)
-      : c10d::Backend(rank, size),
-        host_(std::move(host)),
-        on_cards_(std::move(on_cards)),
-        p2p_(std::move(p2p)),
-        ready_(std::move(ready)) {
+  SpyreBackend(int rank, int size, c10::intrusive_ptr<c10d::Backend> host, PyCallable on_cards, PyCallable ready)
+      : c10d::Backend(rank, size), host_(std::move(host)), on_cards_(std::move(on_cards)), ready_(std::move(ready)) {
     TORCH_CHECK(host_, "spyre: the spyre process group needs a host backend");
   }
 
@@ -510,17 +465,18 @@ class SpyreBackend final : public c10d::Backend {
   }
 
   c10::intrusive_ptr<c10d::Work> send(TensorList& tensors, int dst, int tag) override {
-    if (auto w = p2p("send", tensors, dst, tag, c10d::OpType::SEND, "spyre:send")) return w;
-    return host_send(tensors, dst, tag);
+    Staging s;
+    TensorList host = s.in(tensors);
+    return done(host_->send(host, dst, tag), s, {}, c10d::OpType::SEND, "spyre:send");
   }
 
   c10::intrusive_ptr<c10d::Work> recv(TensorList& tensors, int src, int tag) override {
-    if (auto w = p2p("recv", tensors, src, tag, c10d::OpType::RECV, "spyre:recv")) return w;
-    return host_recv(tensors, src, tag);
+    Staging s;
+    TensorList host = s.out(tensors);
+    return done(host_->recv(host, src, tag), s, tensors, c10d::OpType::RECV, "spyre:recv");
   }
 
   c10::intrusive_ptr<c10d::Work> recvAnysource(TensorList& tensors, int tag) override {
-    if (auto w = p2p("recv", tensors, -1, tag, c10d::OpType::RECVANYSOURCE, "spyre:recv_any_source")) return w;
     Staging s;
     TensorList host = s.out(tensors);
     return done(host_->recvAnysource(host, tag), s, tensors, c10d::OpType::RECVANYSOURCE, "spyre:recv_any_source");
@@ -564,39 +520,6 @@ class SpyreBackend final : public c10d::Backend {
     return c10::make_intrusive<QueuedWork>(result, type, title);
   }
 
-  c10::intrusive_ptr<c10d::Work> host_send(const TensorList& tensors, int dst, int tag) {
-    Staging s;
-    TensorList host = s.in(tensors);
-    return done(host_->send(host, dst, tag), s, {}, c10d::OpType::SEND, "spyre:send");
-  }
-
-  c10::intrusive_ptr<c10d::Work> host_recv(const TensorList& tensors, int src, int tag) {
-    Staging s;
-    TensorList host = s.out(tensors);
-    return done(host_->recv(host, src, tag), s, tensors, c10d::OpType::RECV, "spyre:recv");
-  }
-
-  // A send or receive (`peer` -1: from any rank) of one tensor that the cards may carry, once the
-  // group's cards are set up (_group_comm.Group.p2p decides, the same on both ranks): its Work,
-  // which falls back to the host backend at wait() if either side cannot; else null, for the host.
-  c10::intrusive_ptr<c10d::Work> p2p(const char* kind, const TensorList& tensors, int peer, int tag, c10d::OpType type,
-                                     const char* title) {
-    if (!p2p_ || tensors.size() != 1) return nullptr;
-    std::shared_ptr<pybind11::object> finish;
-    {
-      const pybind11::gil_scoped_acquire gil;
-      pybind11::object answer = (*p2p_)(kind, tensors[0], peer, tag);
-      if (answer.is_none()) return nullptr;
-      finish = hold(std::move(answer));
-    }
-    const bool sending = std::string(kind) == "send";
-    DeferredWork::HostPath host = [this, tensors, tag, sending](int from) {
-      return sending ? host_send(tensors, from, tag) : host_recv(tensors, from, tag);
-    };
-    return c10::make_intrusive<DeferredWork>(std::move(finish), std::move(host), sending ? TensorList{} : tensors, peer,
-                                             type, title);
-  }
-
   // A coalesced call made as its calls one by one, each on the cards when they take it, when the
   // group's cards are set up (every rank knows alike) and every tensor is a spyre tensor of one
   // dtype; null otherwise, for the host backend's coalesced call (which refuses what Gloo refuses,
@@ -629,7 +552,6 @@ class SpyreBackend final : public c10d::Backend {
 
   c10::intrusive_ptr<c10d::Backend> host_;
   PyCallable on_cards_;  // (kind, tensors, op, root, splits) -> whether the cards took the collective; null: never
-  PyCallable p2p_;       // (kind, tensor, peer, tag) -> None (the host carries it) or finish() -> (on cards, peer)
   PyCallable ready_;     // () -> whether the group's cards are set up for collectives
 };
 
@@ -649,17 +571,16 @@ class HostTimer final : public c10d::Timer {
 void bind_process_group(pybind11::module_& m) {
   m.def(
       "_process_group",
-      [](int rank, int size, c10::intrusive_ptr<c10d::Backend> host, pybind11::object on_cards, pybind11::object p2p,
+      [](int rank, int size, c10::intrusive_ptr<c10d::Backend> host, pybind11::object on_cards,
          pybind11::object ready) -> c10::intrusive_ptr<c10d::Backend> {
         return c10::make_intrusive<SpyreBackend>(rank, size, std::move(host), hold(std::move(on_cards)),
-                                                 hold(std::move(p2p)), hold(std::move(ready)));
+                                                 hold(std::move(ready)));
       },
       pybind11::arg("rank"), pybind11::arg("size"), pybind11::arg("host"), pybind11::arg("on_cards") = pybind11::none(),
-      pybind11::arg("p2p") = pybind11::none(), pybind11::arg("ready") = pybind11::none(),
+      pybind11::arg("ready") = pybind11::none(),
       "The c10d backend for spyre tensors, carrying their bytes through `host` (a Gloo backend); "
-      "`on_cards(kind, tensors, op, root, splits)` runs the collective on the cards when it returns True, "
-      "`p2p(kind, tensor, peer, tag)` a send or receive when it returns a finish() callable, and a coalesced "
-      "call is made one call at a time when `ready()`.");
+      "`on_cards(kind, tensors, op, root, splits)` runs the collective on the cards when it returns True, and a "
+      "coalesced call is made one call at a time when `ready()`.");
 }
 
 }  // namespace spyre::backend

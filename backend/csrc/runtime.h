@@ -157,8 +157,6 @@ class DeviceRuntime {
   /// Copies `n` bytes at `src` of this card to `iova`, inside a window ipc_open mapped, queued on
   /// the current stream with no wait (as copy_to_peer_async).
   void copy_to_iova_async(uint64_t iova, uint64_t src, uint64_t n, const std::string& label = "");
-  /// The other way: `n` bytes at `iova` (inside an ipc_open window) into `dst` of this card.
-  void copy_from_iova_async(uint64_t dst, uint64_t iova, uint64_t n, const std::string& label = "");
   /// Makes `stream` wait on the card, not the host, until the semaphore at `iova` (another card's,
   /// inside a window ipc_open mapped) is at least `value`.
   void wait_value(int64_t stream, uint64_t iova, uint64_t value);

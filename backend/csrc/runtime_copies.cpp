@@ -213,12 +213,6 @@ void DeviceRuntime::copy_to_iova_async(uint64_t iova, uint64_t src, uint64_t n, 
   if (n > 0) (void)copy_in_pieces(queue(), src, iova, n, hw::kCopyDstHost, "Memcpy PtoP", queued_label(label));
 }
 
-void DeviceRuntime::copy_from_iova_async(uint64_t dst, uint64_t iova, uint64_t n, const std::string& label) {
-  check_ipc_range(iova, n, "a copy from another process's memory");
-  check_not_capturing("a copy from another process's memory");
-  if (n > 0) (void)copy_in_pieces(queue(), iova, dst, n, hw::kCopySrcHost, "Memcpy PtoP", queued_label(label));
-}
-
 void DeviceRuntime::wait_value(int64_t stream, uint64_t iova, uint64_t value) {
   check_ipc_range(iova, sizeof(uint64_t), "a semaphore of another process");
   TORCH_CHECK(!capturing(stream), "spyre: a wait on another process's semaphore cannot be captured in a graph");

@@ -357,17 +357,6 @@ def main(out: pathlib.Path) -> None:
     c = Checks()
     for salt, dtype in enumerate(DTYPES):
         check_dtype(c, dtype, salt)
-    if ON_CARDS:  # a receive of another size than was sent says so (and the ranks go on)
-        c.count += 1
-        if RANK == 0:
-            dist.send(torch.ones(9, device="spyre"), 1)
-        elif RANK == 1:
-            try:
-                dist.recv(torch.zeros(5, device="spyre"), 0)
-                c.failures.append("a receive of the wrong size did not raise")
-            except RuntimeError as e:
-                if "which sent 9 of torch.float32" not in str(e):
-                    c.failures.append(f"a receive of the wrong size raised {e}")
     # An async all_reduce's future holds the spyre output, and barrier() orders the ranks.
     c.count += 1
     t = torch.full((5,), float(RANK + 1), device="spyre")

@@ -59,3 +59,22 @@ def test_the_report_gathers_pytest_xdist_workers(tmp_path):
     report = r.stdout[r.stdout.index("spyre CPU fallback") :]
     assert "aten::poisson" in report and POISSON in report
     assert "2 passed" in r.stdout
+
+
+def test_without_a_working_extension_the_tests_are_skipped_naming_why(tmp_path):
+    # torch_spyre as a partial install leaves it (no compiled extension), found before the
+    # checkout's editable install, which is taken out as a plain install has none.
+    shutil.copytree(
+        ROOT / "backend" / "torch_spyre", tmp_path / "pkg" / "torch_spyre", ignore=shutil.ignore_patterns("*.so", "bin")
+    )
+    shutil.copy(SUITE, tmp_path / SUITE.name)
+    code = (
+        "import sys; sys.meta_path[:] = [f for f in sys.meta_path if 'Editable' not in repr(f)]\n"
+        "import pytest; sys.exit(pytest.main(['-p', 'no:cacheprovider', '-q', '-rs', '--spyre', sys.argv[1]]))"
+    )
+    env = {**clean_env(), "PYTHONPATH": f"{tmp_path / 'pkg'}:{ROOT / 'backend'}"}
+    r = subprocess.run(
+        [sys.executable, "-c", code, SUITE.name], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600
+    )
+    assert r.returncode == 0, r.stdout[-3000:]
+    assert "2 skipped" in r.stdout and "the spyre device is unavailable" in r.stdout

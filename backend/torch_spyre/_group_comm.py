@@ -1,4 +1,4 @@
-"""The collectives and point-to-point transfers of torch.distributed's ``spyre`` backend run by
+"""The collectives of torch.distributed's ``spyre`` backend run by
 the cards, when the ranks' cards are cards of one simulated server: every rank drives its own card
 through the same spyre-simd (``SPYRE_TRANSPORT=socket``). The bytes cross the server's switch by
 peer-to-peer DMA and the receiving cards reduce them, with the ring, tree and direct exchanges of
@@ -18,7 +18,6 @@ How ranks in different processes reach each other's cards:
   its streams' semaphore values; when a rank cannot take the device path (a tensor that is not
   contiguous, a dtype or op the cards do not reduce), every rank learns it there and the call
   goes through Gloo.
-- A send and its receive exchange one row each through Gloo's point-to-point (Group.p2p).
 """
 
 from __future__ import annotations
@@ -63,7 +62,6 @@ _REDUCING = ("all_reduce", "reduce_scatter", "reduce", "reduce_scatter_list")
 _ROOTED = ("broadcast", "reduce", "gather", "scatter")
 # The direct exchanges: each part crosses the switch once, straight to its receiver (comm.run_exchange).
 _DIRECT = _KINDS[4:]
-_P2P_ROW = 6  # a send's row: ok, numel, dtype, address, semaphore, the value that says it is ready
 _ROW = 12  # a call's row: 12 fields, then a direct exchange's sizes and addresses (3 per rank)
 
 _calls = 0  # collectives the cards ran for this process (device_collectives())
@@ -206,8 +204,6 @@ class Group:
         self.host, self.rank, self.size = host, rank, size
         self.index: int | None = None  # the card, once the group's cards were set up
         self.windows: list[tuple[int, int, int, int] | None] = []
-        self._posted: list = []  # answers to senders still on their way (kept until sent)
-        self._lent: list = []  # send buffers that receivers may still read (p2p)
 
     def ready(self) -> bool:
         """Whether the group's cards are set up for collectives (the same on every rank)."""
@@ -443,98 +439,6 @@ class Group:
             if lands is None or sends is None:
                 return None
         return sends, lands, acc
-
-    def p2p(self, kind: str, t: torch.Tensor, peer: int, tag: int):
-        """A send or receive (`peer` -1: from any rank) of `t`: None when the host carries it
-        (the group's cards are not set up, which both ranks know alike), else a finish() for the
-        Work's wait(), which returns (whether the cards carried it, the peer).
-
-        The sender decides alone, so that its Work never waits for the receiver (ranks that all
-        send before they receive must not block each other). It copies the tensor into a buffer
-        on its card, on its current stream, and posts a row: the buffer's address, size and
-        dtype, and the value its stream's semaphore reaches once the copy is done. The receiver's
-        card waits for that value across the switch and pulls the bytes through the sender's
-        window on the receiver's current stream; then it answers with the value its own
-        semaphore reaches once they have landed, which the sender's stream waits for before the
-        buffer is given back. A dtype the cards do not copy goes through Gloo on both sides."""
-        if self.index is None or self.index < 0:
-            return None
-        self._give_back()
-        row = torch.zeros(_P2P_ROW, dtype=torch.int64)
-        device = torch.device("spyre", self.index)
-        cur = torch.accelerator.current_stream(device)
-        if kind == "send":
-            if t.dtype in _ALL_DTYPES and t.numel() > 0:
-                with torch.no_grad(), cur:
-                    buf = torch.empty(t.numel(), dtype=t.dtype, device=device)
-                    buf.copy_(t.reshape(-1))
-                comm._Schedule._record(cur)
-                sem, value = _C._stream_signal_state(self.index, cur.stream_id)
-                row[:] = torch.tensor([1, t.numel(), _ALL_DTYPES.index(t.dtype), _C._device_address(buf), sem, value])
-                ack = torch.zeros(3, dtype=torch.int64)
-                self._lent.append((buf, cur, peer, self.host.recv([ack], peer, tag), ack))
-            sent = self.host.send([row], peer, tag)
-
-            def finish_send() -> tuple[bool, int]:
-                sent.wait()
-                return bool(row[0]), peer
-
-            return finish_send
-        got = self.host.recv([row], peer, tag) if peer >= 0 else self.host.recv_anysource([row], tag)
-
-        def finish_recv() -> tuple[bool, int]:
-            got.wait()
-            src = peer if peer >= 0 else got.source_rank()
-            ok, numel, dtype, addr, sem, value = row.tolist()
-            if not ok:
-                return False, src
-            ack = torch.zeros(3, dtype=torch.int64)
-            fits = numel == t.numel() and dtype == _ALL_DTYPES.index(t.dtype) if t.dtype in _ALL_DTYPES else False
-            if fits:
-                _C._stream_wait_value(self.index, cur.stream_id, self._iova(src, sem), value)
-                direct = self._on_card(t)
-                with torch.no_grad(), cur:
-                    land = t.view(-1) if direct else torch.empty(numel, dtype=t.dtype, device=device)
-                    _C._copy_from_iova_async(land, self._iova(src, addr), f"recv <- spyre:{self.windows[src][1]}")
-                    comm._Schedule._record(cur)
-                    ack[:] = torch.tensor([1, *_C._stream_signal_state(self.index, cur.stream_id)])
-                    if not direct:
-                        t.copy_(land.view(t.shape))
-            self._posted = [w for w in self._posted if not w.is_completed()]
-            self._posted.append(self.host.send([ack], src, tag))
-            if not fits:
-                sent = _ALL_DTYPES[dtype] if 0 <= dtype < len(_ALL_DTYPES) else dtype
-                raise RuntimeError(
-                    f"spyre: a receive into {t.numel()} elements of {t.dtype} from rank {src}, which sent {numel} "
-                    f"of {sent}"
-                )
-            global _calls
-            _calls += 1
-            return True, src
-
-        return finish_recv
-
-    def _give_back(self) -> None:
-        """The send buffers whose receivers have answered: the sending stream waits for the bytes
-        to have left (the receiver's semaphore reaching the value it answered), then the buffer goes."""
-        keep = []
-        for buf, stream, peer, answer, ack in self._lent:
-            if not answer.is_completed():
-                keep.append((buf, stream, peer, answer, ack))
-                continue
-            ok, sem, value = ack.tolist()
-            if ok:
-                _C._stream_wait_value(self.index, stream.stream_id, self._iova(peer, sem), value)
-        self._lent = keep
-
-    def _on_card(self, t: torch.Tensor) -> bool:
-        """Whether the bytes can land in `t` itself."""
-        return t.device.type == "spyre" and t.device.index == self.index and t.is_contiguous()
-
-    def _iova(self, rank: int, addr: int) -> int:
-        """Where this card's DMA reaches `addr` of `rank`'s card."""
-        iova, _, base, _ = self.windows[rank]
-        return iova + (addr - base)
 
 
 def _cut(t: torch.Tensor, split: list[int], n: int) -> list[torch.Tensor] | None:

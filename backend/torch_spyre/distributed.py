@@ -6,8 +6,8 @@ Importing ``torch_spyre`` registers it, so that any of these works::
     dist.init_process_group("spyre")                 # both on this backend (CPU tensors go to Gloo)
 
 When the ranks' cards are cards of one simulated server (every rank a client of one spyre-simd),
-the collectives and point-to-point transfers run on the cards: peer-to-peer DMA across the
-server's switch and reductions on the cores (``_group_comm.py``). Otherwise (ranks on separate
+the collectives run on the cards: peer-to-peer DMA across the server's switch and reductions on
+the cores (``_group_comm.py``). Otherwise, and for send and recv, (ranks on separate
 servers, in-process cards, a call the cards cannot take) a collective stages its spyre
 tensors in host memory and a Gloo process group, made here on the same store, carries the bytes
 between the processes; the results are copied back to the cards (``backend/csrc/process_group.cpp``).
@@ -34,7 +34,7 @@ def _create(store, rank: int, size: int, timeout: datetime.timedelta):
     if os.environ.get(DEVICE_COLLECTIVES, "1") == "0":
         return _C._process_group(rank, size, host)
     group = Group(host, rank, size)
-    return _C._process_group(rank, size, host, group.run, group.p2p, group.ready)
+    return _C._process_group(rank, size, host, group.run, group.ready)
 
 
 def register() -> None:
@@ -45,7 +45,7 @@ def register() -> None:
 
 
 def device_collectives() -> int:
-    """How many collectives and receives of this process the cards ran themselves (peer-to-peer
+    """How many collectives of this process the cards ran themselves (peer-to-peer
     DMA across the server's switch) rather than Gloo, when the ranks drive cards of one spyre-simd."""
     from . import _group_comm
 

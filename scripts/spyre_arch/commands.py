@@ -1,7 +1,7 @@
-"""The simulator's C++ commands on PATH: the build puts ``spyre-sim`` and ``spyre-simd`` in
-torch_spyre's package (``torch_spyre/bin``), and these entry points run them from there, so that
-they are on PATH wherever the package is installed. Finding them imports neither torch_spyre nor
-torch: a command starts as fast as the program itself."""
+"""The simulator's C++ commands on PATH: the build links ``spyre-sim`` and ``spyre-simd`` into
+torch_spyre's package (``torch_spyre/bin``, for the checkout's editable install; a wheel is to
+carry the programs themselves there), and these entry points run them from there. Finding them
+imports neither torch_spyre nor torch: a command starts as fast as the program itself."""
 
 from __future__ import annotations
 
