@@ -35,7 +35,11 @@ except _metadata.PackageNotFoundError:
 # its entry point): without the extension the device reports itself unavailable, with one warning.
 try:
     from . import _C  # noqa: E402
-except (ImportError, OSError) as _cause:
+except ImportError as _cause:
+    # Only a library that is missing or does not load (the loader names its file); an error the
+    # extension raises as it starts (a bad TORCH_SPYRE_* setting) is the user's to see.
+    if not (isinstance(_cause, ModuleNotFoundError) and _cause.name == f"{__name__}._C") and _cause.path is None:
+        raise
     _C = None
     from . import _unavailable  # noqa: E402
 
