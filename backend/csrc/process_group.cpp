@@ -26,7 +26,6 @@
 
 #include <algorithm>
 #include <exception>
-#include <functional>
 #include <memory>
 #include <mutex>
 #include <optional>
