@@ -232,6 +232,16 @@ class _Runner:
         def call(n):
             return n.target(*fx.node.map_aggregate(n.args, get), **fx.node.map_aggregate(n.kwargs, get))
 
+        try:
+            return self._run(env, get, call)
+        finally:
+            # get and call refer to each other, and both to env: a cycle that would keep every
+            # tensor of the call alive until Python's garbage collector runs. Breaking it frees
+            # the intermediates as soon as the call returns.
+            env.clear()
+            get = call = None  # noqa: F841
+
+    def _run(self, env: dict, get, call):
         device = None
         pending: list = []  # segments not yet queued: consecutive ones go in one launch sequence
         for kind, s in self.plan.steps:
