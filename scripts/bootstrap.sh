@@ -6,10 +6,12 @@
 #   libFuzzer runtimes (the fuzz targets); ccache (a build in a fresh clone reuses earlier ones).
 #   .venv at the repository root: torch==2.13.0 (CPU), numpy, pytest, pytest-xdist (the pytest
 #   plugin's run with workers), expecttest (for PyTorch's OpInfo test inputs), transformers (the
-#   Llama model tests build a tiny model, no download), ruff; pandas, pyarrow, matplotlib, tqdm,
+#   Llama model tests build a tiny model, no download), accelerate and peft (the LoRA example with
+#   Trainer), ruff; pandas, pyarrow, matplotlib, tqdm,
 #   ray, perfetto (the architect's tools, spyre_arch; perfetto writes spyre-trace's protobuf
-#   traces); torch_spyre and spyre_arch (editable, with every command: spyre-sim, spyre-simd,
-#   spyre-smi, spyre-sweep, spyre-plot, spyre-trace, and the pytest plugin).
+#   traces); scikit-build-core (the build backend); torch_spyre and spyre_arch (editable, with
+#   every command: spyre-sim, spyre-simd, spyre-smi, spyre-sweep, spyre-plot, spyre-trace, and the
+#   pytest plugin).
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$ROOT"
@@ -18,8 +20,8 @@ APT_PACKAGES=(build-essential binutils cmake ninja-build pkg-config git
   libsystemc-dev libfmt-dev libspdlog-dev doctest-dev libeigen3-dev nlohmann-json3-dev libcli11-dev
   python3 python3-dev python3-venv
   gcc-riscv64-unknown-elf clang libclang-rt-dev ccache linux-perf iproute2)
-PY_PACKAGES=("torch==2.13.0" numpy pytest "pytest-xdist==3.8.0" "expecttest==0.3.0" "transformers==5.24.0" ruff "clang-format==18.1.8" "clang-tidy==18.1.8"
-  "setuptools>=64" wheel pandas pyarrow matplotlib tqdm ray "perfetto==0.59.1")
+PY_PACKAGES=("torch==2.13.0" numpy pytest "pytest-xdist==3.8.0" "expecttest==0.3.0" "transformers==5.24.0" "accelerate==1.16.0" "peft==0.21.2" ruff "clang-format==18.1.8" "clang-tidy==18.1.8"
+  "scikit-build-core==1.1.2" "setuptools>=64" pandas pyarrow matplotlib tqdm ray "perfetto==0.59.1")
 
 say() { printf '\033[1mbootstrap:\033[0m %s\n' "$*"; }
 # pip, quiet unless it fails (then its whole log is shown).
@@ -55,11 +57,11 @@ fi
 say "checking Python packages"
 pip_quiet install "${PY_PACKAGES[@]}"
 
-say "building (CMake + Ninja, build/)"
-cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=Release -DPython3_EXECUTABLE="$ROOT/.venv/bin/python" >/dev/null
-cmake --build build
-
-say "installing torch_spyre into .venv (editable)"
-TORCH_DEVICE_BACKEND_AUTOLOAD=0 pip_quiet install --no-build-isolation --no-deps -e .
+# The same build as `pip install .` (pyproject.toml, scikit-build-core), kept in build/ and
+# installed editable: the C++ tests, the sanitizer presets and `cmake --build build` use that tree.
+# Torch is this venv's, so no isolated build environment.
+say "building every layer into build/ (CMake + Ninja through scikit-build-core; a first build takes a while)"
+TORCH_DEVICE_BACKEND_AUTOLOAD=0 pip_quiet install --no-build-isolation --no-deps \
+  -C build-dir=build -C editable.rebuild=false -e .
 .venv/bin/python -c "import torch_spyre" || { say "torch_spyre does not import"; exit 1; }
 say "ready: .venv/bin/python -c 'import torch; torch.ones(2).to(\"spyre\")'"

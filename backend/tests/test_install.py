@@ -52,7 +52,7 @@ def test_import_torch_survives_an_extension_that_does_not_load(tmp_path, broken)
     # The copy is found first on PYTHONPATH; the checkout's editable install, which would find the
     # checkout's extension for it, is taken out, as a plain install has none.
     code = (
-        "import sys; sys.meta_path[:] = [f for f in sys.meta_path if 'Editable' not in repr(f)]\n"
+        "import sys; sys.meta_path[:] = [f for f in sys.meta_path if 'editable' not in type(f).__module__]\n"
         "import torch; print(torch.spyre.is_available(), torch.spyre.device_count())\n"
         "import torch_spyre; print(torch_spyre.__file__)"
     )

@@ -1,4 +1,4 @@
-"""torch_spyre's pytest plugin (backend/pytest_spyre.py) in a user's suite
+"""torch_spyre's pytest plugin (backend/pytest_spyre/) in a user's suite
 (examples/pytest_plugin), run as a user runs it: off unless asked for; the report of the ops that
 fell back, with the tests that made them; --spyre-fallback=error failing such a test; per-test
 device cycles, launches and fallbacks in the JUnit XML; and the same report from pytest-xdist's
@@ -69,7 +69,7 @@ def test_without_a_working_extension_the_tests_are_skipped_naming_why(tmp_path):
     )
     shutil.copy(SUITE, tmp_path / SUITE.name)
     code = (
-        "import sys; sys.meta_path[:] = [f for f in sys.meta_path if 'Editable' not in repr(f)]\n"
+        "import sys; sys.meta_path[:] = [f for f in sys.meta_path if 'editable' not in type(f).__module__]\n"
         "import pytest; sys.exit(pytest.main(['-p', 'no:cacheprovider', '-q', '-rs', '--spyre', sys.argv[1]]))"
     )
     env = {**clean_env(), "PYTHONPATH": f"{tmp_path / 'pkg'}:{ROOT / 'backend'}"}

@@ -2,6 +2,7 @@
 // socket with the messages of spyre/simd/protocol.h. Host DMA memory is memfd-backed so that the
 // daemon can map it; interrupts arrive on an eventfd per card. When no daemon answers, the first
 // client starts one (spyre-simd --auto), which exits when it has been idle a while.
+#include <dlfcn.h>
 #include <fcntl.h>
 #include <spawn.h>
 #include <sys/eventfd.h>
@@ -40,9 +41,31 @@ using simd::Message;
 #define SPYRE_SIMD_DEFAULT_PATH ""
 #endif
 
-// The daemon binary: $SPYRE_SIMD, else the build tree's, else spyre-simd on the PATH.
+// The spyre-simd packaged with the library or program that holds this driver, or "". An installed
+// wheel has torch_spyre/_C.so with the programs in torch_spyre/bin/ (so spyre-sim has spyre-simd
+// beside it); a checkout links the same names there (CMakeLists.txt, spyre_package_program).
+std::string packaged_daemon() {
+  Dl_info info{};
+  if (dladdr(reinterpret_cast<void*>(&packaged_daemon), &info) == 0 || info.dli_fname == nullptr) return {};
+  std::string self = info.dli_fname;
+  if (self.empty() || self.front() != '/') {  // the main program: dladdr gives its argv[0]
+    std::vector<char> buf(4096);
+    const ssize_t n = readlink("/proc/self/exe", buf.data(), buf.size() - 1);
+    if (n <= 0) return {};
+    self.assign(buf.data(), static_cast<size_t>(n));
+  }
+  const std::string dir = self.substr(0, self.rfind('/'));
+  for (const std::string& candidate : {dir + "/bin/spyre-simd", dir + "/spyre-simd"}) {
+    if (access(candidate.c_str(), X_OK) == 0) return candidate;
+  }
+  return {};
+}
+
+// The daemon binary: $SPYRE_SIMD, else the packaged one, else the build tree's, else spyre-simd on
+// the PATH.
 std::string daemon_binary() {
   if (const char* p = std::getenv("SPYRE_SIMD"); p && *p) return p;
+  if (std::string packaged = packaged_daemon(); !packaged.empty()) return packaged;
   if (access(SPYRE_SIMD_DEFAULT_PATH, X_OK) == 0) return SPYRE_SIMD_DEFAULT_PATH;
   return "spyre-simd";
 }

@@ -12,8 +12,8 @@ import argparse
 import sys
 from collections.abc import Sequence
 
-from spyre_arch import analysis, plots, trace
-from spyre_arch.commands import version
+from spyre_arch import analysis, trace
+from spyre_arch.commands import missing_extra, version
 from spyre_arch.grid import parse_value
 from spyre_arch.stats import load_json
 
@@ -55,7 +55,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = make_parser()
     args = parser.parse_args(list(sys.argv[1:] if argv is None else argv))
     try:
-        fig = _figure(args)
+        from spyre_arch import plots  # matplotlib: the arch extra
+    except ModuleNotFoundError as e:
+        parser.exit(2, missing_extra("spyre-plot", e))
+    try:
+        fig = _figure(args, plots)
         files = plots.save(fig, args.out, args.name)
     except (OSError, ValueError) as e:  # unreadable input, PlotError, a trace or stats file without the data
         parser.exit(2, f"spyre-plot: {e}\n")
@@ -63,9 +67,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     return 0
 
 
-def _figure(args: argparse.Namespace):
+def _figure(args: argparse.Namespace, plots):
     if args.figure == "sweep":
-        return _sweep(args)
+        return _sweep(args, plots)
     data = load_json(args.input)
     if args.figure == "roofline":
         points, per_launch = analysis.roofline_points(data)
@@ -81,7 +85,7 @@ def _figure(args: argparse.Namespace):
     return plots.op_breakdown_figure(trace.op_breakdown(data), args.title or "time per op", max(1, args.top))
 
 
-def _sweep(args: argparse.Namespace):
+def _sweep(args: argparse.Namespace, plots):
     from spyre_arch.sweep import read_table  # pandas and pyarrow only for tables
 
     table, params = read_table(args.input)

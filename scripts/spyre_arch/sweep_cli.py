@@ -9,8 +9,8 @@ import sys
 from collections.abc import Sequence
 from typing import Any
 
-from spyre_arch import engines, grid, sweep
-from spyre_arch.commands import version
+from spyre_arch import engines, grid
+from spyre_arch.commands import missing_extra, version
 from spyre_arch.grid import GridError
 from spyre_arch.stats import load_json
 
@@ -64,6 +64,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     options, command = (argv[: argv.index("--")], argv[argv.index("--") + 1 :]) if "--" in argv else (argv, [])
     parser = make_parser()
     args = parser.parse_args(options)
+    try:
+        from spyre_arch import sweep  # pandas, pyarrow and tqdm: the arch extra
+    except ModuleNotFoundError as e:
+        parser.exit(2, missing_extra("spyre-sweep", e))
     try:
         base, params = _params(args)
         env = dict(_key_value(e) for e in args.env)
@@ -135,7 +139,7 @@ def _merge(into: dict[str, Any], overrides: dict[str, Any]) -> None:
 def _key_value(text: str) -> tuple[str, str]:
     key, sep, value = text.partition("=")
     if not sep or not key:
-        raise sweep.SweepError(f"sweep: --env takes KEY=VALUE (got '{text}')")
+        raise GridError(f"sweep: --env takes KEY=VALUE (got '{text}')")
     return key, value
 
 

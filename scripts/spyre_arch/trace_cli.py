@@ -24,7 +24,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from spyre_arch import trace
-from spyre_arch.commands import version
+from spyre_arch.commands import missing_extra, version
 from spyre_arch.stats import STALL_CATEGORIES, load_json
 
 # The queue commands that are not launches (hw/commands.h, opcode_name).
@@ -295,8 +295,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"spyre-trace: {e}", file=sys.stderr)
         return 1
     if args.command == "convert":
+        try:
+            data = to_perfetto(events)
+        except ModuleNotFoundError as e:  # perfetto: the arch extra
+            sys.stderr.write(missing_extra("spyre-trace", e))
+            return 2
         with open(args.out, "wb") as f:
-            f.write(to_perfetto(events))
+            f.write(data)
         return 0
     s = summarize(events, stats, top=max(1, args.top))
     sys.stdout.write(json.dumps(s, indent=1) + "\n" if args.json else format_summary(s))
