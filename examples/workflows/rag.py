@@ -133,6 +133,8 @@ class Service:
         self.step = torch.compile(_decode_step, backend="spyre", fullgraph=True) if compiled else None
         # The longest prompt (the documents retrieved and a whole query) and its answer.
         self.cache_len = 4 * size["doc_tokens"] + size["new_tokens"]
+        eos = self.generator.generation_config.eos_token_id
+        self.eos = set(eos if isinstance(eos, list) else [] if eos is None else [eos])
         docs = corpus(size)
         self.docs = docs.to(self.device)
         with torch.no_grad():
@@ -175,6 +177,8 @@ class Service:
             tokens.append(token.item())
             if echo:
                 print(f" {tokens[-1]}", end="", flush=True)
+            if tokens[-1] in self.eos:  # where generate() stops too
+                break
             if len(tokens) < self.size["new_tokens"]:
                 token = self.step(self.generator, token.view(1, 1), torch.tensor([n + i], device=self.device), cache)
         if echo:
