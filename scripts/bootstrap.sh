@@ -57,11 +57,10 @@ fi
 say "checking Python packages"
 pip_quiet install "${PY_PACKAGES[@]}"
 
-# The same build as `pip install .` (pyproject.toml, scikit-build-core), kept in build/ and
-# installed editable: the C++ tests, the sanitizer presets and `cmake --build build` use that tree.
-# Torch is this venv's, so no isolated build environment.
+# The same build as `pip install .` (pyproject.toml, scikit-build-core); installed editable, it is
+# kept in build/ (pyproject.toml's editable override), where the C++ tests, clang-tidy and
+# `cmake --build build` use it. Torch is this venv's, so no isolated build environment.
 say "building every layer into build/ (CMake + Ninja through scikit-build-core; a first build takes a while)"
-TORCH_DEVICE_BACKEND_AUTOLOAD=0 pip_quiet install --no-build-isolation --no-deps \
-  -C build-dir=build -C editable.rebuild=false -e .
+TORCH_DEVICE_BACKEND_AUTOLOAD=0 pip_quiet install --no-build-isolation --no-deps -e .
 .venv/bin/python -c "import torch_spyre" || { say "torch_spyre does not import"; exit 1; }
 say "ready: .venv/bin/python -c 'import torch; torch.ones(2).to(\"spyre\")'"

@@ -71,7 +71,7 @@ def tool_env(**extra: str) -> dict[str, str]:
 
 def run_tool(name: str, args: list[str], cwd: pathlib.Path, timeout: float = 300, **env: str):
     exe = BIN / name
-    assert exe.exists(), f"{exe} is missing: reinstall with pip install --no-build-isolation --no-deps -e ."
+    assert exe.exists(), f"{exe} is missing: reinstall with bash scripts/bootstrap.sh"
     return subprocess.run(
         [str(exe), *args], cwd=cwd, env=tool_env(**env), capture_output=True, text=True, timeout=timeout
     )

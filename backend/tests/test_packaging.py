@@ -25,6 +25,10 @@ EXPECTED = "tensor([2., 2.], device='spyre:0')"
 def _slow_only(request):
     if not request.config.getoption("--slow"):
         pytest.skip("builds every layer twice in fresh environments (--slow)")
+    # The --slow run repeats the suite over the socket transport and under the device sanitizer;
+    # this test sets up its environments from nothing, so once is enough.
+    if os.environ.get("SPYRE_TRANSPORT") or os.environ.get("SPYRE_SANITIZE"):
+        pytest.skip("runs once, in the plain pass of the suite")
 
 
 def _env(tmp: pathlib.Path) -> dict[str, str]:

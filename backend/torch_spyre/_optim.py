@@ -33,6 +33,8 @@ def _fused_adam(decoupled: bool):
             return
         lr = float(lr.item() if isinstance(lr, torch.Tensor) else lr)
         scale = None if grad_scale is None else grad_scale.float()
+        # The step counts, read once for all parameters (one wait for the device, not one each).
+        steps = torch.stack([s.reshape(()).float() for s in state_steps]).tolist() if state_steps else []
         for i, param in enumerate(params):
             low = param.dtype in _LOW
             work = (lambda t: t.float()) if low else (lambda t: t)  # noqa: E731
@@ -57,7 +59,7 @@ def _fused_adam(decoupled: bool):
                 v_used = vmax
             else:
                 v_used = v
-            t = float(state_steps[i].item())
+            t = steps[i]
             denom = v_used.sqrt().div_(math.sqrt(1 - beta2**t)).add_(eps)
             p.sub_(m.mul(lr / (1 - beta1**t)).div_(denom))
             if low:

@@ -47,13 +47,13 @@ using simd::Message;
 std::string packaged_daemon() {
   Dl_info info{};
   if (dladdr(reinterpret_cast<void*>(&packaged_daemon), &info) == 0 || info.dli_fname == nullptr) return {};
-  std::string self = info.dli_fname;
-  if (self.empty() || self.front() != '/') {  // the main program: dladdr gives its argv[0]
-    std::vector<char> buf(4096);
-    const ssize_t n = readlink("/proc/self/exe", buf.data(), buf.size() - 1);
-    if (n <= 0) return {};
-    self.assign(buf.data(), static_cast<size_t>(n));
-  }
+  // A shared library's path as loaded; for the main program dladdr gives its argv[0], which may
+  // be a bare name found on the PATH, so that one comes from /proc.
+  const bool named = std::strchr(info.dli_fname, '/') != nullptr;
+  char* resolved = realpath(named ? info.dli_fname : "/proc/self/exe", nullptr);
+  if (resolved == nullptr) return {};
+  const std::string self = resolved;
+  std::free(resolved);
   const std::string dir = self.substr(0, self.rfind('/'));
   for (const std::string& candidate : {dir + "/bin/spyre-simd", dir + "/spyre-simd"}) {
     if (access(candidate.c_str(), X_OK) == 0) return candidate;
@@ -61,12 +61,13 @@ std::string packaged_daemon() {
   return {};
 }
 
-// The daemon binary: $SPYRE_SIMD, else the packaged one, else the build tree's, else spyre-simd on
-// the PATH.
+// The daemon binary: $SPYRE_SIMD; else the one its own build tree made (a checkout's build, so a
+// sanitizer build's driver starts that build's daemon); else the packaged one (an installed wheel,
+// which names no build tree); else spyre-simd on the PATH.
 std::string daemon_binary() {
   if (const char* p = std::getenv("SPYRE_SIMD"); p && *p) return p;
-  if (std::string packaged = packaged_daemon(); !packaged.empty()) return packaged;
   if (access(SPYRE_SIMD_DEFAULT_PATH, X_OK) == 0) return SPYRE_SIMD_DEFAULT_PATH;
+  if (std::string packaged = packaged_daemon(); !packaged.empty()) return packaged;
   return "spyre-simd";
 }
 

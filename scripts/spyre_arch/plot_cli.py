@@ -61,6 +61,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         fig = _figure(args, plots)
         files = plots.save(fig, args.out, args.name)
+    except ModuleNotFoundError as e:  # pandas and pyarrow, for a sweep's table
+        parser.exit(2, missing_extra("spyre-plot", e))
     except (OSError, ValueError) as e:  # unreadable input, PlotError, a trace or stats file without the data
         parser.exit(2, f"spyre-plot: {e}\n")
     print(" ".join(str(f) for f in files))
