@@ -21,7 +21,7 @@ import threading
 import torch
 import torch.nn.functional as F
 
-from . import _C, _counting, _fft, _linalg, _nn_ops, _optim, _scans, _special, _spectral
+from . import _C, _amp, _counting, _fft, _linalg, _nn_ops, _optim, _scans, _special, _spectral
 from ._composite import meta, structured, with_out
 
 # Overloads, grouped by what they are; each must be in torch._decomp.decomposition_table.
@@ -509,6 +509,7 @@ OWN = {
     **_nn_ops.KERNELS,
     **_special.KERNELS,
     **_optim.KERNELS,
+    **_amp.KERNELS,
 }
 
 # Ops that CPU has no bool kernel for: a bool input goes to CPU, which raises its own error.
