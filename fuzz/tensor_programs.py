@@ -52,7 +52,8 @@ def as_test(lines: list, finding: str) -> str:
 # ---- the worker and the driver ------------------------------------------------------------------------
 
 WORKER = """
-import json, sys
+import json, resource, sys
+resource.setrlimit(resource.RLIMIT_AS, ({address_space}, {address_space}))
 sys.path.insert(0, {root!r} + "/fuzz")
 import torch, torch_spyre, tensor_programs_gen as gen, tensor_programs_run as tp
 torch_spyre.set_cpu_fallback({mode!r})
@@ -71,7 +72,8 @@ class Worker:
     def __init__(self, mode: str):
         env = dict(os.environ, PYTHONWARNINGS="ignore")
         env.setdefault("SPYRE_CONFIG", os.path.join(ROOT, "configs", "ieee_fp16.json"))
-        self.p = subprocess.Popen([sys.executable, "-c", WORKER.format(root=ROOT, mode=mode)], stdin=subprocess.PIPE,
+        code = WORKER.format(root=ROOT, mode=mode, address_space=WORKER_ADDRESS_SPACE)
+        self.p = subprocess.Popen([sys.executable, "-c", code], stdin=subprocess.PIPE,
                                   stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, env=env)  # fmt: skip
 
     def ask(self, req: dict) -> dict | None:
@@ -101,6 +103,13 @@ class Worker:
 # (the card does not yet give freed memory back: issue 19), so a worker that ran a program of tens of
 # GB is replaced before the next one, lest programs fail for want of host memory rather than by an op.
 WORKER_MEMORY = os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE") // 4
+
+# A line may ask for more memory than the host has (an index_select of an unfold: 49 GB for seed 101
+# program 185). Without a bound, the CPU reference's allocation was granted and the kernel's OOM
+# killer ended the worker, or the fuzzer, or another job on the machine. Bounding each worker's
+# address space to half the host's memory makes such an allocation fail at once, as a Python
+# exception on both sides, which compares like any other error.
+WORKER_ADDRESS_SPACE = max(os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE") // 2, 8 << 30)
 
 
 def main() -> None:

@@ -67,3 +67,26 @@ def test_host_copies_for_a_replay_keep_views_aliased():
     copies["v7"].fill_(-1.0)
     assert copies["v2"].tolist() == [[0.0, -1.0, -1.0], [-1.0, -1.0, -1.0]]
     assert base.cpu().tolist() == [[0.0, 1.0, 2.0], [3.0, 4.0, 5.0]]  # the originals are untouched
+
+
+def test_a_line_larger_than_the_host_fails_in_its_worker_instead_of_exhausting_the_host():
+    """Seed 101 program 185 takes an index_select of an unfold: 49 GB on the CPU reference. The
+    kernel granted it and its OOM killer then ended the worker (or another process). Each worker's
+    address space is now bounded by half the host's memory, so the allocation fails as an error on
+    both sides and the program compares like any other."""
+    import subprocess
+
+    sys.path.insert(0, str(ROOT / "fuzz"))
+    import tensor_programs
+
+    worker = tensor_programs.Worker("allow")
+    try:
+        assert worker.ask({"lines": ["v0 = torch.zeros(3, device=dev)"]}) is not None  # it has started
+        with open(f"/proc/{worker.p.pid}/limits") as f:
+            limit = next(line.split()[3] for line in f if line.startswith("Max address space"))
+    finally:
+        worker.close()
+    assert int(limit) == tensor_programs.WORKER_ADDRESS_SPACE
+    argv = [sys.executable, str(ROOT / "fuzz" / "tensor_programs.py"), "--seed", "101", "--programs", "186"]
+    p = subprocess.run(argv, capture_output=True, text=True, timeout=600, cwd=ROOT)
+    assert p.returncode == 0 and "0 crashes" in p.stdout, p.stdout[-3000:] + p.stderr[-2000:]
