@@ -198,3 +198,19 @@ print(json.dumps({"cycles": cycles, "cycles_bias": cycles_bias}))
     assert figures["cycles_bias"] < ideal / 0.75, f"{figures['cycles_bias']} cycles with a bias"
     events = json.loads(trace.read_text())["traceEvents"]
     assert any(e.get("name") == "load multicast issue" for e in events)
+
+
+def test_a_large_fp16_matmul_shares_512_wide_panels_and_matches_cpu(cpu_gen):
+    """1024 x 4096 @ 4096 x 4096 in fp16 with a bias: the planner takes shared panels with 512-row
+    blocks (fewer bytes per multiply-add on a busy LPDDR5), whose epilogue, chunked stores and
+    rank offsets must land every block where it belongs."""
+    a = torch.randn(1024, 4096, generator=cpu_gen).half()
+    b = (torch.randn(4096, 4096, generator=cpu_gen) / 64).half()
+    bias = torch.randn(4096, generator=cpu_gen).half()
+    torch_spyre.set_cpu_fallback("error")
+    out = torch.addmm(bias.to("spyre"), a.to("spyre"), b.to("spyre")).cpu()
+    listing = torch_spyre.debug.listing("aten::addmm")
+    assert "M=512 K=128 N=256" in listing, listing[:2000]
+    want = torch.addmm(bias.float(), a.float(), b.float())
+    # fp32 accumulation on both sides; the device rounds once into fp16 (DLFloat16 or IEEE half).
+    torch.testing.assert_close(out.float(), want, rtol=4e-3, atol=2e-2)
