@@ -31,6 +31,7 @@ between queries stay flat after the first 10.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import sys
 
@@ -206,10 +207,7 @@ def serve(size: dict, device: str, count: int, top: int, every: int, echo: bool,
     pool = torch.spyre.MemPool(service.device, reserve=size["pool_mib"] << 20) if on_card else None
     results, reserved, allocated = [], [], []
     for n, (doc, query) in enumerate(stream, 1):
-        if pool is not None:
-            with torch.spyre.use_mem_pool(pool):
-                best, tokens = service.answer(query, top, echo and n <= 3)
-        else:
+        with torch.spyre.use_mem_pool(pool) if pool is not None else contextlib.nullcontext():
             best, tokens = service.answer(query, top, echo and n <= 3)
         results.append({"doc": doc, "retrieved": best, "tokens": tokens})
         figures = memory(service.device)
