@@ -102,14 +102,15 @@ class Worker:
 # Device memory a program touched stays backed by the simulator's host memory until the process ends
 # (the card does not yet give freed memory back: issue 19), so a worker that ran a program of tens of
 # GB is replaced before the next one, lest programs fail for want of host memory rather than by an op.
-WORKER_MEMORY = os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE") // 4
+HOST_MEMORY = os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+WORKER_MEMORY = HOST_MEMORY // 4
 
 # A line may ask for more memory than the host has (an index_select of an unfold: 49 GB for seed 101
 # program 185). Without a bound, the CPU reference's allocation was granted and the kernel's OOM
 # killer ended the worker, or the fuzzer, or another job on the machine. Bounding each worker's
 # address space to half the host's memory makes such an allocation fail at once, as a Python
 # exception on both sides, which compares like any other error.
-WORKER_ADDRESS_SPACE = max(os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE") // 2, 8 << 30)
+WORKER_ADDRESS_SPACE = max(HOST_MEMORY // 2, 8 << 30)
 
 
 def main() -> None:

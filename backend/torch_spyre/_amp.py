@@ -45,7 +45,8 @@ def _unscale_(scaled_grads, found_inf, inv_scale):
         if t.layout != torch.strided:
             raise RuntimeError("one of scaled_grads was not a strided tensor.")
         if not t.is_floating_point():
-            raise RuntimeError(f"_amp_foreach_non_finite_check_and_unscale_ not implemented for '{t.dtype}'")
+            # CPU's kernel is defined for floating types only, and refuses others as well.
+            raise RuntimeError(f"one of scaled_grads is {t.dtype}: gradients to unscale must be floating point.")
     non_finite = [~torch.isfinite(t).all() for t in scaled_grads if t.numel() > 0]
     if non_finite:
         found_inf.masked_fill_(torch.stack(non_finite).any().reshape(found_inf.shape), 1.0)
