@@ -371,6 +371,10 @@ def test_a_malformed_graph_is_a_value_error_naming_the_field():
     bad["ops"] = [{"pointwise": {"compute": "f32", "inputs": [], "out": 0, "steps": [{"kind": "frob"}]}}]
     with pytest.raises(ValueError, match=r"ops\[0\]\.pointwise\.steps\[0\]\.kind"):
         _C._compile_graph(0, json.dumps(bad))
+    bad["ops"][0]["pointwise"]["inputs"] = [{"view": 0}]
+    bad["ops"][0]["pointwise"]["steps"] = [{"kind": "round", "to": "f32", "args": [0]}]
+    with pytest.raises(ValueError, match=r"ops\[0\]\.pointwise\.steps\[0\]\.to"):
+        _C._compile_graph(0, json.dumps(bad))
 
 
 def test_repeated_key_heads_fold_into_the_attention_and_match_cpu():
@@ -585,6 +589,60 @@ def test_residual_adds_apply_in_the_matmul_epilogue_and_match_cpu(dtype, tmp_pat
     assert "-> add in" in plan and "fuses gelu, add_1" in plan and "fuses add_2" in plan
     assert "add_3 (aten.add.Tensor)" in plan  # the late residual: an op of its own
     assert "fuses silu" in plan and "fuses mul_1" in plan
+
+
+def _rotate_half(x):
+    half = x.shape[-1] // 2
+    return torch.cat((-x[..., half:], x[..., :half]), dim=-1)
+
+
+def test_bf16_chains_fuse_with_each_value_rounded_as_cpu_rounds_it(tmp_path, monkeypatch):
+    """Elementwise chains in bf16 (a rotary embedding as HuggingFace writes it, a chain of
+    products and sums, an RMS norm's cast back to bf16 times its weight) are fused into one
+    expression, and each intermediate is rounded to bf16 inside it as CPU rounds each op's
+    result: the values are CPU's bit for bit where every op is correctly rounded. Computing the
+    chain in fp32 and rounding once gives other bits for these inputs, so the rounding is tested."""
+    torch.manual_seed(0)
+    q, cos, sin = torch.randn(2, 4, 64, 128), torch.randn(64, 128), torch.randn(64, 128)
+    x, y, z = torch.randn(3, 64, 300).unbind(0)
+
+    def f(q, cos, sin, x, y, z):
+        return q * cos + _rotate_half(q) * sin, (x * y + z) * x - y
+
+    monkeypatch.setenv("TORCH_SPYRE_COMPILE_DEBUG", str(tmp_path / "dbg"))
+    args = [t.to(torch.bfloat16) for t in (q, cos, sin, x, y, z)]
+    with torch.no_grad():
+        got = torch.compile(f, backend="spyre")(*_spyre(*args))
+    want = f(*args)
+    for g, r in zip(got, want, strict=True):
+        assert torch.equal(g.cpu(), r)
+    once = ((x * y + z) * x - y).to(torch.bfloat16)  # the chain in fp32, rounded once
+    assert not torch.equal(once, want[1])
+    (d,) = list((tmp_path / "dbg").iterdir())
+    plan = (d / "plan.txt").read_text()
+    # The rotated half's product is a step of the sum (the other product stays apart: a fused op
+    # reads at most three tensors), and the chain is one expression.
+    assert "fuses mul_1" in plan and "fuses mul_2, add_1, mul_3" in plan, plan
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+def test_an_rms_norm_in_a_narrow_type_is_one_pass_and_matches_cpu(dtype, tmp_path, monkeypatch):
+    """HuggingFace's RMS norm on bf16 or fp16 activations: computed in fp32, cast back to the
+    activations' type, times the weight. The cast is a step of the weight's product (rounded as it
+    would be stored), so the norm reads its rows once and writes them once: one op in the plan."""
+    torch.manual_seed(1)
+    norm = _RMSNorm(256).to(dtype)
+    x = (torch.randn(4, 33, 256) * 3).to(dtype)
+    monkeypatch.setenv("TORCH_SPYRE_COMPILE_DEBUG", str(tmp_path / "dbg"))
+    with torch.no_grad():
+        got = torch.compile(copy.deepcopy(norm).to("spyre"), backend="spyre")(x.to("spyre"))
+        want = norm(x)
+    # fp16 is DLFloat16 on the default card: its 9-bit fraction rounds where IEEE half's 10 do not.
+    tol = 1e-2 if dtype == torch.bfloat16 else 4e-3
+    torch.testing.assert_close(got.cpu(), want, rtol=tol, atol=tol)
+    (d,) = list((tmp_path / "dbg").iterdir())
+    plan = (d / "plan.txt").read_text()
+    assert plan.count("(aten.") == 1, plan  # every node is a step of the weight's product
 
 
 @pytest.mark.parametrize("m,k,n", [(8, 32, 16), (512, 256, 768), (2048, 128, 512), (96, 2048, 96), (2048, 2048, 2048)])

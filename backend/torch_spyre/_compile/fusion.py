@@ -249,13 +249,11 @@ class Fusion:
 
     def _fusable(self, n, u) -> bool:
         """Whether pointwise node n can be a step of its user u's expression: both compute in one
-        type (fp16 and bf16 compute in fp32 inside an expression), and n is not a narrower float,
-        whose store would round it."""
+        type (fp16 and bf16 compute in fp32 inside an expression). An fp16 or bf16 value is rounded
+        inside the expression as its store would round it (ops/pointwise.cpp fused_ref)."""
         widened = {"f16": "f32", "bf16": "f32"}
         a, b = self._compute(n), self._compute(u)
-        if a is None or b is None or widened.get(a, a) != widened.get(b, b):
-            return False
-        return _val(n).dtype not in _NARROW
+        return a is not None and b is not None and widened.get(a, a) == widened.get(b, b)
 
     def _row_nodes(self, n) -> list | None:
         """For a reduction n over the last dim of its input (shape S, fp32), the nodes that carry its
@@ -428,7 +426,7 @@ class Fusion:
             (u,) = n.users
             # Into a pointwise reader of its shape, or into a fused row reduction (a mean of squares).
             if u in self.row_reductions:  # which reduces in fp32
-                if self._compute(n) not in ("f32", "f16", "bf16") or _val(n).dtype in _NARROW:
+                if self._compute(n) not in ("f32", "f16", "bf16"):
                     continue
             elif self.kind.get(u) != "pointwise" or _val(u).shape != _val(n).shape or not self._fusable(n, u):
                 continue

@@ -87,7 +87,7 @@ void describe(Key& k, const Op& op) {
   for (const Operand& o : p.inputs) k << o.kind << o.view << o.scalar << o.integer;
   k << p.steps.size();
   for (const Step& st : p.steps) {
-    k << st.kind << st.unary << st.binary << st.start << st.start_int << st.step << st.args << st.reduce;
+    k << st.kind << st.unary << st.binary << st.start << st.start_int << st.step << st.args << st.reduce << st.to;
   }
 }
 

@@ -144,6 +144,10 @@ Pointwise pointwise(const json& j, uint32_t views, const std::string& where) {
     } else if (k == "reduce") {
       step.kind = PointwiseKind::kReduce, arity = 1;
       step.reduce = enum_value<hw::ReduceFn>(field(s, "fn", w), w + ".fn");
+    } else if (k == "round") {
+      step.kind = PointwiseKind::kRound, arity = 1;
+      step.to = dtype(field(s, "to", w), w + ".to");
+      if (step.to != hw::DType::kF16 && step.to != hw::DType::kBF16) bad(w + ".to", "a step rounds to f16 or bf16");
     } else if (k == "iota") {
       step.kind = PointwiseKind::kIota;
       step.start = number(field(s, "start", w), w + ".start");
@@ -304,6 +308,10 @@ json step_json(const Step& st) {
     case PointwiseKind::kReduce:
       j["kind"] = "reduce";
       j["fn"] = static_cast<int>(st.reduce);
+      break;
+    case PointwiseKind::kRound:
+      j["kind"] = "round";
+      j["to"] = hw::dtype_name(st.to);
       break;
   }
   if (!st.args.empty()) j["args"] = st.args;

@@ -121,6 +121,7 @@ size_t arity(ir::PointwiseKind k) {
     case ir::PointwiseKind::kCopy:
     case ir::PointwiseKind::kUnary:
     case ir::PointwiseKind::kReduce:
+    case ir::PointwiseKind::kRound:
       return 1;
     case ir::PointwiseKind::kBinary:
       return 2;
@@ -290,6 +291,10 @@ std::vector<Kernel> lower_pointwise(const ir::Graph& g, const ir::Pointwise& p, 
   for (const ir::Step& st : steps) {
     if ((st.kind == ir::PointwiseKind::kIota || st.kind == ir::PointwiseKind::kRandom) && nd != 1) {
       throw Malformed("compiler: iota and random need a 1-d output");
+    }
+    if (st.kind == ir::PointwiseKind::kRound &&
+        (compute != DType::kF32 || (st.to != DType::kF16 && st.to != DType::kBF16))) {
+      throw Malformed("compiler: a round step takes an fp32 value to fp16 or bf16");
     }
     if (st.kind == ir::PointwiseKind::kRandom &&
         (p.rng_arg < 0 || static_cast<uint32_t>(p.rng_arg) + 1 >= g.num_args || !hw::dtype_is_float(p.compute))) {
@@ -567,6 +572,14 @@ std::vector<Kernel> lower_pointwise(const ir::Graph& g, const ir::Pointwise& p, 
           sfp(hw::Op::kBinary, compute, dst, emit::pack2(x.addr, y.addr),
               static_cast<uint64_t>(st.binary) | uint64_t{imm} << 32, one ? 1 : rows, one ? rows : cols,
               hw::bcast_flags(bc(x), bc(y)));
+          break;
+        }
+        case ir::PointwiseKind::kRound: {  // to the narrow type in a scratch buffer and back, as stored
+          const Value x = fetch(j, 0, compute, false);
+          const auto n = static_cast<uint32_t>(hw::bcast_elements(x.bcast, rows, cols));
+          sfp(hw::Op::kConvert, st.to, tmp[j][1], x.addr, static_cast<uint64_t>(compute), 1, n);
+          sfp(hw::Op::kConvert, compute, dst, tmp[j][1], static_cast<uint64_t>(st.to), 1, n);
+          shape = x.bcast;
           break;
         }
         case ir::PointwiseKind::kReduce: {  // over the tile's whole rows: one value per row

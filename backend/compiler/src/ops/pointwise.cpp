@@ -425,12 +425,15 @@ int32_t fused_ref(Expr& e, const Call& parent, const std::string& name, const Ca
   if (const auto it = w.done.find(&child); it != w.done.end()) return it->second;
   if (row_reduction_op(child.op)) return w.done[&child] = row_reduction(e, child, w);
   const PointwiseOp* q = pointwise_op(child.op);
-  // A child in fp16 or bf16 would round its value when stored: fused, it would not.
-  if (!q || narrow(child.result) || widened(compute_type(*q, child)) != widened(e.compute())) {
-    reject(parent,
-           fmt::format("argument '{}' ({}) computes or rounds in another type; it cannot be fused", name, child.op));
+  if (!q || widened(compute_type(*q, child)) != widened(e.compute())) {
+    reject(parent, fmt::format("argument '{}' ({}) computes in another type; it cannot be fused", name, child.op));
   }
-  return w.done[&child] = steps_of(e, child, w);
+  int32_t r = steps_of(e, child, w);
+  // A child in fp16 or bf16 would round its value when stored: fused, it is rounded the same way
+  // (and a truncating division truncates that value, as its unfused program does after the store).
+  if (narrow(child.result)) r = e.round(child.result, r);
+  if (trunc_after(child)) r = e.unary(UnaryFn::kTrunc, r);
+  return w.done[&child] = r;
 }
 
 // Appends the steps of call `c` to `e`: its inputs (views shared through the walk's memo, numbers

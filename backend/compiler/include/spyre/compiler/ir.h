@@ -64,6 +64,8 @@ enum class PointwiseKind : uint8_t {
             // (1-D output), from the key and counter base in launch arguments rng_arg, rng_arg + 1
   kReduce,  // a row reduction: reduce (sum, max, min or prod) of in0 over the output's last dim,
             // the same value for every element of a row (a layer norm's mean, a softmax's max)
+  kRound,   // out = in0 rounded to the step's `to` (fp16 or bf16) and back: a fused fp16 or bf16
+            // intermediate takes the value its store would have given it
 };
 
 /// One step of a pointwise expression. An argument names an input of the op (i >= 0) or the result
@@ -77,6 +79,7 @@ struct Step {
   double start = 0, step = 1;                // kFill uses start as the value; kIota both
   std::optional<int64_t> start_int;          // kFill: the value exactly, when it is an integer
   hw::ReduceFn reduce = hw::ReduceFn::kSum;  // kReduce
+  hw::DType to = hw::DType::kF32;            // kRound: the narrow type the value is rounded to
 };
 constexpr int32_t step_ref(uint32_t j) {
   return -1 - static_cast<int32_t>(j);
@@ -124,6 +127,12 @@ class Expr {
     return add(PointwiseKind::kFma, {a, b, c}, hw::UnaryFn::kCopy, hw::BinaryFn::kAdd);
   }
   int32_t copy(int32_t a) { return add(PointwiseKind::kCopy, {a}, hw::UnaryFn::kCopy, hw::BinaryFn::kAdd); }
+  /// a rounded to narrow type t (fp16 or bf16), still in the compute type.
+  int32_t round(hw::DType t, int32_t a) {
+    const int32_t r = add(PointwiseKind::kRound, {a}, hw::UnaryFn::kCopy, hw::BinaryFn::kAdd);
+    p_.steps.back().to = t;
+    return r;
+  }
   /// f of a over each row (the output's last dim), broadcast along it.
   int32_t reduce(hw::ReduceFn f, int32_t a) {
     const int32_t r = add(PointwiseKind::kReduce, {a}, hw::UnaryFn::kCopy, hw::BinaryFn::kAdd);
@@ -295,8 +304,8 @@ struct Graph {
 
 /// A graph from its JSON form (the torch.compile front door's): {"num_args": n, "views": [{"arg",
 /// "offset", "sizes", "strides", "dtype"}], "ops": [{"pointwise": {"compute", "inputs": [{"view": i}
-/// or {"scalar": x}], "out", "steps": [{"kind": "copy"|"unary"|"binary"|"select"|"fill"|"iota",
-/// "fn", "args", "value", "start", "step"}]}} | {"reduce": {"fn", "compute", "in", "out", "dims"}} |
+/// or {"scalar": x}], "out", "steps": [{"kind": "copy"|"unary"|"binary"|"select"|"fill"|"iota"|"round",
+/// "fn", "args", "value", "start", "step", "to"}]}} | {"reduce": {"fn", "compute", "in", "out", "dims"}} |
 /// {"matmul": {"a", "b", "out", "bias", "alpha", "beta", "compute"}} | {"index": {"kind" (0 gather,
 /// 1 scatter, 2 scatter-add, 3 scatter-mul), "table", "index", "rows"}} | {"scan": {"fn", "compute",
 /// "in", "out"}} | {"sort": {"in", "values", "indices", "descending"}}]}; steps may also be "fma". Functions are the hw
