@@ -598,10 +598,10 @@ def _rotate_half(x):
 
 def test_bf16_chains_fuse_with_each_value_rounded_as_cpu_rounds_it(tmp_path, monkeypatch):
     """Elementwise chains in bf16 (a rotary embedding as HuggingFace writes it, a chain of
-    products and sums, an RMS norm's cast back to bf16 times its weight) are fused into one
-    expression, and each intermediate is rounded to bf16 inside it as CPU rounds each op's
-    result: the values are CPU's bit for bit where every op is correctly rounded. Computing the
-    chain in fp32 and rounding once gives other bits for these inputs, so the rounding is tested."""
+    products and sums) are fused into one expression each, and each intermediate is rounded to
+    bf16 inside it as CPU rounds each op's result: the values are CPU's bit for bit where every op
+    is correctly rounded. Computing the chain in fp32 and rounding once gives other bits for these
+    inputs, so the rounding is tested."""
     torch.manual_seed(0)
     q, cos, sin = torch.randn(2, 4, 64, 128), torch.randn(64, 128), torch.randn(64, 128)
     x, y, z = torch.randn(3, 64, 300).unbind(0)
@@ -620,9 +620,35 @@ def test_bf16_chains_fuse_with_each_value_rounded_as_cpu_rounds_it(tmp_path, mon
     assert not torch.equal(once, want[1])
     (d,) = list((tmp_path / "dbg").iterdir())
     plan = (d / "plan.txt").read_text()
-    # The rotated half's product is a step of the sum (the other product stays apart: a fused op
-    # reads at most three tensors), and the chain is one expression.
-    assert "fuses mul_1" in plan and "fuses mul_2, add_1, mul_3" in plan, plan
+    # The rotation (its negated half and concatenation) and both products are steps of the sum,
+    # which reads q, cos and sin once; the chain is one expression.
+    assert "fuses mul, rotate_half_default, mul_1" in plan and "fuses mul_2, add_1, mul_3" in plan, plan
+    assert compile_stats()["rotations_fused"] == 1
+
+
+def test_only_the_rotate_half_pattern_becomes_the_rotation_and_each_result_is_cpus():
+    """The rewrite takes `cat((-x[..., h:], x[..., :h]), -1)` and nothing like it: the halves the
+    other way round, another dim, an odd width or halves of two tensors stay cats. Every result
+    is CPU's bit for bit, and the rotation run eagerly (where a plan leaves it) is the cat."""
+    torch.manual_seed(2)
+    x, y = torch.randn(3, 5, 64), torch.randn(3, 5, 64)
+    odd = torch.randn(4, 7)
+
+    def f(x, y, odd):
+        return (
+            _rotate_half(x) * 2,  # the pattern, fp32
+            torch.cat((-x[..., :32], x[..., 32:]), -1),  # not a rotation
+            torch.cat((-x[:, 2:], x[:, :2]), 1),  # along another dim (of 5 rows: not halves)
+            torch.cat((-x[..., 32:], y[..., :32]), -1),  # halves of two tensors
+            torch.cat((-odd[..., 3:], odd[..., :3]), -1),  # 7 wide: no halves
+        )
+
+    got = torch.compile(f, backend="spyre")(*_spyre(x, y, odd))
+    for g, r in zip(got, f(x, y, odd), strict=True):
+        assert torch.equal(g.cpu(), r)
+    assert compile_stats()["rotations_fused"] == 1
+    eager = torch.ops.spyre.rotate_half(x.to(torch.bfloat16).to("spyre"))
+    assert torch.equal(eager.cpu(), _rotate_half(x.to(torch.bfloat16)))
 
 
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])

@@ -35,6 +35,7 @@ _stats = {
     "programs_not_compiled": 0,  # programs the compiler refused: their ops ran one by one
     "graphs_run_eagerly": 0,  # graphs the planner failed on: run op by op, with a warning
     "kv_repeats_folded": 0,  # attention ops that read unrepeated key heads (passes.fold_repeated_kv)
+    "rotations_fused": 0,  # rotary embeddings' rotate_half cats made one elementwise op (passes)
     "empties_defined": 0,  # empty tensors zero-filled before a scatter keeps part of them (passes)
     "row_reductions_fused": 0,  # reductions over a row computed inside their consumer's expression
 }
@@ -320,6 +321,7 @@ def _graph_compiler(kind: str):
         _stats["graphs"] += 1
         _stats["kv_repeats_folded"] += passes.fold_repeated_kv(gm)
         _stats["empties_defined"] += passes.define_scattered_empties(gm)
+        _stats["rotations_fused"] += passes.fuse_rotate_half(gm)
         cg = CompiledGraph(gm, f"graph{_graph_ids}_{kind}")
 
         def run(args):

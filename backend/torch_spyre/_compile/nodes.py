@@ -91,14 +91,15 @@ def _scalar_arg(x) -> bool:
 
 
 def library_name(target) -> str | None:
-    """The op library's name of an FX target ("add" for aten.add.Tensor, "prims::var"), or None
-    for anything that is not an ATen or prims operator, or that writes its arguments."""
+    """The op library's name of an FX target ("add" for aten.add.Tensor, "prims::var",
+    "spyre::rotate_half"), or None for anything that is not an ATen, prims or planner operator, or
+    that writes its arguments."""
     if not isinstance(target, torch._ops.OpOverload) or target._schema.is_mutable:
         return None
     ns, base = target.namespace, target._schema.name.split("::")[-1]
     if ns == "aten":
         return base
-    return f"{ns}::{base}" if ns == "prims" else None
+    return f"{ns}::{base}" if ns in ("prims", "spyre") else None
 
 
 def _arguments(n: fx.Node) -> dict:

@@ -7,6 +7,12 @@ heads that the query heads share (query head h reads key head h // g), so the at
 unrepeated keys and values and the copies are never made: a Llama-3-8B decode step at batch 8
 copied 0.5 GB per layer to build them.
 
+fuse_rotate_half: HuggingFace's rotary embedding rotates each head's last dim as
+`cat((-x[..., h:], x[..., :h]), -1)`. A cat is not elementwise, so the planner wrote the negated
+half, the concatenation and each product of `q * cos + rotate_half(q) * sin` to memory (five passes
+over the queries). The pattern becomes one elementwise op, `spyre::rotate_half` (a step of the op
+library's expressions), and the whole embedding is one pass.
+
 define_scattered_empties: `x = t.new_empty(...); x[..., :a].copy_(p); x[..., a:].copy_(q)` (how
 HuggingFace's DeepSeek-V3 concatenates its keys) becomes, functionalized, scatters into the empty
 tensor, each of which reads the part of its base it keeps: the first reads bytes nothing has written
@@ -18,6 +24,8 @@ from __future__ import annotations
 
 import torch
 import torch.fx as fx
+
+from .nodes import _arguments
 
 aten = torch.ops.aten
 
@@ -62,6 +70,70 @@ def _unrepeated(node: fx.Node) -> fx.Node | None:
     if _shape(node) is None or node.meta["val"].dtype != x.meta["val"].dtype:
         return None
     return x
+
+
+# The planner's own op: what the graph's cat computed, as one elementwise node. It runs as that cat
+# wherever the op library does not take it (an eager step).
+_LIB = torch.library.Library("spyre", "DEF")
+_LIB.define("rotate_half(Tensor self) -> Tensor")
+
+
+def _rotate_half(x: torch.Tensor) -> torch.Tensor:
+    h = x.shape[-1] // 2
+    return torch.cat((-x[..., h:], x[..., :h]), dim=-1)
+
+
+_LIB.impl("rotate_half", _rotate_half, "CompositeExplicitAutograd")
+_ROTATE_HALF = torch.ops.spyre.rotate_half.default
+_ROTATABLE = (torch.float32, torch.float16, torch.bfloat16)
+# Rows the rotation's expression holds whole in a scratchpad tile; heads are 64 to 256 wide.
+_MAX_ROTATED_ROW = 1024
+
+
+def _half_of(n, dim: int, start: int, end: int):
+    """The tensor that slice node n takes [start, end) of along its dim `dim` (step 1), or None."""
+    if not (isinstance(n, fx.Node) and n.op == "call_function" and n.target is aten.slice.Tensor):
+        return None
+    shape = _shape(n.args[0])
+    if shape is None or dim >= len(shape):
+        return None
+    a = _arguments(n)
+    lo = 0 if a["start"] is None else a["start"]
+    hi = shape[dim] if a["end"] is None else min(a["end"], shape[dim])
+    if not isinstance(a["dim"], int) or a["dim"] % len(shape) != dim or a["step"] != 1 or (lo, hi) != (start, end):
+        return None
+    return n.args[0]
+
+
+def fuse_rotate_half(gm: fx.GraphModule) -> int:
+    """Replaces each `cat((-x[..., h:], x[..., :h]), -1)` of a float x whose last dim is 2h (at most
+    _MAX_ROTATED_ROW) with spyre::rotate_half(x); returns how many."""
+    changed = 0
+    for n in list(gm.graph.nodes):
+        if n.op != "call_function" or n.target is not aten.cat.default or len(n.args[0]) != 2:
+            continue
+        val = n.meta.get("val")
+        if not isinstance(val, torch.Tensor) or val.dtype not in _ROTATABLE or val.dim() == 0:
+            continue
+        last, d = val.dim() - 1, val.shape[-1]
+        dim = n.args[1] if len(n.args) > 1 else n.kwargs.get("dim", 0)
+        if not isinstance(d, int) or d % 2 or not 0 < d <= _MAX_ROTATED_ROW or dim % val.dim() != last:
+            continue
+        first, second = n.args[0]
+        if not (isinstance(first, fx.Node) and first.target is aten.neg.default):
+            continue
+        x = _half_of(first.args[0], last, d // 2, d)
+        if x is None or _half_of(second, last, 0, d // 2) is not x or _shape(x) != tuple(val.shape):
+            continue
+        with gm.graph.inserting_before(n):
+            rot = gm.graph.call_function(_ROTATE_HALF, (x,))
+        rot.meta["val"] = val
+        n.replace_all_uses_with(rot)
+        changed += 1
+    if changed:
+        gm.graph.eliminate_dead_code()
+        gm.recompile()
+    return changed
 
 
 _EMPTIES = (aten.empty.memory_format, aten.empty_permuted.default, aten.empty_strided.default)

@@ -148,6 +148,8 @@ Pointwise pointwise(const json& j, uint32_t views, const std::string& where) {
       step.kind = PointwiseKind::kRound, arity = 1;
       step.to = dtype(field(s, "to", w), w + ".to");
       if (step.to != hw::DType::kF16 && step.to != hw::DType::kBF16) bad(w + ".to", "a step rounds to f16 or bf16");
+    } else if (k == "rotate_half") {
+      step.kind = PointwiseKind::kRotateHalf, arity = 1;
     } else if (k == "iota") {
       step.kind = PointwiseKind::kIota;
       step.start = number(field(s, "start", w), w + ".start");
@@ -308,6 +310,9 @@ json step_json(const Step& st) {
     case PointwiseKind::kReduce:
       j["kind"] = "reduce";
       j["fn"] = static_cast<int>(st.reduce);
+      break;
+    case PointwiseKind::kRotateHalf:
+      j["kind"] = "rotate_half";
       break;
     case PointwiseKind::kRound:
       j["kind"] = "round";

@@ -122,6 +122,7 @@ size_t arity(ir::PointwiseKind k) {
     case ir::PointwiseKind::kUnary:
     case ir::PointwiseKind::kReduce:
     case ir::PointwiseKind::kRound:
+    case ir::PointwiseKind::kRotateHalf:
       return 1;
     case ir::PointwiseKind::kBinary:
       return 2;
@@ -222,9 +223,16 @@ std::vector<Kernel> lower_pointwise(const ir::Graph& g, const ir::Pointwise& p, 
     throw Unsupported(
         fmt::format("compiler: a pointwise op of {} tensors exceeds {}", views.size(), schedule::kMaxOperands));
   }
-  const bool row_reduce =
-      std::any_of(steps.begin(), steps.end(), [](const ir::Step& st) { return st.kind == ir::PointwiseKind::kReduce; });
-  if (row_reduce) {
+  const auto has = [&](ir::PointwiseKind kind) {
+    return std::any_of(steps.begin(), steps.end(), [kind](const ir::Step& st) { return st.kind == kind; });
+  };
+  const bool row_reduce = has(ir::PointwiseKind::kReduce);
+  // Row reductions and rotations read whole rows: every tile holds whole rows of the last dim.
+  const bool whole_rows = row_reduce || has(ir::PointwiseKind::kRotateHalf);
+  if (has(ir::PointwiseKind::kRotateHalf) && (out.sizes.empty() || out.sizes.back() % 2 != 0)) {
+    throw Malformed("compiler: rotate_half needs an output whose last dim is even");
+  }
+  if (whole_rows) {
     for (const ir::Step& st : steps) {
       if (st.kind == ir::PointwiseKind::kReduce &&
           (st.reduce == hw::ReduceFn::kArgMax || st.reduce == hw::ReduceFn::kArgMin ||
@@ -257,7 +265,7 @@ std::vector<Kernel> lower_pointwise(const ir::Graph& g, const ir::Pointwise& p, 
   const auto broadcast_rows = [&] {
     return std::any_of(space.strides.begin(), space.strides.end(), [&](const auto& s) { return s[nd - 2] == 0; });
   };
-  if (nd >= 3 && space.sizes[nd - 2] < 64 && !broadcast_rows() && !row_reduce) {
+  if (nd >= 3 && space.sizes[nd - 2] < 64 && !broadcast_rows() && !whole_rows) {
     size_t longest = nd - 2;
     for (size_t d = 0; d + 2 < nd; ++d) {
       if (space.sizes[d] > space.sizes[longest]) longest = d;
@@ -305,11 +313,12 @@ std::vector<Kernel> lower_pointwise(const ir::Graph& g, const ir::Pointwise& p, 
   // Tile size: every buffer of one tile must fit in half the scratchpad: per input as loaded and
   // converted, per step its result and an operand conversion, and the converted output.
   const uint64_t es_c = std::max<uint64_t>(hw::dtype_size(compute), 1), es_o = hw::dtype_size(out.dtype);
-  // A row reduction's expression holds whole rows, so its steps share buffers: a step's result takes
-  // a slot freed by results no later step reads, and every step's argument conversions share three.
+  // An expression over whole rows (row reductions, rotations) has tiles of few rows, so its steps
+  // share buffers: a step's result takes a slot freed by results no later step reads, and every
+  // step's argument conversions share three.
   std::vector<uint32_t> slot_of(steps.size());
   uint32_t slots = 0;
-  if (row_reduce) {
+  if (whole_rows) {
     std::vector<size_t> last(steps.size());
     for (size_t j = 0; j < steps.size(); ++j) {
       last[j] = j;
@@ -341,7 +350,7 @@ std::vector<Kernel> lower_pointwise(const ir::Graph& g, const ir::Pointwise& p, 
   }
   // Per step its result and a scratch buffer per argument (a row reduction's expression holds only
   // the buffers its steps' arities need: its rows are whole, so its tiles are few rows).
-  if (row_reduce) {
+  if (whole_rows) {
     per_elem += (slots + 3) * es_c;
   } else {
     per_elem += steps.size() * 4 * es_c;
@@ -357,7 +366,7 @@ std::vector<Kernel> lower_pointwise(const ir::Graph& g, const ir::Pointwise& p, 
     widest = 64;
     while (widest * widest * 4 <= static_cast<int64_t>(budget)) widest *= 2;
   }
-  if (row_reduce) {
+  if (whole_rows) {
     if (out_move != Move::kBlock || std::any_of(in.begin(), in.end(), [](const Input& x) {
           return x.view && (x.move == Move::kElems || x.move == Move::kTransposed);
         })) {
@@ -411,7 +420,7 @@ std::vector<Kernel> lower_pointwise(const ir::Graph& g, const ir::Pointwise& p, 
   // Per step: its result, and one scratch buffer per argument (conversions and expansions).
   std::vector<uint32_t> res(steps.size());
   std::vector<std::array<uint32_t, 3>> tmp(steps.size());
-  if (row_reduce) {
+  if (whole_rows) {
     std::vector<uint32_t> slot(slots);
     for (uint32_t& a : slot) a = lx.take(tile * es_c);
     const std::array<uint32_t, 3> shared = {lx.take(tile * es_c), lx.take(tile * es_c), lx.take(tile * es_c)};
@@ -580,6 +589,18 @@ std::vector<Kernel> lower_pointwise(const ir::Graph& g, const ir::Pointwise& p, 
           sfp(hw::Op::kConvert, st.to, tmp[j][1], x.addr, static_cast<uint64_t>(compute), 1, n);
           sfp(hw::Op::kConvert, compute, dst, tmp[j][1], static_cast<uint64_t>(st.to), 1, n);
           shape = x.bcast;
+          break;
+        }
+        case ir::PointwiseKind::kRotateHalf: {
+          // Whole rows of 2h: transposed, the halves are h rows each of the scratch tile; the
+          // second half, negated, becomes the first, the first the second; transposed back.
+          const Value x = full(j, 0, fetch(j, 0, compute, false));
+          const auto half = static_cast<uint32_t>(cols / 2);
+          const uint32_t t = tmp[j][1], r = tmp[j][2], half_bytes = half * rows * static_cast<uint32_t>(es_c);
+          sfp(hw::Op::kTranspose, compute, t, x.addr, 0, rows, cols);
+          sfp(hw::Op::kUnary, compute, r, t + half_bytes, static_cast<uint64_t>(hw::UnaryFn::kNeg), half, rows);
+          sfp(hw::Op::kUnary, compute, r + half_bytes, t, static_cast<uint64_t>(hw::UnaryFn::kCopy), half, rows);
+          sfp(hw::Op::kTranspose, compute, dst, r, 0, cols, rows);
           break;
         }
         case ir::PointwiseKind::kReduce: {  // over the tile's whole rows: one value per row

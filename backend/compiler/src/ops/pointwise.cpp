@@ -331,6 +331,9 @@ std::map<std::string, PointwiseOp, std::less<>> make_table() {
   add_special_math(t);
   add_special_functions(t);
   add_activations(t);
+  // The planner's rotate_half (passes.py fuse_rotate_half): HuggingFace's cat(-x[..., h:], x[..., :h]).
+  t["spyre::rotate_half"] =
+      row({"self"}, Types::kSelf, [](Expr& e, const Refs& in, const Call&) { return e.rotate_half(in[0]); });
   // arange(start, end, step): start + i * step over a 1-d result.
   t["arange"] = row({}, Types::kSelf, [](Expr& e, const Refs&, const Call& c) {
     return e.iota(c.number("start", 0), c.number("step", 1));

@@ -53,19 +53,21 @@ struct Operand {
 
 /// What a pointwise op computes, element by element, in its compute type.
 enum class PointwiseKind : uint8_t {
-  kCopy,    // out = in0 (with conversion from in0's type to out's)
-  kUnary,   // out = unary(in0)
-  kBinary,  // out = binary(in0, in1)
-  kSelect,  // out = in0 ? in1 : in2 (in0 is bool)
-  kFma,     // out = in0 * in1 + in2
-  kFill,    // out = scalar (no inputs)
-  kIota,    // out[i] = start + i * step over the output's elements in row-major order (1-D output)
-  kRandom,  // out[i] = uniform [0, 1) (start 0) or standard normal (start 1) number of element i
-            // (1-D output), from the key and counter base in launch arguments rng_arg, rng_arg + 1
-  kReduce,  // a row reduction: reduce (sum, max, min or prod) of in0 over the output's last dim,
-            // the same value for every element of a row (a layer norm's mean, a softmax's max)
-  kRound,   // out = in0 rounded to the step's `to` (fp16 or bf16) and back: a fused fp16 or bf16
-            // intermediate takes the value its store would have given it
+  kCopy,        // out = in0 (with conversion from in0's type to out's)
+  kUnary,       // out = unary(in0)
+  kBinary,      // out = binary(in0, in1)
+  kSelect,      // out = in0 ? in1 : in2 (in0 is bool)
+  kFma,         // out = in0 * in1 + in2
+  kFill,        // out = scalar (no inputs)
+  kIota,        // out[i] = start + i * step over the output's elements in row-major order (1-D output)
+  kRandom,      // out[i] = uniform [0, 1) (start 0) or standard normal (start 1) number of element i
+                // (1-D output), from the key and counter base in launch arguments rng_arg, rng_arg + 1
+  kReduce,      // a row reduction: reduce (sum, max, min or prod) of in0 over the output's last dim,
+                // the same value for every element of a row (a layer norm's mean, a softmax's max)
+  kRound,       // out = in0 rounded to the step's `to` (fp16 or bf16) and back: a fused fp16 or bf16
+                // intermediate takes the value its store would have given it
+  kRotateHalf,  // out = cat(-in0[..., h:], in0[..., :h]) over the output's last dim of 2h (a rotary
+                // embedding's rotation, as HuggingFace's rotate_half writes it)
 };
 
 /// One step of a pointwise expression. An argument names an input of the op (i >= 0) or the result
@@ -156,6 +158,10 @@ class Expr {
     p_.steps.back().start = start;
     p_.steps.back().step = step;
     return r;
+  }
+  /// a's two halves along the output's last dim swapped, the new first half negated.
+  int32_t rotate_half(int32_t a) {
+    return add(PointwiseKind::kRotateHalf, {a}, hw::UnaryFn::kCopy, hw::BinaryFn::kAdd);
   }
   /// The compute type, inputs and steps so far.
   hw::DType compute() const { return p_.compute; }
@@ -304,7 +310,7 @@ struct Graph {
 
 /// A graph from its JSON form (the torch.compile front door's): {"num_args": n, "views": [{"arg",
 /// "offset", "sizes", "strides", "dtype"}], "ops": [{"pointwise": {"compute", "inputs": [{"view": i}
-/// or {"scalar": x}], "out", "steps": [{"kind": "copy"|"unary"|"binary"|"select"|"fill"|"iota"|"round",
+/// or {"scalar": x}], "out", "steps": [{"kind": "copy"|"unary"|"binary"|"select"|"fill"|"iota"|"round"|"rotate_half",
 /// "fn", "args", "value", "start", "step", "to"}]}} | {"reduce": {"fn", "compute", "in", "out", "dims"}} |
 /// {"matmul": {"a", "b", "out", "bias", "alpha", "beta", "compute"}} | {"index": {"kind" (0 gather,
 /// 1 scatter, 2 scatter-add, 3 scatter-mul), "table", "index", "rows"}} | {"scan": {"fn", "compute",
