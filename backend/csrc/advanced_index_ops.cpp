@@ -24,6 +24,8 @@ namespace {
 
 using indexing::finish;
 using indexing::index_op;
+using indexing::int64_indices;
+using indexing::rows_view;
 using Kind = ir::Index::Kind;
 
 // Indexing wraps negative indices (x[-1] is the last row); index_select and scatter do not.
@@ -274,7 +276,19 @@ void index_put_kernel(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
     view[static_cast<size_t>(dim)] = at.numel();
     shape[static_cast<size_t>(dim)] = at.numel();
     target->scatter_(dim, at.view(view).expand(shape), rows);
-  } else {  // rows of a scatter along dim
+  } else if (const auto out_rows = rows_view(*target, dim), src_rows = rows_view(src, dim); out_rows && src_rows) {
+    // Whole rows (what follows dim is contiguous in both: a KV cache's heads): one index per row,
+    // shared by the dims before dim, rather than one per element.
+    Launch l;
+    const at::Tensor idx = int64_indices(l, index);
+    const auto& [ts, tt] = *out_rows;
+    const auto& [rs, rt] = *src_rows;
+    std::vector<int64_t> is(ts.begin(), ts.end() - 2), it(is.size(), 0);
+    is.push_back(idx.numel());
+    it.push_back(idx.stride(0));
+    index_op(l, Kind::kScatter, l.view(*target, ts, tt), l.view(idx, is, it), l.view(src, rs, rt));
+    if (!run_or_fall_back(l, c)) return;
+  } else {  // rows of one element, along dim
     std::vector<int64_t> view(static_cast<size_t>(target->dim()), 1);
     view[static_cast<size_t>(dim)] = index.numel();
     target->scatter_(dim, index.view(view).expand(rows_shape), src);

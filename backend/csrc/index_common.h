@@ -4,6 +4,10 @@
 
 #include <ATen/ATen.h>
 
+#include <optional>
+#include <utility>
+#include <vector>
+
 #include "boxed.h"
 #include "compute.h"
 
@@ -26,6 +30,38 @@ inline uint32_t index_op(Launch& l, ir::Index::Kind kind, uint32_t table, uint32
   op.index = x;
   l.graph().ops.push_back(op);
   return rows;
+}
+
+// Indices as int64 on the device: int32 ones are converted by a copy kernel (into a scratch).
+inline at::Tensor int64_indices(Launch& l, const at::Tensor& idx) {
+  TORCH_CHECK(idx.scalar_type() == at::kLong || idx.scalar_type() == at::kInt,
+              "index must be an int64 or int32 tensor, got ", idx.scalar_type());
+  if (idx.scalar_type() == at::kLong) return idx;
+  const at::Tensor wide = l.scratch(idx.sizes(), idx, at::kLong);
+  ir::Pointwise p;
+  p.kind = ir::PointwiseKind::kCopy;
+  p.compute = hw::DType::kI64;
+  p.inputs = {ir::Operand::of(l.view(idx))};
+  p.out = l.view(wide);
+  l.add(p);
+  return wide;
+}
+
+// Views of `t` as [dims before `dim`..., size(dim), the rest flattened] when the rest is contiguous;
+// nullopt otherwise (the caller packs it first).
+inline std::optional<std::pair<std::vector<int64_t>, std::vector<int64_t>>> rows_view(const at::Tensor& t,
+                                                                                      int64_t dim) {
+  std::vector<int64_t> sizes(t.sizes().begin(), t.sizes().begin() + dim + 1);
+  std::vector<int64_t> strides(t.strides().begin(), t.strides().begin() + dim + 1);
+  int64_t inner = 1, expect = 1;
+  for (int64_t d = t.dim(); d-- > dim + 1;) {
+    if (t.size(d) != 1 && t.stride(d) != expect && t.numel() > 0) return std::nullopt;
+    expect *= t.size(d);
+    inner *= t.size(d);
+  }
+  sizes.push_back(inner);
+  strides.push_back(1);
+  return std::make_pair(sizes, strides);
 }
 
 }  // namespace spyre::backend::indexing

@@ -6,6 +6,8 @@ cores, a small scratchpad with fewer cores, and permuted inputs.
 
 from __future__ import annotations
 
+import json
+
 import pytest
 import torch
 import torch_spyre
@@ -151,6 +153,45 @@ def _index_cases():
         "rows and per-row labels": (torch.arange(4), torch.tensor([1, 4, 0, 2])),
         "repeated index pairs": (torch.tensor([0, 0, 2]), torch.tensor([1, 1, -2])),
     }
+
+
+def test_index_put_of_whole_rows_scatters_rows_and_matches_cpu(tmp_path):
+    """A KV cache's update, cache[:, :, positions] = values: what follows the indexed dim is
+    contiguous in the cache and in the values, so each index moves a row (one index per row of
+    the heads' dims, not one per element); against CPU over bf16 and fp32, transposed values (a
+    view of HF's keys), broadcast values, negative positions and a transposed cache (rows not
+    contiguous: element by element). The stats name the kernel by its rows."""
+    g = torch.Generator().manual_seed(3)
+    pos = torch.tensor([3, 7, 0, 32, -2])
+    for dtype in (torch.bfloat16, torch.float32):
+        cache = torch.randn(2, 8, 33, 16, generator=g).to(dtype)
+        for vals in (
+            torch.randn(2, 8, 5, 16, generator=g).to(dtype),
+            torch.randn(2, 5, 8, 16, generator=g).to(dtype).transpose(1, 2),
+            torch.randn(16, generator=g).to(dtype),
+        ):
+            want = cache.clone()
+            want[:, :, pos] = vals
+            got = cache.to("spyre")
+            got[:, :, pos.to("spyre")] = vals.to("spyre")
+            _compare(got, want, None)
+    t = torch.randn(16, 33, generator=g)
+    want, got = t.t().clone(), t.to("spyre").t()
+    rows = torch.randn(5, 16, generator=g)
+    want[pos] = rows
+    got[pos.to("spyre")] = rows.to("spyre")
+    _compare(got, want, None)
+    stats = tmp_path / "stats.json"
+    code = (
+        "import torch, torch_spyre\n"
+        "c = torch.zeros(1, 8, 64, 128, device='spyre')\n"
+        "c[:, :, torch.arange(40, device='spyre')] = torch.ones(1, 8, 40, 128, device='spyre')\n"
+        "torch.spyre.synchronize()\n"
+    )
+    proc = run_python(code, env={"SPYRE_STATS": str(stats)})
+    assert proc.returncode == 0, proc.stderr
+    names = [x["name"] for x in json.loads(stats.read_text())["cards"][0]["launches"]]
+    assert "scatter f32 [1,8,40,128]" in names, names
 
 
 @pytest.mark.parametrize("name", list(_index_cases()))
