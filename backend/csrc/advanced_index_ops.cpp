@@ -257,9 +257,10 @@ void index_put_kernel(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
   const int64_t dim = ix->dim;
   std::vector<int64_t> rows_shape = target->sizes().vec();
   rows_shape[static_cast<size_t>(dim)] = index.numel();
-  // values broadcast against the indexing result's shape, then flatten to one row per index.
-  const at::Tensor src =
-      values.to(self.scalar_type()).expand(indexed_shape(self, *ix)).reshape(rows_shape).contiguous();
+  // values broadcast against the indexing result's shape, then flatten to one row per index; packed
+  // only when their rows are not contiguous already (a transposed view of keys is, row by row).
+  at::Tensor src = values.to(self.scalar_type()).expand(indexed_shape(self, *ix)).reshape(rows_shape);
+  if (!rows_view(src, dim)) src = src.contiguous();
   if (index.numel() == 0) return c.finish(self);
   if (accumulate) {
     target->index_add_(dim, index, src);
