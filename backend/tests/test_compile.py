@@ -651,6 +651,24 @@ def test_only_the_rotate_half_pattern_becomes_the_rotation_and_each_result_is_cp
     assert torch.equal(eager.cpu(), _rotate_half(x.to(torch.bfloat16)))
 
 
+def test_an_input_broadcast_over_heads_is_loaded_once_per_tile_and_matches_cpu(tmp_path, monkeypatch):
+    """x * cos + 1 with x the heads of a projection ([h, s, d] over memory laid out [s, h, d]) and
+    cos [s, d] broadcast over the heads: the tiles' rows run along the heads, so cos is one row
+    per tile (loaded once, not once per head); the values are CPU's."""
+    torch.manual_seed(4)
+    x, cos = torch.randn(2048, 8, 128).to(torch.bfloat16), torch.randn(2048, 128).to(torch.bfloat16)
+
+    def f(x, cos):
+        return x.transpose(0, 1) * cos + 1
+
+    monkeypatch.setenv("TORCH_SPYRE_COMPILE_DEBUG", str(tmp_path / "dbg"))
+    got = torch.compile(f, backend="spyre")(*_spyre(x, cos))
+    assert torch.equal(got.cpu(), f(x, cos))
+    (d,) = list((tmp_path / "dbg").iterdir())
+    loads = [line for line in (d / "s0.txt").read_text().splitlines() if " LOAD " in line]
+    assert any("<- mem[r2+0x0] 1 rows x 256 B stride 0" in line for line in loads), loads
+
+
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
 def test_an_rms_norm_in_a_narrow_type_is_one_pass_and_matches_cpu(dtype, tmp_path, monkeypatch):
     """HuggingFace's RMS norm on bf16 or fp16 activations: computed in fp32, cast back to the

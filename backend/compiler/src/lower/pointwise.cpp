@@ -275,6 +275,26 @@ std::vector<Kernel> lower_pointwise(const ir::Graph& g, const ir::Pointwise& p, 
       for (auto& s : space.strides) std::swap(s[longest], s[nd - 2]);
     }
   }
+  // An input broadcast along an outer dim (a rotary embedding's cos and sin over the heads) is
+  // loaded again for every index of that dim. With the tile's rows along that dim instead, it is
+  // one row per tile, loaded once; not when that makes tiles of under 512 elements, whose fixed
+  // costs outweigh the bytes saved.
+  if (nd >= 3 && !broadcast_rows()) {
+    size_t best = nd - 2;
+    for (size_t d = 0; d + 2 < nd; ++d) {
+      const bool reused = std::any_of(in.begin(), in.end(), [&](const Input& x) {
+        return x.view && space.strides[x.slot][d] == 0 && space.strides[x.slot][nd - 1] != 0;
+      });
+      if (reused && space.sizes[d] * space.sizes[nd - 1] >= 512 &&
+          (best == nd - 2 || space.sizes[d] > space.sizes[best])) {
+        best = d;
+      }
+    }
+    if (best != nd - 2) {
+      std::swap(space.sizes[best], space.sizes[nd - 2]);
+      for (auto& s : space.strides) std::swap(s[best], s[nd - 2]);
+    }
+  }
   const int64_t cols_all = space.sizes[nd - 1];
   const int64_t rows_all = nd >= 2 ? space.sizes[nd - 2] : 1;
   const auto row_stride = [&](uint32_t slot) { return nd >= 2 ? space.strides[slot][nd - 2] : 0; };
