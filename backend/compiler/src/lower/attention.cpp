@@ -13,7 +13,8 @@
 //   O = O * alpha + P Vb                                     (P in the operands' type for the product)
 // and at the end out = O / l (0 for a row that saw no key: its O and l are 0) and
 // lse = ms + log l (-inf for such a row). Under a causal mask, key blocks after an item's last row
-// are skipped at run time, and blocks before its first row skip the mask.
+// are skipped at run time, and blocks before its first row skip the mask; the cores that share a
+// head's row blocks are dealt them round-robin, so that each gets early (short) and late rows.
 #include <algorithm>
 #include <limits>
 
@@ -209,13 +210,23 @@ std::optional<Kernel> lower_attention(const ir::Graph& g, const ir::Attention& a
     int64_t count, q, out, k, v;
     int32_t* level;
   };
-  int32_t lv_b = -1, lv_kvh = -1, lv_sub = -1, lv_rb = -1;
+  int32_t lv_b = -1, lv_kvh = -1, lv_sub = -1, lv_rb = -1, lv_cycle = -1;
+  // Under a causal mask a row block's work grows with its rows, and the nest gives each core a run
+  // of consecutive items: the cores sharing a head's row blocks would get its first rows (little
+  // work) or its last (most). When they divide evenly, `phases` cores deal them round-robin
+  // instead (row block phase + phases * step), each getting early and late ones.
+  const int64_t units = d.batch * d.kv_heads * (d.group / tl.gs);
+  const int64_t phases = (static_cast<int64_t>(t.cores) + units - 1) / units;
+  const bool dealt = a.causal && tail_rows == tl.r && phases > 1 && row_blocks % phases == 0 && row_blocks > phases;
+  const int64_t rb_count = dealt ? phases : row_blocks;
   const Dim dims[] = {
       {d.batch, q.strides[0] * ses, out.strides[0] * seo, k.strides[0] * ses, v.strides[0] * ses, &lv_b},
       {d.kv_heads, d.group * q.strides[1] * ses, d.group * out.strides[1] * seo, k.strides[1] * ses, v.strides[1] * ses,
        &lv_kvh},
       {d.group / tl.gs, tl.gs * q.strides[1] * ses, tl.gs * out.strides[1] * seo, 0, 0, &lv_sub},
-      {row_blocks, tl.r * q.strides[2] * ses, tl.r * out.strides[2] * seo, 0, 0, &lv_rb},
+      {rb_count, tl.r * q.strides[2] * ses, tl.r * out.strides[2] * seo, 0, 0, &lv_rb},
+      {dealt ? row_blocks / phases : 1, phases * tl.r * q.strides[2] * ses, phases * tl.r * out.strides[2] * seo, 0, 0,
+       &lv_cycle},
   };
   for (const Dim& x : dims) {
     if (x.count == 1) continue;
@@ -243,7 +254,8 @@ std::optional<Kernel> lower_attention(const ir::Graph& g, const ir::Attention& a
     const std::pair<int32_t, int64_t> steps[] = {{lv_b, view.strides[0] * se},
                                                  {lv_kvh, group * view.strides[1] * se},
                                                  {lv_sub, gs * view.strides[1] * se},
-                                                 {lv_rb, r * view.strides[2] * se}};
+                                                 {lv_rb, r * view.strides[2] * se},
+                                                 {lv_cycle, phases * r * view.strides[2] * se}};
     for (const auto& [level, step] : steps) {
       if (level < 0 || step == 0) continue;
       b.emit(emit::muli(kBodyReg, level_reg(static_cast<uint32_t>(level)), step));
@@ -256,6 +268,10 @@ std::optional<Kernel> lower_attention(const ir::Graph& g, const ir::Attention& a
       b.emit(emit::li(kScratch, 0));
     } else {
       b.emit(emit::muli(kScratch, level_reg(static_cast<uint32_t>(lv_rb)), r));
+    }
+    if (lv_cycle >= 0) {
+      b.emit(emit::muli(kBodyReg, level_reg(static_cast<uint32_t>(lv_cycle)), phases * r));
+      b.emit(emit::add(kScratch, kScratch, kBodyReg));
     }
   };
 
