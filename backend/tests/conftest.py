@@ -9,6 +9,7 @@ caller wins.
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import pathlib
 import signal
@@ -118,6 +119,17 @@ def stop_simd(proc: subprocess.Popen) -> None:
 def run_python(code: str, env: dict[str, str] | None = None, timeout: int = 300) -> subprocess.CompletedProcess:
     """Runs `code` in a fresh interpreter (a fresh simulator) and returns the finished process."""
     return _run([sys.executable, "-c", code], env, timeout)
+
+
+def run_with_stats(
+    code: str, tmp_path: pathlib.Path, env: dict[str, str] | None = None
+) -> tuple[dict, subprocess.CompletedProcess]:
+    """Runs `code` like run_python, with its stats file in `tmp_path`; asserts it succeeded and
+    returns the stats (docs/architect-guide.md, "Stats") and the finished process."""
+    stats = tmp_path / "stats.json"
+    proc = run_python(code, env={**(env or {}), "SPYRE_STATS": str(stats)})
+    assert proc.returncode == 0, proc.stderr
+    return json.loads(stats.read_text()), proc
 
 
 def run_script(

@@ -11,7 +11,7 @@ import subprocess
 import sys
 
 import pytest
-from conftest import run_python
+from conftest import run_python, run_with_stats
 
 CATEGORIES = ("compute", "memory", "sync", "issue")
 
@@ -28,16 +28,14 @@ WORKLOAD = (
 )
 
 
-def _stats(tmp_path, code=WORKLOAD, config=None, name="stats.json"):
-    stats = tmp_path / name
-    env = {"SPYRE_STATS": str(stats)}
+def _stats(tmp_path, code=WORKLOAD, config=None):
+    env = {}
     if config is not None:
-        cfg = tmp_path / (name + ".config.json")
+        cfg = tmp_path / "config.json"
         cfg.write_text(json.dumps(config))
         env["SPYRE_CONFIG"] = str(cfg)
-    proc = run_python(code, env=env)
-    assert proc.returncode == 0, proc.stderr
-    return json.loads(stats.read_text()), proc.stdout
+    stats, proc = run_with_stats(code, tmp_path, env=env)
+    return stats, proc.stdout
 
 
 @pytest.fixture(scope="module")

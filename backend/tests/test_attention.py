@@ -3,13 +3,11 @@ CPU torch, forward and backward, and the cases it leaves to torch's math path.""
 
 from __future__ import annotations
 
-import json
-
 import pytest
 import torch
 import torch.nn.functional as F
 import torch_spyre
-from conftest import run_python
+from conftest import run_with_stats
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
 OVERRIDEABLE = int(SDPBackend.OVERRIDEABLE)
@@ -136,15 +134,12 @@ def test_attention_runs_as_one_launch_that_keeps_its_scores_on_chip(tmp_path):
     # The stats name each launch's program: one "attention" launch, no score matrix in memory
     # (it would be 64 x 1000 x 1000 fp32 = 256 MB of stores; the output is 64 x 1000 x 64 and the
     # logsumexp that torch's kernel returns 64 x 1000, both fp32).
-    stats = tmp_path / "stats.json"
     code = (
         "import torch, torch_spyre, torch.nn.functional as F\n"
         "q = torch.randn(1, 64, 1000, 64).to('spyre'); k = torch.randn(1, 8, 1000, 64).to('spyre')\n"
         "o = F.scaled_dot_product_attention(q, k, k, is_causal=True, enable_gqa=True); torch.spyre.synchronize()\n"
     )
-    proc = run_python(code, env={"SPYRE_STATS": str(stats)})
-    assert proc.returncode == 0, proc.stderr
-    launches = json.loads(stats.read_text())["cards"][0]["launches"]
+    launches = run_with_stats(code, tmp_path)[0]["cards"][0]["launches"]
     attention = [x for x in launches if x["name"].startswith("attention")]
     assert len(attention) == 1 and attention[0]["name"] == "attention f32 [1,64,1000,64] x 1000 keys causal"
     assert attention[0]["bytes_stored"] == 64 * 1000 * 64 * 4 + 64 * 1000 * 4
@@ -155,7 +150,6 @@ def test_causal_row_blocks_are_dealt_to_the_cores_evenly(tmp_path):
     sharing a head's row blocks take them round-robin (early and late ones each), so few of them
     idle while another finishes the last rows: under a fifth of the launch's core cycles are idle
     (two fifths were when each core took a run of consecutive blocks). The values are CPU's."""
-    stats = tmp_path / "stats.json"
     code = (
         "import torch, torch_spyre, torch.nn.functional as F\n"
         "g = torch.Generator().manual_seed(0)\n"
@@ -166,9 +160,8 @@ def test_causal_row_blocks_are_dealt_to_the_cores_evenly(tmp_path):
         " enable_gqa=True)\n"
         "torch.testing.assert_close(got.cpu(), want, rtol=1e-4, atol=1e-4)\n"
     )
-    proc = run_python(code, env={"SPYRE_STATS": str(stats)})
-    assert proc.returncode == 0, proc.stderr
-    (launch,) = [x for x in json.loads(stats.read_text())["cards"][0]["launches"] if x["name"].startswith("attention")]
+    launches = run_with_stats(code, tmp_path)[0]["cards"][0]["launches"]
+    (launch,) = [x for x in launches if x["name"].startswith("attention")]
     stall = launch["stall"]
     assert stall["sync"] + stall["idle"] < 0.2 * sum(stall.values()), stall
 

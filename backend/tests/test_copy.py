@@ -2,11 +2,9 @@
 
 from __future__ import annotations
 
-import json
-
 import pytest
 import torch
-from conftest import run_python
+from conftest import run_with_stats
 
 DTYPES = [
     torch.float32,
@@ -126,12 +124,10 @@ for n in (1, 999, 1000, 1001, 12345, 100000):
             assert torch.equal((dev * 2).cpu(), host * 2), (n, dtype)
 print("ok")
 """
-    stats = tmp_path / "stats.json"
-    proc = run_python(code, env={"TORCH_SPYRE_COPY_CHUNK": "1000", "SPYRE_STATS": str(stats)})
-    assert proc.returncode == 0, proc.stderr
+    stats, proc = run_with_stats(code, tmp_path, env={"TORCH_SPYRE_COPY_CHUNK": "1000"})
     assert proc.stdout.strip() == "ok"
     # 400 kB of fp32 each way alone is 800 pieces of 1000 bytes
-    assert json.loads(stats.read_text())["cards"][0]["commands"]["copy"] > 800
+    assert stats["cards"][0]["commands"]["copy"] > 800
 
 
 def test_pinned_host_memory(cpu_gen):

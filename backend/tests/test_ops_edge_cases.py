@@ -6,12 +6,10 @@ cores, a small scratchpad with fewer cores, and permuted inputs.
 
 from __future__ import annotations
 
-import json
-
 import pytest
 import torch
 import torch_spyre
-from conftest import run_python
+from conftest import run_python, run_with_stats
 from test_ops import _compare, _to
 
 # Our own cases: layouts and sizes that OpInfo samples rarely cover.
@@ -181,16 +179,13 @@ def test_index_put_of_whole_rows_scatters_rows_and_matches_cpu(tmp_path):
     want[pos] = rows
     got[pos.to("spyre")] = rows.to("spyre")
     _compare(got, want, None)
-    stats = tmp_path / "stats.json"
     code = (
         "import torch, torch_spyre\n"
         "c = torch.zeros(1, 8, 64, 128, device='spyre')\n"
         "c[:, :, torch.arange(40, device='spyre')] = torch.ones(1, 8, 40, 128, device='spyre')\n"
         "torch.spyre.synchronize()\n"
     )
-    proc = run_python(code, env={"SPYRE_STATS": str(stats)})
-    assert proc.returncode == 0, proc.stderr
-    names = [x["name"] for x in json.loads(stats.read_text())["cards"][0]["launches"]]
+    names = [x["name"] for x in run_with_stats(code, tmp_path)[0]["cards"][0]["launches"]]
     assert "scatter f32 [1,8,40,128]" in names, names
 
 

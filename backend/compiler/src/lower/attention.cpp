@@ -104,6 +104,13 @@ Regions plan(const Dims& d, const Tiles& t, const Kinds& k) {
   return g;
 }
 
+// How many cores share one unit of work (a batch's key head's group of `gs` heads) when `cores`
+// take the units: ceil(cores / units), at least 1.
+int64_t cores_per_unit(const Dims& d, int64_t gs, uint32_t cores) {
+  const int64_t units = d.batch * d.kv_heads * (d.group / gs);
+  return std::max<int64_t>(1, (static_cast<int64_t>(cores) + units - 1) / units);
+}
+
 // The largest tiles whose item fits half the scratchpad: up to 256 packed rows (as many heads of a
 // key head as divide its group), key blocks of up to 128; rows split further while there are fewer
 // items than cores.
@@ -111,8 +118,7 @@ Tiles choose(const Dims& d, const Kinds& k, uint64_t half, uint32_t cores) {
   for (int64_t kb = std::min<int64_t>(d.keys, 128);; kb = std::max<int64_t>(1, kb / 2)) {
     for (int64_t gs = d.group; gs >= 1; --gs) {
       if (d.group % gs != 0) continue;
-      const int64_t units = d.batch * d.kv_heads * (d.group / gs);
-      const int64_t blocks_wanted = std::max<int64_t>(1, (static_cast<int64_t>(cores) + units - 1) / units);
+      const int64_t blocks_wanted = cores_per_unit(d, gs, cores);
       const int64_t spread = (d.length + blocks_wanted - 1) / blocks_wanted;
       for (int64_t r = std::min({d.length, std::max<int64_t>(1, 256 / gs), spread});; r = (r + 1) / 2) {
         const Tiles t{gs, r, kb};
@@ -215,8 +221,7 @@ std::optional<Kernel> lower_attention(const ir::Graph& g, const ir::Attention& a
   // of consecutive items: the cores sharing a head's row blocks would get its first rows (little
   // work) or its last (most). When they divide evenly, `phases` cores deal them round-robin
   // instead (row block phase + phases * step), each getting early and late ones.
-  const int64_t units = d.batch * d.kv_heads * (d.group / tl.gs);
-  const int64_t phases = (static_cast<int64_t>(t.cores) + units - 1) / units;
+  const int64_t phases = cores_per_unit(d, tl.gs, t.cores);
   const bool dealt = a.causal && tail_rows == tl.r && phases > 1 && row_blocks % phases == 0 && row_blocks > phases;
   const int64_t rb_count = dealt ? phases : row_blocks;
   const Dim dims[] = {

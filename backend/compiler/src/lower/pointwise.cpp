@@ -265,15 +265,17 @@ std::vector<Kernel> lower_pointwise(const ir::Graph& g, const ir::Pointwise& p, 
   const auto broadcast_rows = [&] {
     return std::any_of(space.strides.begin(), space.strides.end(), [&](const auto& s) { return s[nd - 2] == 0; });
   };
+  // Makes dim `d` the tile's row dim (swapping it with the one that was).
+  const auto make_rows = [&](size_t d) {
+    std::swap(space.sizes[d], space.sizes[nd - 2]);
+    for (auto& s : space.strides) std::swap(s[d], s[nd - 2]);
+  };
   if (nd >= 3 && space.sizes[nd - 2] < 64 && !broadcast_rows() && !whole_rows) {
     size_t longest = nd - 2;
     for (size_t d = 0; d + 2 < nd; ++d) {
       if (space.sizes[d] > space.sizes[longest]) longest = d;
     }
-    if (longest != nd - 2) {
-      std::swap(space.sizes[longest], space.sizes[nd - 2]);
-      for (auto& s : space.strides) std::swap(s[longest], s[nd - 2]);
-    }
+    make_rows(longest);
   }
   // An input broadcast along an outer dim (a rotary embedding's cos and sin over the heads) is
   // loaded again for every index of that dim. With the tile's rows along that dim instead, it is
@@ -290,10 +292,7 @@ std::vector<Kernel> lower_pointwise(const ir::Graph& g, const ir::Pointwise& p, 
         best = d;
       }
     }
-    if (best != nd - 2) {
-      std::swap(space.sizes[best], space.sizes[nd - 2]);
-      for (auto& s : space.strides) std::swap(s[best], s[nd - 2]);
-    }
+    make_rows(best);
   }
   const int64_t cols_all = space.sizes[nd - 1];
   const int64_t rows_all = nd >= 2 ? space.sizes[nd - 2] : 1;
