@@ -23,12 +23,18 @@ namespace {
 constexpr uint64_t kIova = 0x4000'0000;
 
 // Host memory: one mapped window at kIova; everything else faults, like an IOMMU.
+// With `keeps`, it keeps its bytes as a replay's capture does (HostLink::keeps_bytes).
 struct FakeHost final : HostLink {
   std::vector<uint8_t> mem = std::vector<uint8_t>(8 << 20);
+  bool keeps = false;
   bool dma_read(uint64_t iova, void* dst, uint64_t n) override {
     if (iova < kIova || iova + n > kIova + mem.size()) return false;
     std::memcpy(dst, &mem[iova - kIova], n);
     return true;
+  }
+  bool keeps_bytes() const override { return keeps; }
+  const uint8_t* dma_kept(uint64_t iova, uint64_t n) override {
+    return iova < kIova || iova + n > kIova + mem.size() ? nullptr : &mem[iova - kIova];
   }
   bool dma_write(uint64_t iova, const void* src, uint64_t n) override {
     if (iova < kIova || iova + n > kIova + mem.size()) return false;
@@ -38,9 +44,11 @@ struct FakeHost final : HostLink {
   void raise_irq(uint32_t) override {}
 };
 
-// The host's end of BAR0; this testbench drives DMA, not registers.
+// The host's end of BAR0; this testbench drives DMA, not registers. `probe` reads device memory
+// as a core does.
 struct HostSide : sc_core::sc_module {
   tlm_utils::simple_initiator_socket<HostSide> bar0{"bar0"};
+  tlm_utils::simple_initiator_socket<HostSide> probe{"probe"};
   explicit HostSide(const sc_core::sc_module_name& name) : sc_core::sc_module(name) {}
 };
 
@@ -59,6 +67,7 @@ struct Harness {
     server.add_card(0, nullptr);  // no peer reaches this card's memory
     host_side.bar0.bind(endpoint.bar0);
     dma.mem.bind(memory.socket);
+    host_side.probe.bind(memory.socket);
     endpoint.attach(&host);
     endpoint.cfg_write(hw::kCfgCommand, 2, hw::kCmdMemorySpace | hw::kCmdBusMaster);
     sc_core::sc_start(sc_core::SC_ZERO_TIME);  // elaborate
@@ -145,6 +154,62 @@ TEST_CASE("a scrubbed page gives its host memory back and its slot comes back as
   h->memory.scrub(kAt, 2 * kPage);
   h->memory.scrub(kElsewhere, kPage);
   CHECK(h->memory.resident_bytes() == before);
+}
+
+TEST_CASE("bytes the host keeps are written without backing pages and read back under later writes") {
+  // A replay's capture keeps what the card reads: a copy from it backs no page, and every read
+  // (functional, a device-to-host copy, a core's deferred load) sees it under what was written since.
+  constexpr uint64_t kPage = 64 << 10;
+  constexpr uint64_t kAt = 0x70000000, kBack = 0x80000000;  // untouched by the cases before
+  const size_t n = 3 * kPage + 5;
+  std::vector<uint8_t> want = random_bytes(n);
+  std::memcpy(h->host.mem.data(), want.data(), n);
+  h->host.keeps = true;
+  const uint64_t before = h->memory.resident_bytes();
+  CHECK(h->copy(kIova, kAt, n, hw::kCopySrcHost).ok());
+  CHECK(h->memory.resident_bytes() == before);  // nothing copied into pages
+  CHECK(h->memory.kept_ranges() > 0);
+  // Written over in the middle of the first page and across the second and third: those pages are
+  // backed, the rest is still read from the host's bytes.
+  const std::vector<uint8_t> mid(kPage + 100, 0x5a);
+  CHECK(h->memory.write(kAt + kPage / 2, mid.data(), mid.size()));
+  std::copy(mid.begin(), mid.end(), want.begin() + kPage / 2);
+  h->memory.scrub(kAt + 3 * kPage, 2);  // the last 5 bytes: 2 of them zeroed
+  want[3 * kPage] = want[3 * kPage + 1] = 0;
+  CHECK(h->memory.resident_bytes() == before + 2 * kPage);
+  std::vector<uint8_t> got(n, 0xee);
+  h->memory.read(kAt, got.data(), n);
+  CHECK(got == want);
+  // A copy to the host reads the same.
+  h->host.keeps = false;
+  CHECK(h->copy(kAt, kIova + (4 << 20), n, hw::kCopyDstHost).ok());
+  CHECK(std::memcmp(h->host.mem.data() + (4 << 20), want.data(), n) == 0);
+  // A core's load, deferred: where the bytes are, in order, from pages and from the host's bytes.
+  std::vector<std::pair<const uint8_t*, uint64_t>> where;
+  RowList list;
+  list.rows = Rows::strided(kAt + 7, kPage, 3, kPage - 7);
+  list.deferred = &where;
+  std::vector<uint8_t> unused(list.rows.count * list.rows.bytes);
+  sc_core::sc_time delay = sc_core::SC_ZERO_TIME;
+  CHECK(tlm_access_rows(h->host_side.probe, tlm::TLM_READ_COMMAND, list, unused.data(), delay));
+  std::vector<uint8_t> loaded;
+  for (const auto& [p, len] : where) loaded.insert(loaded.end(), p, p + len);
+  std::vector<uint8_t> rows;
+  for (uint64_t r = 0; r < 3; ++r)
+    rows.insert(rows.end(), want.begin() + 7 + r * kPage, want.begin() + (r + 1) * kPage);
+  CHECK(loaded == rows);
+  // A device-to-device copy, then the whole range scrubbed: nothing kept is left.
+  CHECK(h->copy(kAt, kBack, n, 0).ok());
+  std::vector<uint8_t> copied(n);
+  h->memory.read(kBack, copied.data(), n);
+  CHECK(copied == want);
+  h->memory.scrub(kAt, n);
+  h->memory.scrub(kBack, 4 * kPage);  // its last page wholly, so that it is given back
+  CHECK(h->memory.kept_ranges() == 0);
+  CHECK(h->memory.resident_bytes() == before);
+  std::vector<uint8_t> zeros(n, 0xee);
+  h->memory.read(kAt, zeros.data(), n);
+  CHECK(std::all_of(zeros.begin(), zeros.end(), [](uint8_t b) { return b == 0; }));
 }
 
 TEST_CASE("a host copy takes its PCIe transfer time plus latency once") {

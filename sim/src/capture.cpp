@@ -229,14 +229,20 @@ class ReplayHost::Link final : public HostLink {
  public:
   Link(ReplayHost& host, uint32_t card) : host_(host), card_(card) {}
   bool dma_read(uint64_t iova, void* dst, uint64_t n) override {
+    const uint8_t* kept = dma_kept(iova, n);
+    if (kept) std::memcpy(dst, kept, n);
+    return kept != nullptr;
+  }
+  // The capture's bytes stay mapped while the replay runs.
+  bool keeps_bytes() const override { return true; }
+  const uint8_t* dma_kept(uint64_t iova, uint64_t n) override {
     auto it = host_.reads_.find({card_, iova, n});
     if (it == host_.reads_.end() || it->second.empty()) {
       ++host_.result_.missing_reads;
-      return false;
+      return nullptr;
     }
     const CaptureEvent& e = host_.capture_.events[it->second.take()];
-    if (e.ok) std::memcpy(dst, host_.capture_.bytes() + e.data, n);
-    return e.ok;
+    return e.ok ? host_.capture_.bytes() + e.data : nullptr;
   }
   bool dma_write(uint64_t iova, const void* src, uint64_t n) override {
     CaptureEvent e;

@@ -90,6 +90,7 @@ bool DeviceMemory::may_grow() {
 }
 
 void DeviceMemory::read(uint64_t addr, void* dst, uint64_t n) const {
+  const uint64_t begin = addr, end = addr + n;
   auto* out = static_cast<uint8_t*>(dst);
   while (n > 0) {
     const uint64_t page = addr / kPageBytes;
@@ -105,9 +106,36 @@ void DeviceMemory::read(uint64_t addr, void* dst, uint64_t n) const {
     addr += len;
     n -= len;
   }
+  // What write_kept wrote hides the pages.
+  for (auto it = kept_after(begin); it != kept_.end() && it->first < end; ++it) {
+    const uint64_t lo = std::max(begin, it->first), hi = std::min(end, it->first + it->second.n);
+    std::memcpy(static_cast<uint8_t*>(dst) + (lo - begin), it->second.src + (lo - it->first), hi - lo);
+  }
+}
+
+std::map<uint64_t, DeviceMemory::Kept>::const_iterator DeviceMemory::kept_after(uint64_t addr) const {
+  if (kept_.empty()) return kept_.end();
+  auto it = kept_.upper_bound(addr);
+  if (it != kept_.begin() && std::prev(it)->first + std::prev(it)->second.n > addr) --it;
+  return it;
 }
 
 void DeviceMemory::locate(uint64_t addr, uint64_t n, std::vector<std::pair<const uint8_t*, uint64_t>>& out) const {
+  const uint64_t end = addr + n;
+  for (auto it = kept_after(addr); it != kept_.end() && it->first < end && addr < end; ++it) {
+    if (it->first > addr) {  // pages up to the kept range
+      locate_pages(addr, it->first - addr, out);
+      addr = it->first;
+    }
+    const uint64_t hi = std::min(end, it->first + it->second.n);
+    out.emplace_back(it->second.src + (addr - it->first), hi - addr);
+    addr = hi;
+  }
+  if (addr < end) locate_pages(addr, end - addr, out);
+}
+
+void DeviceMemory::locate_pages(uint64_t addr, uint64_t n,
+                                std::vector<std::pair<const uint8_t*, uint64_t>>& out) const {
   while (n > 0) {
     const uint64_t off = addr % kPageBytes;
     const uint64_t len = std::min(n, kPageBytes - off);
@@ -123,8 +151,27 @@ void DeviceMemory::locate(uint64_t addr, uint64_t n, std::vector<std::pair<const
   }
 }
 
+void DeviceMemory::write_kept(uint64_t addr, const uint8_t* src, uint64_t n) {
+  if (n == 0) return;
+  if (guard_) guard_(addr, n);
+  drop_kept(addr, n);
+  kept_.emplace(addr, Kept{src, n});
+}
+
+void DeviceMemory::drop_kept(uint64_t addr, uint64_t n) {
+  const uint64_t end = addr + n;
+  for (auto it = kept_after(addr); it != kept_.end() && it->first < end;) {
+    const uint64_t lo = it->first, hi = lo + it->second.n;
+    const uint8_t* src = it->second.src;
+    it = kept_.erase(it);
+    if (lo < addr) kept_.emplace(lo, Kept{src, addr - lo});  // before `it`: not visited again
+    if (hi > end) it = kept_.emplace_hint(it, end, Kept{src + (end - lo), hi - end});
+  }
+}
+
 bool DeviceMemory::write(uint64_t addr, const void* src, uint64_t n) {
   if (guard_) guard_(addr, n);
+  drop_kept(addr, n);
   const auto* in = static_cast<const uint8_t*>(src);
   while (n > 0) {
     const uint64_t page = addr / kPageBytes;
@@ -149,6 +196,7 @@ void DeviceMemory::scrub(uint64_t addr, uint64_t n) {
   if (addr >= size_) return;
   n = std::min(n, size_ - addr);
   if (guard_) guard_(addr, n);
+  drop_kept(addr, n);
   const uint64_t end = addr + n;
   const auto clear = [&](decltype(pages_)::iterator it) {  // the page's part in range; the next page
     const uint64_t lo = it->first * kPageBytes, hi = lo + kPageBytes;
@@ -218,6 +266,8 @@ void DeviceMemory::transport_rows(const RowList& list, tlm::tlm_generic_payload&
       locate(rows.at(r), n, *list.deferred);
     } else if (gp.is_read()) {
       read(rows.at(r), data, n);
+    } else if (list.kept) {
+      write_kept(rows.at(r), data, n);
     } else if (!write(rows.at(r), data, n)) {
       gp.set_response_status(kHostMemoryResponse);
       return;

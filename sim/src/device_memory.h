@@ -2,11 +2,13 @@
 // and ring links. All of the card's 112 GB are addressable; host memory grows only with the 64 KiB
 // pages that are written, and only while the host can give it (sim.host_memory_bytes): a write that
 // would need more fails with kHostMemoryResponse instead of the host's out-of-memory killer ending
-// the process.
+// the process. What a replay's DMA copies from its capture is not copied into pages at all: the
+// memory reads it where the capture holds it (write_kept).
 #pragma once
 
 #include <cstdint>
 #include <functional>
+#include <map>
 #include <memory>
 #include <unordered_map>
 #include <utility>
@@ -62,6 +64,12 @@ class DeviceMemory : public sc_core::sc_module {
   void read(uint64_t addr, void* dst, uint64_t n) const;
   /// False when a page it needs could not be backed (see may_grow): the pages before it are written.
   bool write(uint64_t addr, const void* src, uint64_t n);
+  /// Writes [addr, addr + n) with the `n` bytes at `src`, which stay unchanged there for the life of
+  /// this memory (a replay's capture): reads take them from there and no page is backed for them,
+  /// so a replay copies no input into pages (in timing mode, which reads no tensor, none at all).
+  void write_kept(uint64_t addr, const uint8_t* src, uint64_t n);
+  /// Ranges written with write_kept and not written over since (for tests).
+  size_t kept_ranges() const { return kept_.size(); }
   uint64_t resident_bytes() const { return pages_.size() * kPageBytes; }
   /// Zeroes [addr, addr + n) (clipped to memory) and releases the pages it wholly covers.
   void scrub(uint64_t addr, uint64_t n);
@@ -92,6 +100,19 @@ class DeviceMemory : public sc_core::sc_module {
   bool poisoned(uint64_t addr, uint64_t n) const;
   /// Appends where the n bytes at addr are (never-written pages read from a page of zeros).
   void locate(uint64_t addr, uint64_t n, std::vector<std::pair<const uint8_t*, uint64_t>>& out) const;
+  /// locate() of the pages alone, as if nothing were kept.
+  void locate_pages(uint64_t addr, uint64_t n, std::vector<std::pair<const uint8_t*, uint64_t>>& out) const;
+  /// Forgets the parts of kept ranges inside [addr, addr + n) (before a write or a scrub).
+  void drop_kept(uint64_t addr, uint64_t n);
+  struct Kept {
+    const uint8_t* src;
+    uint64_t n;
+  };
+  /// The first kept range that ends after `addr`, in address order.
+  std::map<uint64_t, Kept>::const_iterator kept_after(uint64_t addr) const;
+  // Device address -> the bytes write_kept wrote there; they hide what the pages hold (older).
+  // Disjoint ranges; empty unless a replay's host keeps its bytes.
+  std::map<uint64_t, Kept> kept_;
 
   uint64_t size_;
   uint64_t host_limit_;    // sim.host_memory_bytes: 0 = what the host has

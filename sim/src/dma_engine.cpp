@@ -51,14 +51,21 @@ hw::Verdict DmaEngine::run(uint32_t channel, const hw::CopyArgs& args, uint8_t f
   auto chunk_bytes = [&](uint64_t i) { return std::min(kChunkBytes, args.size - i * kChunkBytes); };
   uint8_t* const base = buffers_[channel].data();
   auto buffer = [&](uint64_t i) { return base + (i % (kReadAhead + 1)) * kChunkBytes; };
+  // Where each chunk in flight is: its buffer, or bytes the host keeps (HostLink::keeps_bytes),
+  // which device memory takes as they are instead of copying them.
+  const uint8_t* chunk_at[kReadAhead + 1] = {};
   tlm::tlm_response_status write_status = tlm::TLM_OK_RESPONSE;
   auto write = [&](uint64_t i) {
     if (arrived[i] > sc_core::sc_time_stamp()) wait(arrived[i] - sc_core::sc_time_stamp());
     sc_core::sc_time t = sc_core::SC_ZERO_TIME;
     const uint64_t at = args.dst + i * kChunkBytes;
-    const bool ok = dst_host ? endpoint_.host_write(at, buffer(i), chunk_bytes(i), t)
-                             : tlm_access(mem, tlm::TLM_WRITE_COMMAND, at, buffer(i), chunk_bytes(i), t,
-                                          Fabric::pcie_stop(), &write_status);
+    const uint8_t* from = chunk_at[i % (kReadAhead + 1)];
+    const bool kept = from != buffer(i);
+    // NOLINTNEXTLINE(cppcoreguidelines-pro-type-const-cast): a TLM payload's data pointer is not const
+    uint8_t* data = const_cast<uint8_t*>(from);
+    const bool ok = dst_host ? endpoint_.host_write(at, data, chunk_bytes(i), t)
+                             : tlm_access(mem, tlm::TLM_WRITE_COMMAND, at, data, chunk_bytes(i), t, Fabric::pcie_stop(),
+                                          &write_status, /*move=*/true, kept);
     done = std::max(done, sc_core::sc_time_stamp() + t);
     return ok;
   };
@@ -74,10 +81,16 @@ hw::Verdict DmaEngine::run(uint32_t channel, const hw::CopyArgs& args, uint8_t f
       sc_core::sc_time t = sc_core::SC_ZERO_TIME;
       const uint64_t at = args.src + i * kChunkBytes;
       tlm::tlm_response_status status = tlm::TLM_OK_RESPONSE;
-      const bool ok = src_host ? endpoint_.host_read(at, buffer(i), chunk_bytes(i), t)
-                               : tlm_access(mem, tlm::TLM_READ_COMMAND, at, buffer(i), chunk_bytes(i), t,
-                                            Fabric::pcie_stop(), &status);
-      if (!ok) return failed(src_host, status, hw::Field::kCopySrc);
+      const uint8_t*& from = chunk_at[i % (kReadAhead + 1)];
+      from = buffer(i);
+      if (src_host && !dst_host) {
+        from = endpoint_.host_read_kept(at, buffer(i), chunk_bytes(i), t);
+      } else if (src_host ? !endpoint_.host_read(at, buffer(i), chunk_bytes(i), t)
+                          : !tlm_access(mem, tlm::TLM_READ_COMMAND, at, buffer(i), chunk_bytes(i), t,
+                                        Fabric::pcie_stop(), &status)) {
+        from = nullptr;
+      }
+      if (!from) return failed(src_host, status, hw::Field::kCopySrc);
       arrived[i] = sc_core::sc_time_stamp() + t;
     }
   }

@@ -214,21 +214,27 @@ uint64_t Endpoint::wire_bytes(uint64_t n) const {
 }
 
 bool Endpoint::host_read(uint64_t iova, void* dst, uint64_t n, sc_core::sc_time& delay) {
-  if (link_down_ || !host_ || !bus_master()) return false;
+  auto* out = static_cast<uint8_t*>(dst);
+  const uint8_t* at = host_read_kept(iova, out, n, delay);
+  if (at && at != out) std::memcpy(out, at, n);
+  return at != nullptr;
+}
+
+const uint8_t* Endpoint::host_read_kept(uint64_t iova, uint8_t* dst, uint64_t n, sc_core::sc_time& delay) {
+  if (link_down_ || !host_ || !bus_master()) return nullptr;
   uint32_t peer = 0;
   uint64_t addr = 0;
   if (host_->peer_window(iova, n, &peer, &addr)) {
-    return server_.peer_read(index_, peer, addr, static_cast<uint8_t*>(dst), n, wire_bytes(n), !functional_, delay,
-                             nullptr);
+    return server_.peer_read(index_, peer, addr, dst, n, wire_bytes(n), !functional_, delay, nullptr) ? dst : nullptr;
   }
-  if (!host_->dma_read(iova, dst, n)) return false;
-  if (functional_) return true;
+  const uint8_t* at = host_->keeps_bytes() ? host_->dma_kept(iova, n) : (host_->dma_read(iova, dst, n) ? dst : nullptr);
+  if (!at || functional_) return at;
   // A read is a request upstream and completions with the data downstream: a round trip.
   const uint64_t now = sc_core::sc_time_stamp().value();
   const uint64_t done = server_.host_transfer(index_, /*to_host=*/false, now + delay.value(), wire_bytes(n)) +
                         uint64_t{config_.pcie.latency_ns} * 1000;
   delay = sc_core::sc_time::from_value(done - now);
-  return true;
+  return at;
 }
 
 bool Endpoint::host_write(uint64_t iova, const void* src, uint64_t n, sc_core::sc_time& delay) {

@@ -41,6 +41,9 @@ class Endpoint : public sc_core::sc_module {
   /// DMA across the link, to host memory or (through the switch) to another card's memory window.
   /// `delay` (relative to now) is advanced by the transfer's time.
   bool host_read(uint64_t iova, void* dst, uint64_t n, sc_core::sc_time& delay);
+  /// host_read without the copy when the host keeps the bytes (HostLink::keeps_bytes): where the
+  /// bytes are, `dst` when they were copied there; nullptr when the read failed.
+  const uint8_t* host_read_kept(uint64_t iova, uint8_t* dst, uint64_t n, sc_core::sc_time& delay);
   bool host_write(uint64_t iova, const void* src, uint64_t n, sc_core::sc_time& delay);
   void raise_msix(uint32_t vector);
   /// Called with (base, size) when the host scrubs a range of device memory (hw::kMgmtScrub).

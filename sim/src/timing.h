@@ -176,6 +176,7 @@ struct RowList : tlm::tlm_extension<RowList> {
   uint32_t stop = 0;           // the initiator's ring stop (Fabric::core_stop, Fabric::pcie_stop)
   bool book = true;            // false: the bytes ride on a transfer already booked (a multicast on the ring)
   bool data = true;            // false: the target checks and books the rows but moves no byte (timing mode)
+  bool kept = false;           // a write whose bytes stay unchanged where they are (HostLink::keeps_bytes)
   bool* ring_bound = nullptr;  // set by the target: whether a ring link, not a channel, limited it
   /// For a read: when set, the target books the time and checks the rows but moves no byte; it
   /// appends where the rows' bytes are now (host pointers and lengths, in order) for the initiator
@@ -226,11 +227,12 @@ bool tlm_access_rows(Socket& socket, tlm::tlm_command cmd, RowList& list, uint8_
 /// target. Returns false on an error response (for example an address outside device memory).
 template <typename Socket>
 bool tlm_access(Socket& socket, tlm::tlm_command cmd, uint64_t addr, uint8_t* data, uint64_t n, sc_core::sc_time& delay,
-                uint32_t stop, tlm::tlm_response_status* status = nullptr, bool move = true) {
+                uint32_t stop, tlm::tlm_response_status* status = nullptr, bool move = true, bool kept = false) {
   RowList list;
   list.rows = Rows::strided(addr, 0, 1, n);
   list.stop = stop;
   list.data = move;
+  list.kept = kept;
   return tlm_access_rows(socket, cmd, list, data, delay, status);
 }
 

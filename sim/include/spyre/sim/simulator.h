@@ -20,6 +20,13 @@ class HostLink {
   virtual ~HostLink() = default;
   /// Copies `n` bytes at IOVA `iova` into `dst`. False when the range is not mapped for reading.
   virtual bool dma_read(uint64_t iova, void* dst, uint64_t n) = 0;
+  /// Whether the link keeps what the card reads: bytes that stay unchanged for as long as the
+  /// link lives (a replay's capture). The card's DMA engine then takes them with dma_kept instead
+  /// of copying them, and device memory copies them only when something reads them.
+  virtual bool keeps_bytes() const { return false; }
+  /// When keeps_bytes(): dma_read without the copy, where the `n` bytes at `iova` are kept;
+  /// nullptr when the range is not mapped for reading.
+  virtual const uint8_t* dma_kept(uint64_t /*iova*/, uint64_t /*n*/) { return nullptr; }
   /// Copies `n` bytes from `src` to IOVA `iova`. False when the range is not mapped for writing.
   virtual bool dma_write(uint64_t iova, const void* src, uint64_t n) = 0;
   /// Delivers MSI-X vector `vector`.
