@@ -8,7 +8,11 @@ A program is Python source, one assignment per line, so a mismatch minimises by 
 and prints as a regression test body.
 
     .venv/bin/python fuzz/tensor_programs.py --programs 2000 --seed 1
+    .venv/bin/python fuzz/tensor_programs.py --programs 200 --seed 1 --front-door compile
     .venv/bin/python fuzz/tensor_programs.py --replay 'seed 1 program 17'
+
+`--front-door compile` runs each line through torch.compile (tensor_programs_run.through_compile):
+the spyre backend against AOTAutograd over CPU's kernels.
 
 Programs run in a worker process; a program that kills its worker is a crash, and is minimised the
 same way (each candidate in a fresh process). The programs come from tensor_programs_gen.py and run
@@ -61,7 +65,7 @@ for line in sys.stdin:
     req = json.loads(line)
     lines = req["lines"] if "lines" in req else gen.program(req["seed"], req["index"], req["length"])
     try:
-        finding = tp.run(lines)
+        finding = tp.run(lines, {front_door!r})
     except Exception as e:  # an error the line did not raise: a device error read back while comparing
         finding = None if tp._simulator_out_of_memory(e) else f"comparing raises {{type(e).__name__}}: {{str(e)[:160]}}"
     print(json.dumps({{"id": req.get("id"), "finding": finding, "lines": lines}}), flush=True)
@@ -69,10 +73,10 @@ for line in sys.stdin:
 
 
 class Worker:
-    def __init__(self, mode: str):
+    def __init__(self, mode: str, front_door: str = "eager"):
         env = dict(os.environ, PYTHONWARNINGS="ignore")
         env.setdefault("SPYRE_CONFIG", os.path.join(ROOT, "configs", "ieee_fp16.json"))
-        code = WORKER.format(root=ROOT, mode=mode, address_space=WORKER_ADDRESS_SPACE)
+        code = WORKER.format(root=ROOT, mode=mode, address_space=WORKER_ADDRESS_SPACE, front_door=front_door)
         self.p = subprocess.Popen([sys.executable, "-c", code], stdin=subprocess.PIPE,
                                   stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, env=env)  # fmt: skip
 
@@ -124,6 +128,12 @@ def main() -> None:
         choices=["allow", "error"],
         help="the CPU fallback: allowed (is every answer right?) or forbidden (what runs natively?)",
     )
+    parser.add_argument(
+        "--front-door",
+        default="eager",
+        choices=["eager", "compile"],
+        help="how spyre runs each line: eagerly, or through torch.compile (CPU: aot_eager)",
+    )
     parser.add_argument("--replay", help="'seed S program I': that program alone, printed")
     parser.add_argument("--out", help="write the minimised findings here (JSON)")
     args = parser.parse_args()
@@ -132,18 +142,18 @@ def main() -> None:
         lines = program(int(s), int(i), args.length)
         print("\n".join(lines))
         return
-    worker, findings, native, t0 = Worker(args.mode), [], 0, time.time()
+    worker, findings, native, t0 = Worker(args.mode, args.front_door), [], 0, time.time()
     for i in range(args.programs):
         res = worker.ask({"seed": args.seed, "index": i, "length": args.length, "id": i})
         if res is None:  # the program killed the worker
             worker.close()
-            worker = Worker(args.mode)
+            worker = Worker(args.mode, args.front_door)
             lines = program(args.seed, i, args.length)
-            findings.append(_minimise_crash(lines, args.mode, f"seed {args.seed} program {i}"))
+            findings.append(_minimise_crash(lines, args.mode, args.front_door, f"seed {args.seed} program {i}"))
             continue
         if worker.rss() > WORKER_MEMORY:
             worker.close()
-            worker = Worker(args.mode)
+            worker = Worker(args.mode, args.front_door)
         if res["finding"] is None:
             native += 1
             continue
@@ -155,7 +165,8 @@ def main() -> None:
     worker.close()
     kinds = {"crash": sum("crash" in f["finding"] for f in findings), "mismatch": len(findings)}
     kinds["mismatch"] -= kinds["crash"]
-    print(f"{args.programs} programs (seed {args.seed}, {args.length} lines, fallback={args.mode}) in "
+    print(f"{args.programs} programs (seed {args.seed}, {args.length} lines, fallback={args.mode}, "
+          f"front door {args.front_door}) in "
           f"{time.time() - t0:.0f} s: {kinds['mismatch']} mismatches, {kinds['crash']} crashes"
           + (f"; {native} ran with no fallback" if args.mode == "error" else ""))  # fmt: skip
     if args.out:
@@ -164,9 +175,9 @@ def main() -> None:
     sys.exit(1 if findings else 0)
 
 
-def _minimise_crash(lines: list, mode: str, where: str) -> dict:
+def _minimise_crash(lines: list, mode: str, front_door: str, where: str) -> dict:
     def fails(ls):
-        w = Worker(mode)
+        w = Worker(mode, front_door)
         try:
             res = w.ask({"lines": ls})
         finally:

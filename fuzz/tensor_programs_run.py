@@ -22,10 +22,30 @@ def _simulator_out_of_memory(e: Exception) -> bool:
 TOL = {"float32": (1e-4, 1e-4), "float16": (2e-2, 2e-3), "bfloat16": (2e-2, 1e-2)}
 
 
-def run(lines: list) -> str | None:
-    """Runs a program on CPU and on spyre, line by line; the first difference, or None."""
+_ASSIGN = re.compile(r"^(v\d+) = (.*)$")
+
+
+def through_compile(line: str, device: str) -> str:
+    """`line` as the torch.compile front door runs it: its expression is the body of a function
+    compiled with dynamic=False, by the spyre backend on spyre and by AOTAutograd over CPU's own
+    kernels on CPU ("aot_eager"), so that what torch.compile itself does to a call
+    (functionalization, a view regenerated from its base) is done on both sides and the values
+    still come from CPU's kernels. The lines that make inputs (from a generator) and the autograd
+    lines run eagerly."""
+    m = _ASSIGN.match(line)
+    if not m or "generator=" in line:
+        return line
+    backend = "spyre" if device == "spyre" else "aot_eager"
+    return f"{m.group(1)} = torch.compile(lambda: ({m.group(2)}), backend={backend!r}, dynamic=False)()"
+
+
+def run(lines: list, front_door: str = "eager") -> str | None:
+    """Runs a program on CPU and on spyre, line by line, through the front door named ("eager",
+    or "compile": each line through torch.compile); the first difference, or None."""
     import torch
 
+    if front_door == "compile":
+        torch._dynamo.reset()  # each program's graphs are its own: a long run's caches stay small
     envs = {d: {"torch": torch, "dev": d} for d in ("cpu", "spyre")}
     for i, line in enumerate(lines):
         errors = {}
@@ -34,7 +54,7 @@ def run(lines: list) -> str | None:
         before = {d: _small_tensors(env) for d, env in envs.items()} if _WRITES.search(line) else envs
         for d, env in envs.items():
             try:
-                exec(line, env)  # noqa: S102
+                exec(through_compile(line, d) if front_door == "compile" else line, env)  # noqa: S102
             except Exception as e:  # noqa: BLE001
                 errors[d] = e
         if "cpu" in errors:

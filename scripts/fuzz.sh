@@ -5,7 +5,7 @@
 #   bash scripts/fuzz.sh                       the brief run of every CI run (--seconds 15 each)
 #   bash scripts/fuzz.sh --runs 10000000       the long offline run (no time limit)
 #   bash scripts/fuzz.sh --target fuzz_program --seconds 600
-#   bash scripts/fuzz.sh --tensor-programs 100000 [--seed S] [--mode allow|error]
+#   bash scripts/fuzz.sh --tensor-programs 100000 [--seed S] [--mode allow|error] [--front-door eager|compile]
 #                                              the differential fuzzer of tensor programs instead
 #                                              (fuzz/tensor_programs.py: spyre against CPU torch)
 # --seconds and --runs both bound a run when both are given. Built in build/fuzz/; inputs that
@@ -22,8 +22,9 @@ ONLY=""
 PROGRAMS=""
 SEED=1
 MODE=allow
+FRONT_DOOR=eager
 usage="usage: $0 [--seconds N] [--runs N] [--target fuzz_descriptor|fuzz_program|fuzz_messages|fuzz_ktir]
-       $0 --tensor-programs N [--seed S] [--mode allow|error]"
+       $0 --tensor-programs N [--seed S] [--mode allow|error] [--front-door eager|compile]"
 while (($#)); do
   case "$1" in
     --tensor-programs)
@@ -36,6 +37,10 @@ while (($#)); do
       ;;
     --mode)
       MODE="${2:?--mode needs a value}"
+      shift 2
+      ;;
+    --front-door)
+      FRONT_DOOR="${2:?--front-door needs a value}"
       shift 2
       ;;
     --seconds)
@@ -59,7 +64,7 @@ done
 if [[ -n "$PROGRAMS" ]]; then
   mkdir -p build/fuzz
   exec .venv/bin/python fuzz/tensor_programs.py --programs "$PROGRAMS" --seed "$SEED" --mode "$MODE" \
-    --out "build/fuzz/tensor_programs-seed$SEED-$MODE.json"
+    --front-door "$FRONT_DOOR" --out "build/fuzz/tensor_programs-seed$SEED-$MODE-$FRONT_DOOR.json"
 fi
 [[ -z "$SECONDS_EACH" && -z "$RUNS" ]] && SECONDS_EACH=15
 if [[ -n "$ONLY" ]]; then

@@ -21,6 +21,7 @@
 #include "compiled_graph.h"
 #include "graph.h"
 #include "memory_bindings.h"
+#include "pointwise_common.h"
 #include "process_group.h"
 #include "runtime.h"
 #include "sanitizer.h"
@@ -456,11 +457,15 @@ PYBIND11_MODULE(_C, m) {
       "_fallback_counts", [](bool reset) { return spyre::backend::fallback_counts(reset); }, py::arg("reset") = false);
   // Runs ATen operator `name` ("aten::op.overload") through the CPU fallback, under its policy: for a
   // decomposed op (torch_spyre/_decomposed.py) whose decomposition does not take the call.
-  m.def("_run_on_cpu", [](const std::string& name, const py::args& args, const py::kwargs& kwargs) {
-    HANDLE_TH_ERRORS
+  // "aten::op.overload": its operator handle.
+  const auto operator_named = [](const std::string& name) {
     const auto dot = name.find('.');
-    const c10::OperatorHandle op = c10::Dispatcher::singleton().findSchemaOrThrow(
-        name.substr(0, dot).c_str(), dot == std::string::npos ? "" : name.substr(dot + 1).c_str());
+    return c10::Dispatcher::singleton().findSchemaOrThrow(name.substr(0, dot).c_str(),
+                                                          dot == std::string::npos ? "" : name.substr(dot + 1).c_str());
+  };
+  m.def("_run_on_cpu", [operator_named](const std::string& name, const py::args& args, const py::kwargs& kwargs) {
+    HANDLE_TH_ERRORS
+    const c10::OperatorHandle op = operator_named(name);
     torch::jit::Stack stack = torch::jit::createStackForSchema(op.schema(), args, kwargs, std::nullopt);
     {
       const py::gil_scoped_release nogil;
@@ -469,6 +474,17 @@ PYBIND11_MODULE(_C, m) {
     return torch::jit::createPyObjectForStack(std::move(stack));
     END_HANDLE_TH_ERRORS_PYBIND
   });
+  // The eager kernels' check of a call's argument types against CPU's refusals (round of bool, sub
+  // of bools; pointwise_common.h), for the torch.compile front door's planner: raises what CPU
+  // raises for these types. Tensors are read for their type and rank only.
+  m.def("_check_types_as_cpu",
+        [operator_named](const std::string& name, const py::args& args, const py::kwargs& kwargs) {
+          HANDLE_TH_ERRORS
+          const c10::OperatorHandle op = operator_named(name);
+          torch::jit::Stack stack = torch::jit::createStackForSchema(op.schema(), args, kwargs, std::nullopt);
+          spyre::backend::check_types_as_cpu(spyre::backend::BoxedCall(op, &stack));
+          END_HANDLE_TH_ERRORS_PYBIND
+        });
   m.def("_is_in_bad_fork", [] { return spyre::driver::Driver::forked_child(); });
   m.def("_device_opened", [](int index) { return DeviceRuntime::opened(index); });
   m.def("_init", [](int index) { (void)DeviceRuntime::get(index); });

@@ -109,7 +109,11 @@ void check_types_as_cpu(const BoxedCall& c) {
     torch::jit::Stack stack;
     for (size_t i = 0; i < c.size(); ++i) stack.push_back(stand_in(c.at(i)));
     try {
-      const c10::impl::ExcludeDispatchKeyGuard no_autograd(c10::autograd_dispatch_keyset);
+      // CPU's own kernel decides, not a Python mode that may be active (the fake tensors of
+      // torch.compile's tracing take any type): its answer is kept for every later call.
+      const c10::impl::ExcludeDispatchKeyGuard no_autograd(
+          c10::autograd_dispatch_keyset |
+          c10::DispatchKeySet({c10::DispatchKey::Python, c10::DispatchKey::PythonTLSSnapshot}));
       c.op().callBoxed(&stack);
     } catch (const c10::NotImplementedError& e) {
       verdict = {false, false, true, e.what_without_backtrace()};

@@ -723,3 +723,54 @@ def test_a_compiled_call_frees_its_intermediates_when_it_returns_without_the_gar
             assert torch.spyre.memory_allocated() == base
     finally:
         gc.enable()
+
+
+_REFUSED_TYPES = {
+    "round of bool": (lambda x: torch.round(x > 0), torch.float32),
+    "abs of bool": (lambda x: torch.abs(x > 0), torch.float32),
+    "sub of bools": (lambda x: torch.sub(x > 0, False), torch.float32),
+    "round of an empty bool": (lambda x: torch.round(x[:0] > 0), torch.float32),
+    "lerp of integers": (lambda x: torch.lerp(x, x, 0.3), torch.int64),
+    "softmax of int32": (lambda x: torch.softmax(x, 1), torch.int32),
+    "log_softmax of int64": (lambda x: torch.log_softmax(x, -1), torch.int64),
+    "argmax of bool": (lambda x: torch.argmax(x > 0, 0, keepdim=True), torch.float32),
+}
+
+
+@pytest.mark.parametrize("case", list(_REFUSED_TYPES))
+def test_compiled_calls_refuse_the_types_cpu_refuses(case):
+    """Where CPU's kernel refuses a call's types, the compiled call raises CPU's error, as the eager
+    kernel does (the differential fuzzer's compile front door found each answering instead: a
+    lowered node, a decomposition and an empty input skipped the check). Compiled first, the eager
+    call afterwards still refuses (a check made under the tracing's fake tensors once kept the
+    fake answer for every later call)."""
+    torch_spyre.set_cpu_fallback("warn")  # a softmax of integers has no kernel: the CPU's refuses it
+    fn, dtype = _REFUSED_TYPES[case]
+    x = torch.arange(-6, 6).reshape(3, 4).to(dtype)
+    with pytest.raises(Exception) as cpu:
+        fn(x)
+    with pytest.raises(type(cpu.value), match=str(cpu.value)[:40].replace("(", r"\(").replace(")", r"\)")):
+        torch.compile(fn, backend="spyre")(x.to("spyre"))
+    with pytest.raises(type(cpu.value)):
+        fn(x.to("spyre"))
+
+
+def test_a_compiled_in_place_product_with_a_0_dim_operand_matches_cpu():
+    """The type check of a node whose operand is 0-dim must run on real stand-ins, not the
+    tracing's fake tensors (an intermediate check refused v1.mul_(v8), which then failed)."""
+    v1, v8 = torch.randn(7).half(), torch.tensor(0.5)
+    d1, d8 = v1.to("spyre"), v8.to("spyre")
+    got = torch.compile(lambda: d1.mul_(d8), backend="spyre", dynamic=False)()
+    v1.mul_(v8)
+    assert got.dtype == v1.dtype and torch.equal(d1.cpu(), v1)
+
+
+def test_a_compiled_call_that_torchs_reference_refuses_runs_as_cpus_kernel_runs_it():
+    """addcmul of int64 tensors by value=0.5: CPU's kernel takes it, torch's reference (the
+    decomposition) raised ValueError, so the compiled call failed where CPU answers. The call now
+    stays whole and its eager kernel answers (found by the compile front door of the fuzzer)."""
+    x = torch.randint(-5, 6, (4, 16), generator=torch.Generator().manual_seed(0))
+    want = torch.addcmul(x, x, x, value=0.5)
+    d = x.to("spyre")
+    got = torch.compile(lambda: torch.addcmul(d, d, d, value=0.5), backend="spyre")()
+    assert got.dtype == want.dtype and torch.equal(got.cpu(), want)

@@ -37,6 +37,20 @@ def test_random_tensor_programs_give_cpus_answers(seed_programs, mode):
     assert p.returncode == 0, p.stdout[-6000:] + p.stderr[-2000:]
 
 
+def test_random_tensor_programs_through_torch_compile_give_cpus_answers(request):
+    """The same programs with every line through torch.compile: the spyre backend against AOTAutograd
+    over CPU's kernels (tensor_programs_run.through_compile). Found the compiled path answering
+    where CPU refuses the types (round of bool, lerp of integers). The default run takes 40
+    programs of seed 1, --slow 400 of seed 2."""
+    import subprocess
+
+    seed, count = (2, 400) if request.config.getoption("--slow") else (1, 40)
+    argv = [sys.executable, str(ROOT / "fuzz" / "tensor_programs.py"), "--seed", str(seed)]
+    argv += ["--programs", str(count), "--front-door", "compile"]
+    p = subprocess.run(argv, capture_output=True, text=True, timeout=3600, cwd=ROOT)
+    assert p.returncode == 0, p.stdout[-6000:] + p.stderr[-2000:]
+
+
 def test_a_line_this_host_cannot_allocate_is_not_kept():
     """Seed 500 program 11288 drew a 172 GB tensor: CPU cannot allocate it on a 24 GB host while the
     card's sparse memory may, so the line tests the host, not the op, and the generator drops it."""

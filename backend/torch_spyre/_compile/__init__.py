@@ -18,6 +18,7 @@ import torch.fx as fx
 
 from .. import _C
 from . import cache, lower, passes
+from .nodes import check_types_as_cpu
 
 logger = logging.getLogger("torch_spyre.compile")
 
@@ -355,7 +356,33 @@ def _decompositions() -> dict:
             ]
         )
     )
-    return table
+    # A decomposition computes in whatever types it is given: where CPU's kernel refuses the types
+    # of a call (lerp of integers, log_softmax of int32), the call stays whole instead, and its
+    # eager kernel raises CPU's error when the graph runs (nodes.check_types_as_cpu), as CPU's
+    # does. Only for calls whose types the check can judge alone, without their shapes: pointwise
+    # ops and those along a dim.
+    aten = torch.ops.aten
+    along_dim = {aten._softmax.default, aten._log_softmax.default, aten.softmax.int, aten.log_softmax.int}
+    return {
+        op: _type_checked(op, fn, op in along_dim)
+        if op in along_dim or torch.Tag.pointwise in getattr(op, "tags", ())
+        else fn
+        for op, fn in table.items()
+    }
+
+
+def _type_checked(op, decomposition, elements: bool):
+    def run(*args, **kwargs):
+        try:
+            check_types_as_cpu(op, args, kwargs, elements)
+        except (RuntimeError, NotImplementedError, TypeError):
+            return NotImplemented  # not decomposed
+        try:
+            return decomposition(*args, **kwargs)
+        except ValueError:  # torch's reference refuses what CPU's kernel takes (addcmul of int by 0.5)
+            return NotImplemented
+
+    return run
 
 
 def spyre_backend(gm: fx.GraphModule, example_inputs):

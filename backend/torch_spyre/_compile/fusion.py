@@ -28,6 +28,7 @@ from .nodes import (
     _scalar_arg,
     _val,
     catalogue,
+    check_node_types_as_cpu,
     library_name,
     limits,
 )
@@ -97,6 +98,14 @@ class Fusion:
             for x in n.all_input_nodes:
                 if _is_tensor_node(x) and len(_val(x).shape) > len(v.shape):
                     return None
+        if family in ("pointwise", "reduce"):
+            # Types CPU refuses (abs of bool, argmax of bool) are refused as the eager kernel
+            # refuses them: the node runs as an eager step, which raises CPU's error when the graph
+            # runs. A reduction's stand-ins hold an element: CPU refuses to reduce an empty dim.
+            try:
+                check_node_types_as_cpu(n, elements=family == "reduce")
+            except (RuntimeError, NotImplementedError, TypeError):
+                return None
         spec, operands = self._probe(n, name)
         try:
             ((temp_bytes, compute, args),) = _C._examine_segment(spec)

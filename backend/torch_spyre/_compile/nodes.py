@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import torch
 import torch.fx as fx
+import torch.utils._pytree as pytree
+from torch._subclasses.fake_tensor import unset_fake_temporarily
 
 from .. import _C
 
@@ -100,6 +102,52 @@ def library_name(target) -> str | None:
     if ns == "aten":
         return base
     return f"{ns}::{base}" if ns in ("prims", "spyre") else None
+
+
+def check_types_as_cpu(op, args, kwargs, elements: bool = False) -> None:
+    """Raises what CPU raises for a call of ATen operator `op` with these argument types (round or
+    abs of bool, sub of bools, lerp of integers), as the eager kernels do before they run:
+    _C._check_types_as_cpu calls the op on the CPU on empty stand-ins of the tensors' types and
+    ranks. With `elements`, the stand-ins hold one element (ones) and the op runs here: for ops
+    whose CPU kernels return an empty input before they look at its type (softmax). Tensors (fake
+    ones too) are read for their type and rank only; a call with a symbolic number is not checked."""
+    if not isinstance(op, torch._ops.OpOverload) or op.namespace != "aten":
+        return
+    flat = pytree.tree_leaves((args, kwargs))
+    if any(isinstance(x, (torch.SymInt, torch.SymFloat, torch.SymBool)) for x in flat):
+        return
+
+    def stand_in(v):
+        if not isinstance(v, torch.Tensor):
+            return v
+        if elements:
+            return torch.ones((1,) * v.dim(), dtype=v.dtype)
+        return torch.empty((0,) * v.dim(), dtype=v.dtype, device="meta")
+
+    schema = op._schema
+    name = schema.name + (f".{schema.overload_name}" if schema.overload_name else "")
+    # A graph may pass a number for a Tensor argument (mul.Tensor(x, 8)); a call wraps it.
+    tensor_args = {a.name for a in schema.arguments if str(a.type) == "Tensor"}
+    positional = [a.name for a in schema.arguments if not a.kwarg_only]
+
+    def wrapped(name, v):
+        return torch.tensor(v) if name in tensor_args and isinstance(v, (bool, int, float)) else v
+
+    with unset_fake_temporarily():  # real tensors, not the tracing's fake ones
+        args = [wrapped(positional[i] if i < len(positional) else "", v) for i, v in enumerate(args)]
+        kwargs = {k: wrapped(k, v) for k, v in kwargs.items()}
+        args, kwargs = pytree.tree_map(stand_in, (args, kwargs))
+        if elements:
+            with torch.no_grad():
+                op(*args, **kwargs)
+        else:
+            _C._check_types_as_cpu(name, *args, **kwargs)
+
+
+def check_node_types_as_cpu(n: fx.Node, elements: bool = False) -> None:
+    """check_types_as_cpu of FX node n's call, over its arguments' fake values."""
+    value = lambda x: _val(x) if isinstance(x, fx.Node) else x  # noqa: E731
+    check_types_as_cpu(n.target, fx.node.map_arg(n.args, value), fx.node.map_arg(n.kwargs, value), elements)
 
 
 def _arguments(n: fx.Node) -> dict:
