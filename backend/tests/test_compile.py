@@ -774,3 +774,18 @@ def test_a_compiled_call_that_torchs_reference_refuses_runs_as_cpus_kernel_runs_
     d = x.to("spyre")
     got = torch.compile(lambda: torch.addcmul(d, d, d, value=0.5), backend="spyre")()
     assert got.dtype == want.dtype and torch.equal(got.cpu(), want)
+
+
+def test_a_compiled_roll_is_a_tensor_of_its_own_that_takes_an_in_place_op():
+    """roll's decomposition ended in a view of its gather, so the compiled result was a view made
+    inside AOTAutograd's Function and abs_ on it under autograd raised (fuzzer, seed 9 program
+    124). Whole, it is a tensor of its own, as CPU's is; the gradient is CPU's."""
+    x = torch.randn(3, 5, generator=torch.Generator().manual_seed(0))
+    grads = []
+    for dev, backend in (("cpu", "aot_eager"), ("spyre", "spyre")):
+        leaf = x.clone().to(dev).requires_grad_()
+        y = torch.compile(lambda t: torch.roll(t, 2), backend=backend, dynamic=False)(leaf)  # flattened
+        assert y._base is None
+        y.abs_().sum().backward()
+        grads.append(leaf.grad.cpu())
+    torch.testing.assert_close(grads[1], grads[0])

@@ -344,6 +344,10 @@ def _decompositions() -> dict:
     table.pop(torch.ops.aten.embedding_dense_backward.default, None)
     # silu stays one op (the SFP has it): a matmul's epilogue can apply it (fusion.py).
     table.pop(torch.ops.aten.silu.default, None)
+    # roll's decomposition returns a view of its gather: AOTAutograd then hands the caller a view
+    # made inside its autograd Function, which an in-place op under autograd may not modify (CPU's
+    # roll returns a tensor of its own). Whole, it is the eager kernel's (fuzzer, seed 9 program 124).
+    table.pop(torch.ops.aten.roll.default, None)
     # Norms and softmax become reductions and elementwise steps the planner fuses (core ATen
     # decomposes their backwards already); their eager kernels would be one launch each.
     table.update(
