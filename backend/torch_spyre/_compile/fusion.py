@@ -101,7 +101,7 @@ class Fusion:
         if family in ("pointwise", "reduce"):
             # Types CPU refuses (abs of bool, argmax of bool) are refused as the eager kernel
             # refuses them: the node runs as an eager step, which raises CPU's error when the graph
-            # runs. A reduction's stand-ins hold an element: CPU refuses to reduce an empty dim.
+            # runs. A reduction's stand-ins hold elements: CPU refuses to reduce an empty dim.
             try:
                 check_node_types_as_cpu(n, elements=family == "reduce")
             except (RuntimeError, NotImplementedError, TypeError):

@@ -108,8 +108,9 @@ def check_types_as_cpu(op, args, kwargs, elements: bool = False) -> None:
     """Raises what CPU raises for a call of ATen operator `op` with these argument types (round or
     abs of bool, sub of bools, lerp of integers), as the eager kernels do before they run:
     _C._check_types_as_cpu calls the op on the CPU on empty stand-ins of the tensors' types and
-    ranks. With `elements`, the stand-ins hold one element (ones) and the op runs here: for ops
-    whose CPU kernels return an empty input before they look at its type (softmax). Tensors (fake
+    ranks. With `elements`, the stand-ins hold two elements a dim (ones; a variance of one warns)
+    and the op runs here: for ops whose CPU kernels return an empty input before they look at its
+    type (softmax), or refuse to reduce it (amax). Tensors (fake
     ones too) are read for their type and rank only; a call with a symbolic number is not checked."""
     if not isinstance(op, torch._ops.OpOverload) or op.namespace != "aten":
         return
@@ -121,7 +122,7 @@ def check_types_as_cpu(op, args, kwargs, elements: bool = False) -> None:
         if not isinstance(v, torch.Tensor):
             return v
         if elements:
-            return torch.ones((1,) * v.dim(), dtype=v.dtype)
+            return torch.ones((2,) * v.dim(), dtype=v.dtype)
         return torch.empty((0,) * v.dim(), dtype=v.dtype, device="meta")
 
     schema = op._schema
