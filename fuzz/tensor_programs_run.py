@@ -352,6 +352,12 @@ def _values(env):
     return out
 
 
+def _addressing(t) -> list:
+    """The strides that address memory: those of the dims longer than 1 (a stride of a dim of one
+    element never moves; torch.compile's outputs do not keep CPU's there, seed 10 program 259)."""
+    return [st for n, st in zip(t.shape, t.stride(), strict=True) if n > 1]
+
+
 def _compare(cpu_env, dev_env) -> str | None:
     import torch
 
@@ -368,7 +374,7 @@ def _compare(cpu_env, dev_env) -> str | None:
             return f"{k}: dtype {g.dtype}, CPU {w.dtype}"
         if g.shape != w.shape:
             return f"{k}: shape {tuple(g.shape)}, CPU {tuple(w.shape)}"
-        if w._base is not None and g.stride() != w.stride() and w.numel() > 1:
+        if w._base is not None and w.numel() > 1 and _addressing(g) != _addressing(w):
             return f"{k}: a view with strides {g.stride()}, CPU {w.stride()}"
         if w.numel() > 10_000_000:  # a view of a huge span (unfold): its layout is checked, not its values
             continue

@@ -344,10 +344,16 @@ def _decompositions() -> dict:
     table.pop(torch.ops.aten.embedding_dense_backward.default, None)
     # silu stays one op (the SFP has it): a matmul's epilogue can apply it (fusion.py).
     table.pop(torch.ops.aten.silu.default, None)
-    # roll's decomposition returns a view of its gather: AOTAutograd then hands the caller a view
-    # made inside its autograd Function, which an in-place op under autograd may not modify (CPU's
-    # roll returns a tensor of its own). Whole, it is the eager kernel's (fuzzer, seed 9 program 124).
-    table.pop(torch.ops.aten.roll.default, None)
+    # These decompositions end in a view of a tensor they made (roll's of its gather): AOTAutograd
+    # then hands the caller a view made inside its autograd Function, which an in-place op under
+    # autograd may not modify, where CPU's op returns a tensor of its own (fuzzer, seed 9 program
+    # 124; the rest from a scan of op_db). Whole, each is its eager kernel's; stack is a cat.
+    aten = torch.ops.aten
+    for op in (aten.roll, aten.index_add, aten.index_copy, aten.rot90, aten.kron, aten.im2col, aten.max_unpool2d,
+               aten.max_unpool3d):  # fmt: skip
+        for overload in op.overloads():
+            table.pop(getattr(op, overload), None)
+    table[aten.stack.default] = _stack
     # Norms and softmax become reductions and elementwise steps the planner fuses (core ATen
     # decomposes their backwards already); their eager kernels would be one launch each.
     table.update(
@@ -365,7 +371,6 @@ def _decompositions() -> dict:
     # eager kernel raises CPU's error when the graph runs (nodes.check_types_as_cpu), as CPU's
     # does. Only for calls whose types the check can judge alone, without their shapes: pointwise
     # ops and those along a dim.
-    aten = torch.ops.aten
     along_dim = {aten._softmax.default, aten._log_softmax.default, aten.softmax.int, aten.log_softmax.int}
     return {
         op: _type_checked(op, fn, op in along_dim)
@@ -373,6 +378,12 @@ def _decompositions() -> dict:
         else fn
         for op, fn in table.items()
     }
+
+
+def _stack(tensors, dim=0):
+    """stack as one cat of the inputs each with the new dim: a tensor of its own, not a view."""
+    dim = dim if dim >= 0 else dim + tensors[0].dim() + 1
+    return torch.ops.aten.cat.default([t.unsqueeze(dim) for t in tensors], dim)
 
 
 def _type_checked(op, decomposition, elements: bool):
