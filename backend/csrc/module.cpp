@@ -455,14 +455,14 @@ PYBIND11_MODULE(_C, m) {
   m.def("_get_cpu_fallback", [] { return mode_name(spyre::backend::fallback_mode()); });
   m.def(
       "_fallback_counts", [](bool reset) { return spyre::backend::fallback_counts(reset); }, py::arg("reset") = false);
-  // Runs ATen operator `name` ("aten::op.overload") through the CPU fallback, under its policy: for a
-  // decomposed op (torch_spyre/_decomposed.py) whose decomposition does not take the call.
   // "aten::op.overload": its operator handle.
   const auto operator_named = [](const std::string& name) {
     const auto dot = name.find('.');
     return c10::Dispatcher::singleton().findSchemaOrThrow(name.substr(0, dot).c_str(),
                                                           dot == std::string::npos ? "" : name.substr(dot + 1).c_str());
   };
+  // Runs ATen operator `name` ("aten::op.overload") through the CPU fallback, under its policy: for a
+  // decomposed op (torch_spyre/_decomposed.py) whose decomposition does not take the call.
   m.def("_run_on_cpu", [operator_named](const std::string& name, const py::args& args, const py::kwargs& kwargs) {
     HANDLE_TH_ERRORS
     const c10::OperatorHandle op = operator_named(name);

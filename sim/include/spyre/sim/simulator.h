@@ -22,7 +22,7 @@ class HostLink {
   virtual bool dma_read(uint64_t iova, void* dst, uint64_t n) = 0;
   /// Whether the link keeps what the card reads: bytes that stay unchanged for as long as the
   /// link lives (a replay's capture). The card's DMA engine then takes them with dma_kept instead
-  /// of copying them, and device memory copies them only when something reads them.
+  /// of copying them, and device memory reads them where they are (DeviceMemory::write_kept).
   virtual bool keeps_bytes() const { return false; }
   /// When keeps_bytes(): dma_read without the copy, where the `n` bytes at `iova` are kept;
   /// nullptr when the range is not mapped for reading.
