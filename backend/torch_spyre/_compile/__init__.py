@@ -18,7 +18,7 @@ import torch.fx as fx
 
 from .. import _C
 from . import cache, lower, passes
-from .nodes import check_types_as_cpu
+from .nodes import cpu_refuses
 
 logger = logging.getLogger("torch_spyre.compile")
 
@@ -368,7 +368,7 @@ def _decompositions() -> dict:
     )
     # A decomposition computes in whatever types it is given: where CPU's kernel refuses the types
     # of a call (lerp of integers, log_softmax of int32), the call stays whole instead, and its
-    # eager kernel raises CPU's error when the graph runs (nodes.check_types_as_cpu), as CPU's
+    # eager kernel raises CPU's error when the graph runs (nodes.cpu_refuses), as CPU's
     # does. Only for calls whose types the check can judge alone, without their shapes: pointwise
     # ops and those along a dim.
     along_dim = {aten._softmax.default, aten._log_softmax.default, aten.softmax.int, aten.log_softmax.int}
@@ -387,11 +387,10 @@ def _stack(tensors, dim=0):
 
 
 def _type_checked(op, decomposition, elements: bool):
+    # NotImplemented is the decomposition table's "not decomposed": the call stays whole.
     def run(*args, **kwargs):
-        try:
-            check_types_as_cpu(op, args, kwargs, elements)
-        except (RuntimeError, NotImplementedError, TypeError):
-            return NotImplemented  # not decomposed
+        if cpu_refuses(op, args, kwargs, elements):
+            return NotImplemented
         try:
             return decomposition(*args, **kwargs)
         except ValueError:  # torch's reference refuses what CPU's kernel takes (addcmul of int by 0.5)

@@ -28,9 +28,9 @@ from .nodes import (
     _scalar_arg,
     _val,
     catalogue,
-    check_node_types_as_cpu,
     library_name,
     limits,
+    node_cpu_refuses,
 )
 
 _NARROW = (torch.float16, torch.bfloat16)
@@ -102,9 +102,7 @@ class Fusion:
             # Types CPU refuses (abs of bool, argmax of bool) are refused as the eager kernel
             # refuses them: the node runs as an eager step, which raises CPU's error when the graph
             # runs. A reduction's stand-ins hold elements: CPU refuses to reduce an empty dim.
-            try:
-                check_node_types_as_cpu(n, elements=family == "reduce")
-            except (RuntimeError, NotImplementedError, TypeError):
+            if node_cpu_refuses(n, elements=family == "reduce"):
                 return None
         spec, operands = self._probe(n, name)
         try:

@@ -104,19 +104,19 @@ def library_name(target) -> str | None:
     return f"{ns}::{base}" if ns in ("prims", "spyre") else None
 
 
-def check_types_as_cpu(op, args, kwargs, elements: bool = False) -> None:
-    """Raises what CPU raises for a call of ATen operator `op` with these argument types (round or
-    abs of bool, sub of bools, lerp of integers), as the eager kernels do before they run:
+def cpu_refuses(op, args, kwargs, elements: bool = False) -> bool:
+    """Whether CPU refuses a call of ATen operator `op` with these argument types (round or abs of
+    bool, sub of bools, lerp of integers), as the eager kernels ask before they run:
     _C._check_types_as_cpu calls the op on the CPU on empty stand-ins of the tensors' types and
     ranks. With `elements`, the stand-ins hold two elements a dim (ones; a variance of one warns)
     and the op runs here: for ops whose CPU kernels return an empty input before they look at its
-    type (softmax), or refuse to reduce it (amax). Tensors (fake
-    ones too) are read for their type and rank only; a call with a symbolic number is not checked."""
+    type (softmax), or refuse to reduce it (amax). Tensors (fake ones too) are read for their type
+    and rank only; a call with a symbolic number is not checked (taken as accepted)."""
     if not isinstance(op, torch._ops.OpOverload) or op.namespace != "aten":
-        return
+        return False
     flat = pytree.tree_leaves((args, kwargs))
     if any(isinstance(x, (torch.SymInt, torch.SymFloat, torch.SymBool)) for x in flat):
-        return
+        return False
 
     def stand_in(v):
         if not isinstance(v, torch.Tensor):
@@ -138,17 +138,21 @@ def check_types_as_cpu(op, args, kwargs, elements: bool = False) -> None:
         args = [wrapped(positional[i] if i < len(positional) else "", v) for i, v in enumerate(args)]
         kwargs = {k: wrapped(k, v) for k, v in kwargs.items()}
         args, kwargs = pytree.tree_map(stand_in, (args, kwargs))
-        if elements:
-            with torch.no_grad():
-                op(*args, **kwargs)
-        else:
-            _C._check_types_as_cpu(name, *args, **kwargs)
+        try:
+            if elements:
+                with torch.no_grad():
+                    op(*args, **kwargs)
+            else:
+                _C._check_types_as_cpu(name, *args, **kwargs)
+        except (RuntimeError, TypeError):  # NotImplementedError is a RuntimeError
+            return True
+    return False
 
 
-def check_node_types_as_cpu(n: fx.Node, elements: bool = False) -> None:
-    """check_types_as_cpu of FX node n's call, over its arguments' fake values."""
+def node_cpu_refuses(n: fx.Node, elements: bool = False) -> bool:
+    """cpu_refuses of FX node n's call, over its arguments' fake values."""
     value = lambda x: _val(x) if isinstance(x, fx.Node) else x  # noqa: E731
-    check_types_as_cpu(n.target, fx.node.map_arg(n.args, value), fx.node.map_arg(n.kwargs, value), elements)
+    return cpu_refuses(n.target, fx.node.map_arg(n.args, value), fx.node.map_arg(n.kwargs, value), elements)
 
 
 def _arguments(n: fx.Node) -> dict:
