@@ -344,6 +344,10 @@ def _decompositions() -> dict:
     table.pop(torch.ops.aten.embedding_dense_backward.default, None)
     # silu stays one op (the SFP has it): a matmul's epilogue can apply it (fusion.py).
     table.pop(torch.ops.aten.silu.default, None)
+    # _unsafe_view stays: as a view its result would alias the tensor it reshapes, and a compiled
+    # result made that way (kron's, matmul's) would be a view made inside AOTAutograd's autograd
+    # Function, where CPU's is a tensor of its own. The planner treats it as the view it is.
+    table.pop(torch.ops.aten._unsafe_view.default, None)
     # These decompositions end in a view of a tensor they made (roll's of its gather): AOTAutograd
     # then hands the caller a view made inside its autograd Function, which an in-place op under
     # autograd may not modify, where CPU's op returns a tensor of its own (fuzzer, seed 9 program
