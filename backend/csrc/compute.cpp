@@ -186,7 +186,7 @@ compiler::ops::Arg library_arg(const c10::IValue& v, Launch& l) {
   if (v.isTensor()) {
     const at::Tensor& t = v.toTensor();
     if (!t.defined()) return {};
-    if (t.is_privateuseone()) return Arg::tensor(l.view(t));
+    if (t.is_privateuseone()) return Arg::tensor(l.view(t), t.numel() == 1);
     TORCH_CHECK(t.dim() == 0, "Expected all tensors to be on the same device, but found at least two devices, ",
                 t.device(), " and spyre!");
     const c10::Scalar x = t.item();

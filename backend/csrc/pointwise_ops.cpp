@@ -246,30 +246,23 @@ void pointwise_kernel(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
   const bool round_result = (result == at::kHalf || result == at::kBFloat16) && out->scalar_type() != result;
   const at::Tensor target = round_result ? at::empty(out->sizes(), out->options().dtype(result)) : *out;
   // A one-element tensor as the second operand of mul, div and floor_divide: torch's iterator
-  // sees a scalar there and its kernels read it exact (pow and lerp do so for numbers only).
+  // sees a scalar there and its kernels read it exact (pow and lerp do so for numbers only). It
+  // stays as it is, and the lowering computes the call in fp32 (ops::exact_operand).
   const auto exact = [&](const std::string& name, const at::Tensor& t) {
-    const bool scalar_kernel = c.base() == "mul" || c.base() == "div" || c.base() == "floor_divide";
-    return scalar_kernel && t.numel() == 1 &&
+    return name == "other" && t.numel() == 1 &&
            std::find(row.exact_numbers.begin(), row.exact_numbers.end(), name) != row.exact_numbers.end();
   };
-  bool wide_scalar = false;
   std::vector<at::Tensor> converted;
   std::vector<std::pair<std::string, size_t>> replaced;
   for (const std::string& name : narrow ? row.promoted : std::vector<std::string>{}) {
     const c10::IValue* v = c.get(name);
     if (!v || !v->isTensor() || !v->toTensor().is_privateuseone()) continue;
-    // Of any type, the common one too: CPU's kernel then computes in fp32 and rounds once (a bf16
-    // div by a one-element tensor with rounding_mode="trunc" truncates the fp32 quotient).
-    if (exact(name, v->toTensor())) {
-      wide_scalar = wide_scalar || row.types != Types::kToBool;
-      continue;
-    }
-    if (v->toTensor().scalar_type() == common) continue;
+    if (exact(name, v->toTensor()) || v->toTensor().scalar_type() == common) continue;
     converted.push_back(v->toTensor().to(common));
     replaced.emplace_back(name, converted.size() - 1);
   }
   Launch l;
-  ops::Call call = library_call(c, l, {target}, common, wide_scalar ? at::kFloat : result);
+  ops::Call call = library_call(c, l, {target}, common, result);
   for (const auto& [name, i] : replaced) call.args[name] = ops::Arg::tensor(l.view(converted[i]));
   // CPU's pow reads a 0-dim host tensor operand converted to the common type, as any tensor (a
   // Python number it reads exact): x ** torch.tensor(2**40 - 1) in fp32 is x ** 2**40, even.

@@ -806,3 +806,34 @@ def test_a_compiled_result_is_a_tensor_of_its_own_that_takes_an_in_place_op(name
     assert y._base is None
     y.mul_(2).sum().backward()
     torch.testing.assert_close(leaf.grad.cpu(), cpu.grad)
+
+
+# Calls whose second operand is a tensor of one element, which CPU's mul, div and floor_divide
+# kernels read as a scalar, unconverted, when they compute in bf16 (and one expanded from it, which
+# they do not).
+_ONE_ELEMENT_CALLS = {
+    "bf16 times an int32 of one element": lambda x, k: x * k,
+    "bf16 times an int32 expanded from one element": lambda x, k: x * k.expand(x.shape[-1]),
+    "bf16 divided by an int32 of one element, truncated": lambda x, k: torch.div(x * 1e7, k, rounding_mode="trunc"),
+    "bf16 floor-divided by a 0-dim fp32": lambda x, k: torch.floor_divide(x * 1e7, (k.float() / 7).reshape(())),
+    "an int32 times a bf16 of one element": lambda x, k: (x * 1e6).int() * (k.bfloat16() / 3),
+}
+
+
+@pytest.mark.parametrize("name", list(_ONE_ELEMENT_CALLS))
+def test_a_call_by_a_tensor_of_one_element_reads_it_as_cpu_does(name):
+    """CPU's kernels read a one-element operand exact and compute in fp32, rounding once. The
+    compiled path converted it to bf16 first (an fp16 product by a large int32 overflowed where
+    CPU's did not: the fuzzer's compile front door, seed 13 program 44). An expanded one is not
+    read so (CPU converts it as it converts any tensor), and an int operand of the same call
+    still rounds to bf16 first, as CPU's iterator converts it."""
+    fn = _ONE_ELEMENT_CALLS[name]
+    x = torch.randn(4, 64, generator=torch.Generator().manual_seed(0)).bfloat16()
+    k = torch.tensor([1234567], dtype=torch.int32)  # 1236992 in bf16
+    want = fn(x, k)
+    dx, dk = x.to("spyre"), k.to("spyre")
+    eager = fn(dx, dk)
+    compiled = torch.compile(lambda: fn(dx, dk), backend="spyre", dynamic=False)()
+    for got in (eager, compiled):
+        assert got.dtype == want.dtype
+        torch.testing.assert_close(got.cpu(), want, rtol=0, atol=0, equal_nan=True)

@@ -159,7 +159,12 @@ class Fusion:
                     return node
                 if not _is_tensor_node(x) or read is not None and x not in read:
                     return None  # a tensor the lowering does not read (attention's seed) is not passed
-                return {"view": view(x, *_broadcast(x, root)) if pointwise else view(x)}
+                if not pointwise:
+                    return {"view": view(x)}
+                # A one-element tensor, however broadcast: CPU's mul, div and floor_divide read it
+                # as a scalar (ops::exact_operand).
+                one = {"one_element": True} if _val(x).numel() == 1 else {}
+                return {"view": view(x, *_broadcast(x, root)), **one}
             if isinstance(x, (list, tuple)):
                 if all(isinstance(y, fx.Node) for y in x) and x:
                     return {"views": [view(y) for y in x]}

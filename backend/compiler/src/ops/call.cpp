@@ -13,10 +13,11 @@
 
 namespace spyre::compiler::ops {
 
-Arg Arg::tensor(uint32_t v) {
+Arg Arg::tensor(uint32_t v, bool one_element) {
   Arg a;
   a.kind = Kind::kTensor;
   a.view = v;
+  a.one_element = one_element;
   return a;
 }
 

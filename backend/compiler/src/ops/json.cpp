@@ -82,7 +82,11 @@ Arg arg_of(const json& j, uint32_t views, const std::string& where, Shared& shar
   if (j.is_number()) return Arg::num(j.get<double>());
   if (j.is_string()) return Arg::string(j.get<std::string>());
   if (j.is_array()) return Arg::list(integers(j, where));
-  if (j.is_object() && j.contains("view")) return Arg::tensor(index(j.at("view"), views, where + ".view"));
+  if (j.is_object() && j.contains("view")) {
+    if (j.contains("one_element") && !j.at("one_element").is_boolean()) bad(where + ".one_element", "expected a bool");
+    const bool one = j.contains("one_element") && j.at("one_element").get<bool>();
+    return Arg::tensor(index(j.at("view"), views, where + ".view"), one);
+  }
   if (j.is_object() && j.contains("views")) {
     std::vector<uint32_t> v;
     const json& list = j.at("views");

@@ -58,11 +58,21 @@ bool narrow(DType t) {
   return t == DType::kF16 || t == DType::kBF16;
 }
 
+// Whether input `name` of call `c` is read exactly in an fp16 or bf16 call (the call then computes
+// in fp32): a number where the op keeps numbers exact, and a tensor of one element as the second
+// operand of mul, div and floor_divide, which CPU's kernels read as a scalar, unconverted (pow and
+// lerp keep only numbers exact).
+bool exact_operand(const PointwiseOp& p, const Call& c, const std::string& name) {
+  const Arg* a = c.get(name);
+  if (!a || std::find(p.exact_numbers.begin(), p.exact_numbers.end(), name) == p.exact_numbers.end()) return false;
+  return a->kind == Arg::Kind::kNumber || (a->kind == Arg::Kind::kTensor && a->one_element && name == "other");
+}
+
 // div with rounding_mode="trunc" in fp16 or bf16 truncates the quotient rounded to that type, as
 // torch's CPU kernel does: the truncation is an op of its own after the quotient is stored.
 bool trunc_after(const Call& c) {
-  const Arg* other = c.get("other");
-  const bool exact = other && other->kind == Arg::Kind::kNumber;  // then the quotient is not rounded first
+  const PointwiseOp* p = pointwise_op(c.op);
+  const bool exact = p && exact_operand(*p, c, "other");  // then the quotient is not rounded first
   return c.op == "div" && c.text("rounding_mode") == "trunc" && narrow(c.result) && !exact;
 }
 
@@ -452,9 +462,17 @@ int32_t steps_of(Expr& e, const Call& c, Walk& w) {
       continue;
     }
     switch (a->kind) {
-      case Arg::Kind::kTensor:
-        refs.push_back(view_ref(e, a->view, w));
+      case Arg::Kind::kTensor: {
+        int32_t r = view_ref(e, a->view, w);
+        // CPU's iterator converts an operand to the common type first: where an exact operand
+        // widens the call to fp32, one of another type is rounded to the common type here.
+        if (narrow(c.common) && e.compute() != c.common && w.b->view(a->view).dtype != c.common &&
+            !exact_operand(*p, c, name)) {
+          r = e.round(c.common, r);
+        }
+        refs.push_back(r);
         break;
+      }
       case Arg::Kind::kNumber:
       case Arg::Kind::kBool:
         if (narrow(c.common) &&
@@ -503,9 +521,8 @@ std::vector<std::string> pointwise_names() {
 }
 
 DType compute_type(const PointwiseOp& p, const Call& c) {
-  for (const std::string& name : p.exact_numbers) {  // an exact number: fp32, rounded once at the store
-    const Arg* a = c.get(name);
-    if (a && a->kind == Arg::Kind::kNumber && narrow(c.result) && p.types != Types::kToBool) return DType::kF32;
+  for (const std::string& name : p.exact_numbers) {  // an exact operand: fp32, rounded once at the store
+    if (exact_operand(p, c, name) && narrow(c.result) && p.types != Types::kToBool) return DType::kF32;
   }
   switch (p.types) {
     case Types::kToBool:

@@ -29,7 +29,10 @@ struct Call;
 struct Arg {
   enum class Kind : uint8_t { kNone, kTensor, kNumber, kBool, kString, kInts, kTensors, kExpr };
   Kind kind = Kind::kNone;
-  uint32_t view = 0;                 // kTensor: a view of the builder's graph
+  uint32_t view = 0;  // kTensor: a view of the builder's graph
+  // kTensor: the tensor the op was given has one element (the view may broadcast it), an operand
+  // CPU's iterator reads as a scalar. An expanded tensor is not one: CPU converts it as it is.
+  bool one_element = false;
   double number = 0;                 // kNumber: a Python number or a 0-dim host tensor
   bool integral = false;             // kNumber: an integer (Python int)
   int64_t integer = 0;               // kNumber, integral: the value exactly
@@ -39,7 +42,7 @@ struct Arg {
   std::vector<uint32_t> views;       // kTensors
   std::shared_ptr<const Call> expr;  // kExpr: a pointwise call whose value this is (fused, never stored)
 
-  static Arg tensor(uint32_t v);
+  static Arg tensor(uint32_t v, bool one_element = false);
   static Arg num(double x, bool integral = false);
   static Arg whole(int64_t x);  // an integer, exactly
   static Arg boolean(bool b);
