@@ -15,6 +15,7 @@
 #include <thread>
 
 #include <fmt/format.h>
+#include <nlohmann/json.hpp>
 
 #include "capture.h"
 #include "card.h"
@@ -324,6 +325,33 @@ class SimulatorImpl final : public Simulator {
     log("sim").info("capture written to {}", config_.output.capture_path);
   }
 
+  std::string stats_summary() override {
+    std::string text, error;
+    call([&] {
+      try {
+        nlohmann::json document = stats_now();
+        document.erase("config");
+        text = document.dump();
+      } catch (const std::exception& e) {
+        error = e.what();
+      }
+    });
+    if (!error.empty()) throw std::runtime_error(error);
+    return text;
+  }
+
+  std::vector<const CardStats*> card_stats() const {
+    std::vector<const CardStats*> stats;
+    stats.reserve(cards_.size());
+    for (const auto& c : cards_) stats.push_back(&c->stats());
+    return stats;
+  }
+
+  nlohmann::json stats_now() const {
+    const std::vector<uint64_t> cycles(cards_.size(), Clock(config_.chip.clock_mhz).now_cycles());
+    return stats_document(config_, card_stats(), cycles, server_->stats(), trace_->dropped());
+  }
+
   Reports write_reports() {
     Reports r;
     if (!config_.output.trace_path.empty()) {
@@ -332,14 +360,7 @@ class SimulatorImpl final : public Simulator {
       log("sim").info("trace written to {}", r.trace_path);
     }
     if (!config_.output.stats_path.empty()) {
-      std::vector<const CardStats*> stats;
-      std::vector<uint64_t> cycles;
-      const Clock clock(config_.chip.clock_mhz);
-      for (const auto& c : cards_) {
-        stats.push_back(&c->stats());
-        cycles.push_back(clock.now_cycles());
-      }
-      write_stats(config_.output.stats_path, config_, stats, cycles, server_->stats(), trace_->dropped());
+      write_stats(config_.output.stats_path, stats_now(), card_stats());
       r.stats_path = config_.output.stats_path;
       log("sim").info("stats written to {}", r.stats_path);
     }

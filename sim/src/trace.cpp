@@ -135,8 +135,9 @@ void write_launches(FILE* f, const std::vector<LaunchStats>& launches) {
 
 }  // namespace
 
-void write_stats(const std::string& path, const Config& config, const std::vector<const CardStats*>& cards,
-                 const std::vector<uint64_t>& card_cycles, const SwitchStats& server, uint64_t trace_dropped) {
+nlohmann::json stats_document(const Config& config, const std::vector<const CardStats*>& cards,
+                              const std::vector<uint64_t>& card_cycles, const SwitchStats& server,
+                              uint64_t trace_dropped) {
   nlohmann::json j;
   j["config_hash"] = config.hash();
   j["config"] = nlohmann::json::parse(config.without_paths().to_json());
@@ -215,6 +216,10 @@ void write_stats(const std::string& path, const Config& config, const std::vecto
                      {"total", (pj + mem + ring + pcie) * 1e-12 + fixed}};
     j["cards"].push_back(c);
   }
+  return j;
+}
+
+void write_stats(const std::string& path, nlohmann::json j, const std::vector<const CardStats*>& cards) {
   std::unique_ptr<FILE, int (*)(FILE*)> f(std::fopen(path.c_str(), "w"), &std::fclose);
   if (!f) throw std::runtime_error(fmt::format("stats: cannot write '{}'", path));
   // Each card's launches, one line each, go in after its other keys: a long run has hundreds of

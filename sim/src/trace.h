@@ -9,6 +9,8 @@
 #include <unordered_map>
 #include <vector>
 
+#include <nlohmann/json_fwd.hpp>
+
 #include "spyre/sim/config.h"
 
 namespace spyre::sim {
@@ -134,8 +136,12 @@ struct SwitchStats {
   ServerStats crossbar, host_up, host_down;
 };
 
-/// Writes the stats of all cards as JSON to `path`. Throws std::runtime_error on I/O errors.
-void write_stats(const std::string& path, const Config& config, const std::vector<const CardStats*>& cards,
-                 const std::vector<uint64_t>& card_cycles, const SwitchStats& server, uint64_t trace_dropped);
+/// The stats of all cards as the stats file holds them, but for each card's per-launch records.
+nlohmann::json stats_document(const Config& config, const std::vector<const CardStats*>& cards,
+                              const std::vector<uint64_t>& card_cycles, const SwitchStats& server,
+                              uint64_t trace_dropped);
+/// Writes `document` (from stats_document) to `path` with each card's launches. Throws
+/// std::runtime_error on I/O errors.
+void write_stats(const std::string& path, nlohmann::json document, const std::vector<const CardStats*>& cards);
 
 }  // namespace spyre::sim

@@ -116,28 +116,25 @@ driver::Device& open_device() {
   return *dev;
 }
 
-// The stats file; `whole` false leaves out what a replay's summary never reads (the per-launch
-// records, the config), most of a long run's file.
-nlohmann::json read_stats(const std::string& path, bool whole = true) {
+// The stats file a run wrote.
+nlohmann::json read_stats(const std::string& path) {
   std::ifstream in(path);
   if (!in) throw std::runtime_error(fmt::format("cannot read the simulator's stats file '{}'", path));
-  const auto keep = [whole](int /*depth*/, nlohmann::json::parse_event_t event, const nlohmann::json& parsed) {
-    return whole || event != nlohmann::json::parse_event_t::key || (parsed != "launches" && parsed != "config");
-  };
   try {
-    return nlohmann::json::parse(in, keep);
+    return nlohmann::json::parse(in);
   } catch (const nlohmann::json::parse_error& e) {
     throw std::runtime_error(fmt::format("the simulator's stats file '{}' is not JSON ({})", path, e.what()));
   }
 }
 
 // The config of a run: the defaults (or a capture's config), then $SPYRE_CONFIG, --config and --set;
-// the report paths from the command line or the environment.
-sim::Config run_config(const Options& o, const std::string& base = "") {
+// the report paths from the command line or the environment. `temp_stats`: a run that asked for no
+// stats file writes one to a temporary file all the same (its summary reads it back).
+sim::Config run_config(const Options& o, const std::string& base = "", bool temp_stats = true) {
   sim::Config config = build_config({env("SPYRE_CONFIG"), o.config_file}, o.sets, base);
   const std::string stats_path = o.stats_path.empty() ? env("SPYRE_STATS") : o.stats_path;
   config.output.trace_path = o.trace_path.empty() ? env("SPYRE_TRACE") : o.trace_path;
-  config.output.stats_path = stats_path.empty() ? temp_stats_path() : stats_path;
+  config.output.stats_path = stats_path.empty() && temp_stats ? temp_stats_path() : stats_path;
   config.output.capture_path.clear();
   return config;
 }
@@ -148,7 +145,7 @@ sim::Config run_config(const Options& o, const std::string& base = "") {
 // writes differ) but indexes with the captured indices.
 int replay(const Options& o, std::chrono::steady_clock::time_point start) {
   const sim::Capture capture = sim::Capture::load(o.capture);
-  const sim::Config config = run_config(o, capture.config_json);
+  const sim::Config config = run_config(o, capture.config_json, /*temp_stats=*/false);
   const sim::Config captured_config = sim::parse_config(capture.config_json);
   const bool timing = config.sim.mode == "timing";
   sim::Config as_timed = config;  // a timed capture replayed in timing mode keeps its cycles
@@ -158,7 +155,7 @@ int replay(const Options& o, std::chrono::steady_clock::time_point start) {
   sim::Simulator& simulator = sim::Simulator::instance();
   const sim::ReplayResult r = simulator.replay(capture);
   const sim::Reports reports = simulator.flush_reports();
-  const nlohmann::json stats = read_stats(reports.stats_path, false);
+  const nlohmann::json stats = nlohmann::json::parse(simulator.stats_summary());
   const std::vector<uint64_t> captured = capture.end_cycles();
   const nlohmann::json& card = stats.at("cards").at(0);
   nlohmann::json summary = {
@@ -242,7 +239,7 @@ int dump_scratchpads(const Options& o, const launchfile::LaunchFile& f, driver::
 // exit 1 unless it leaves the captured output bit for bit.
 int launch(const Options& o, std::chrono::steady_clock::time_point start) {
   const launchfile::LaunchFile f = launchfile::LaunchFile::load(o.capture);
-  const sim::Config config = run_config(o);
+  const sim::Config config = run_config(o, "", /*temp_stats=*/false);
   if (config.sim.mode == "timing") {
     throw std::runtime_error("launch compares the output's bytes, and sim.mode \"timing\" computes none");
   }

@@ -99,6 +99,9 @@ class Simulator {
   /// Simulator service, not part of the wire: writes the trace and stats files configured in
   /// the config's "output" section and returns their paths. Thread-safe.
   virtual Reports flush_reports() = 0;
+  /// Simulator service: the stats the stats file would hold, as JSON text, without its config and
+  /// per-launch records, whatever the config's "output" says (no file is written). Thread-safe.
+  virtual std::string stats_summary() = 0;
 
   /// Stops the simulator thread and writes the reports; called once at process exit.
   virtual void shutdown() = 0;
