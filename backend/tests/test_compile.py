@@ -837,3 +837,27 @@ def test_a_call_by_a_tensor_of_one_element_reads_it_as_cpu_does(name):
     for got in (eager, compiled):
         assert got.dtype == want.dtype
         torch.testing.assert_close(got.cpu(), want, rtol=0, atol=0, equal_nan=True)
+
+
+# Found by compiling each op of op_db in bfloat16 against aot_eager on CPU.
+_SCAN_FINDINGS = {
+    # The planner took round.decimals for the library's round, which rounds to an integer.
+    "round to 3 decimals": lambda x: torch.round(x, decimals=3),
+    "round to -1 decimals": lambda x: torch.round(x * 100, decimals=-1),
+    # The type check's stand-ins were traced into the graph: AOTAutograd refused its detach_.
+    "softplus with beta and threshold": lambda x: F.softplus(x, beta=3, threshold=0.2),
+    # torch's decomposition kept the mean and rstd in fp32 off the CPU.
+    "native_layer_norm's statistics": lambda x: torch.ops.aten.native_layer_norm(x, [8], x[0], x[1], 1e-5),
+}
+
+
+@pytest.mark.parametrize("name", list(_SCAN_FINDINGS))
+def test_a_compiled_bf16_call_matches_cpu(name):
+    fn = _SCAN_FINDINGS[name]
+    x = torch.randn(4, 8, generator=torch.Generator().manual_seed(0)).bfloat16()
+    want = fn(x)
+    got = torch.compile(fn, backend="spyre", dynamic=False)(x.to("spyre"))
+    as_tuple = lambda t: t if isinstance(t, tuple) else (t,)  # noqa: E731
+    for g, w in zip(as_tuple(got), as_tuple(want), strict=True):
+        assert g.dtype == w.dtype
+        torch.testing.assert_close(g.cpu(), w, rtol=0, atol=0)

@@ -337,7 +337,7 @@ def _graph_compiler(kind: str):
 
 
 def _decompositions() -> dict:
-    from torch._decomp import core_aten_decompositions, get_decompositions
+    from torch._decomp import core_aten_decompositions, decomposition_table, get_decompositions
 
     table = dict(core_aten_decompositions())
     # The planner lowers embedding's backward to one scatter-add; decomposed, it is an index_put.
@@ -358,6 +358,9 @@ def _decompositions() -> dict:
         for overload in op.overloads():
             table.pop(getattr(op, overload), None)
     table[aten.stack.default] = _stack
+    # round with decimals is its eager kernel's decomposition here too: whole, the planner would
+    # take it for the library's round, which rounds to an integer (a scan of op_db).
+    table[aten.round.decimals] = decomposition_table[aten.round.decimals]
     # Norms and softmax become reductions and elementwise steps the planner fuses (core ATen
     # decomposes their backwards already); their eager kernels would be one launch each.
     table.update(
@@ -370,6 +373,7 @@ def _decompositions() -> dict:
             ]
         )
     )
+    table[aten.native_layer_norm.default] = _layer_norm
     # A decomposition computes in whatever types it is given: where CPU's kernel refuses the types
     # of a call (lerp of integers, log_softmax of int32), the call stays whole instead, and its
     # eager kernel raises CPU's error when the graph runs (nodes.cpu_refuses), as CPU's
@@ -382,6 +386,18 @@ def _decompositions() -> dict:
         else fn
         for op, fn in table.items()
     }
+
+
+def _layer_norm(x, normalized_shape, weight, bias, eps):
+    """torch's decomposition of native_layer_norm, with the mean and rstd in the input's type, as
+    CPU's kernel and the eager one give them (torch's keeps them so on CPU only; they are what the
+    backward reads)."""
+    from torch._decomp import decomposition_table
+
+    out, mean, rstd = decomposition_table[torch.ops.aten.native_layer_norm.default](
+        x, normalized_shape, weight, bias, eps
+    )
+    return out, mean.to(x.dtype), rstd.to(x.dtype)
 
 
 def _stack(tensors, dim=0):

@@ -8,7 +8,7 @@ from __future__ import annotations
 import torch
 import torch.fx as fx
 import torch.utils._pytree as pytree
-from torch._subclasses.fake_tensor import unset_fake_temporarily
+from torch.utils._python_dispatch import _disable_current_modes
 
 from .. import _C
 
@@ -134,7 +134,9 @@ def cpu_refuses(op, args, kwargs, elements: bool = False) -> bool:
     def wrapped(name, v):
         return torch.tensor(v) if name in tensor_args and isinstance(v, (bool, int, float)) else v
 
-    with unset_fake_temporarily():  # real tensors, not the tracing's fake ones
+    # Real tensors, outside every mode of the tracing: its fake tensors, and its proxy tracer,
+    # which would record the stand-ins in the graph (softplus of bf16, a scan of op_db).
+    with _disable_current_modes():
         args = [wrapped(positional[i] if i < len(positional) else "", v) for i, v in enumerate(args)]
         kwargs = {k: wrapped(k, v) for k, v in kwargs.items()}
         args, kwargs = pytree.tree_map(stand_in, (args, kwargs))
