@@ -24,18 +24,17 @@ DEFAULT_SAMPLES = 2
 OPS = {c.full_name(op): op for op in c.ops()}
 
 
-def _chosen(slow: bool) -> list:
+def _chosen(slow: bool, spread: int = DEFAULT_SPREAD) -> list:
     names = sorted(CLASSIFICATION)
-    return names if slow else names[::DEFAULT_SPREAD]
+    return names if slow else names[::spread]
 
 
 def pytest_generate_tests(metafunc):
+    slow = metafunc.config.getoption("--slow")
     if "op_name" in metafunc.fixturenames:
-        metafunc.parametrize("op_name", _chosen(metafunc.config.getoption("--slow")))
+        metafunc.parametrize("op_name", _chosen(slow))
     if "compiled_op" in metafunc.fixturenames:
-        slow = metafunc.config.getoption("--slow")
-        names = sorted(CLASSIFICATION)
-        metafunc.parametrize("compiled_op", names if slow else names[::COMPILED_SPREAD])
+        metafunc.parametrize("compiled_op", _chosen(slow, COMPILED_SPREAD))
 
 
 def _bad(results: dict, allowed: tuple) -> list:
