@@ -861,3 +861,15 @@ def test_a_compiled_bf16_call_matches_cpu(name):
     for g, w in zip(as_tuple(got), as_tuple(want), strict=True):
         assert g.dtype == w.dtype
         torch.testing.assert_close(g.cpu(), w, rtol=0, atol=0)
+
+
+@pytest.mark.parametrize("shape", [(0, 0), (0, 5, 5), (2, 0, 0), (2, 4, 4)])
+def test_compiled_matrix_rank_matches_cpu_empty_matrices_too(shape):
+    """matrix_rank has a spyre kernel, so functionalization left it whole and core ATen's table
+    ran its C++ composite below functionalization: for an empty matrix that fills its result in
+    place, and AOTAutograd refused the graph (a scan of op_db's every sample). It stays whole now."""
+    x = torch.randn(*shape, generator=torch.Generator().manual_seed(0))
+    want = torch.linalg.matrix_rank(x)
+    got = torch.compile(torch.linalg.matrix_rank, backend="spyre", dynamic=False)(x.to("spyre"))
+    assert got.dtype == want.dtype
+    torch.testing.assert_close(got.cpu(), want, rtol=0, atol=0)

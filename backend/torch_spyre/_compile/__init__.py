@@ -357,6 +357,16 @@ def _decompositions() -> dict:
                aten.max_unpool3d):  # fmt: skip
         for overload in op.overloads():
             table.pop(getattr(op, overload), None)
+    # A CompositeImplicit op with a spyre kernel of its own (matrix_rank's) is not decomposed by
+    # functionalization, as autograd would not decompose it: core ATen's entry would then run its
+    # C++ composite below functionalization, where an in-place step (matrix_rank of an empty
+    # matrix fills its result) breaks AOTAutograd's graph. Such an op stays whole, as in eager.
+    cia, spyre = torch._C.DispatchKey.CompositeImplicitAutograd, torch._C.DispatchKey.PrivateUse1
+    for op in list(table):
+        if op not in decomposition_table and all(
+            torch._C._dispatch_has_kernel_for_dispatch_key(op.name(), k) for k in (cia, spyre)
+        ):
+            del table[op]
     table[aten.stack.default] = _stack
     # round with decimals is its eager kernel's decomposition here too: whole, the planner would
     # take it for the library's round, which rounds to an integer (a scan of op_db).
