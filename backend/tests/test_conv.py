@@ -71,6 +71,37 @@ def test_a_half_precision_convolution_accumulates_in_fp32(dtype):
     assert (got - want).abs().max() < 0.1 * want.abs().max()
 
 
+def _rounded_once(got, exact, dtype):
+    """Whether each element of `got` is `exact` (float64) rounded once to `dtype`, but for sums
+    within fp32's rounding of a tie between two neighbours."""
+    once = exact.to(dtype).double()
+    return bool(((got.double() - exact).abs() <= (once - exact).abs() + 1e-6 * exact.abs()).all())
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+@pytest.mark.parametrize("which", ["transposed 2d, bias", "transposed 1d", "input gradient"])
+def test_a_half_precision_col2im_rounds_once(dtype, which):
+    """A transposed convolution (and a convolution's input gradient) adds each kernel tap's
+    columns into an fp32 accumulator. The columns themselves were fp16/bf16, so every tap was
+    rounded before the sum: conv_transpose2d of bf16 gave 0.625 where CPU gives 0.691 and the exact
+    answer is 0.692 (a scan of op_db's every sample through torch.compile)."""
+    g = torch.Generator().manual_seed(0)
+    x, w, b = torch.randn(1, 3, 4, 4, generator=g), torch.randn(3, 3, 3, 3, generator=g), torch.randn(3, generator=g)
+    x, w, b = (t.to(dtype) for t in (x, w, b))
+    if which == "transposed 2d, bias":
+        fn = lambda x, w, b: F.conv_transpose2d(x, w, b, stride=2, padding=2, output_padding=1)  # noqa: E731
+        exact, got = fn(x.double(), w.double(), b.double()), fn(x.to(S), w.to(S), b.to(S)).cpu()
+    elif which == "transposed 1d":
+        fn = lambda x, w: F.conv_transpose1d(x, w, stride=3, dilation=2)  # noqa: E731
+        exact, got = fn(x[:, :, 0].double(), w[..., 0].double()), fn(x[:, :, 0].to(S), w[..., 0].to(S)).cpu()
+    else:
+        dy = torch.randn(1, 3, 4, 4, generator=g).to(dtype)
+        fn = lambda dy, w: torch.nn.grad.conv2d_input(x.shape, w, dy, padding=1)  # noqa: E731
+        exact, got = fn(dy.double(), w.double()), fn(dy.to(S), w.to(S)).cpu()
+    assert got.dtype == dtype
+    assert _rounded_once(got, exact, dtype), (got.double() - exact).abs().max()
+
+
 def test_depthwise_conv1d_as_mamba_runs_it():
     """A causal depthwise conv1d over a sequence, as Mamba's mixer does (groups = channels,
     padding kernel - 1, then the first `length` outputs)."""

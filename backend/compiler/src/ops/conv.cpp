@@ -219,7 +219,9 @@ void transposed_conv(Builder& b, const Geometry& geo, uint32_t x, uint32_t w_col
   const int64_t sp = product(src);
   const uint32_t xd = dense(b, x);
   const uint32_t bm = b.derive(xd, {xv.sizes[0], geo.g, xg, sp}, {xg * geo.g * sp, xg * sp, sp, 1});
-  const uint32_t col = b.temp({xv.sizes[0], geo.g, rg * taps, sp}, type);
+  // fp32 columns: each tap's contribution joins the accumulator as the PT array summed it, so an
+  // fp16 or bf16 result rounds once (bf16 columns had rounded every tap, up to 2 ulps off).
+  const uint32_t col = b.temp({xv.sizes[0], geo.g, rg * taps, sp}, DType::kF32);
   const ir::View wv = b.view(w_cols);
   matmul(b, b.derive(w_cols, {1, geo.g, wv.sizes[1], wv.sizes[2]}, {0, wv.strides[0], wv.strides[1], wv.strides[2]}),
          bm, col, type);
