@@ -160,6 +160,20 @@ def test_histc_bins_as_cpu_at_the_edges():
     assert got.dtype == torch.int32 and torch.equal(got.cpu(), torch.histc(ids.float(), 4, 0, 3).int())
 
 
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+@pytest.mark.parametrize("bins, lo, hi", [(100, 0, 0), (10, -10, 10), (3, 0, 0), (257, -2, 2)])
+def test_half_precision_histc_bins_as_cpu(dtype, bins, lo, hi):
+    """CPU's histc computes an fp16 or bf16 element's bin in that type, each step rounded (257
+    bins are 256 in bf16); spyre computed it in fp32, and counted a few elements a bin over
+    (a scan of op_db's every sample in bf16; eager and compiled alike). Fewer than 256 elements
+    a bin: CPU adds the ones in bf16 too, so its counts stall there (per thread), where spyre
+    counts exactly in int64 and rounds once."""
+    x = (torch.randn(400, generator=torch.Generator().manual_seed(0)) * 4).to(dtype)
+    want = torch.histc(x, bins, lo, hi)
+    for got in (torch.histc(x.to(S), bins, lo, hi), torch.compile(torch.histc, backend="spyre")(x.to(S), bins, lo, hi)):
+        assert got.dtype == want.dtype and torch.equal(got.cpu(), want), (got.cpu() - want).abs().max()
+
+
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64], ids=["native", "fallback"])
 @pytest.mark.parametrize("op", ["det", "slogdet", "logdet"])
 def test_determinant_gradients_of_a_non_contiguous_matrix_are_not_transposed(op, dtype):

@@ -180,7 +180,8 @@ void embedding_backward(Builder& b, const Call& c) {
 // histc(self, bins, min, max): counts of the elements in `bins` equal bins over [min, max]; an
 // element equal to max counts in the last bin, one outside the range (or NaN) in none. As CPU: the
 // range's ends rounded to the input's type, the bin of each element in range
-// floor((x - min) * bins / (max - min)) in fp32 (integers exactly, in int64), and a bin past the
+// floor((x - min) * bins / (max - min)) in fp32, each step rounded to fp16 or bf16 for those types
+// (integers exactly, in int64), and a bin past the
 // last (x just below max, where the quotient rounds up to bins) is the last; then ones added at
 // those bins into a zero int64 table with one more bin for the elements that count nowhere.
 void histc(Builder& b, const Call& c) {
@@ -203,10 +204,13 @@ void histc(Builder& b, const Call& c) {
     using hw::BinaryFn;
     ir::Expr e(compute);
     const int32_t v = e.input(ir::Operand::of(flat)), mn = e.constant(lo), mx = e.constant(hi);
-    const int32_t scaled =
-        e.binary(BinaryFn::kDiv,
-                 e.binary(BinaryFn::kMul, e.binary(BinaryFn::kSub, v, mn), e.constant(static_cast<double>(bins))),
-                 e.binary(BinaryFn::kSub, mx, mn));
+    // fp16 and bf16 as CPU's kernel computes in them: each step (the bin count too) rounded.
+    const bool narrow = xv.dtype == hw::DType::kF16 || xv.dtype == hw::DType::kBF16;
+    const auto r = [&](int32_t a) { return narrow ? e.round(xv.dtype, a) : a; };
+    const int32_t scaled = r(e.binary(
+        BinaryFn::kDiv,
+        r(e.binary(BinaryFn::kMul, r(e.binary(BinaryFn::kSub, v, mn)), r(e.constant(static_cast<double>(bins))))),
+        r(e.binary(BinaryFn::kSub, mx, mn))));
     const int32_t bin = is_float ? e.unary(hw::UnaryFn::kFloor, scaled) : scaled;
     const int32_t last = e.binary(BinaryFn::kMin, bin, e.constant(static_cast<double>(bins - 1)));
     const int32_t inside =
