@@ -873,3 +873,21 @@ def test_compiled_matrix_rank_matches_cpu_empty_matrices_too(shape):
     got = torch.compile(torch.linalg.matrix_rank, backend="spyre", dynamic=False)(x.to("spyre"))
     assert got.dtype == want.dtype
     torch.testing.assert_close(got.cpu(), want, rtol=0, atol=0)
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16, torch.float32])
+def test_logspace_takes_its_ends_in_the_result_type_as_cpu(dtype):
+    """CPU's logspace rounds its exponents' ends to the result's type first: 10 ** 4.3 in bf16 is
+    20480 there (4.3 is 4.3125), where torch's reference, which both front doors ran, gave 19968
+    (a scan of op_db's every sample through torch.compile). The reference also computed in
+    float64, which took the CPU fallback; logspace is native now."""
+
+    def fn(start, end, steps, base):
+        return torch.logspace(start, end, steps, base=base, dtype=dtype, device="spyre")
+
+    for args in ((4.3, -3.0, 4, 10.0), (1.2, 4.0, 5, 2.5), (-9.5, 4.2, 7, 3.0)):
+        want = torch.logspace(*args[:3], base=args[3], dtype=dtype)
+        for got in (fn(*args), torch.compile(fn, backend="spyre", dynamic=False)(*args)):
+            assert got.dtype == want.dtype
+            torch.testing.assert_close(got.cpu(), want, rtol=1e-5, atol=0)
+        torch._dynamo.reset()

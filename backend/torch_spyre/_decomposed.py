@@ -425,10 +425,38 @@ def _median(ignore_nan: bool, reduce_all: bool):
     return along
 
 
+def _rounded(x, dtype: torch.dtype):
+    """Number x in `dtype`: a Python number as a Python number (also while a compile traces:
+    outside its modes), a 0-dim tensor (logspace's Tensor overloads) as a float32 one; a symbolic
+    number as it is."""
+    if isinstance(x, torch.Tensor):
+        return x.to(dtype).float()
+    if not isinstance(x, (int, float)):
+        return x
+    with torch.utils._python_dispatch._disable_current_modes():
+        return torch.tensor(x, dtype=dtype).item()
+
+
+def _logspace(start, end, steps, base=10.0, *, dtype=None, device=None, out=None, **_):
+    """CPU's logspace: the ends in the result's type (one step: the start as given), the step
+    their difference in that type over steps - 1, the first half of the exponents counted from
+    the start and the rest back from the end; here in float32 on the device."""
+    dtype = out.dtype if out is not None else dtype or torch.get_default_dtype()
+    device = out.device if out is not None else device
+    s, e = (_rounded(start, dtype), _rounded(end, dtype)) if steps > 1 else (start, start)
+    step = _rounded(e - s, dtype) / (steps - 1) if steps > 1 else 0.0
+    i = torch.arange(steps, dtype=torch.float32, device=device)
+    exponents = torch.where(i < steps // 2, s + step * i, e - step * (steps - 1 - i))
+    result = torch.pow(float(base), exponents).to(dtype)
+    return result if out is None else out.resize_(result.shape).copy_(result)
+
+
 def _float_only(name: str):
     """torch's decomposition of a factory, for a floating result only: for an integer one it
     computes in float32 on the device and truncates points that CPU's double arithmetic puts on
-    the other side of an integer (linspace(-9.5, 4.2, 50) in int64), so those decline."""
+    the other side of an integer (linspace(-9.5, 4.2, 50) in int64), so those decline. A float
+    logspace is _logspace's, as CPU computes it (torch's reference computes in float64, which the
+    card lacks, and takes the ends as given: 10 ** 4.3 in bf16 was 19968, CPU's is 20480)."""
     packet, _, overload = name.partition(".")
     op = getattr(getattr(torch.ops.aten, packet), overload or "default")
 
@@ -439,6 +467,8 @@ def _float_only(name: str):
         dtype = out.dtype if out is not None else kwargs.get("dtype") or torch.get_default_dtype()
         if not dtype.is_floating_point:
             return NotImplemented
+        if packet == "logspace" and dtype in (torch.float32, torch.bfloat16, torch.float16):
+            return _logspace(*args, **kwargs)
         return decomposition_table[op](*args, **kwargs)
 
     return run

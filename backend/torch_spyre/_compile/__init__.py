@@ -16,7 +16,7 @@ from pathlib import Path
 import torch
 import torch.fx as fx
 
-from .. import _C
+from .. import _C, _decomposed
 from . import cache, lower, passes
 from .nodes import cpu_refuses
 
@@ -371,6 +371,10 @@ def _decompositions() -> dict:
     # round with decimals is its eager kernel's decomposition here too: whole, the planner would
     # take it for the library's round, which rounds to an integer (a scan of op_db).
     table[aten.round.decimals] = decomposition_table[aten.round.decimals]
+    # logspace as its eager kernel computes it: the exponents' ends in the result's type first, as
+    # CPU takes them (torch's reference does not: 10 ** 4.3 in bf16, a scan of op_db).
+    for overload in ("default", "Tensor_Tensor", "Tensor_Scalar", "Scalar_Tensor"):
+        table[getattr(aten.logspace, overload)] = _decomposed.OWN["logspace"]
     # Norms and softmax become reductions and elementwise steps the planner fuses (core ATen
     # decomposes their backwards already); their eager kernels would be one launch each.
     table.update(
