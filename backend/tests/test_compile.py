@@ -880,7 +880,7 @@ def test_logspace_takes_its_ends_in_the_result_type_as_cpu(dtype):
     """CPU's logspace rounds its exponents' ends to the result's type first: 10 ** 4.3 in bf16 is
     20480 there (4.3 is 4.3125), where torch's reference, which both front doors ran, gave 19968
     (a scan of op_db's every sample through torch.compile). The reference also computed in
-    float64, which took the CPU fallback; logspace is native now."""
+    float64, which took the CPU fallback; a float logspace is native now."""
 
     def fn(start, end, steps, base):
         return torch.logspace(start, end, steps, base=base, dtype=dtype, device="spyre")
