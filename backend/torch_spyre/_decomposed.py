@@ -451,12 +451,13 @@ def _logspace(start, end, steps, base=10.0, *, dtype=None, device=None, out=None
     return result if out is None else out.resize_(result.shape).copy_(result)
 
 
-def _float_only(name: str):
+def _float_only(name: str, on_card=None):
     """torch's decomposition of a factory, for a floating result only: for an integer one it
     computes in float32 on the device and truncates points that CPU's double arithmetic puts on
-    the other side of an integer (linspace(-9.5, 4.2, 50) in int64), so those decline. A float
-    logspace is _logspace's, as CPU computes it (torch's reference computes in float64, which the
-    card lacks, and takes the ends as given: 10 ** 4.3 in bf16 was 19968, CPU's is 20480)."""
+    the other side of an integer (linspace(-9.5, 4.2, 50) in int64), so those decline. `on_card`,
+    if given, replaces the decomposition for the card's float types (logspace: torch's reference
+    computes in float64, which the card lacks, and takes the ends as given: 10 ** 4.3 in bf16 was
+    19968, CPU's is 20480)."""
     packet, _, overload = name.partition(".")
     op = getattr(getattr(torch.ops.aten, packet), overload or "default")
 
@@ -467,8 +468,8 @@ def _float_only(name: str):
         dtype = out.dtype if out is not None else kwargs.get("dtype") or torch.get_default_dtype()
         if not dtype.is_floating_point:
             return NotImplemented
-        if packet == "logspace" and dtype in (torch.float32, torch.bfloat16, torch.float16):
-            return _logspace(*args, **kwargs)
+        if on_card is not None and dtype in (torch.float32, torch.bfloat16, torch.float16):
+            return on_card(*args, **kwargs)
         return decomposition_table[op](*args, **kwargs)
 
     return run
@@ -516,7 +517,8 @@ OWN = {
         for overload in ("", ".grad_input")
     },
     "equal": _equal,
-    **{name: _float_only(name) for name in ("linspace", "linspace.out", "logspace", "logspace.out")},
+    **{name: _float_only(name) for name in ("linspace", "linspace.out")},
+    **{name: _float_only(name, _logspace) for name in ("logspace", "logspace.out")},
     "eye": _eye,
     "eye.m": _eye,
     "eye.out": _eye,
