@@ -4,9 +4,13 @@ missing checks where CPU raises. One test per defect, named after the behaviour 
 
 from __future__ import annotations
 
+import random
+from fractions import Fraction
+
 import pytest
 import torch
 import torch.nn.functional as F
+import torch_spyre
 
 S = "spyre"
 
@@ -23,6 +27,58 @@ def test_linspace_and_logspace_of_integers_truncate_as_cpu(dtype):
         torch.testing.assert_close(out.cpu(), want)
         got = torch.logspace(0, 2, 7, dtype=dtype, device=S).cpu()
         torch.testing.assert_close(got, torch.logspace(0, 2, 7, dtype=dtype))
+
+
+def _fused_linspace(start, end, steps):
+    """CPU's integer linspace where its kernel is built with FMA (AVX2 and later, arm64), written
+    from its definition with exact fractions: the ends truncated, the step (end - start) / (steps -
+    1) in float64, each point start + step * k (the first half) or end - step * (steps - 1 - k)
+    rounded once to float64, then truncated."""
+    s, e = int(start), int(end)
+    if steps < 2:
+        return [s] * steps
+    step = Fraction((float(e) - float(s)) / (steps - 1))
+    return [int(float(s + step * k if k < steps // 2 else e - step * (steps - 1 - k))) for k in range(steps)]
+
+
+@pytest.mark.parametrize("front_door", ["eager", "compile"])
+def test_integer_linspace_is_cpus_float64_points_on_the_card(front_door):
+    """Found by --slow conformance: linspace into int64 fell back to the CPU, and compiled it took
+    the float32 reference (linspace(-64, 74, 11)[5] was 5, CPU's is 4: 74 - 13.8 * 5 fused in
+    float64 is 4.9999999999999964). Now both front doors give CPU's points with the fallback
+    forbidden."""
+    rng = random.Random(5)
+    cases = [(-64, 74, 11), (92, -237, 22), (-9.5, 4.2, 50), (0, 1, 50), (3, 3, 5), (0, 7, 1), (0, 7, 0)]
+    cases += [(1.9, -1.9, 4), (-(2**40), 2**40 + 7, 33)]
+    cases += [(rng.randint(-300, 300), rng.randint(-300, 300), rng.randint(2, 120)) for _ in range(150)]
+    fused_cpu = torch.backends.cpu.get_cpu_capability() != "DEFAULT"
+    make = lambda a, b, n, dtype: torch.linspace(a, b, n, dtype=dtype, device=S)  # noqa: E731
+    if front_door == "compile":
+        make = torch.compile(make, backend="spyre", dynamic=False)
+    old = torch_spyre.get_cpu_fallback()
+    torch_spyre.set_cpu_fallback("error")
+    try:
+        for a, b, n in cases[: 12 if front_door == "compile" else None]:
+            want = _fused_linspace(a, b, n)
+            for dtype in (torch.int64, torch.int32) if abs(a) < 2**31 else (torch.int64,):
+                assert make(a, b, n, dtype).cpu().tolist() == want, (a, b, n, dtype)
+                if fused_cpu:
+                    assert torch.linspace(a, b, n, dtype=dtype).tolist() == want, (a, b, n, dtype)
+        out = torch.empty(0, dtype=torch.int16, device=S)
+        assert torch.linspace(-64, 74, 11, out=out) is out
+        assert out.cpu().tolist() == _fused_linspace(-64, 74, 11)
+    finally:
+        torch_spyre.set_cpu_fallback(old)
+
+
+def test_integer_linspace_refuses_as_cpu():
+    with pytest.raises(RuntimeError, match="non-negative"):
+        torch.linspace(0, 7, -1, dtype=torch.int64, device=S)
+    with pytest.raises(RuntimeError, match="overflow"):
+        torch.linspace(0, 2**40, 5, dtype=torch.int32, device=S)
+    with pytest.raises(RuntimeError, match="Bool"):
+        torch.linspace(0, 1, 3, dtype=torch.bool, device=S)
+    assert torch.linspace(-3, 5, 4, dtype=torch.uint8, device=S).cpu().tolist() == [253, 170, 87, 5]  # as CPU
 
 
 @pytest.mark.parametrize(

@@ -451,13 +451,56 @@ def _logspace(start, end, steps, base=10.0, *, dtype=None, device=None, out=None
     return result if out is None else out.resize_(result.shape).copy_(result)
 
 
-def _float_only(name: str, on_card=None):
-    """torch's decomposition of a factory, for a floating result only: for an integer one it
-    computes in float32 on the device and truncates points that CPU's double arithmetic puts on
-    the other side of an integer (linspace(-9.5, 4.2, 50) in int64), so those decline. `on_card`,
-    if given, replaces the decomposition for the card's float types (logspace: torch's reference
-    computes in float64, which the card lacks, and takes the ends as given: 10 ** 4.3 in bf16 was
-    19968, CPU's is 20480)."""
+def _linspace_of_integers(start, end, steps, *, dtype=None, device=None, out=None, **_):
+    """CPU's linspace into an integer type: the ends truncated to it, the step their difference in
+    float64 over steps - 1, the first half of the points counted from the start and the rest back
+    from the end, each point one fused multiply-add in float64 (CPU's kernel is compiled with FMA
+    wherever the host has it: every x86 host since AVX2, every arm64 one), then truncated.
+
+    The card has no float64, and float32 puts points such as linspace(-9.5, 4.2, 50)'s on the other
+    side of an integer, so the host computes them from the call's numbers alone (they depend on no
+    tensor's data) and they are copied to the card, as a tensor built from Python numbers is. A
+    point whose float64 value lies next to an integer is computed again exactly (one rounding of the
+    exact product and sum), since there the fused and the unfused arithmetic can truncate apart."""
+    dtype = out.dtype if out is not None else dtype
+    device = out.device if out is not None else device
+    with torch.utils._python_dispatch._disable_current_modes():  # while a compile traces: constants
+        points = _integer_points(start, end, steps, dtype).to(dtype)
+    result = torch.ops.aten.lift_fresh_copy.default(points).to(device)
+    return result if out is None else out.resize_(result.shape).copy_(result)
+
+
+def _integer_points(start, end, steps, dtype):
+    torch._check(steps >= 0, lambda: "linspace(): number of steps must be non-negative")
+    # The ends as CPU takes them: converted to the result's type, refused if they do not fit.
+    s, e = (int(torch.full((), x.item() if isinstance(x, torch.Tensor) else x, dtype=dtype)) for x in (start, end))
+    if steps <= 1:
+        points = torch.tensor([s] * steps, dtype=torch.int64)
+    else:
+        torch._check(dtype != torch.bool, lambda: "linspace(): not implemented for 'Bool'")
+        step = (float(e) - float(s)) / (steps - 1)
+        k = torch.arange(steps, dtype=torch.float64)
+        first = k < steps // 2
+        base = torch.where(first, torch.tensor(float(s), dtype=k.dtype), float(e))
+        times = torch.where(first, k, k - (steps - 1))  # the end minus step * (steps - 1 - k)
+        product = times * step
+        value = base + product
+        slack = 4 * torch.finfo(torch.float64).eps * torch.maximum(base.abs(), product.abs())
+        points = value.trunc().to(torch.int64)
+        num, den = step.as_integer_ratio()
+        near = torch.nonzero((value - value.round()).abs() <= slack).flatten()
+        exact = zip(times[near].long().tolist(), base[near].long().tolist(), strict=True)
+        # Python's integer division rounds once: the fused multiply-add's value.
+        points[near] = torch.tensor([int((num * t + b * den) / den) for t, b in exact], dtype=torch.int64)
+    return points
+
+
+def _factory(name: str, floats=None, integers=None):
+    """A float factory computed on the card: `floats` for the card's float types (logspace: torch's
+    reference computes in float64, which the card lacks, and takes the ends as given: 10 ** 4.3 in
+    bf16 was 19968, CPU's is 20480), else torch's decomposition. An integer result takes
+    `integers`, or declines to the fallback without it: the decomposition computes in float32 and
+    truncates points that CPU's double arithmetic puts on the other side of an integer."""
     packet, _, overload = name.partition(".")
     op = getattr(getattr(torch.ops.aten, packet), overload or "default")
 
@@ -467,9 +510,9 @@ def _float_only(name: str, on_card=None):
         out = kwargs.get("out")
         dtype = out.dtype if out is not None else kwargs.get("dtype") or torch.get_default_dtype()
         if not dtype.is_floating_point:
-            return NotImplemented
-        if on_card is not None and dtype in (torch.float32, torch.bfloat16, torch.float16):
-            return on_card(*args, **kwargs)
+            return NotImplemented if integers is None or dtype.is_complex else integers(*args, **kwargs)
+        if floats is not None and dtype in (torch.float32, torch.bfloat16, torch.float16):
+            return floats(*args, **kwargs)
         return decomposition_table[op](*args, **kwargs)
 
     return run
@@ -517,8 +560,8 @@ OWN = {
         for overload in ("", ".grad_input")
     },
     "equal": _equal,
-    **{name: _float_only(name) for name in ("linspace", "linspace.out")},
-    **{name: _float_only(name, _logspace) for name in ("logspace", "logspace.out")},
+    **{name: _factory(name, integers=_linspace_of_integers) for name in ("linspace", "linspace.out")},
+    **{name: _factory(name, floats=_logspace) for name in ("logspace", "logspace.out")},
     "eye": _eye,
     "eye.m": _eye,
     "eye.out": _eye,

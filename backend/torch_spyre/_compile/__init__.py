@@ -373,8 +373,11 @@ def _decompositions() -> dict:
     table[aten.round.decimals] = decomposition_table[aten.round.decimals]
     # logspace as its eager kernel computes it: the exponents' ends in the result's type first, as
     # CPU takes them (torch's reference does not: 10 ** 4.3 in bf16, a scan of op_db).
+    # Integer linspace as its eager kernel computes it too: CPU's float64 points, which the float32
+    # reference puts on the other side of an integer (linspace(-64, 74, 11)[5] in int64).
     for overload in ("default", "Tensor_Tensor", "Tensor_Scalar", "Scalar_Tensor"):
         table[getattr(aten.logspace, overload)] = _decomposed.OWN["logspace"]
+        table[getattr(aten.linspace, overload)] = _decomposed.OWN["linspace"]
     # Norms and softmax become reductions and elementwise steps the planner fuses (core ATen
     # decomposes their backwards already); their eager kernels would be one launch each.
     table.update(
