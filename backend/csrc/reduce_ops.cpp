@@ -43,6 +43,25 @@ std::vector<int64_t> reduce_dims(const at::Tensor& t, const c10::IValue* dims) {
   return out;
 }
 
+// CPU's refusal of a max or min over no elements: of an empty tensor with no dim named, or along
+// a dim of size 0. Along other dims the result is empty, and nothing is refused.
+void check_extremum_of_empty(const std::string& base, const at::Tensor& self, const c10::IValue* dim,
+                             const std::vector<int64_t>& dims) {
+  if (self.numel() != 0) return;
+  const bool every_dim = !dim || (!dim->isInt() && dim->toIntVector().empty());
+  if (every_dim && (base == "argmax" || base == "argmin")) {
+    TORCH_CHECK_INDEX(false, base, "(): Expected reduction dim to be specified for input.numel() == 0.");
+  }
+  TORCH_CHECK(!every_dim, base, "(): Expected reduction dim to be specified for input.numel() == 0. ",
+              "Specify the reduction dim with the 'dim' argument.");
+  // CPU names a dim of a list as given (amax(-1)), a single dim wrapped (max(-1) names dim 0).
+  const std::vector<int64_t> named = dim->isInt() ? dims : dim->toIntVector();
+  for (size_t i = 0; i < dims.size(); ++i) {
+    TORCH_CHECK_INDEX(self.size(dims[i]) != 0, base, "(): Expected reduction dim ", named[i],
+                      " to have non-zero size.");
+  }
+}
+
 std::vector<int64_t> keepdim_sizes(const at::Tensor& t, const std::vector<int64_t>& dims) {
   std::vector<int64_t> s = t.sizes().vec();
   for (int64_t d : dims) s[static_cast<size_t>(d)] = 1;
@@ -118,9 +137,9 @@ void reduce_kernel(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
                 " can't be cast to the desired output type ", want);
     if (!c.get("dtype")) type = want;
   }
-  if (!device_dtype(type) || !device_dtype(self.scalar_type()) || (row.mean && !at::isFloatingType(type)) ||
-      (extremum && self.numel() == 0)) {
-    return c.fall_back();  // torch's own errors for empty max and integer mean come from the CPU kernel
+  if (extremum) check_extremum_of_empty(c.base(), self, c.get("dim"), dims);
+  if (!device_dtype(type) || !device_dtype(self.scalar_type()) || (row.mean && !at::isFloatingType(type))) {
+    return c.fall_back();  // torch's own error for an integer mean comes from the CPU kernel
   }
   at::Tensor out = result_tensor(c, "out", self, result_sizes(self, dims, keepdim), type);
   if (out.numel() == 0) return c.finish(out);
@@ -162,7 +181,8 @@ void arg_kernel(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
   const c10::IValue* keep = c.get("keepdim");
   const bool keepdim = keep && keep->toBool();
   TORCH_CHECK(self.scalar_type() != at::kBool || values, base, "(): does not support bool input");
-  if (!device_dtype(self.scalar_type()) || self.numel() == 0) return c.fall_back();  // torch's error when empty
+  check_extremum_of_empty(base, self, c.get("dim"), dims);
+  if (!device_dtype(self.scalar_type())) return c.fall_back();
   const std::vector<int64_t> sizes = result_sizes(self, dims, keepdim);
   // The out= names of max.dim_max and min.dim_min are (max, max_values) and (min, min_indices).
   at::Tensor vals, idx;
@@ -171,7 +191,7 @@ void arg_kernel(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
   std::vector<at::Tensor> outs;
   if (values) outs.push_back(vals);
   if (indices) outs.push_back(idx);
-  if (!lowered(c, outs, self.scalar_type(), self.scalar_type())) return;
+  if (self.numel() != 0 && !lowered(c, outs, self.scalar_type(), self.scalar_type())) return;
   if (values && indices) return c.finish({vals, idx});
   c.finish(values ? vals : idx);
 }

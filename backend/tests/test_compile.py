@@ -891,3 +891,29 @@ def test_logspace_takes_its_ends_in_the_result_type_as_cpu(dtype):
             assert got.dtype == want.dtype
             torch.testing.assert_close(got.cpu(), want, rtol=1e-5, atol=0)
         torch._dynamo.reset()
+
+
+@pytest.mark.parametrize(
+    "fn, shapes",
+    [
+        (lambda a, b: (a @ b).relu() + 1, [(0, 4), (4, 3)]),
+        (lambda a, b: (a @ b).relu() + 1, [(3, 0), (0, 5)]),
+        (lambda a, b: torch.bmm(a, b) * 2, [(2, 0, 4), (2, 4, 3)]),
+        (lambda a: a.sum(0) * 2 + a.amax(1).sum(), [(0, 3)]),
+        (lambda a: a.sum(1) * 2, [(3, 0)]),
+    ],
+)
+def test_a_compiled_op_with_an_empty_operand_is_one_program(fn, shapes):
+    """Found in the scan of op_db's every sample: a lowering that reads no element of an empty
+    operand left it out of its call, which the library then refused (\"argument 'self' is not a
+    tensor\"), and the program's ops ran one by one; the empty amax fell back to the CPU eagerly."""
+    args = [torch.randn(*s, generator=torch.Generator().manual_seed(i)) for i, s in enumerate(shapes)]
+    compile_stats(reset=True)
+    old = torch_spyre.get_cpu_fallback()
+    torch_spyre.set_cpu_fallback("error")
+    try:
+        got = torch.compile(fn, backend="spyre", dynamic=False)(*[a.to("spyre") for a in args])
+    finally:
+        torch_spyre.set_cpu_fallback(old)
+    torch.testing.assert_close(got.cpu(), fn(*args), rtol=0, atol=0)
+    assert compile_stats()["programs_not_compiled"] == 0

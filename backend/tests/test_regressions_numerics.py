@@ -5,6 +5,7 @@ missing checks where CPU raises. One test per defect, named after the behaviour 
 from __future__ import annotations
 
 import random
+import re
 from fractions import Fraction
 
 import pytest
@@ -324,3 +325,31 @@ def test_grid_sampler_3d_input_gradient_at_a_clamped_corner_matches_cpu():
     got = torch.autograd.grad(F.grid_sample(xs, gs, padding_mode="border", align_corners=False), (xs, gs), grad.to(S))
     torch.testing.assert_close(got[0].cpu(), want[0], rtol=0, atol=0)
     torch.testing.assert_close(got[1].cpu(), want[1])
+
+
+@pytest.mark.parametrize("shape", [(0, 3), (2, 0, 3), (0,)])
+def test_max_and_min_of_an_empty_tensor_run_on_the_card_or_raise_as_cpu(shape):
+    """amax, amin, max, min, argmax and argmin of any empty tensor took the CPU fallback for CPU's
+    error, also along a non-empty dim, where CPU returns an empty result. Now the card gives that
+    result, and raises CPU's error (type and message) along an empty dim or with no dim."""
+    calls = [
+        lambda x: x.amax(), lambda x: x.amin(-1), lambda x: x.amax(0, keepdim=True), lambda x: x.max(),
+        lambda x: x.max(-1), lambda x: x.min(0), lambda x: x.argmax(), lambda x: x.argmin(-1),
+        lambda x: x.argmax(0, keepdim=True),
+    ]  # fmt: skip
+    x = torch.randn(shape)
+    old = torch_spyre.get_cpu_fallback()
+    torch_spyre.set_cpu_fallback("error")
+    try:
+        for call in calls:
+            try:
+                want = call(x)
+            except (IndexError, RuntimeError) as e:
+                with pytest.raises(type(e), match=re.escape(str(e))):
+                    call(x.to(S))
+                continue
+            got = call(x.to(S))
+            for g, w in zip(*(t if isinstance(t, tuple) else (t,) for t in (got, want)), strict=True):
+                assert g.shape == w.shape and g.dtype == w.dtype and g.device.type == S
+    finally:
+        torch_spyre.set_cpu_fallback(old)

@@ -111,9 +111,15 @@ class Fusion:
             return None
         self.info[n] = (temp_bytes, compute)
         # What the lowering reads, and every tensor of a list argument (cat's empty inputs are read
-        # by nothing, but the list names them all).
+        # by nothing, but the list names them all). Where an operand or the result is empty, the
+        # lowering reads little or nothing, but its call still names every operand (a matmul's
+        # shapes come from them: mm of [3, 0] and [0, 5] is a [3, 5] of zeros).
         listed = [y for v in n.args if isinstance(v, (list, tuple)) for y in v if _is_tensor_node(y)]
-        reads = [operands[a] for a in args] + [y for y in listed if y in operands]
+        tensors = [y for y in operands if _is_tensor_node(y)]
+        empty = any(_val(y).numel() == 0 for y in tensors) or any(
+            isinstance(x, torch.Tensor) and x.numel() == 0 for x in (v if isinstance(v, (tuple, list)) else [v])
+        )
+        reads = [operands[a] for a in args] + [y for y in listed if y in operands] + (tensors if empty else [])
         self.reads[n] = list(dict.fromkeys(x for x in reads if x is not n and x not in self._results(n)))
         return family
 
