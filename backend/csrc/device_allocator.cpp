@@ -10,6 +10,7 @@
 #include <chrono>
 #include <cstdlib>
 #include <cstring>
+#include <memory>
 #include <mutex>
 #include <stdexcept>
 #include <string>
@@ -25,6 +26,15 @@ namespace spyre::backend {
 namespace {
 
 using c10::CachingDeviceAllocator::DeviceStats;
+
+// The context of a storage_part's DataPtr: the block's storage, released with the part.
+struct Part {
+  c10::Storage block;
+};
+
+void delete_part(void* ctx) {
+  delete static_cast<Part*>(ctx);  // the block's own deleter runs if this was its last reference
+}
 
 // c10::DeviceIndex is 8 bits: no more devices than this can exist.
 constexpr int kMaxDevices = 128;
@@ -160,6 +170,8 @@ class Allocator final : public c10::DeviceAllocator {
   }
 
   void recordStream(const c10::DataPtr& ptr, c10::Stream stream) override {
+    if (ptr.get_deleter() == &delete_part)
+      return recordStream(static_cast<Part*>(ptr.get_context())->block.data_ptr(), stream);
     if (ptr.get_deleter() != &deleter || !ptr.get_context()) return;  // not ours, or empty
     auto* b = static_cast<CacheBlock*>(ptr.get_context());
     CachingAllocator& owner = CachingAllocator::owner(b);
@@ -309,6 +321,16 @@ CachingAllocator& pool_cache(uint64_t pool) {
 
 c10::DeviceAllocator& device_allocator() {
   return g_allocator;
+}
+
+c10::Storage storage_part(const c10::Storage& block, uint64_t offset, uint64_t nbytes) {
+  TORCH_CHECK_VALUE(offset <= block.nbytes() && nbytes <= block.nbytes() - offset, "spyre: bytes [", offset, ", ",
+                    offset + nbytes, ") are not in a block of ", block.nbytes(), " bytes");
+  void* at = device_pointer(block.device().index(), device_address(block.data()) + offset);
+  auto ctx = std::make_unique<Part>(Part{block});
+  c10::DataPtr ptr(at, ctx.get(), &delete_part, block.device());
+  static_cast<void>(ctx.release());  // the DataPtr owns it now
+  return {c10::Storage::use_byte_size_t(), static_cast<size_t>(nbytes), std::move(ptr), &g_allocator, true};
 }
 
 int device_of_pointer(const void* p) {

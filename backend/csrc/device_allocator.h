@@ -3,6 +3,7 @@
 #pragma once
 
 #include <c10/core/CachingDeviceAllocator.h>
+#include <c10/core/Storage.h>
 
 #include <cstdint>
 #include <vector>
@@ -11,6 +12,12 @@ namespace spyre::backend {
 
 /// The allocator registered for PrivateUse1 (what torch.empty(..., device="spyre") uses).
 c10::DeviceAllocator& device_allocator();
+
+/// A storage of its own over bytes [offset, offset + nbytes) of `block` (a compiled program's out
+/// block: one allocation, one launch argument). Each part keeps the block alive, so the block is
+/// freed when its last part dies; a part grows (resize_) into new memory as any storage does, and
+/// recording a stream on it records it on the block. ValueError when the range is not in the block.
+c10::Storage storage_part(const c10::Storage& block, uint64_t offset, uint64_t nbytes);
 
 /// The device whose tensor memory `p` points into; -1 when no spyre allocator handed it out.
 int device_of_pointer(const void* p);

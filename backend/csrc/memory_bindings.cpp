@@ -1,5 +1,6 @@
 // torch_spyre._C's device-memory functions (torch.spyre.memory_stats, empty_cache, memory pools, the
 // memory fraction), kept apart from module.cpp so each binding file has one subject.
+#include <ATen/ATen.h>
 #include <torch/csrc/Exceptions.h>
 #include <torch/csrc/utils/pybind.h>
 
@@ -71,6 +72,18 @@ py::dict driver_memory(int index) {
 }  // namespace
 
 void bind_memory(py::module_& m) {
+  m.def("_block_parts", [](const at::Tensor& block, const std::vector<std::pair<uint64_t, uint64_t>>& parts) {
+    HANDLE_TH_ERRORS
+    std::vector<at::Tensor> out;
+    out.reserve(parts.size());
+    for (const auto& [offset, nbytes] : parts) {
+      at::Tensor t = at::empty({0}, block.options());
+      t.set_(storage_part(block.storage(), offset, nbytes));
+      out.push_back(std::move(t));
+    }
+    return out;
+    END_HANDLE_TH_ERRORS_PYBIND
+  });
   m.def("_allocator_stats", [](int index) {
     HANDLE_TH_ERRORS
     return allocator_stats(index);

@@ -261,12 +261,13 @@ class _Runner:
                 device = torch.device("spyre", torch.spyre.current_device())
             if s.out_slot >= 0:
                 block = tensors[s.out_slot] = torch.empty(s.out_bytes, dtype=torch.uint8, device=device)
-                storage = block.untyped_storage()
-                for offset, node, sizes, strides, dtype in s.outputs:
+                parts = _C._block_parts(block, s.out_parts)
+                for part, (_, node, sizes, strides, dtype) in zip(parts, s.outputs, strict=True):
                     # A tensor of its own (not a view: autograd lets the user modify it in place)
-                    # over its part of the block.
+                    # over a storage of its own, its part of the block (as CPU's results share no
+                    # storage; the block is freed when its last part is).
                     t = torch.empty(0, dtype=dtype, device=device)
-                    env[node] = t.set_(storage, offset // t.element_size(), sizes, strides)
+                    env[node] = t.set_(part.untyped_storage(), 0, sizes, strides)
             if s.arena_slot >= 0:
                 tensors[s.arena_slot] = torch.empty(s.arena_bytes, dtype=torch.uint8, device=device)
             pending.append((s.program, tensors, s.label))

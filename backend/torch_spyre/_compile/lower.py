@@ -43,6 +43,7 @@ class Segment:
     outputs: list = field(default_factory=list)  # (byte offset, node, sizes, strides, dtype) in the out block
     out_slot: int = -1  # the block holding every value the segment makes for use elsewhere
     out_bytes: int = 0
+    out_parts: list = field(default_factory=list)  # (byte offset, bytes) of each output's storage
     arena_slot: int = -1
     arena_bytes: int = 0
     arena: dict = field(default_factory=dict)  # node (or (node, "temp")) -> byte offset

@@ -44,7 +44,9 @@ class MemoryPlanning:
             v = _val(n)
             outs.append((at, n, tuple(v.shape), tuple(v.stride()), v.dtype))
             s.out_offsets[n] = at
-            at += (_extent(v) * _DTYPES[v.dtype][1] + _ALIGN - 1) // _ALIGN * _ALIGN
+            nbytes = _extent(v) * _DTYPES[v.dtype][1]
+            s.out_parts.append((at, nbytes))
+            at += (nbytes + _ALIGN - 1) // _ALIGN * _ALIGN
         s.outputs = outs
         s.out_bytes = max(at, _ALIGN) if escapes else 0
         # The arena: values made and used only here, and the ops' temporaries, placed by lifetime
