@@ -326,6 +326,10 @@ c10::DeviceAllocator& device_allocator() {
 c10::Storage storage_part(const c10::Storage& block, uint64_t offset, uint64_t nbytes) {
   TORCH_CHECK_VALUE(offset <= block.nbytes() && nbytes <= block.nbytes() - offset, "spyre: bytes [", offset, ", ",
                     offset + nbytes, ") are not in a block of ", block.nbytes(), " bytes");
+  // An empty part points nowhere, as an empty tensor's storage does (torch.save tells storages
+  // apart by pointer: an empty part would otherwise share its neighbour's).
+  if (nbytes == 0)
+    return {c10::Storage::use_byte_size_t(), 0, c10::DataPtr(nullptr, block.device()), &g_allocator, true};
   void* at = device_pointer(block.device().index(), device_address(block.data()) + offset);
   auto ctx = std::make_unique<Part>(Part{block});
   c10::DataPtr ptr(at, ctx.get(), &delete_part, block.device());

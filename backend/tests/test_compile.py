@@ -953,3 +953,10 @@ def test_a_compiled_programs_results_share_no_storage():
     gc.collect()
     torch.spyre.synchronize()
     assert torch.spyre.memory_allocated() == before
+    # An empty result points nowhere, as CPU's does: saved beside a neighbour of another type, it
+    # is not taken for a view of the neighbour's memory.
+    empty, full = torch.compile(lambda x: ((x[:0] * 2).long(), x * 3), backend="spyre")(a.detach().to("spyre"))
+    assert empty.untyped_storage().data_ptr() == 0
+    buffer = io.BytesIO()
+    torch.save([empty, full], buffer)
+    torch.testing.assert_close(torch.load(io.BytesIO(buffer.getvalue()))[1].cpu(), a * 3)

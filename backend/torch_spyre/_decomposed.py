@@ -471,6 +471,7 @@ def _linspace_of_integers(start, end, steps, *, dtype=None, device=None, out=Non
 
 
 def _integer_points(start, end, steps, dtype):
+    """_linspace_of_integers's points, on the host, in int64."""
     torch._check(steps >= 0, lambda: "linspace(): number of steps must be non-negative")
     # The ends as CPU takes them: converted to the result's type, refused if they do not fit.
     s, e = (int(torch.full((), x.item() if isinstance(x, torch.Tensor) else x, dtype=dtype)) for x in (start, end))
