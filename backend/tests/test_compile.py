@@ -960,3 +960,27 @@ def test_a_compiled_programs_results_share_no_storage():
     buffer = io.BytesIO()
     torch.save([empty, full], buffer)
     torch.testing.assert_close(torch.load(io.BytesIO(buffer.getvalue()))[1].cpu(), a * 3)
+
+
+@pytest.mark.parametrize("reduction", ["none", "mean", "sum"])
+@pytest.mark.parametrize("shape", [(10,), (3, 10)])
+def test_compiled_multilabel_margin_loss_has_cpus_shape_and_gradient(reduction, shape):
+    """Found by a sweep of module_db through torch.compile: torch decomposes the loss above
+    autograd while a compile traces, and its decomposition gave one sample's unreduced loss the
+    shape [1], where CPU's is 0-dim. Compiled, the loss is its eager kernel's computation now."""
+    x = torch.randn(shape, generator=torch.Generator().manual_seed(0))
+    target = torch.tensor([3, 0, -1, 1, 2, 5, 4, 7, 8, 9])[: shape[-1]].expand(shape).contiguous()
+    fn = lambda x, t: F.multilabel_margin_loss(x, t, reduction=reduction)  # noqa: E731
+    want = fn(x.requires_grad_(), target)
+    (want_grad,) = torch.autograd.grad(want.sum(), x)
+    dev = x.detach().to("spyre").requires_grad_()
+    old = torch_spyre.get_cpu_fallback()
+    torch_spyre.set_cpu_fallback("error")
+    try:
+        got = torch.compile(fn, backend="spyre", dynamic=False)(dev, target.to("spyre"))
+        (grad,) = torch.autograd.grad(got.sum(), dev)
+    finally:
+        torch_spyre.set_cpu_fallback(old)
+    assert got.shape == want.shape
+    torch.testing.assert_close(got.cpu(), want.detach())
+    torch.testing.assert_close(grad.cpu(), want_grad)

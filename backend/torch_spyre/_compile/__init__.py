@@ -16,7 +16,7 @@ from pathlib import Path
 import torch
 import torch.fx as fx
 
-from .. import _C, _decomposed
+from .. import _C, _decomposed, _nn_ops
 from . import cache, lower, passes
 from .nodes import cpu_refuses
 
@@ -435,6 +435,30 @@ def _type_checked(op, decomposition, elements: bool):
             return NotImplemented
 
     return run
+
+
+def _multilabel_margin_loss_forward(x, target, reduction):
+    """Its eager kernel's computation, where that computes; torch's decomposition otherwise."""
+    out = _nn_ops.KERNELS["multilabel_margin_loss_forward"](x, target, reduction)
+    if out is NotImplemented:
+        op = torch.ops.aten.multilabel_margin_loss_forward.default
+        return op.py_kernels[torch._C.DispatchKey.Autograd](x, target, reduction)
+    return out
+
+
+def _trace_as_eager() -> None:
+    """Ops torch decomposes above autograd while a compile traces (a Python kernel at the Autograd
+    key, which Dynamo and AOTAutograd run for every device) into something other than its CPU
+    kernel computes take their eager kernel's computation for spyre tensors instead: a kernel of
+    ours at AutogradPrivateUse1, which the tracer prefers. multilabel_margin_loss of one sample
+    without reduction is 0-dim on CPU; torch's decomposition made it [1] (a sweep of module_db)."""
+    op = torch.ops.aten.multilabel_margin_loss_forward.default
+    key = torch._C.DispatchKey.AutogradPrivateUse1
+    if key not in op.py_kernels:
+        op.py_impl(key)(_multilabel_margin_loss_forward)
+
+
+_trace_as_eager()
 
 
 def spyre_backend(gm: fx.GraphModule, example_inputs):
