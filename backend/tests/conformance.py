@@ -478,9 +478,10 @@ def modules(names=None) -> list:
     return [m for m in module_db if names is None or m.name in names]
 
 
-def check_module(info, module_input, training: bool):
+def check_module(info, module_input, training: bool, compiled: bool = False):
     """A module built from one constructor input: its forward and the gradients of its parameters
-    and inputs, on spyre against a copy on CPU."""
+    and inputs, on spyre (eagerly, or through torch.compile with the spyre backend) against a copy
+    on CPU."""
     import copy
 
     args, kwargs = module_input.constructor_input.args, dict(module_input.constructor_input.kwargs)
@@ -508,7 +509,10 @@ def check_module(info, module_input, training: bool):
         raise _Skip(f"CPU forward raises {type(e).__name__}") from e
     dev_in = tree_map(lambda a: _to(a, S), list(fin.args))
     dev_kw = tree_map(lambda a: _to(a, S), dict(fin.kwargs))
-    got = dev_module(*dev_in, **dev_kw)
+    if compiled:
+        torch._dynamo.reset()
+    forward = torch.compile(dev_module, backend="spyre", dynamic=False) if compiled else dev_module
+    got = forward(*dev_in, **dev_kw)
     compare(got, want, info.name, where="forward")
     outs = [t for t in tree_leaves(want) if isinstance(t, torch.Tensor)]
     douts = [t for t in tree_leaves(got) if isinstance(t, torch.Tensor)]
@@ -533,7 +537,7 @@ def check_module(info, module_input, training: bool):
             compare(a, b, info.name, where=f"gradient of leaf {i}", slack=10)
 
 
-def run_module(info, mode: str, limit: int | None = None) -> list:
+def run_module(info, mode: str, limit: int | None = None, compiled: bool = False) -> list:
     """(outcome, detail) per module input, training and eval, in float32."""
     results = []
     for training in (True, False):
@@ -544,5 +548,6 @@ def run_module(info, mode: str, limit: int | None = None) -> list:
             continue
         for mi in itertools.islice(inputs, limit):
             with fallback(mode):
-                results.append(_outcome(lambda mi=mi, training=training: check_module(info, mi, training)))
+                check = lambda mi=mi, training=training: check_module(info, mi, training, compiled)  # noqa: E731
+                results.append(_outcome(check))
     return results

@@ -31,6 +31,8 @@ def _chosen(slow: bool, spread: int = DEFAULT_SPREAD) -> list:
 
 def pytest_generate_tests(metafunc):
     slow = metafunc.config.getoption("--slow")
+    if "compiled_module" in metafunc.fixturenames:
+        metafunc.parametrize("compiled_module", MODULES if slow else MODULES[::COMPILED_MODULE_SPREAD])
     if "op_name" in metafunc.fixturenames:
         metafunc.parametrize("op_name", _chosen(slow))
     if "compiled_op" in metafunc.fixturenames:
@@ -142,3 +144,17 @@ def test_a_module_of_module_db_matches_cpu_forward_and_backward(module):
     assert any(o == "pass" for o, _ in results), f"{module}: no input was compared: " + "; ".join(
         sorted({d for _, d in results})
     )
+
+
+# The compile front door over module_db: every third module and its first input in training and in
+# evaluation by default, every module and its first two inputs with --slow.
+COMPILED_MODULE_SPREAD = 3
+
+
+def test_a_module_of_module_db_compiled_matches_cpu(compiled_module, request):
+    info = next(m for m in c.modules({compiled_module}))
+    results = c.run_module(info, "allow", 2 if request.config.getoption("--slow") else 1, compiled=True)
+    bad = [f"{o}: {d}" for o, d in results if o not in ("pass", "skip")]
+    assert not bad, f"{compiled_module} compiled: " + "; ".join(bad[:3])
+    if not any(o == "pass" for o, _ in results):
+        pytest.skip("no input was compared: " + "; ".join(sorted({d for _, d in results}))[:200])
