@@ -1,6 +1,6 @@
 // Random numbers on the device: a counter-based generator per device (seed and offset, as CUDA's
-// Philox generator keeps them), and the kernels that draw from it: uniform_, normal_, bernoulli_
-// and native_dropout (and through them rand, randn, dropout). The numbers are drawn by the cores
+// Philox generator keeps them), and the kernels that draw from it: uniform_, normal_, bernoulli_,
+// random_ and native_dropout (and through them rand, randn, randint, dropout). The numbers are drawn by the cores
 // (the SFP's RANDOM instruction, Philox4x32-10), so the same seed gives the same tensors on every
 // run and every config; they are not CPU torch's numbers for that seed.
 #include <ATen/ATen.h>
@@ -80,10 +80,18 @@ SpyreGenerator& generator_of(const BoxedCall& c, const at::Tensor& like) {
 }
 
 // Draws numel(self) numbers into self through `finish(expr, random_ref)`: uniform or normal.
+// False when the call went to the CPU fallback instead.
 template <typename Build>
-void draw(BoxedCall& c, const at::Tensor& self, bool normal, Build build) {
-  if (!at::isFloatingType(self.scalar_type()) || !device_dtype(self.scalar_type())) return c.fall_back();
-  if (self.numel() == 0) return c.finish(self);
+bool draw(BoxedCall& c, const at::Tensor& self, bool normal, Build build, bool integers = false) {
+  const at::ScalarType t = self.scalar_type();
+  if (!(at::isFloatingType(t) || (integers && at::isIntegralType(t, true))) || !device_dtype(t)) {
+    c.fall_back();
+    return false;
+  }
+  if (self.numel() == 0) {
+    c.finish(self);
+    return true;
+  }
   SpyreGenerator& gen = generator_of(c, self);
   uint64_t key = 0, counter = 0;
   {
@@ -104,9 +112,10 @@ void draw(BoxedCall& c, const at::Tensor& self, bool normal, Build build) {
   build(p, ir::step_ref(0));
   p.out = l.view(out.view({-1}));
   l.add(p);
-  if (!run_or_fall_back(l, c)) return;
+  if (!run_or_fall_back(l, c)) return false;
   if (!out.is_same(self)) self.copy_(out);
   c.finish(self);
+  return true;
 }
 
 // Appends step `s` to p and returns its reference.
@@ -147,6 +156,75 @@ void uniform_kernel(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
     }
     binary(p, BinaryFn::kAdd, binary(p, BinaryFn::kMul, u, constant(p, to - from)), constant(p, from));
   });
+}
+
+// random_(self[, from][, to]) (and so randint): integers uniform in [from, to), floor(u * (to - from))
+// over the 24 bits u holds, plus from; without `to`, up to torch's bound for the type: [0, 2^digits]
+// of a float type (every integer it holds exactly), [0, max] of an integer one. A range wider than
+// 2^24 (random_() of int32, int64 or float32) and bounds outside the type (CPU raises) take the CPU
+// fallback, as does a float tensor whose values would not all be exact in fp32.
+void random_kernel(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
+  BoxedCall c(op, stack);
+  const at::Tensor self = c.at(0).toTensor();
+  const at::ScalarType t = self.scalar_type();
+  int64_t low = 0, high = 0;  // what the type holds (of a float type: exactly, as integers)
+  switch (t) {
+    case at::kBool:
+      high = 1;
+      break;
+    case at::kByte:
+      high = 255;
+      break;
+    case at::kChar:
+      low = -128, high = 127;
+      break;
+    case at::kShort:
+      low = -32768, high = 32767;
+      break;
+    case at::kInt:
+      low = INT32_MIN, high = INT32_MAX;
+      break;
+    case at::kLong:
+      low = INT64_MIN, high = INT64_MAX;
+      break;
+    case at::kHalf:
+      low = -(1 << 11), high = 1 << 11;
+      break;
+    case at::kBFloat16:
+      low = -(1 << 8), high = 1 << 8;
+      break;
+    case at::kFloat:
+      low = -(1 << 24), high = 1 << 24;
+      break;
+    default:
+      return c.fall_back();
+  }
+  int64_t from = 0, last = high;
+  if (c.overload() == "from") {
+    from = c.at(1).toInt();
+    if (!c.at(2).isNone()) last = c.at(2).toInt() - 1;
+  } else if (c.overload() == "to") {
+    last = c.at(1).toInt() - 1;
+  }
+  TORCH_CHECK(from <= last, "random_ expects 'from' to be less than 'to', but got from=", from, " >= to=", last + 1);
+  const uint64_t range = static_cast<uint64_t>(last) - static_cast<uint64_t>(from) + 1;
+  const bool exact = at::isIntegralType(t, true) || (std::abs(from) < (1 << 24) && std::abs(last) < (1 << 24));
+  if (from < low || last > high || range > (uint64_t{1} << 24) || !exact) return c.fall_back();
+  // Small ends are added in fp32; others (int64's) afterwards in the tensor's own type.
+  const bool in_fp32 = std::abs(from) < (1 << 24) && std::abs(last) < (1 << 24);
+  const bool drawn = draw(
+      c, self, false,
+      [&](ir::Pointwise& p, int32_t u) {
+        ir::Step floor;
+        floor.kind = ir::PointwiseKind::kUnary;
+        floor.unary = hw::UnaryFn::kFloor;
+        floor.args = {binary(p, BinaryFn::kMul, u, constant(p, static_cast<double>(range)))};
+        // u * range rounded to fp32 may reach range itself.
+        const int32_t k = binary(p, BinaryFn::kMin, append(p, floor), constant(p, static_cast<double>(range - 1)));
+        if (in_fp32) binary(p, BinaryFn::kAdd, k, constant(p, static_cast<double>(from)));
+      },
+      true);
+  if (drawn && !in_fp32 && from != 0) self.add_(from);
 }
 
 // normal_(self, mean, std): mean + std * n.
@@ -195,6 +273,7 @@ void dropout_kernel(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
 
 const bool g_registered = [] {
   register_boxed({"uniform_"}, {""}, &uniform_kernel);
+  register_boxed({"random_"}, {"", "from", "to"}, &random_kernel);
   register_boxed({"normal_"}, {""}, &normal_kernel);
   register_boxed({"bernoulli_"}, {"float"}, &bernoulli_kernel);
   register_boxed({"native_dropout"}, {""}, &dropout_kernel);

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import math
 
+import pytest
 import torch
 import torch_spyre
 from conftest import run_python
@@ -94,3 +95,31 @@ def test_numbers_do_not_depend_on_tiling_or_cores(tmp_path):
     outs = [run_python(code, env=env) for env in (None, {"SPYRE_CONFIG": str(small)})]
     assert all(p.returncode == 0 for p in outs), [p.stderr for p in outs]
     assert outs[0].stdout == outs[1].stdout
+
+
+def test_randint_draws_every_integer_of_its_range_alike_on_the_card():
+    """randint and random_ took the CPU fallback. Now the card draws them for ranges up to 2**24,
+    in every integer type it holds and in the float ones: each value of the range about equally
+    often (a chi-square test over the counts), none outside it, reproducible from the seed."""
+    torch_spyre.set_cpu_fallback("error")
+    cases = [(torch.int64, -5, 3), (torch.int32, 0, 10), (torch.int8, -128, 128), (torch.bool, 0, 2),
+             (torch.float32, -3, 7), (torch.bfloat16, 0, 100), (torch.int64, 2**40, 2**40 + 9)]  # fmt: skip
+    for dtype, low, high in cases:
+        torch.manual_seed(11)
+        x = torch.randint(low, high, (N,), dtype=dtype, device="spyre").cpu()
+        assert x.dtype == dtype
+        torch.manual_seed(11)
+        assert torch.equal(torch.randint(low, high, (N,), dtype=dtype, device="spyre").cpu(), x)
+        counts = torch.bincount((x.long() - low).reshape(-1), minlength=high - low)
+        assert counts.numel() == high - low, (dtype, low, high)  # nothing outside [low, high)
+        expected = N / (high - low)
+        chi2 = float(((counts - expected) ** 2 / expected).sum())
+        dof = high - low - 1
+        assert chi2 < dof + 6 * math.sqrt(2 * dof), (dtype, low, high, chi2)  # 6 standard deviations
+    wide = torch.randint(0, 2**24, (N,), device="spyre").cpu().double()
+    assert wide.min() >= 0 and wide.max() < 2**24
+    assert _within(wide.mean().item(), (2**24 - 1) / 2, 2**24 / math.sqrt(12), N)
+    top = torch.empty(N, dtype=torch.bfloat16, device="spyre").random_().cpu()  # [0, 2**8] as torch
+    assert top.min() == 0 and top.max() == 256
+    with pytest.raises(RuntimeError, match="'from' to be less than 'to'"):
+        torch.empty(3, dtype=torch.int64, device="spyre").random_(7, 2)
