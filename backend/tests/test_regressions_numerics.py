@@ -353,3 +353,26 @@ def test_max_and_min_of_an_empty_tensor_run_on_the_card_or_raise_as_cpu(shape):
                 assert g.shape == w.shape and g.dtype == w.dtype and g.device.type == S
     finally:
         torch_spyre.set_cpu_fallback(old)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16])
+def test_addcmul_and_lerp_round_once_as_cpu(dtype):
+    """Found while checking linspace's arithmetic: CPU's compiled loops make addcmul's product and
+    sum, and lerp's, one fused multiply-add (lerp choosing its formula by |weight| < 0.5); the
+    card rounded twice, 1 ulp off in about a fifth of fp32 elements (Adam's moments go through
+    lerp), and took the other formula for weights below -0.5. Bit for bit now, where CPU fuses."""
+    if torch.backends.cpu.get_cpu_capability() == "DEFAULT":
+        pytest.skip("CPU's kernels are built without FMA here, so CPU rounds twice")
+    g = torch.Generator().manual_seed(1)
+    a, b, c = (torch.randn(20_000, generator=g).to(dtype) for _ in range(3))
+    w = (torch.rand(20_000, generator=g) * 3 - 1).to(dtype)  # weights in [-1, 2)
+    calls = [
+        lambda a, b, c, w: torch.addcmul(a, b, c), lambda a, b, c, w: torch.addcmul(a, b, c, value=0.3),
+        lambda a, b, c, w: a.clone().addcmul_(b, c, value=2), lambda a, b, c, w: torch.lerp(a, b, w),
+        lambda a, b, c, w: torch.lerp(a, b, 0.3), lambda a, b, c, w: torch.lerp(a, b, -0.7),
+        lambda a, b, c, w: a.clone().lerp_(b, 0.9),
+    ]  # fmt: skip
+    for call in calls:
+        want = call(a, b, c, w)
+        got = call(*(t.to(S) for t in (a, b, c, w))).cpu()
+        torch.testing.assert_close(got, want, rtol=0, atol=0)
