@@ -1,8 +1,8 @@
 // Random numbers on the device: a counter-based generator per device (seed and offset, as CUDA's
 // Philox generator keeps them), and the kernels that draw from it: uniform_, normal_, bernoulli_,
-// random_ and native_dropout (and through them rand, randn, randint, dropout). The numbers are drawn by the cores
-// (the SFP's RANDOM instruction, Philox4x32-10), so the same seed gives the same tensors on every
-// run and every config; they are not CPU torch's numbers for that seed.
+// random_ and native_dropout (and through them rand, randn, randint, dropout). The numbers are
+// drawn by the cores (the SFP's RANDOM instruction, Philox4x32-10), so the same seed gives the same
+// tensors on every run and every config; they are not CPU torch's numbers for that seed.
 #include <ATen/ATen.h>
 #include <ATen/core/Generator.h>
 #include <ATen/detail/PrivateUse1HooksInterface.h>
@@ -11,6 +11,7 @@
 
 #include <cmath>
 #include <mutex>
+#include <optional>
 #include <random>
 
 #include "boxed.h"
@@ -161,8 +162,8 @@ void uniform_kernel(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
 // random_(self[, from][, to]) (and so randint): integers uniform in [from, to), floor(u * (to - from))
 // over the 24 bits u holds, plus from; without `to`, up to torch's bound for the type: [0, 2^digits]
 // of a float type (every integer it holds exactly), [0, max] of an integer one. A range wider than
-// 2^24 (random_() of int32, int64 or float32) and bounds outside the type (CPU raises) take the CPU
-// fallback, as does a float tensor whose values would not all be exact in fp32.
+// 2^24 (random_() of int32, int64 or float32), bounds outside the type (CPU raises), types the card
+// does not hold (uint8, int16) and float ends beyond 2^24 take the CPU fallback.
 void random_kernel(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
   BoxedCall c(op, stack);
   const at::Tensor self = c.at(0).toTensor();
@@ -172,14 +173,8 @@ void random_kernel(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
     case at::kBool:
       high = 1;
       break;
-    case at::kByte:
-      high = 255;
-      break;
     case at::kChar:
       low = -128, high = 127;
-      break;
-    case at::kShort:
-      low = -32768, high = 32767;
       break;
     case at::kInt:
       low = INT32_MIN, high = INT32_MAX;
@@ -199,28 +194,33 @@ void random_kernel(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
     default:
       return c.fall_back();
   }
-  int64_t from = 0, last = high;
+  int64_t from = 0;
+  std::optional<int64_t> to;  // none: up to `high`, inclusive
   if (c.overload() == "from") {
     from = c.at(1).toInt();
-    if (!c.at(2).isNone()) last = c.at(2).toInt() - 1;
+    if (!c.at(2).isNone()) to = c.at(2).toInt();
   } else if (c.overload() == "to") {
-    last = c.at(1).toInt() - 1;
+    to = c.at(1).toInt();
   }
-  TORCH_CHECK(from <= last, "random_ expects 'from' to be less than 'to', but got from=", from, " >= to=", last + 1);
-  const uint64_t range = static_cast<uint64_t>(last) - static_cast<uint64_t>(from) + 1;
-  const bool exact = at::isIntegralType(t, true) || (std::abs(from) < (1 << 24) && std::abs(last) < (1 << 24));
-  if (from < low || last > high || range > (uint64_t{1} << 24) || !exact) return c.fall_back();
+  TORCH_CHECK(!to || from < *to, "random_ expects 'from' to be less than 'to', but got from=", from, " >= to=", *to);
+  const int64_t last = to ? *to - 1 : high;
+  const uint64_t span = static_cast<uint64_t>(last) - static_cast<uint64_t>(from);  // range - 1, no overflow
+  constexpr int64_t kExact = int64_t{1} << 24;                                      // fp32 holds every integer below
+  const bool in_fp32 = from > -kExact && from < kExact && last > -kExact && last < kExact;
+  if (from < low || last > high || span >= (uint64_t{1} << 24) || (!at::isIntegralType(t, true) && !in_fp32)) {
+    return c.fall_back();
+  }
+  const double range = static_cast<double>(span + 1);
   // Small ends are added in fp32; others (int64's) afterwards in the tensor's own type.
-  const bool in_fp32 = std::abs(from) < (1 << 24) && std::abs(last) < (1 << 24);
   const bool drawn = draw(
       c, self, false,
       [&](ir::Pointwise& p, int32_t u) {
         ir::Step floor;
         floor.kind = ir::PointwiseKind::kUnary;
         floor.unary = hw::UnaryFn::kFloor;
-        floor.args = {binary(p, BinaryFn::kMul, u, constant(p, static_cast<double>(range)))};
+        floor.args = {binary(p, BinaryFn::kMul, u, constant(p, range))};
         // u * range rounded to fp32 may reach range itself.
-        const int32_t k = binary(p, BinaryFn::kMin, append(p, floor), constant(p, static_cast<double>(range - 1)));
+        const int32_t k = binary(p, BinaryFn::kMin, append(p, floor), constant(p, range - 1));
         if (in_fp32) binary(p, BinaryFn::kAdd, k, constant(p, static_cast<double>(from)));
       },
       true);
