@@ -72,13 +72,16 @@ py::dict driver_memory(int index) {
 }  // namespace
 
 void bind_memory(py::module_& m) {
-  m.def("_block_parts", [](const at::Tensor& block, const std::vector<std::pair<uint64_t, uint64_t>>& parts) {
+  // A compiled program's results over its out block: (offset, bytes, sizes, strides, dtype) each, a
+  // tensor of its own over a storage of its own (storage_part).
+  using Part = std::tuple<uint64_t, uint64_t, std::vector<int64_t>, std::vector<int64_t>, at::ScalarType>;
+  m.def("_block_parts", [](const at::Tensor& block, const std::vector<Part>& parts) {
     HANDLE_TH_ERRORS
     std::vector<at::Tensor> out;
     out.reserve(parts.size());
-    for (const auto& [offset, nbytes] : parts) {
-      at::Tensor t = at::empty({0}, block.options());
-      t.set_(storage_part(block.storage(), offset, nbytes));
+    for (const auto& [offset, nbytes, sizes, strides, dtype] : parts) {
+      at::Tensor t = at::empty({0}, block.options().dtype(dtype));
+      t.set_(storage_part(block.storage(), offset, nbytes), 0, sizes, strides);
       out.push_back(std::move(t));
     }
     return out;

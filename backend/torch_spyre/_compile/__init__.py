@@ -261,13 +261,11 @@ class _Runner:
                 device = torch.device("spyre", torch.spyre.current_device())
             if s.out_slot >= 0:
                 block = tensors[s.out_slot] = torch.empty(s.out_bytes, dtype=torch.uint8, device=device)
+                # Each a tensor of its own (not a view: autograd lets the user modify it in place)
+                # over a storage of its own, its part of the block (as CPU's results share no
+                # storage; the block is freed when its last part is).
                 parts = _C._block_parts(block, s.out_parts)
-                for part, (_, node, sizes, strides, dtype) in zip(parts, s.outputs, strict=True):
-                    # A tensor of its own (not a view: autograd lets the user modify it in place)
-                    # over a storage of its own, its part of the block (as CPU's results share no
-                    # storage; the block is freed when its last part is).
-                    t = torch.empty(0, dtype=dtype, device=device)
-                    env[node] = t.set_(part.untyped_storage(), 0, sizes, strides)
+                env.update(zip(s.outputs, parts, strict=True))
             if s.arena_slot >= 0:
                 tensors[s.arena_slot] = torch.empty(s.arena_bytes, dtype=torch.uint8, device=device)
             pending.append((s.program, tensors, s.label))
@@ -298,7 +296,7 @@ def _dump(name: str, gm: fx.GraphModule, plan: lower.Plan) -> None:
         lines.append(f"program s{s.index} '{s.label}' key {s.key[:16]} arena {s.arena_bytes} B")
         for slot, node in s.inputs:
             lines.append(f"    arg {slot}: reads {node.name}")
-        for offset, node, sizes, _strides, dtype in s.outputs:
+        for node, (offset, _, sizes, _strides, dtype) in zip(s.outputs, s.out_parts, strict=True):
             lines.append(f"    arg {s.out_slot} +{offset}: writes {node.name} {list(sizes)} {dtype}")
 
         for n in s.nodes:

@@ -40,10 +40,10 @@ class Segment:
     nodes: list = field(default_factory=list)  # FX nodes whose ops it runs, in order
     fused: dict = field(default_factory=dict)  # node -> the nodes fused into its expression
     inputs: list = field(default_factory=list)  # (slot, root node) read from the environment
-    outputs: list = field(default_factory=list)  # (byte offset, node, sizes, strides, dtype) in the out block
+    outputs: list = field(default_factory=list)  # the nodes whose values it makes for use elsewhere
     out_slot: int = -1  # the block holding every value the segment makes for use elsewhere
     out_bytes: int = 0
-    out_parts: list = field(default_factory=list)  # (byte offset, bytes) of each output's storage
+    out_parts: list = field(default_factory=list)  # each output's (byte offset, bytes, sizes, strides, dtype)
     arena_slot: int = -1
     arena_bytes: int = 0
     arena: dict = field(default_factory=dict)  # node (or (node, "temp")) -> byte offset

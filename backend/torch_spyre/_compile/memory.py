@@ -36,18 +36,16 @@ class MemoryPlanning:
             slots[r] = len(slots)
         s.inputs = [(slots[r], r) for r in reads]
         # Values used elsewhere go in one block (one launch argument); each becomes a tensor of its
-        # own over the block's storage when the segment runs.
-        outs, at = [], 0
+        # own over its part of the block when the segment runs.
+        at = 0
         if escapes:
             s.out_slot = len(slots)
         for n in escapes:
             v = _val(n)
-            outs.append((at, n, tuple(v.shape), tuple(v.stride()), v.dtype))
             s.out_offsets[n] = at
             nbytes = _extent(v) * _DTYPES[v.dtype][1]
-            s.out_parts.append((at, nbytes))
+            s.out_parts.append((at, nbytes, tuple(v.shape), tuple(v.stride()), v.dtype))
             at += (nbytes + _ALIGN - 1) // _ALIGN * _ALIGN
-        s.outputs = outs
         s.out_bytes = max(at, _ALIGN) if escapes else 0
         # The arena: values made and used only here, and the ops' temporaries, placed by lifetime
         # (first fit).
