@@ -910,12 +910,8 @@ def test_a_compiled_op_with_an_empty_operand_is_one_program(fn, shapes):
     tensor\"), and the program's ops ran one by one; the empty amax fell back to the CPU eagerly."""
     args = [torch.randn(*s, generator=torch.Generator().manual_seed(i)) for i, s in enumerate(shapes)]
     compile_stats(reset=True)
-    old = torch_spyre.get_cpu_fallback()
-    torch_spyre.set_cpu_fallback("error")
-    try:
-        got = torch.compile(fn, backend="spyre", dynamic=False)(*[a.to("spyre") for a in args])
-    finally:
-        torch_spyre.set_cpu_fallback(old)
+    torch_spyre.set_cpu_fallback("error")  # conftest restores the default after each test
+    got = torch.compile(fn, backend="spyre", dynamic=False)(*[a.to("spyre") for a in args])
     torch.testing.assert_close(got.cpu(), fn(*args), rtol=0, atol=0)
     assert compile_stats()["programs_not_compiled"] == 0
 
@@ -974,13 +970,9 @@ def test_compiled_multilabel_margin_loss_has_cpus_shape_and_gradient(reduction, 
     want = fn(x.requires_grad_(), target)
     (want_grad,) = torch.autograd.grad(want.sum(), x)
     dev = x.detach().to("spyre").requires_grad_()
-    old = torch_spyre.get_cpu_fallback()
     torch_spyre.set_cpu_fallback("error")
-    try:
-        got = torch.compile(fn, backend="spyre", dynamic=False)(dev, target.to("spyre"))
-        (grad,) = torch.autograd.grad(got.sum(), dev)
-    finally:
-        torch_spyre.set_cpu_fallback(old)
+    got = torch.compile(fn, backend="spyre", dynamic=False)(dev, target.to("spyre"))
+    (grad,) = torch.autograd.grad(got.sum(), dev)
     assert got.shape == want.shape
     torch.testing.assert_close(got.cpu(), want.detach())
     torch.testing.assert_close(grad.cpu(), want_grad)

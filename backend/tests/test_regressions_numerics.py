@@ -56,21 +56,17 @@ def test_integer_linspace_is_cpus_float64_points_on_the_card(front_door):
     make = lambda a, b, n, dtype: torch.linspace(a, b, n, dtype=dtype, device=S)  # noqa: E731
     if front_door == "compile":
         make = torch.compile(make, backend="spyre", dynamic=False)
-    old = torch_spyre.get_cpu_fallback()
     torch_spyre.set_cpu_fallback("error")
-    try:
-        for a, b, n in cases[: 12 if front_door == "compile" else None]:
-            want = _fused_linspace(a, b, n)
-            for dtype in (torch.int64, torch.int32) if abs(a) < 2**31 else (torch.int64,):
-                torch._dynamo.reset()  # each call compiles (numbers specialize; past the limit it would run eagerly)
-                assert make(a, b, n, dtype).cpu().tolist() == want, (a, b, n, dtype)
-                if fused_cpu:
-                    assert torch.linspace(a, b, n, dtype=dtype).tolist() == want, (a, b, n, dtype)
-        out = torch.empty(0, dtype=torch.int16, device=S)
-        assert torch.linspace(-64, 74, 11, out=out) is out
-        assert out.cpu().tolist() == _fused_linspace(-64, 74, 11)
-    finally:
-        torch_spyre.set_cpu_fallback(old)
+    for a, b, n in cases[: 12 if front_door == "compile" else None]:
+        want = _fused_linspace(a, b, n)
+        for dtype in (torch.int64, torch.int32) if abs(a) < 2**31 else (torch.int64,):
+            torch._dynamo.reset()  # each call compiles (numbers specialize; past the limit it would run eagerly)
+            assert make(a, b, n, dtype).cpu().tolist() == want, (a, b, n, dtype)
+            if fused_cpu:
+                assert torch.linspace(a, b, n, dtype=dtype).tolist() == want, (a, b, n, dtype)
+    out = torch.empty(0, dtype=torch.int16, device=S)
+    assert torch.linspace(-64, 74, 11, out=out) is out
+    assert out.cpu().tolist() == _fused_linspace(-64, 74, 11)
 
 
 def test_integer_linspace_refuses_as_cpu():
@@ -339,21 +335,17 @@ def test_max_and_min_of_an_empty_tensor_run_on_the_card_or_raise_as_cpu(shape):
         lambda x: x.argmax(0, keepdim=True),
     ]  # fmt: skip
     x = torch.randn(shape)
-    old = torch_spyre.get_cpu_fallback()
     torch_spyre.set_cpu_fallback("error")
-    try:
-        for call in calls:
-            try:
-                want = call(x)
-            except (IndexError, RuntimeError) as e:
-                with pytest.raises(type(e), match=re.escape(str(e))):
-                    call(x.to(S))
-                continue
-            got = call(x.to(S))
-            for g, w in zip(*(t if isinstance(t, tuple) else (t,) for t in (got, want)), strict=True):
-                assert g.shape == w.shape and g.dtype == w.dtype and g.device.type == S
-    finally:
-        torch_spyre.set_cpu_fallback(old)
+    for call in calls:
+        try:
+            want = call(x)
+        except (IndexError, RuntimeError) as e:
+            with pytest.raises(type(e), match=re.escape(str(e))):
+                call(x.to(S))
+            continue
+        got = call(x.to(S))
+        for g, w in zip(*(t if isinstance(t, tuple) else (t,) for t in (got, want)), strict=True):
+            assert g.shape == w.shape and g.dtype == w.dtype and g.device.type == S
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16])
