@@ -958,21 +958,27 @@ def test_a_compiled_programs_results_share_no_storage():
     torch.testing.assert_close(torch.load(io.BytesIO(buffer.getvalue()))[1].cpu(), a * 3)
 
 
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
 @pytest.mark.parametrize("reduction", ["none", "mean", "sum"])
 @pytest.mark.parametrize("shape", [(10,), (3, 10)])
-def test_compiled_multilabel_margin_loss_has_cpus_shape_and_gradient(reduction, shape):
+def test_compiled_multilabel_margin_loss_has_cpus_shape_and_gradient(reduction, shape, dtype):
     """Found by a sweep of module_db through torch.compile: torch decomposes the loss above
     autograd while a compile traces, and its decomposition gave one sample's unreduced loss the
-    shape [1], where CPU's is 0-dim. Compiled, the loss is its eager kernel's computation now."""
-    x = torch.randn(shape, generator=torch.Generator().manual_seed(0))
+    shape [1], where CPU's is 0-dim, and in float64 wrong values (the targets end early at -1).
+    Compiled, the loss is its eager kernel's computation now; float64, which the card does not
+    compute in, through the fallback."""
+    x = torch.randn(shape, generator=torch.Generator().manual_seed(0), dtype=dtype)
     target = torch.tensor([3, 0, -1, 1, 2, 5, 4, 7, 8, 9])[: shape[-1]].expand(shape).contiguous()
     fn = lambda x, t: F.multilabel_margin_loss(x, t, reduction=reduction)  # noqa: E731
     want = fn(x.requires_grad_(), target)
     (want_grad,) = torch.autograd.grad(want.sum(), x)
     dev = x.detach().to("spyre").requires_grad_()
-    torch_spyre.set_cpu_fallback("error")
+    torch_spyre.set_cpu_fallback("error" if dtype == torch.float32 else "allow")
     got = torch.compile(fn, backend="spyre", dynamic=False)(dev, target.to("spyre"))
     (grad,) = torch.autograd.grad(got.sum(), dev)
-    assert got.shape == want.shape
+    assert got.shape == want.shape and got.dtype == want.dtype
     torch.testing.assert_close(got.cpu(), want.detach())
     torch.testing.assert_close(grad.cpu(), want_grad)
+    if shape == (3, 10):  # no sample: torch's decomposition, in CPU's shape
+        empty = x.detach()[:0].to("spyre")
+        assert torch.compile(fn, backend="spyre")(empty, target[:0].to("spyre")).shape == fn(x[:0], target[:0]).shape

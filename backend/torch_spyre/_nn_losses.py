@@ -154,27 +154,39 @@ def _multilabel_terms(x, target):
     """Per sample the hinge terms 1 - x[y_j] + x[i] [N, J, C] and the pairs that count: j a target
     before the first -1, i not a target; and is_target [N, C]."""
     rows, t = _as_rows(x, target, True)
-    rows = rows.float()
+    rows = rows.to(torch.promote_types(rows.dtype, torch.float32))
     c = rows.shape[1]
     valid = (t < 0).long().cumsum(1) == 0
     index = t.clamp(0, c - 1)  # CPU reads out-of-range targets unchecked; here they are clamped
-    is_target = torch.zeros_like(rows).scatter_add_(1, index, valid.float()) > 0
+    is_target = torch.zeros_like(rows).scatter_add_(1, index, valid.to(rows.dtype)) > 0
     hinge = (1 - rows.gather(1, index)).unsqueeze(2) + rows.unsqueeze(1)
     counts = valid.unsqueeze(2) & ~is_target.unsqueeze(1)
     return hinge, counts, is_target, c
 
 
+def multilabel_loss_shape(x, reduction) -> tuple:
+    """CPU's shape of multilabel_margin_loss: one loss per sample without reduction (0-dim for one
+    sample, where the meta function and torch's decomposition say [1]), else 0-dim."""
+    return tuple(x.shape[:-1]) if reduction == _NONE else ()
+
+
 def _multilabel_margin_loss_forward(x, target, reduction):
-    """multilabel_margin_loss: per sample the positive hinges over (target, non-target) pairs / C."""
-    shapes = torch.ops.aten.multilabel_margin_loss_forward.default(meta(x), meta(target), reduction)
+    """multilabel_margin_loss on the card: float32, not empty."""
     if not computable(x) or x.numel() == 0:
         return NotImplemented
+    return multilabel_margin_loss(x, target, reduction)
+
+
+def multilabel_margin_loss(x, target, reduction):
+    """The loss, per sample the positive hinges over (target, non-target) pairs / C, and is_target,
+    of a non-empty x in float32 or float64 (a compile traces it for float64 too, whose ops then
+    run where they can: torch's own decomposition gets the values wrong when a target ends
+    early)."""
+    shapes = torch.ops.aten.multilabel_margin_loss_forward.default(meta(x), meta(target), reduction)
     hinge, counts, is_target, c = _multilabel_terms(x, target)
     per_sample = torch.where(counts & (hinge > 0), hinge, 0.0).sum((1, 2)) / c
     loss = {_NONE: per_sample, _REDUCE_MEAN: per_sample.mean(), _REDUCE_SUM: per_sample.sum()}[reduction]
-    # CPU's loss of one sample without reduction is 0-dim; the meta function says [1].
-    loss_shape = x.shape[:-1] if reduction == _NONE else ()
-    return loss.reshape(loss_shape).to(x.dtype), is_target.to(x.dtype).reshape(shapes[1].shape)
+    return loss.reshape(multilabel_loss_shape(x, reduction)).to(x.dtype), is_target.to(x.dtype).reshape(shapes[1].shape)
 
 
 def _multilabel_margin_loss_backward(grad, x, target, reduction, is_target):

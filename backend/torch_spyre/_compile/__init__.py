@@ -16,7 +16,7 @@ from pathlib import Path
 import torch
 import torch.fx as fx
 
-from .. import _C, _decomposed, _nn_ops
+from .. import _C, _decomposed, _nn_losses
 from . import cache, lower, passes
 from .nodes import cpu_refuses
 
@@ -436,12 +436,13 @@ def _type_checked(op, decomposition, elements: bool):
 
 
 def _multilabel_margin_loss_forward(x, target, reduction):
-    """Its eager kernel's computation, where that computes; torch's decomposition otherwise."""
-    out = _nn_ops.KERNELS["multilabel_margin_loss_forward"](x, target, reduction)
-    if out is NotImplemented:
-        op = torch.ops.aten.multilabel_margin_loss_forward.default
-        return op.py_kernels[torch._C.DispatchKey.Autograd](x, target, reduction)
-    return out
+    """Its eager kernel's computation (float64 too); of an empty input torch's decomposition, its
+    loss given CPU's shape."""
+    if x.numel() != 0:
+        return _nn_losses.multilabel_margin_loss(x, target, reduction)
+    op = torch.ops.aten.multilabel_margin_loss_forward.default
+    loss, is_target = op.py_kernels[torch._C.DispatchKey.Autograd](x, target, reduction)
+    return loss.reshape(_nn_losses.multilabel_loss_shape(x, reduction)), is_target
 
 
 def _trace_as_eager() -> None:
@@ -449,7 +450,8 @@ def _trace_as_eager() -> None:
     key, which Dynamo and AOTAutograd run for every device) into something other than its CPU
     kernel computes take their eager kernel's computation for spyre tensors instead: a kernel of
     ours at AutogradPrivateUse1, which the tracer prefers. multilabel_margin_loss of one sample
-    without reduction is 0-dim on CPU; torch's decomposition made it [1] (a sweep of module_db)."""
+    without reduction is 0-dim on CPU; torch's decomposition made it [1] (a sweep of module_db),
+    and in float64 it got the values wrong where a target list ends early (-1)."""
     op = torch.ops.aten.multilabel_margin_loss_forward.default
     key = torch._C.DispatchKey.AutogradPrivateUse1
     if key not in op.py_kernels:
