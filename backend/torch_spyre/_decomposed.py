@@ -478,7 +478,7 @@ def _integer_points(start, end, steps, dtype):
     if steps <= 1:
         points = torch.tensor([s] * steps, dtype=torch.int64)
     else:
-        torch._check(dtype != torch.bool, lambda: "linspace(): not implemented for 'Bool'")
+        torch._check(dtype != torch.bool, lambda: "\"linspace_cpu\" not implemented for 'Bool'")  # CPU's words
         step = (float(e) - float(s)) / (steps - 1)
         k = torch.arange(steps, dtype=torch.float64)
         first = k < steps // 2
