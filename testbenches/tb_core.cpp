@@ -184,6 +184,45 @@ TEST_CASE("a PT matmul instruction runs at the array's peak on full tiles and pa
   }
 }
 
+TEST_CASE("the PT arrays run beside the SFP, and what reads or overwrites a MATMUL's operands waits for it") {
+  // A 128 x 1024 x 128 fp16 MATMUL (A at 0, B at 512 KiB, C at 1 MiB) and an exp of 64 x 128 fp32
+  // elements, about a tenth of its time. The programs end when their last MATMUL has.
+  const auto exp = [](uint32_t dst, uint32_t src) {
+    hw::Instr i{};
+    i.op = hw::Op::kUnary;
+    i.dtype = hw::DType::kF32;
+    i.a = dst;
+    i.b = src;
+    i.c = static_cast<uint64_t>(hw::UnaryFn::kExp);
+    i.d = 64;
+    i.e = 128;
+    return i;
+  };
+  const hw::Instr mm = matmul(128, 1024, 128, hw::DType::kF16);
+  const uint32_t apart = 3u << 19, a = 0, c = 1u << 20;  // 1.5 MiB: touches none of the operands
+  const auto time = [&](const std::vector<hw::Instr>& code) { return h->run(compiler::assemble("p", {code}, 0)); };
+  const uint64_t m = time({mm}), e = time({exp(apart, apart)});
+  CAPTURE(m);
+  CAPTURE(e);
+  REQUIRE(e * 4 < m);
+  const uint64_t issue = h->config.chip.issue_cycles;
+  // Independent: the exp runs while the array computes.
+  CHECK(time({mm, exp(apart, apart)}) == std::max(m, issue + e));
+  // Reading C, overwriting A: the exp waits for the product. Reading A does not.
+  CHECK(time({mm, exp(apart, c)}) == m + e);
+  CHECK(time({mm, exp(a, apart)}) == m + e);
+  CHECK(time({mm, exp(apart, a)}) == std::max(m, issue + e));
+  // Two MATMULs queue on the array; a third waits for room (chip.pt_queue_depth 2), then the exp
+  // runs beside the last two.
+  CHECK(time({mm, mm, mm, exp(apart, apart)}) == 3 * (m - issue) + issue);
+  const uint64_t third = time({mm, mm, mm, exp(apart, apart), exp(apart, apart)});
+  CHECK(third == 3 * (m - issue) + issue);
+  // Without a queue every MATMUL holds the core until it is done.
+  h->config.chip.pt_queue_depth = 0;
+  CHECK(time({mm, exp(apart, apart)}) == m + e);
+  h->config.chip.pt_queue_depth = Config{}.chip.pt_queue_depth;
+}
+
 TEST_CASE("a load is bound by the slower of the ring and LPDDR5") {
   // 1 MiB spread over the 16 channels: 5120 ns at 204.8 GB/s = 7680 cycles, + 120 ns = 180 cycles
   // of LPDDR5 latency + 2 issue cycles. The ring brings it into the core from both sides, 2 x 128

@@ -26,7 +26,7 @@ import xml.etree.ElementTree as ET
 import pandas as pd
 import pytest
 from conftest import run_script
-from spyre_arch import analysis, grid, stats, trace
+from spyre_arch import analysis, grid, stats, trace, trace_cli
 from spyre_arch.grid import GridError
 from spyre_arch.sweep import HOST_COLUMNS, read_table
 
@@ -396,6 +396,25 @@ def test_core_utilisation_counts_instructions_not_the_program_around_them():
     assert util.busy == [pytest.approx([0.8, 0.8]), [0.0, 0.0]]
     assert trace.core_utilisation(events, bins=2, exclude=["wait"]).busy[0] == pytest.approx([0.8, 0.0])
     assert trace.op_breakdown(events) == [("aten::mm", 100.0, 1), ("copy", 50.0, 2)]
+
+
+def test_a_cores_pt_arrays_count_in_its_busy_time_and_summary():
+    # The MATMUL on the PT track overlaps the core's wait: busy is their union, 0..40 and 50..100.
+    events = [
+        {"ph": "M", "name": "thread_name", "pid": 0, "tid": 4, "args": {"name": "core 00"}},
+        {"ph": "M", "name": "thread_name", "pid": 0, "tid": 6, "args": {"name": "core 00 PT"}},
+        _slice(4, "program", 0, 100),
+        _slice(4, "binary", 0, 40),
+        _slice(4, "wait", 60, 40),
+        _slice(6, "matmul", 50, 30),
+    ]
+    util = trace.core_utilisation(events, bins=2)
+    assert util.labels == ["core 00"]
+    assert util.busy == [pytest.approx([0.8, 1.0])]
+    summary = trace_cli.summarize(events)
+    (core,) = summary["cores"]
+    assert core["busy_us"] == pytest.approx(90.0)
+    assert core["kinds"] == pytest.approx({"binary": 40.0, "wait": 40.0, "matmul": 30.0})
 
 
 def test_roofline_points_and_stall_table_from_launches():

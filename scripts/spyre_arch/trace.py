@@ -3,8 +3,8 @@
 The trace is {"traceEvents": [...]} (a bare event list is accepted too). "M" thread_name events
 name the tracks ("core 00", "queue 00", "dma channel 0", ...), "X" events are slices with ts and
 dur in microseconds; a card is one pid. On a core track a program's slice encloses its
-instructions' slices; on a queue track each command's slice carries args.op, the host op that
-issued it, when there was one.
+instructions' slices, and its MATMULs are on the track of its PT arrays ("core 00 PT"); on a
+queue track each command's slice carries args.op, the host op that issued it, when there was one.
 """
 
 from __future__ import annotations
@@ -17,6 +17,8 @@ from dataclasses import dataclass
 from typing import Any
 
 _CORE_TRACK = re.compile(r"^core (\d+)$")
+# A core's PT arrays: its MATMULs, which run beside its other instructions (chip.pt_queue_depth).
+_PT_SUFFIX = " PT"
 
 Track = tuple[Any, Any]  # (pid, tid)
 
@@ -94,6 +96,25 @@ def leaf_intervals(slices: Sequence[Mapping[str, Any]], exclude: Iterable[str] =
     return [(s, e) for (s, e, name), p in zip(spans, parent, strict=True) if not p and name not in skip and e > s]
 
 
+def pt_track(names: Mapping[Track, str], core: Track) -> Track | None:
+    """The track of `core`'s PT arrays (its MATMULs), if the trace has one."""
+    want = names.get(core, "") + _PT_SUFFIX
+    return next((t for t, n in names.items() if t[0] == core[0] and n == want), None)
+
+
+def core_busy(
+    tracks: Mapping[Track, Sequence[Mapping[str, Any]]],
+    names: Mapping[Track, str],
+    core: Track,
+    exclude: Iterable[str] = (),
+) -> list[tuple[float, float]]:
+    """The leaf slices of a core's track and of its PT arrays' track: when any of its units worked."""
+    spans = leaf_intervals(tracks.get(core, []), exclude)
+    if (pt := pt_track(names, core)) is not None:
+        spans += leaf_intervals(tracks.get(pt, []), exclude)
+    return spans
+
+
 def union(intervals: Iterable[tuple[float, float]]) -> list[tuple[float, float]]:
     """Merges overlapping intervals; the result is sorted and disjoint."""
     merged: list[tuple[float, float]] = []
@@ -146,7 +167,7 @@ def core_utilisation(
     used = [e for c in cores for e in tracks.get(c[2], [])]
     if not used:
         raise ValueError("trace: no 'core NN' track with slices (did the workload run anything on the card?)")
-    busy_spans = {c[2]: union(leaf_intervals(tracks.get(c[2], []), exclude)) for c in cores}
+    busy_spans = {c[2]: union(core_busy(tracks, names, c[2], exclude)) for c in cores}
     t0 = min(float(e["ts"]) for e in used)
     t1 = max(float(e["ts"]) + float(e.get("dur", 0)) for e in used)
     t1 = t1 if t1 > t0 else t0 + 1.0

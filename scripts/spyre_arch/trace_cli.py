@@ -6,10 +6,11 @@ spyre-trace convert out/spyre_trace.json -o out/spyre_trace.pftrace      Perfett
 
 The kernels are the launches on the queue tracks, by program name, with the host op that queued
 them and their device time (the command's slice: from the firmware taking it to its completion).
-Per core: busy time (the instructions' slices) and where it went, by instruction kind ("wait" is
-time waiting for transfers to land, "barrier" for other cores); with the run's stats file, also
-the model's stall categories. Per DMA channel: the bytes it moved and its rate while busy. Idle
-gaps: the time each queue had nothing running between its first command and its last.
+Per core: busy time (the instructions' slices, its PT arrays' MATMULs with them) and where it
+went, by instruction kind ("wait" is time waiting for transfers to land, "barrier" for other
+cores); with the run's stats file, also the model's stall categories. Per DMA channel: the bytes
+it moved and its rate while busy. Idle gaps: the time each queue had nothing running between its
+first command and its last.
 """
 
 from __future__ import annotations
@@ -66,8 +67,9 @@ def summarize(events: Sequence[Mapping[str, Any]], stats: Mapping[str, Any] | No
 
     core_rows = []
     for t, name in sorted(cores.items(), key=lambda x: (str(x[0][0]), x[1])):
-        slices = tracks[t]
-        leaf_spans = trace.leaf_intervals(slices)
+        pt = trace.pt_track(names, t)
+        slices = [*tracks[t], *(tracks.get(pt, []) if pt is not None else [])]
+        leaf_spans = trace.core_busy(tracks, names, t)
         busy = sum(b - a for a, b in trace.union(leaf_spans))
         kinds: dict[str, float] = defaultdict(float)
         leaves = set(leaf_spans)

@@ -38,6 +38,7 @@ json to_tree(const Config& c) {
                {"pt_fill_cycles", c.chip.pt_fill_cycles},
                {"pt_drain_cycles", c.chip.pt_drain_cycles},
                {"pt_tile_cycles", c.chip.pt_tile_cycles},
+               {"pt_queue_depth", c.chip.pt_queue_depth},
                {"lx_read_bytes_per_cycle", c.chip.lx_read_bytes_per_cycle},
                {"sfp_lanes", c.chip.sfp_lanes},
                {"sfp_fill_cycles", c.chip.sfp_fill_cycles},
@@ -161,6 +162,7 @@ Config from_tree(const json& j) {
   get(j, "chip", "pt_fill_cycles", c.chip.pt_fill_cycles, 0, 1e6);
   get(j, "chip", "pt_drain_cycles", c.chip.pt_drain_cycles, 0, 1e6);
   get(j, "chip", "pt_tile_cycles", c.chip.pt_tile_cycles, 0, 1e6);
+  get(j, "chip", "pt_queue_depth", c.chip.pt_queue_depth, 0, 64);
   get(j, "chip", "lx_read_bytes_per_cycle", c.chip.lx_read_bytes_per_cycle, 1, 65536);
   get(j, "chip", "sfp_lanes", c.chip.sfp_lanes, 1, 4096);
   get(j, "chip", "sfp_fill_cycles", c.chip.sfp_fill_cycles, 0, 1e6);

@@ -40,6 +40,7 @@ Core::Core(const sc_core::sc_module_name& name, uint32_t card, uint32_t id, cons
     : sc_core::sc_module(name),
       mem("mem"),
       config_(config),
+      card_(card),
       id_(id),
       stop_(stop),
       functional_(config.sim.mode == "functional"),
@@ -175,6 +176,8 @@ hw::Verdict Core::run() {
   std::fill(std::begin(regs_), std::end(regs_), 0);
   std::fill(std::begin(tag_done_), std::end(tag_done_), sc_core::SC_ZERO_TIME);
   std::fill(std::begin(tag_ring_), std::end(tag_ring_), false);
+  pt_.clear();  // a faulted program's MATMULs are abandoned
+  pt_free_ = 0;
   uint32_t pc = entry;
   // The firmware's watchdog: a program still running `watchdog_cycles` after its launch began is
   // stopped, whatever its own time went to (its instructions, or waits on memory or tags; a wait
@@ -193,7 +196,11 @@ hw::Verdict Core::run() {
     const uint64_t before = now();
     if (before > deadline) return {hw::ErrorCode::kWatchdog, hw::Field::kNone, id_ << 24 | (pc & 0xffffff)};
     if (pc == break_pc_) return breakpoint(pc);  // END included: a core's final state
-    if (in.op == hw::Op::kEnd) return {};
+    if (in.op == hw::Op::kEnd) {                 // the program ends when its last MATMUL has
+      pt_wait({}, true);
+      stats_.stall[static_cast<int>(Stall::kCompute)] += now() - before;
+      return {};
+    }
     if (++since_look == 256) {
       since_look = 0;
       if (local_ >= quantum) sync();
@@ -202,6 +209,7 @@ hw::Verdict Core::run() {
     at_ = at;
     stall_ = Stall::kIssue;
     issue_ = 0;
+    pt_waited_ = 0;
     const bool ok = execute(in, pc);
     account(before);
     if (!ok) return fault(at);
@@ -215,6 +223,7 @@ hw::Verdict Core::breakpoint(uint32_t pc) {
   const std::optional<Breakpoint>& armed = launch_->brk();
   if (!armed) return fault(pc);
   const Breakpoint& b = *armed;
+  pt_wait({}, true);
   sync();
   settle(lx_.get(), lx_bytes_, false);  // the arithmetic and loads posted before it have landed
   std::vector<uint8_t> dump(std::min<uint64_t>(b.size, hw::kBreakHeaderBytes + lx_bytes_));
@@ -265,12 +274,42 @@ void Core::timed(uint64_t begin, uint64_t cycles, const char* name, uint64_t ele
   stall_ = Stall::kCompute;
   issue_ = functional_ ? 1 : config_.chip.issue_cycles;
   local_ += clock_.cycles(functional_ ? 1 : config_.chip.issue_cycles + cycles);
-  if (!trace_.instructions()) return;
+  if (trace_.instructions()) trace_compute(track_, begin, now(), name, elements, in);
+}
+
+void Core::pt_wait_until(uint64_t cycle) {
+  const uint64_t at = now();
+  if (cycle <= at) return;
+  local_ += clock_.cycles(cycle - at);
+  pt_waited_ += cycle - at;
+}
+
+void Core::pt_wait(std::initializer_list<Touch> touches, bool all) {
+  if (pt_.empty()) return;
+  const uint64_t at = now();
+  uint64_t need = 0;
+  for (const PtOp& op : pt_) {
+    if (op.end <= at) continue;
+    bool hit = all;
+    for (const Touch& t : touches) {
+      if (!t.p || t.n == 0) continue;
+      hit = hit || overlaps(t.p, t.n, op.c.p, op.c.n) ||
+            (t.write && (overlaps(t.p, t.n, op.a.p, op.a.n) || overlaps(t.p, t.n, op.b.p, op.b.n)));
+    }
+    if (hit) need = op.end;  // in end order: the last hit is the latest
+  }
+  pt_wait_until(need);
+  const uint64_t after = now();
+  pt_.erase(std::remove_if(pt_.begin(), pt_.end(), [&](const PtOp& op) { return op.end <= after; }), pt_.end());
+}
+
+void Core::trace_compute(uint32_t track, uint64_t begin, uint64_t end, const char* name, uint64_t elements,
+                         const hw::Instr& in) {
   // The operands as the core resolved them: scratchpad addresses with r[rl] added.
   const uint64_t base = regs_[hw::reg_rl(in.regs)];
   const uint64_t dst = in.a + base, src = (in.b & 0xffffffffu) + base, src1 = (in.b >> 32) + base;
   if (in.op == hw::Op::kMatmul) {  // C (dst) = A (src) @ B (src1), M x K @ K x N
-    trace_.slice(track_, name, begin, now(),
+    trace_.slice(track, name, begin, end,
                  {{"instruction", at_},
                   {"dst", dst},
                   {"src", src},
@@ -279,7 +318,7 @@ void Core::timed(uint64_t begin, uint64_t cycles, const char* name, uint64_t ele
                   {"k", hw::unpack_k(in.c)},
                   {"n", hw::unpack_n(in.c)}});
   } else if (in.op == hw::Op::kBinary || in.op == hw::Op::kFma || in.op == hw::Op::kSelect) {
-    trace_.slice(track_, name, begin, now(),
+    trace_.slice(track, name, begin, end,
                  {{"elements", elements},
                   {"instruction", at_},
                   {"dst", dst},
@@ -289,13 +328,15 @@ void Core::timed(uint64_t begin, uint64_t cycles, const char* name, uint64_t ele
                   {"cols", in.e}});
   } else {
     trace_.slice(
-        track_, name, begin, now(),
+        track, name, begin, end,
         {{"elements", elements}, {"instruction", at_}, {"dst", dst}, {"src", src}, {"rows", in.d}, {"cols", in.e}});
   }
 }
 
 void Core::account(uint64_t before) {
-  const uint64_t elapsed = now() - before;
+  const uint64_t total = now() - before, waited = std::min(pt_waited_, total);
+  stats_.stall[static_cast<int>(Stall::kCompute)] += waited;
+  const uint64_t elapsed = total - waited;
   const uint64_t issue = stall_ == Stall::kIssue ? elapsed : std::min(elapsed, issue_);
   stats_.stall[static_cast<int>(Stall::kIssue)] += issue;
   stats_.stall[static_cast<int>(stall_)] += elapsed - issue;
@@ -427,6 +468,7 @@ bool Core::execute(const hw::Instr& in, uint32_t& pc) {
       return print(in);
     case hw::Op::kBarrier: {
       if (!launch_) return false;
+      pt_wait({}, true);  // the other cores may read what the PT arrays write
       sync();
       launch_->arrive();
       stall_ = Stall::kSync;
@@ -475,7 +517,27 @@ bool Core::execute(const hw::Instr& in, uint32_t& pc) {
                 {{a, uint64_t{m} * k * es, false}, {b, uint64_t{k} * n * es, false}, {c, uint64_t{m} * n * 4, true}});
       }
       stats_.flops += 2ull * m * k * n;
-      timed(begin, latency::matmul(config_.chip, m, k, n, in.dtype), "matmul", uint64_t{m} * n, in);
+      const uint64_t cycles = latency::matmul(config_.chip, m, k, n, in.dtype);
+      const uint32_t depth = config_.chip.pt_queue_depth;
+      if (functional_ || depth == 0) {
+        timed(begin, cycles, "matmul", uint64_t{m} * n, in);
+        return true;
+      }
+      // To the PT arrays: wait for room among the MATMULs they hold, then issue on.
+      pt_wait({});  // forgets the finished ones
+      if (pt_.size() >= depth) pt_wait_until(pt_[pt_.size() - depth].end);
+      issue_ = config_.chip.issue_cycles;
+      local_ += clock_.cycles(issue_);
+      const uint64_t start = std::max(now(), pt_free_);
+      pt_free_ = start + cycles;
+      pt_.push_back({pt_free_,
+                     {a, uint64_t{m} * k * es, false},
+                     {b, uint64_t{k} * n * es, false},
+                     {c, uint64_t{m} * n * 4, true}});
+      if (trace_.instructions()) {
+        if (pt_track_ == UINT32_MAX) pt_track_ = trace_.track(card_, fmt::format("core {:02} PT", id_));
+        trace_compute(pt_track_, start, pt_free_, "matmul", uint64_t{m} * n, in);
+      }
       return true;
     }
     default:

@@ -162,8 +162,9 @@ class Core : public sc_core::sc_module {
   uint8_t* lx(const hw::Instr& in, uint64_t addr, uint64_t n);
   /// A compute instruction that started at `begin_cycle` and takes `cycles` after its issue.
   void timed(uint64_t begin_cycle, uint64_t cycles, const char* name, uint64_t elements, const hw::Instr& in);
-  /// Attributes the cycles since `before` to the running instruction: its first issue_ cycles to
-  /// kIssue, the rest to stall_ (set by the instruction; kIssue when it sets nothing).
+  /// Attributes the cycles since `before` to the running instruction: what it waited for the PT
+  /// arrays to kCompute, then its first issue_ cycles to kIssue, the rest to stall_ (set by the
+  /// instruction; kIssue when it sets nothing).
   void account(uint64_t before);
   /// Scratchpad bytes an instruction's arithmetic reads or writes.
   struct Touch {
@@ -171,6 +172,25 @@ class Core : public sc_core::sc_module {
     uint64_t n;
     bool write;
   };
+  // The PT arrays run beside the SFP and the DMA engine: a MATMUL goes to them (once they hold
+  // fewer than chip.pt_queue_depth, running or queued) and the core issues on. An instruction that
+  // touches what a MATMUL in flight writes, or writes what it reads, waits for that MATMUL; a
+  // BARRIER, a breakpoint and END wait for all of them. MATMULs run in their order, one at a time.
+  struct PtOp {
+    uint64_t end;  // cycle its result is in the scratchpad
+    Touch a, b, c;
+  };
+  std::vector<PtOp> pt_;    // in flight, in issue (and end) order
+  uint64_t pt_free_ = 0;    // cycle the arrays finish the last MATMUL issued
+  uint64_t pt_waited_ = 0;  // cycles the running instruction waited for the PT arrays
+  uint32_t pt_track_ = UINT32_MAX;
+  /// Waits until no MATMUL in flight conflicts with `touches` (all of them: `all`).
+  void pt_wait(std::initializer_list<Touch> touches, bool all = false);
+  /// The core's clock advances to `cycle` (if it is later), counted as waiting for the PT arrays.
+  void pt_wait_until(uint64_t cycle);
+  /// Records the trace slice of a compute instruction [begin, end) on `track`.
+  void trace_compute(uint32_t track, uint64_t begin, uint64_t end, const char* name, uint64_t elements,
+                     const hw::Instr& in);
   /// Arithmetic touching at most this many bytes runs at once when the worker has nothing of this
   /// core's queued: on tiles this small the hand-over costs more than the arithmetic.
   static constexpr uint64_t kSmallTaskBytes = 4096;
@@ -191,6 +211,7 @@ class Core : public sc_core::sc_module {
   uint64_t programs_run_ = 0;
   uint64_t hang_in_ = 0;  // fault injection: hang in this program (from 1); 0: never
   uint64_t window_base_ = 0, window_size_ = 0;
+  uint32_t card_;
   uint32_t id_;
   uint32_t stop_;
   bool functional_;  // sim.mode "functional": one cycle per instruction, no bookings on the fabric

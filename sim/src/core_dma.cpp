@@ -77,6 +77,7 @@ bool Core::indirect(const hw::Instr& in) {
   if (add && (in.dtype >= hw::DType::kCount || row_bytes % hw::dtype_size(in.dtype))) {
     return false;
   }
+  pt_wait({{idx, rows * 8, !values_}});
   sync_to_book();
   // The indices: a replay in timing mode puts the captured run's in place of the scratchpad's (its
   // cores computed no values, and nothing reads them but this); a captured run records them.
@@ -131,12 +132,13 @@ bool Core::transfer(const hw::Instr& in, const Rows& rows, uint8_t* buf, Move mo
       !sanitized(rows, move == Move::kRead, move == Move::kAccumulate)) {
     return false;
   }
+  const uint64_t total = rows.count * row_bytes;
+  pt_wait({{buf, total, move == Move::kRead}});
   sync_to_book();
   // A LOAD's copy is posted to the worker after the other arithmetic of this core (so it needs no
   // settling here); every other transfer moves its bytes now.
   const bool bytes = moves_bytes(in);
   const bool deferred = move == Move::kRead && in.op == hw::Op::kLoad && bytes;
-  const uint64_t total = rows.count * row_bytes;
   if (!deferred) settle(buf, total, move == Move::kRead);  // multicast settled its receivers
   // The data moves now; its time is booked on the memory and ring servers from the issue cycle.
   // Rows are issued back to back: memory bandwidth spaces them, its latency is paid once. An

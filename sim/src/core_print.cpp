@@ -24,6 +24,7 @@ bool Core::print(const hw::Instr& in) {
   const uint64_t value_bytes = uint64_t{in.e} * hw::dtype_size(in.dtype);
   const uint8_t* values = in.e > 0 ? lx(in, in.b, value_bytes) : nullptr;
   if (in.e > 0 && !values) return false;
+  if (values) pt_wait({{values, value_bytes, false}});
   sync();
   if (values) settle(values, value_bytes, false);  // the arithmetic posted before it has landed
   uint64_t regs[hw::kMaxPrintRegs] = {};

@@ -71,6 +71,7 @@ bool Core::sfp(const hw::Instr& in) {
   // The arithmetic, unless timing mode leaves it out (the checks and the time stay).
   const bool arithmetic = !timing_ || (values_ && may_index(in));
   const auto run = [&](std::function<void()> task, std::initializer_list<Touch> touches) {
+    pt_wait(touches);
     if (arithmetic) compute(std::move(task), touches);
   };
   switch (in.op) {

@@ -25,6 +25,7 @@ struct ChipConfig {
   uint32_t pt_fill_cycles = 24;              // operands skewed into the array at the start of a matmul instruction
   uint32_t pt_drain_cycles = 8;              // the last output tile's accumulators leaving the array
   uint32_t pt_tile_cycles = 0;               // extra cycles per output tile (0: double-buffered accumulators)
+  uint32_t pt_queue_depth = 2;  // MATMULs the PT arrays hold (running or queued) while the core issues on; 0: none
   uint32_t lx_read_bytes_per_cycle = kPublicCard.lx_read_bytes_per_cycle;  // scratchpad port feeding the PT arrays
   uint32_t sfp_lanes = kPublicCard.sfp_lanes;  // SFP 16-bit elements per cycle per core (wider types: fewer)
   uint32_t sfp_fill_cycles = 8;
