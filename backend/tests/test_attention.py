@@ -147,9 +147,10 @@ def test_attention_runs_as_one_launch_that_keeps_its_scores_on_chip(tmp_path):
 
 def test_causal_row_blocks_are_dealt_to_the_cores_evenly(tmp_path):
     """Causal attention's later rows see more keys. With fewer key heads than cores, the cores
-    sharing a head's row blocks take them round-robin (early and late ones each), so few of them
-    idle while another finishes the last rows: under a fifth of the launch's core cycles are idle
-    (two fifths were when each core took a run of consecutive blocks). The values are CPU's."""
+    sharing a head's row blocks take them to and fro (an early and a late one every two steps), so
+    few of them idle while another finishes the last rows: under a tenth of the launch's core
+    cycles are idle (4 %; two fifths were when each core took a run of consecutive blocks). The
+    values are CPU's."""
     code = (
         "import torch, torch_spyre, torch.nn.functional as F\n"
         "g = torch.Generator().manual_seed(0)\n"
@@ -163,7 +164,24 @@ def test_causal_row_blocks_are_dealt_to_the_cores_evenly(tmp_path):
     launches = run_with_stats(code, tmp_path)[0]["cards"][0]["launches"]
     (launch,) = [x for x in launches if x["name"].startswith("attention")]
     stall = launch["stall"]
-    assert stall["sync"] + stall["idle"] < 0.2 * sum(stall.values()), stall
+    assert stall["sync"] + stall["idle"] < 0.1 * sum(stall.values()), stall
+
+
+def test_causal_training_over_dealt_row_blocks_matches_cpu(cpu_gen):
+    # The shape of the test above: each core's row blocks (and the logsumexp rows the backward
+    # reads) are found by the kernel, not walked by the nest.
+    q = torch.randn(1, 32, 1024, 64, generator=cpu_gen, requires_grad=True)
+    k, v = (torch.randn(1, 8, 1024, 64, generator=cpu_gen, requires_grad=True) for _ in range(2))
+    grad = torch.randn(1, 32, 1024, 64, generator=cpu_gen)
+    want = F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=True)
+    want.backward(grad)
+    dq, dk, dv = (x.detach().to("spyre").requires_grad_() for x in (q, k, v))
+    torch_spyre.set_cpu_fallback("error")
+    got = F.scaled_dot_product_attention(dq, dk, dv, is_causal=True, enable_gqa=True)
+    got.backward(grad.to("spyre"))
+    torch.testing.assert_close(got.detach().cpu(), want.detach(), rtol=1e-4, atol=1e-4)
+    for d, c in ((dq, q), (dk, k), (dv, v)):
+        torch.testing.assert_close(d.grad.cpu(), c.grad, rtol=1e-4, atol=1e-4)
 
 
 def test_a_row_with_every_key_masked_gives_zeros_like_torch(cpu_gen):

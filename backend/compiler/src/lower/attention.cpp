@@ -4,8 +4,11 @@
 // q and k have head dim D, v and out Dv. An item is a block of `r` query rows of `gs` query heads that share one key
 // head, so that its keys and values are loaded once for all of them: its Q rows are packed into one [gs * r, D] tile.
 // The keys are walked in blocks of `kb` (unrolled: the program holds one copy of the block's code
-// per key block, each with its own immediates), with the next block's K and V loaded while this one
-// computes. Per block, with m the running row max, l the running denominator and O the running
+// per key block, each with its own immediates), software-pipelined so that the PT arrays and the SFP
+// work at once: block j+1's scores Q Kb^T are issued before block j's softmax, and block j+2's keys,
+// values (and bias) are loaded meanwhile. Scores, probabilities and keys take two buffers each, the
+// bias three and the values four, so that no load or product waits for one still in flight.
+// Per block, with m the running row max, l the running denominator and O the running
 // (unnormalized) output, all fp32:
 //   S = scale * Q Kb^T (+ bias, or -inf where masked)      m' = max(m, rowmax S)
 //   ms = m' where finite, else 0                             alpha = exp(m - ms)
@@ -38,14 +41,18 @@ using schedule::kBufferReg;
 using schedule::level_reg;
 using schedule::operand_reg;
 
-// DMA tags: Q, the two K and V buffers, the two bias buffers, the stores.
+// Buffers of each kind of block operand, and the DMA tags: Q, one per K, V and bias buffer, the stores.
+constexpr uint32_t kKBufs = 2, kVBufs = 4, kBiasBufs = 3;
 constexpr uint32_t kQTag = 0;
-constexpr uint32_t kKTag = 1;     // + buffer
-constexpr uint32_t kVTag = 3;     // + buffer
-constexpr uint32_t kBiasTag = 5;  // + buffer
-constexpr uint32_t kStoreTag = 7;
+constexpr uint32_t kKTag = 1;                  // + buffer
+constexpr uint32_t kVTag = kKTag + kKBufs;     // + buffer
+constexpr uint32_t kBiasTag = kVTag + kVBufs;  // + buffer
+constexpr uint32_t kStoreTag = kBiasTag + kBiasBufs;
+static_assert(kStoreTag < hw::kNumDmaTags);
 constexpr uint32_t kScratch = 6;  // the nest's temporary: free inside the body (set before each use)
-constexpr uint32_t kPrefetchMask = (3u << kKTag) | (3u << kVTag) | (3u << kBiasTag);
+constexpr uint32_t kRowBase = 7;  // the nest's prologue register: free inside the body (set before each use)
+constexpr uint32_t kPrefetchMask =
+    ((1u << kKBufs) - 1) << kKTag | ((1u << kVBufs) - 1) << kVTag | ((1u << kBiasBufs) - 1) << kBiasTag;
 
 // Nest operands.
 constexpr uint32_t kQ = 0, kOut = 1, kK = 2, kV = 3;
@@ -61,11 +68,11 @@ struct Tiles {
   int64_t gs = 1, r = 1, kb = 1;
 };
 
-// Scratchpad regions of one item (offsets in its half).
+// Scratchpad regions of an item (every item uses the same ones: one item fills the scratchpad).
 struct Regions {
-  uint32_t q = 0, kbuf[2] = {0, 0}, kt = 0, vbuf[2] = {0, 0}, s = 0, p = 0, o = 0, oc = 0;
+  uint32_t q = 0, kbuf[kKBufs] = {}, kt[2] = {}, vbuf[kVBufs] = {}, s[2] = {}, p[2] = {}, o = 0, oc = 0;
   uint32_t m = 0, mb = 0, mn = 0, ms = 0, alpha = 0, l = 0, lb = 0, tmp = 0, ok = 0;
-  uint32_t bias[2] = {0, 0}, biasf = 0, keep = 0, rowi = 0, coli = 0;
+  uint32_t bias[kBiasBufs] = {}, biasf = 0, keep = 0, rowi = 0, coli = 0;
   uint64_t used = 0;
 };
 
@@ -81,18 +88,18 @@ Regions plan(const Dims& d, const Tiles& t, const Kinds& k) {
   const auto rr = static_cast<uint64_t>(t.gs * t.r), kb = static_cast<uint64_t>(t.kb),
              dim = static_cast<uint64_t>(d.dim), vdim = static_cast<uint64_t>(d.vdim), r = static_cast<uint64_t>(t.r);
   g.q = x.take(rr * dim * es);
-  for (uint32_t i = 0; i < 2; ++i) g.kbuf[i] = x.take(kb * dim * es);
-  g.kt = x.take(dim * kb * es);
-  for (uint32_t i = 0; i < 2; ++i) g.vbuf[i] = x.take(kb * vdim * es);
-  g.s = x.take(rr * kb * 4);
-  g.p = es == 4 ? g.s : x.take(rr * kb * es);
+  for (uint32_t& k_buf : g.kbuf) k_buf = x.take(kb * dim * es);
+  for (uint32_t i = 0; i < 2; ++i) g.kt[i] = x.take(dim * kb * es);
+  for (uint32_t& v_buf : g.vbuf) v_buf = x.take(kb * vdim * es);
+  for (uint32_t i = 0; i < 2; ++i) g.s[i] = x.take(rr * kb * 4);
+  for (uint32_t i = 0; i < 2; ++i) g.p[i] = es == 4 ? g.s[i] : x.take(rr * kb * es);
   g.o = x.take(rr * vdim * 4);
   g.oc = eo == 4 ? g.o : x.take(rr * vdim * eo);
   for (uint32_t* row : {&g.m, &g.mb, &g.mn, &g.ms, &g.alpha, &g.l, &g.lb, &g.tmp}) *row = x.take(rr * 4);
   g.ok = x.take(rr);
   if (k.has_bias) {
     const uint64_t heads = k.bias_per_head ? static_cast<uint64_t>(t.gs) : 1;
-    for (uint32_t i = 0; i < 2; ++i) g.bias[i] = x.take(heads * r * kb * hw::dtype_size(k.bias));
+    for (uint32_t& b_buf : g.bias) b_buf = x.take(heads * r * kb * hw::dtype_size(k.bias));
     if (k.bias != DType::kBool && k.bias != DType::kF32) g.biasf = x.take(r * kb * 4);
   }
   if (k.causal) {
@@ -111,25 +118,27 @@ int64_t cores_per_unit(const Dims& d, int64_t gs, uint32_t cores) {
   return std::max<int64_t>(1, (static_cast<int64_t>(cores) + units - 1) / units);
 }
 
-// The largest tiles whose item fits half the scratchpad: up to 256 packed rows (as many heads of a
-// key head as divide its group), key blocks of up to 128; rows split further while there are fewer
-// items than cores.
-Tiles choose(const Dims& d, const Kinds& k, uint64_t half, uint32_t cores) {
+// The largest tiles whose item fits the scratchpad: up to 512 packed rows (as many heads of a key
+// head as divide its group), key blocks of up to 128; rows split further while there are fewer
+// items than cores. Every row of an item reuses each key and value loaded: at 512 rows the
+// card's memory feeds the products (Llama-3-8B's causal prefill attention was bound by its
+// loads at 256).
+Tiles choose(const Dims& d, const Kinds& k, uint64_t lx_bytes, uint32_t cores) {
   for (int64_t kb = std::min<int64_t>(d.keys, 128);; kb = std::max<int64_t>(1, kb / 2)) {
     for (int64_t gs = d.group; gs >= 1; --gs) {
       if (d.group % gs != 0) continue;
       const int64_t blocks_wanted = cores_per_unit(d, gs, cores);
       const int64_t spread = (d.length + blocks_wanted - 1) / blocks_wanted;
-      for (int64_t r = std::min({d.length, std::max<int64_t>(1, 256 / gs), spread});; r = (r + 1) / 2) {
+      for (int64_t r = std::min({d.length, std::max<int64_t>(1, 512 / gs), spread});; r = (r + 1) / 2) {
         const Tiles t{gs, r, kb};
-        if (plan(d, t, k).used <= half) return t;
+        if (plan(d, t, k).used <= lx_bytes) return t;
         if (r == 1) break;
       }
     }
     if (kb == 1) break;
   }
   throw Unsupported(
-      fmt::format("compiler: attention with head dim {} does not fit a {} byte scratchpad", d.dim, 2 * half));
+      fmt::format("compiler: attention with head dim {} does not fit a {} byte scratchpad", d.dim, lx_bytes));
 }
 
 void sfp(Builder& b, hw::Op op, DType t, uint32_t dst, uint64_t x, uint64_t y, int64_t rows, int64_t cols,
@@ -197,8 +206,7 @@ std::optional<Kernel> lower_attention(const ir::Graph& g, const ir::Attention& a
   }
   const Kinds kinds{
       q.dtype, out.dtype, bias ? bias->dtype : DType::kBool, bias != nullptr, bias && bias->strides[1] != 0, a.causal};
-  const uint64_t half = t.lx_bytes / 2;
-  const Tiles tl = choose(d, kinds, half, t.cores);
+  const Tiles tl = choose(d, kinds, t.lx_bytes, t.cores);
   const Regions lx = plan(d, tl, kinds);
   const uint64_t es = hw::dtype_size(q.dtype), eo = hw::dtype_size(out.dtype);
   const uint64_t eb = bias ? hw::dtype_size(bias->dtype) : 0;
@@ -219,8 +227,10 @@ std::optional<Kernel> lower_attention(const ir::Graph& g, const ir::Attention& a
   int32_t lv_b = -1, lv_kvh = -1, lv_sub = -1, lv_rb = -1, lv_cycle = -1;
   // Under a causal mask a row block's work grows with its rows, and the nest gives each core a run
   // of consecutive items: the cores sharing a head's row blocks would get its first rows (little
-  // work) or its last (most). When they divide evenly, `phases` cores deal them round-robin
-  // instead (row block phase + phases * step), each getting early and late ones.
+  // work) or its last (most). When they divide evenly, `phases` cores deal them to and fro instead:
+  // at step c, core `phase` takes row block phases * c + phase when c is even and
+  // phases * c + phases - 1 - phase when it is odd, so that over two steps every core has the same
+  // rows to attend to. The body finds its rows' addresses (the nest does not walk them).
   const int64_t phases = cores_per_unit(d, tl.gs, t.cores);
   const bool dealt = a.causal && tail_rows == tl.r && phases > 1 && row_blocks % phases == 0 && row_blocks > phases;
   const int64_t rb_count = dealt ? phases : row_blocks;
@@ -229,9 +239,8 @@ std::optional<Kernel> lower_attention(const ir::Graph& g, const ir::Attention& a
       {d.kv_heads, d.group * q.strides[1] * ses, d.group * out.strides[1] * seo, k.strides[1] * ses, v.strides[1] * ses,
        &lv_kvh},
       {d.group / tl.gs, tl.gs * q.strides[1] * ses, tl.gs * out.strides[1] * seo, 0, 0, &lv_sub},
-      {rb_count, tl.r * q.strides[2] * ses, tl.r * out.strides[2] * seo, 0, 0, &lv_rb},
-      {dealt ? row_blocks / phases : 1, phases * tl.r * q.strides[2] * ses, phases * tl.r * out.strides[2] * seo, 0, 0,
-       &lv_cycle},
+      {rb_count, dealt ? 0 : tl.r * q.strides[2] * ses, dealt ? 0 : tl.r * out.strides[2] * seo, 0, 0, &lv_rb},
+      {dealt ? row_blocks / phases : 1, 0, 0, 0, 0, &lv_cycle},
   };
   for (const Dim& x : dims) {
     if (x.count == 1) continue;
@@ -239,7 +248,7 @@ std::optional<Kernel> lower_attention(const ir::Graph& g, const ir::Attention& a
     kn.nest.levels.push_back({static_cast<uint64_t>(x.count), {x.q, x.out, x.k, x.v}});
   }
   if (tail_rows != tl.r) kn.nest.tail_levels.push_back(static_cast<uint32_t>(lv_rb));
-  kn.nest.half_bytes = half;
+  kn.nest.half_bytes = 0;  // one plan for every item (see the store wait below)
 
   const int64_t blocks = (d.keys + tl.kb - 1) / tl.kb;
   const DType type = q.dtype, out_type = out.dtype;
@@ -250,6 +259,40 @@ std::optional<Kernel> lower_attention(const ir::Graph& g, const ir::Attention& a
   const int64_t gs = tl.gs, r = tl.r, kb = tl.kb, dim = d.dim, vdim = d.vdim, group = d.group;
   const double scale = a.scale;
 
+  // r[reg] = this item's row block (r[kBodyReg] is clobbered).
+  const auto row_block = [=](Builder& b, uint32_t reg) {
+    if (lv_rb < 0) {
+      b.emit(emit::li(reg, 0));
+      return;
+    }
+    const uint32_t phase = level_reg(static_cast<uint32_t>(lv_rb));
+    if (!dealt) {
+      b.emit(emit::addi(reg, phase, 0));
+      return;
+    }
+    const uint32_t step = level_reg(static_cast<uint32_t>(lv_cycle));
+    const Builder::Label even = b.label(), done = b.label();
+    b.emit(emit::remu(reg, step, 2));
+    b.branch(hw::Cond::kEq, reg, 0, even);
+    b.emit(emit::muli(reg, phase, -1));
+    b.emit(emit::addi(reg, reg, phases - 1));
+    b.jump(done);
+    b.bind(even);
+    b.emit(emit::addi(reg, phase, 0));
+    b.bind(done);
+    b.emit(emit::muli(kBodyReg, step, phases));
+    b.emit(emit::add(reg, reg, kBodyReg));
+  };
+  // r[kRowBase] = the device address of this item's first row of `view` (whose row stride is
+  // `row_bytes`) when the nest does not walk its rows: r[base] plus the row block's offset.
+  // Otherwise the nest's own register `base`. Returns the register.
+  const auto rows_at = [=](Builder& b, uint32_t base, int64_t row_bytes) -> uint32_t {
+    if (!dealt) return base;
+    row_block(b, kRowBase);
+    b.emit(emit::muli(kRowBase, kRowBase, r * row_bytes));
+    b.emit(emit::add(kRowBase, kRowBase, base));
+    return kRowBase;
+  };
   // r[reg] = the device address of `view`'s element [b, h0, i0, 0] for this item, where h0 is its
   // first head and i0 its first row (the nest does not walk these operands).
   const auto item_address = [=](Builder& b, uint32_t reg, const ir::View& view, uint64_t esize) {
@@ -259,56 +302,50 @@ std::optional<Kernel> lower_attention(const ir::Graph& g, const ir::Attention& a
     const std::pair<int32_t, int64_t> steps[] = {{lv_b, view.strides[0] * se},
                                                  {lv_kvh, group * view.strides[1] * se},
                                                  {lv_sub, gs * view.strides[1] * se},
-                                                 {lv_rb, r * view.strides[2] * se},
-                                                 {lv_cycle, phases * r * view.strides[2] * se}};
+                                                 {lv_rb, dealt ? 0 : r * view.strides[2] * se}};
     for (const auto& [level, step] : steps) {
       if (level < 0 || step == 0) continue;
       b.emit(emit::muli(kBodyReg, level_reg(static_cast<uint32_t>(level)), step));
       b.emit(emit::add(reg, reg, kBodyReg));
     }
+    if (dealt) b.emit(emit::addi(reg, rows_at(b, reg, view.strides[2] * se), 0));
   };
   // r[kScratch] = this item's first row i0.
   const auto first_row = [=](Builder& b) {
-    if (lv_rb < 0) {
-      b.emit(emit::li(kScratch, 0));
-    } else {
-      b.emit(emit::muli(kScratch, level_reg(static_cast<uint32_t>(lv_rb)), r));
-    }
-    if (lv_cycle >= 0) {
-      b.emit(emit::muli(kBodyReg, level_reg(static_cast<uint32_t>(lv_cycle)), phases * r));
-      b.emit(emit::add(kScratch, kScratch, kBodyReg));
-    }
+    row_block(b, kScratch);
+    b.emit(emit::muli(kScratch, kScratch, r));
   };
 
   kn.body = [=](Builder& b, uint32_t tails) {
     const int64_t rows = tails != 0 ? tail_rows : r;
     const int64_t rr = gs * rows;
     const Builder::Label epilogue = b.label();
+    const uint32_t q_at = rows_at(b, operand_reg(kQ), s_ql);
     for (int64_t j = 0; j < gs; ++j) {
-      b.emit(emit::dma(hw::Op::kLoad, type, operand_reg(kQ), kBufferReg,
-                       lx.q + static_cast<uint32_t>(j * rows * dim * ses), static_cast<uint64_t>(j * s_qh),
-                       static_cast<uint64_t>(s_ql), static_cast<uint32_t>(rows), static_cast<uint32_t>(dim * ses), true,
-                       kQTag));
+      b.emit(emit::dma(hw::Op::kLoad, type, q_at, kBufferReg, lx.q + static_cast<uint32_t>(j * rows * dim * ses),
+                       static_cast<uint64_t>(j * s_qh), static_cast<uint64_t>(s_ql), static_cast<uint32_t>(rows),
+                       static_cast<uint32_t>(dim * ses), true, kQTag));
     }
     if (kinds.has_bias) item_address(b, kScratch, bias_view, eb);
     const int64_t bias_heads = kinds.bias_per_head ? gs : 1;
     const auto load_block = [&](int64_t jb) {
       const int64_t j0 = jb * kb, n = std::min(kb, d.keys - j0);
-      const auto buf = static_cast<uint32_t>(jb % 2);
-      b.emit(emit::dma(hw::Op::kLoad, type, operand_reg(kK), kBufferReg, lx.kbuf[buf], static_cast<uint64_t>(j0 * s_kl),
-                       static_cast<uint64_t>(s_kl), static_cast<uint32_t>(n), static_cast<uint32_t>(dim * ses), true,
-                       kKTag + buf));
-      b.emit(emit::dma(hw::Op::kLoad, type, operand_reg(kV), kBufferReg, lx.vbuf[buf], static_cast<uint64_t>(j0 * s_vl),
-                       static_cast<uint64_t>(s_vl), static_cast<uint32_t>(n), static_cast<uint32_t>(vdim * ses), true,
-                       kVTag + buf));
+      const auto kbuf = static_cast<uint32_t>(jb % kKBufs), vbuf = static_cast<uint32_t>(jb % kVBufs),
+                 bbuf = static_cast<uint32_t>(jb % kBiasBufs);
+      b.emit(emit::dma(hw::Op::kLoad, type, operand_reg(kK), kBufferReg, lx.kbuf[kbuf],
+                       static_cast<uint64_t>(j0 * s_kl), static_cast<uint64_t>(s_kl), static_cast<uint32_t>(n),
+                       static_cast<uint32_t>(dim * ses), true, kKTag + kbuf));
+      b.emit(emit::dma(hw::Op::kLoad, type, operand_reg(kV), kBufferReg, lx.vbuf[vbuf],
+                       static_cast<uint64_t>(j0 * s_vl), static_cast<uint64_t>(s_vl), static_cast<uint32_t>(n),
+                       static_cast<uint32_t>(vdim * ses), true, kVTag + vbuf));
       if (!kinds.has_bias) return;
       const auto sb = static_cast<int64_t>(eb);
       for (int64_t j = 0; j < bias_heads; ++j) {
         b.emit(emit::dma(hw::Op::kLoad, kinds.bias, kScratch, kBufferReg,
-                         lx.bias[buf] + static_cast<uint32_t>(j * rows * n * sb),
+                         lx.bias[bbuf] + static_cast<uint32_t>(j * rows * n * sb),
                          static_cast<uint64_t>(j * bias_view.strides[1] * sb + j0 * sb),
                          static_cast<uint64_t>(bias_view.strides[2] * sb), static_cast<uint32_t>(rows),
-                         static_cast<uint32_t>(n * sb), true, kBiasTag + buf));
+                         static_cast<uint32_t>(n * sb), true, kBiasTag + bbuf));
       }
     };
     // Causal: jump to `to` when the item's last row comes before key j0 (every later key is masked).
@@ -317,31 +354,45 @@ std::optional<Kernel> lower_attention(const ir::Graph& g, const ir::Attention& a
       b.emit(emit::li(kBodyReg, static_cast<uint64_t>(j0 - rows + 1)));
       b.branch(hw::Cond::kLt, kScratch, kBodyReg, to);
     };
+    // `emit_for(jb)` unless (causal) every key of block jb is masked for this item.
+    const auto unless_masked = [&](int64_t jb, const auto& emit_for) {
+      const Builder::Label masked = b.label();
+      if (kinds.causal) skip_if_masked(jb * kb, masked);
+      emit_for(jb);
+      b.bind(masked);
+    };
+    // S = Q Kb^T for block jb, into its score buffer (the PT arrays work on while the SFP goes on).
+    const auto scores = [&](int64_t jb) {
+      const int64_t n = std::min(kb, d.keys - jb * kb);
+      const auto buf = static_cast<uint32_t>(jb % 2), kbuf = static_cast<uint32_t>(jb % kKBufs);
+      b.emit(emit::wait_tags(1u << (kKTag + kbuf)));
+      sfp(b, hw::Op::kTranspose, type, lx.kt[buf], lx.kbuf[kbuf], 0, n, dim);
+      if (jb == 0) b.emit(emit::wait_tags(1u << kQTag));
+      matmul(b, type, lx.s[buf], lx.q, lx.kt[buf], rr, dim, n, false);
+    };
     load_block(0);
+    if (blocks > 1) unless_masked(1, load_block);
+    scores(0);
+    // Items share one scratchpad plan: the last item's stores must have read O (and its
+    // logsumexp) before this one writes them.
+    b.emit(emit::wait_tags(1u << kStoreTag));
     for (int64_t jb = 0; jb < blocks; ++jb) {
       const int64_t j0 = jb * kb, n = std::min(kb, d.keys - j0);
-      const auto buf = static_cast<uint32_t>(jb % 2);
+      const auto buf = static_cast<uint32_t>(jb % 2), vbuf = static_cast<uint32_t>(jb % kVBufs),
+                 bbuf = static_cast<uint32_t>(jb % kBiasBufs);
+      const uint32_t s_buf = lx.s[buf], p_buf = lx.p[buf];
       const bool first = jb == 0;
       if (kinds.causal && !first) skip_if_masked(j0, epilogue);
-      if (jb + 1 < blocks) {
-        const Builder::Label no_prefetch = b.label();
-        if (kinds.causal) skip_if_masked((jb + 1) * kb, no_prefetch);
-        load_block(jb + 1);
-        b.bind(no_prefetch);
-      }
-      // S = scale * Q Kb^T.
-      b.emit(emit::wait_tags(1u << (kKTag + buf)));
-      sfp(b, hw::Op::kTranspose, type, lx.kt, lx.kbuf[buf], 0, n, dim);
-      if (first) b.emit(emit::wait_tags(1u << kQTag));
-      matmul(b, type, lx.s, lx.q, lx.kt, rr, dim, n, false);
-      if (scale != 1) binary(b, BinaryFn::kMul, lx.s, lx.s, Bcast::kFull, 0, Bcast::kImm, rr, n, scale);
+      if (jb + 1 < blocks) unless_masked(jb + 1, scores);
+      if (jb + 2 < blocks) unless_masked(jb + 2, load_block);
+      if (scale != 1) binary(b, BinaryFn::kMul, s_buf, s_buf, Bcast::kFull, 0, Bcast::kImm, rr, n, scale);
       // The mask.
       if (kinds.has_bias) {
-        b.emit(emit::wait_tags(1u << (kBiasTag + buf)));
+        b.emit(emit::wait_tags(1u << (kBiasTag + bbuf)));
         const int64_t sb = static_cast<int64_t>(eb);
         for (int64_t j = 0; j < gs; ++j) {
-          const uint32_t s_j = lx.s + static_cast<uint32_t>(j * rows * n * 4);
-          const uint32_t src = lx.bias[buf] + static_cast<uint32_t>((kinds.bias_per_head ? j : 0) * rows * n * sb);
+          const uint32_t s_j = s_buf + static_cast<uint32_t>(j * rows * n * 4);
+          const uint32_t src = lx.bias[bbuf] + static_cast<uint32_t>((kinds.bias_per_head ? j : 0) * rows * n * sb);
           if (kinds.bias == DType::kBool) {
             keep_or(b, s_j, src, s_j, -kInf, rows, n);
             continue;
@@ -366,13 +417,13 @@ std::optional<Kernel> lower_attention(const ir::Graph& g, const ir::Attention& a
             n);
         binary(b, BinaryFn::kLe, lx.keep, lx.coli, Bcast::kRow, lx.rowi, Bcast::kCol, rows, n);
         for (int64_t j = 0; j < gs; ++j) {
-          const uint32_t s_j = lx.s + static_cast<uint32_t>(j * rows * n * 4);
+          const uint32_t s_j = s_buf + static_cast<uint32_t>(j * rows * n * 4);
           keep_or(b, s_j, lx.keep, s_j, -kInf, rows, n);
         }
         b.bind(visible);
       }
       // The online softmax.
-      sfp(b, hw::Op::kReduce, DType::kF32, first ? lx.m : lx.mb, lx.s, static_cast<uint64_t>(ReduceFn::kMax), rr, n);
+      sfp(b, hw::Op::kReduce, DType::kF32, first ? lx.m : lx.mb, s_buf, static_cast<uint64_t>(ReduceFn::kMax), rr, n);
       const uint32_t mn = first ? lx.m : lx.mn;
       if (!first) binary(b, BinaryFn::kMax, mn, lx.m, Bcast::kFull, lx.mb, Bcast::kFull, 1, rr);
       binary(b, BinaryFn::kNe, lx.ok, mn, Bcast::kFull, 0, Bcast::kImm, 1, rr, -kInf);
@@ -382,25 +433,25 @@ std::optional<Kernel> lower_attention(const ir::Graph& g, const ir::Attention& a
         unary(b, UnaryFn::kExp, lx.alpha, lx.tmp, 1, rr);
         unary(b, UnaryFn::kCopy, lx.m, lx.mn, 1, rr);
       }
-      binary(b, BinaryFn::kSub, lx.s, lx.s, Bcast::kFull, lx.ms, Bcast::kCol, rr, n);
-      unary(b, UnaryFn::kExp, lx.s, lx.s, rr, n);
-      sfp(b, hw::Op::kReduce, DType::kF32, first ? lx.l : lx.lb, lx.s, static_cast<uint64_t>(ReduceFn::kSum), rr, n);
+      binary(b, BinaryFn::kSub, s_buf, s_buf, Bcast::kFull, lx.ms, Bcast::kCol, rr, n);
+      unary(b, UnaryFn::kExp, s_buf, s_buf, rr, n);
+      sfp(b, hw::Op::kReduce, DType::kF32, first ? lx.l : lx.lb, s_buf, static_cast<uint64_t>(ReduceFn::kSum), rr, n);
       if (!first) sfp(b, hw::Op::kFma, DType::kF32, lx.l, emit::pack2(lx.l, lx.alpha), lx.lb, 1, rr);
-      if (lx.p != lx.s) sfp(b, hw::Op::kConvert, type, lx.p, lx.s, static_cast<uint64_t>(DType::kF32), rr, n);
-      b.emit(emit::wait_tags(1u << (kVTag + buf)));
+      if (p_buf != s_buf) sfp(b, hw::Op::kConvert, type, p_buf, s_buf, static_cast<uint64_t>(DType::kF32), rr, n);
+      b.emit(emit::wait_tags(1u << (kVTag + vbuf)));
       if (!first) binary(b, BinaryFn::kMul, lx.o, lx.o, Bcast::kFull, lx.alpha, Bcast::kCol, rr, vdim);
-      matmul(b, type, lx.o, lx.p, lx.vbuf[buf], rr, n, vdim, !first);
+      matmul(b, type, lx.o, p_buf, lx.vbuf[vbuf], rr, n, vdim, !first);
     }
     b.bind(epilogue);
-    b.emit(emit::wait_tags(kPrefetchMask));  // a skipped block's prefetch must land before the half is reused
+    b.emit(emit::wait_tags(kPrefetchMask));  // a skipped block's prefetch must land before the next item
     // out = O / l (a row with l = 0 has O = 0 and divides by 1).
     binary(b, BinaryFn::kGt, lx.ok, lx.l, Bcast::kFull, 0, Bcast::kImm, 1, rr, 0);
     keep_or(b, lx.tmp, lx.ok, lx.l, 1, 1, rr);
     binary(b, BinaryFn::kDiv, lx.o, lx.o, Bcast::kFull, lx.tmp, Bcast::kCol, rr, vdim);
     if (lx.oc != lx.o) sfp(b, hw::Op::kConvert, out_type, lx.oc, lx.o, static_cast<uint64_t>(DType::kF32), rr, vdim);
-    b.emit(emit::wait_tags(1u << kStoreTag));
+    const uint32_t out_at = rows_at(b, operand_reg(kOut), s_ol);
     for (int64_t j = 0; j < gs; ++j) {
-      b.emit(emit::dma(hw::Op::kStore, out_type, operand_reg(kOut), kBufferReg,
+      b.emit(emit::dma(hw::Op::kStore, out_type, out_at, kBufferReg,
                        lx.oc + static_cast<uint32_t>(j * rows * vdim * seo), static_cast<uint64_t>(j * s_oh),
                        static_cast<uint64_t>(s_ol), static_cast<uint32_t>(rows), static_cast<uint32_t>(vdim * seo),
                        true, kStoreTag));
