@@ -17,6 +17,7 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 import torch_spyre
+from conftest import run_with_stats
 from test_models import GPT, _batches, _llama_config, _train, moe_llama
 from torch_spyre._compile import compile_stats, launch_count
 
@@ -982,3 +983,55 @@ def test_compiled_multilabel_margin_loss_has_cpus_shape_and_gradient(reduction, 
     if shape == (3, 10):  # no sample: torch's decomposition, in CPU's shape
         empty = x.detach()[:0].to("spyre")
         assert torch.compile(fn, backend="spyre")(empty, target[:0].to("spyre")).shape == fn(x[:0], target[:0]).shape
+
+
+def test_a_compiled_row_update_writes_its_input_in_place(tmp_path):
+    """HuggingFace's StaticCache under torch.compile: `cache.index_copy_(2, positions, rows)` then
+    attention over the cache. It was a copy of the whole cache before the rows were written and
+    another after it (two passes over a Llama-3-8B layer's cache per decode step for one row);
+    now the rows land in the cache and nothing else moves. Values and the cache are CPU's."""
+    code = (
+        "import json, torch, torch_spyre\n"
+        "from torch_spyre._compile import compile_stats\n"
+        "def step(cache, pos, rows, q):\n"
+        "    cache.index_copy_(2, pos, rows)\n"
+        "    return torch.softmax(q @ cache.transpose(-1, -2), -1) @ cache\n"
+        "g = torch.Generator().manual_seed(0)\n"
+        "cache = torch.randn(2, 4, 256, 64, generator=g)\n"
+        "rows, q = torch.randn(2, 4, 1, 64, generator=g), torch.randn(2, 4, 1, 64, generator=g)\n"
+        "pos = torch.tensor([5])\n"
+        "dev = [t.to('spyre') for t in (cache, pos, rows, q)]\n"
+        "torch_spyre.set_cpu_fallback('error')\n"
+        "got = torch.compile(step, backend='spyre')(*dev)\n"
+        "want = step(cache, pos, rows, q)\n"
+        "torch.testing.assert_close(got.cpu(), want, rtol=1e-4, atol=1e-4)\n"
+        "assert torch.equal(dev[0].cpu(), cache)\n"
+        "print(json.dumps(compile_stats()))\n"
+    )
+    stats, proc = run_with_stats(code, tmp_path)
+    assert json.loads(proc.stdout.strip().splitlines()[-1])["inputs_updated_in_place"] == 1
+    # The only device-to-device bytes: none (the 512 KiB cache is never copied).
+    assert stats["cards"][0]["bytes"]["d2d"] == 0
+
+
+def test_index_copy_in_place_moves_only_its_rows_and_refuses_a_negative_index(tmp_path):
+    stats, _ = run_with_stats(
+        "import torch, torch_spyre\n"
+        "x = torch.zeros(64, 1024, device='spyre')\n"
+        "x.index_copy_(0, torch.tensor([3, 60], device='spyre'), torch.ones(2, 1024, device='spyre'))\n"
+        "want = torch.zeros(64, 1024); want[[3, 60]] = 1\n"
+        "assert torch.equal(x.cpu(), want)\n",
+        tmp_path,
+    )
+    assert stats["cards"][0]["bytes"]["d2d"] == 0
+    # CPU refuses an index before the first row; the device does too, and writes nothing.
+    x = torch.zeros(3, device="spyre")
+    with pytest.raises(IndexError):
+        torch.zeros(3).index_copy_(0, torch.tensor([-1]), torch.ones(1))
+    for call in (
+        lambda: x.index_copy_(0, torch.tensor([-1], device="spyre"), torch.ones(1, device="spyre")),
+        lambda: x.index_copy(0, torch.tensor([-1], device="spyre"), torch.ones(1, device="spyre")),
+    ):
+        with pytest.raises(RuntimeError, match="index_put_"):
+            call().cpu()  # the kernel's fault is reported when the queue is next waited for
+    assert torch.equal(x.cpu(), torch.zeros(3))

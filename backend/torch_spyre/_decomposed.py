@@ -69,7 +69,7 @@ OPS = (
     # shapes, norms and small ops
     "im2col", "im2col.out", "col2im", "col2im.out", "channel_shuffle", "pixel_shuffle", "pixel_unshuffle",
     "narrow_copy", "narrow_copy.out", "unfold_copy", "unfold_copy.out", "unfold_backward", "unfold_backward.out",
-    "index_copy", "index_copy.out", "index_fill.int_Tensor", "index_fill.int_Scalar",
+    "index_fill.int_Tensor", "index_fill.int_Scalar",
     "aminmax", "aminmax.out", "linalg_cross", "linalg_cross.out", "linalg_vector_norm", "linalg_vector_norm.out",
     "dist", "renorm", "renorm.out", "std_mean.correction", "var_mean.correction",
     "tril_indices", "triu_indices",
@@ -533,6 +533,24 @@ _INTERPOLATIONS = (
 )  # fmt: skip
 
 
+def _index_copy(name: str):
+    """index_copy, its out= form and index_copy_ as torch's decompositions: an index_put of the
+    rows, in place for index_copy_ (it copies nothing else: a KV cache's update writes its new rows
+    only). CPU refuses a negative index, which index_put would count from the end: it becomes one
+    past the end, which the device's scatter refuses as it does any index out of range."""
+    packet, _, overload = name.partition(".")
+    op = getattr(getattr(torch.ops.aten, packet), overload or "default")
+
+    def run(x, dim, index, source, **kwargs):
+        from torch._decomp import decomposition_table
+
+        if isinstance(index, torch.Tensor) and index.numel() > 0:
+            index = torch.where(index < 0, x.shape[dim] if x.dim() > 0 else 1, index)
+        return decomposition_table[op](x, dim, index, source, **kwargs)
+
+    return run
+
+
 OWN = {
     "avg_pool2d": _avg_pool(2),
     "avg_pool3d": _avg_pool(3),
@@ -563,6 +581,7 @@ OWN = {
     "equal": _equal,
     **{name: _factory(name, integers=_linspace_of_integers) for name in ("linspace", "linspace.out")},
     **{name: _factory(name, floats=_logspace) for name in ("logspace", "logspace.out")},
+    **{name: _index_copy(name) for name in ("index_copy", "index_copy.out", "index_copy_")},
     "eye": _eye,
     "eye.m": _eye,
     "eye.out": _eye,

@@ -38,6 +38,7 @@ _stats = {
     "kv_repeats_folded": 0,  # attention ops that read unrepeated key heads (passes.fold_repeated_kv)
     "rotations_fused": 0,  # rotary embeddings' rotate_half cats made one elementwise op (passes)
     "empties_defined": 0,  # empty tensors zero-filled before a scatter keeps part of them (passes)
+    "inputs_updated_in_place": 0,  # row updates of an input written into it, not a copy (passes)
     "row_reductions_fused": 0,  # reductions over a row computed inside their consumer's expression
 }
 _graph_ids = 0
@@ -322,6 +323,7 @@ def _graph_compiler(kind: str):
         _stats["kv_repeats_folded"] += passes.fold_repeated_kv(gm)
         _stats["empties_defined"] += passes.define_scattered_empties(gm)
         _stats["rotations_fused"] += passes.fuse_rotate_half(gm)
+        _stats["inputs_updated_in_place"] += passes.update_inputs_in_place(gm)
         cg = CompiledGraph(gm, f"graph{_graph_ids}_{kind}")
 
         def run(args):
@@ -477,4 +479,7 @@ def spyre_backend(gm: fx.GraphModule, example_inputs):
         # Saves fewer activations for the backward (recomputing cheap elementwise ones): fewer
         # values leave the forward's programs, so fewer launch arguments and fewer programs.
         partition_fn=min_cut_rematerialization_partition,
+        # An inference graph's updates of its inputs stay in it (a trailing copy_), where
+        # passes.update_inputs_in_place can make them write the inputs themselves.
+        keep_inference_input_mutations=True,
     )(gm, example_inputs)

@@ -13,6 +13,14 @@ half, the concatenation and each product of `q * cos + rotate_half(q) * sin` to 
 over the queries). The pattern becomes one elementwise op, `spyre::rotate_half` (a step of the op
 library's expressions), and the whole embedding is one pass.
 
+update_inputs_in_place: a compiled function that updates rows of an input in place
+(`cache.index_copy_(2, positions, keys)`, HuggingFace's StaticCache) becomes, functionalized,
+`new = index_copy(cache, ...)` and a trailing `cache.copy_(new)`: a copy of the whole cache before
+the rows are written and another after, where the update touches a few rows. When nothing reads
+the input's old value after the update, the update writes the input itself and both copies go: a
+Llama-3-8B decode step at batch 8 copied 134 MB per layer (its keys and values, twice) for 1 MB
+of new rows.
+
 define_scattered_empties: `x = t.new_empty(...); x[..., :a].copy_(p); x[..., a:].copy_(q)` (how
 HuggingFace's DeepSeek-V3 concatenates its keys) becomes, functionalized, scatters into the empty
 tensor, each of which reads the part of its base it keeps: the first reads bytes nothing has written
@@ -160,6 +168,49 @@ def define_scattered_empties(gm: fx.GraphModule) -> int:
         n.replace_all_uses_with(zeros, delete_user_cb=lambda u, fill=zeros: u is not fill)
         if "val" in n.meta:
             zeros.meta["val"] = n.meta["val"]
+        changed += 1
+    if changed:
+        gm.recompile()
+    return changed
+
+
+# Functional updates of some rows of their first argument, and their in-place forms.
+_IN_PLACE = {
+    aten.index_copy.default: aten.index_copy_.default,
+    aten.index_put.default: aten.index_put_.default,
+}
+
+
+def update_inputs_in_place(gm: fx.GraphModule) -> int:
+    """Makes `x.copy_(update(x, ...))` with x a graph input into `update_(x, ...)` where nothing
+    reads x's old value after the update; returns how many."""
+    changed = 0
+    order = {n: i for i, n in enumerate(gm.graph.nodes)}
+    for n in list(gm.graph.nodes):
+        if n.op != "call_function" or n.target is not aten.copy_.default or len(n.args) != 2:
+            continue
+        base, update = n.args
+        if not (
+            isinstance(base, fx.Node)
+            and base.op == "placeholder"
+            and isinstance(update, fx.Node)
+            and update.target in _IN_PLACE
+            and update.args[0] is base
+        ):
+            continue
+        # The old value's readers all come before the update; the new value is not read after
+        # the copy (the input then holds it anyway, but a reader after it is left as it is).
+        if any(u is not update and u is not n and order[u] > order[update] for u in base.users):
+            continue
+        if any(order[u] > order[n] for u in update.users if u is not n):
+            continue
+        with gm.graph.inserting_after(update):
+            in_place = gm.graph.call_function(_IN_PLACE[update.target], update.args, update.kwargs)
+        in_place.meta.update(update.meta)
+        n.replace_all_uses_with(in_place)
+        gm.graph.erase_node(n)
+        update.replace_all_uses_with(in_place)
+        gm.graph.erase_node(update)
         changed += 1
     if changed:
         gm.recompile()
