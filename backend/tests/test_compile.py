@@ -989,7 +989,8 @@ def test_a_compiled_row_update_writes_its_input_in_place(tmp_path):
     """HuggingFace's StaticCache under torch.compile: `cache.index_copy_(2, positions, rows)` then
     attention over the cache. It was a copy of the whole cache before the rows were written and
     another after it (two passes over a Llama-3-8B layer's cache per decode step for one row);
-    now the rows land in the cache and nothing else moves. Values and the cache are CPU's."""
+    now the rows land in the cache and nothing else moves; likewise when the graph creates the
+    cache itself (a StaticCache's first forward). Values and the cache are CPU's."""
     code = (
         "import json, torch, torch_spyre\n"
         "from torch_spyre._compile import compile_stats\n"
@@ -1006,10 +1007,14 @@ def test_a_compiled_row_update_writes_its_input_in_place(tmp_path):
         "want = step(cache, pos, rows, q)\n"
         "torch.testing.assert_close(got.cpu(), want, rtol=1e-4, atol=1e-4)\n"
         "assert torch.equal(dev[0].cpu(), cache)\n"
+        "def first(pos, rows):  # the cache's first forward creates it\n"
+        "    return torch.zeros(2, 4, 256, 64, device=rows.device).index_copy(2, pos, rows)\n"
+        "got = torch.compile(first, backend='spyre')(dev[1], dev[2])\n"
+        "assert torch.equal(got.cpu(), first(pos, rows))\n"
         "print(json.dumps(compile_stats()))\n"
     )
     stats, proc = run_with_stats(code, tmp_path)
-    assert json.loads(proc.stdout.strip().splitlines()[-1])["inputs_updated_in_place"] == 1
+    assert json.loads(proc.stdout.strip().splitlines()[-1])["inputs_updated_in_place"] == 2
     # The only device-to-device bytes: none (the 512 KiB cache is never copied).
     assert stats["cards"][0]["bytes"]["d2d"] == 0
 
