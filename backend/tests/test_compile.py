@@ -1040,3 +1040,5 @@ def test_index_copy_in_place_moves_only_its_rows_and_refuses_a_negative_index(tm
         with pytest.raises(RuntimeError, match="index_put_"):
             call().cpu()  # the kernel's fault is reported when the queue is next waited for
     assert torch.equal(x.cpu(), torch.zeros(3))
+    with pytest.raises(IndexError, match="Dimension out of range"):  # CPU's words
+        x.index_copy(5, torch.tensor([1], device="spyre"), torch.ones(1, device="spyre"))

@@ -544,7 +544,7 @@ def _index_copy(name: str):
     def run(x, dim, index, source, **kwargs):
         from torch._decomp import decomposition_table
 
-        if isinstance(index, torch.Tensor) and index.numel() > 0:
+        if isinstance(index, torch.Tensor) and index.numel() > 0 and -max(x.dim(), 1) <= dim < max(x.dim(), 1):
             index = torch.where(index < 0, x.shape[dim] if x.dim() > 0 else 1, index)
         return decomposition_table[op](x, dim, index, source, **kwargs)
 

@@ -216,10 +216,10 @@ def update_inputs_in_place(gm: fx.GraphModule) -> int:
             and update.args[0] is base
         ):
             continue
+        if any(u is not update and u is not n for u in base.users):  # the input has other readers
+            continue
         # The new value is not read after the copy (the input then holds it anyway, but such a
         # reader, the graph's output for one, is left as it is).
-        if any(u is not update and u is not n for u in base.users):
-            continue
         if any(order[u] > order[n] for u in update.users if u is not n):
             continue
         with gm.graph.inserting_after(update):
