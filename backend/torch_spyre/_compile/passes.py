@@ -186,6 +186,16 @@ _IN_PLACE = {
 _FRESH = (aten.full.default, aten.zeros.default, aten.empty.memory_format, aten.new_zeros.default)
 
 
+def _in_place(gm: fx.GraphModule, update: fx.Node) -> fx.Node:
+    """The in-place form of `update`, in its place: its users read the updated first argument."""
+    with gm.graph.inserting_after(update):
+        in_place = gm.graph.call_function(_IN_PLACE[update.target], update.args, update.kwargs)
+    in_place.meta.update(update.meta)
+    update.replace_all_uses_with(in_place)
+    gm.graph.erase_node(update)
+    return in_place
+
+
 def update_inputs_in_place(gm: fx.GraphModule) -> int:
     """Makes `x.copy_(update(x, ...))` with x a graph input into `update_(x, ...)` where nothing
     else reads x (its old value could not be read after the update, nor the rows the update
@@ -197,11 +207,7 @@ def update_inputs_in_place(gm: fx.GraphModule) -> int:
             continue
         base = n.args[0]
         if isinstance(base, fx.Node) and base.target in _FRESH and set(base.users) == {n}:
-            with gm.graph.inserting_after(n):
-                in_place = gm.graph.call_function(_IN_PLACE[n.target], n.args, n.kwargs)
-            in_place.meta.update(n.meta)
-            n.replace_all_uses_with(in_place)
-            gm.graph.erase_node(n)
+            _in_place(gm, n)
             changed += 1
     order = {n: i for i, n in enumerate(gm.graph.nodes)}
     for n in list(gm.graph.nodes):
@@ -222,13 +228,9 @@ def update_inputs_in_place(gm: fx.GraphModule) -> int:
         # reader, the graph's output for one, is left as it is).
         if any(order[u] > order[n] for u in update.users if u is not n):
             continue
-        with gm.graph.inserting_after(update):
-            in_place = gm.graph.call_function(_IN_PLACE[update.target], update.args, update.kwargs)
-        in_place.meta.update(update.meta)
+        in_place = _in_place(gm, update)  # the copy_ now reads the updated input: it goes
         n.replace_all_uses_with(in_place)
         gm.graph.erase_node(n)
-        update.replace_all_uses_with(in_place)
-        gm.graph.erase_node(update)
         changed += 1
     if changed:
         gm.recompile()
