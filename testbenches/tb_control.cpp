@@ -264,6 +264,45 @@ TEST_CASE("LOAD_MULTICAST delivers one read to the named ranks, timed as one loa
   }
 }
 
+TEST_CASE("a BARRIER that keeps a core's latest MATMUL lets it run on; it waits for every older one") {
+  // A 128 x 1024 x 128 fp16 MATMUL on core 0; core 1 only meets it at the barrier, so core 1's
+  // stop tells when core 0 arrived. Against each other: the MATMUL alone, and a bare barrier.
+  hw::Instr mm = emit::instr(Op::kMatmul);
+  mm.dtype = DType::kF16;
+  mm.a = 1u << 20;
+  mm.b = emit::pack2(0, 1u << 19);
+  mm.c = hw::pack_mkn(128, 1024, 128);
+  const double barrier = h->config.chip.barrier_cycles, issue = h->config.chip.issue_cycles;
+  h->run(compiler::assemble("mm", {{mm}, {}}, 2));
+  const double product = h->stopped(0);  // issue + its PT time; END waits for it
+  h->run(compiler::assemble("bare", {{emit::barrier()}, {emit::barrier()}}, 2));
+  const double bare = h->stopped(1);
+  CAPTURE(product);
+  CAPTURE(bare);
+  REQUIRE(product > 10 * (bare + issue));
+  // keep 0 (the plain BARRIER): core 0 arrives once the product is done.
+  h->run(compiler::assemble("keep none", {{mm, emit::barrier(0)}, {emit::barrier()}}, 2));
+  CHECK(near(h->stopped(1), product + barrier, 2));
+  // keep 1: core 0 arrives as soon as it has issued the MATMUL, which ends the program.
+  h->run(compiler::assemble("keep one", {{mm, emit::barrier(1)}, {emit::barrier()}}, 2));
+  CHECK(near(h->stopped(1), bare + issue, 2));
+  CHECK(near(h->stopped(0), product, 2));
+  // Two MATMULs, keep 1: the barrier waits for the first (the arrays run them in order).
+  h->run(compiler::assemble("keep one of two", {{mm, mm, emit::barrier(1)}, {emit::barrier()}}, 2));
+  CHECK(near(h->stopped(1), product + barrier, 2));
+  CHECK(near(h->stopped(0), 2 * product - issue, 2));
+  // keep 2 lets both run on.
+  h->run(compiler::assemble("keep two", {{mm, mm, emit::barrier(2)}, {emit::barrier()}}, 2));
+  CHECK(near(h->stopped(1), bare + 2 * issue, 2));
+  // Bits 7..4 are not defined.
+  hw::Instr bad = emit::barrier();
+  bad.flags = 0x10;
+  h->run(compiler::assemble("bad keep", {{emit::li(5, 1), bad}, {emit::barrier()}}, 2));
+  CHECK(h->cores[0]->result().error == hw::ErrorCode::kCoreFault);
+  CHECK(h->cores[0]->result().detail == 1);
+  CHECK(h->cores[1]->result().ok());
+}
+
 TEST_CASE("faults stop the core with kCoreFault naming the core and the instruction") {
   const uint32_t lx = static_cast<uint32_t>(h->config.chip.lx_bytes);
   hw::Instr past_end = emit::instr(Op::kBranch);

@@ -303,6 +303,12 @@ void Core::pt_wait(std::initializer_list<Touch> touches, bool all) {
   pt_.erase(std::remove_if(pt_.begin(), pt_.end(), [&](const PtOp& op) { return op.end <= after; }), pt_.end());
 }
 
+void Core::pt_keep(uint32_t latest) {
+  pt_wait({});  // forgets the finished ones: those left are running, in end order
+  if (pt_.size() > latest) pt_wait_until(pt_[pt_.size() - latest - 1].end);
+  pt_wait({});
+}
+
 void Core::trace_compute(uint32_t track, uint64_t begin, uint64_t end, const char* name, uint64_t elements,
                          const hw::Instr& in) {
   // The operands as the core resolved them: scratchpad addresses with r[rl] added.
@@ -358,6 +364,8 @@ uint8_t allowed_flags(hw::Op op) {
       return hw::kDmaAsync | hw::kScatterAdd | hw::kScatterMul | hw::kScatterMax | 0xf0;
     case hw::Op::kMatmul:
       return hw::kMatmulAccumulate;
+    case hw::Op::kBarrier:
+      return hw::kBarrierKeepMask;
     case hw::Op::kUnary:
       return 0x07;  // Bcast of src
     case hw::Op::kBinary:
@@ -468,7 +476,7 @@ bool Core::execute(const hw::Instr& in, uint32_t& pc) {
       return print(in);
     case hw::Op::kBarrier: {
       if (!launch_) return false;
-      pt_wait({}, true);  // the other cores may read what the PT arrays write
+      pt_keep(hw::barrier_keep(in.flags));  // the other cores may read what the PT arrays write
       sync();
       launch_->arrive();
       stall_ = Stall::kSync;

@@ -186,6 +186,8 @@ class Core : public sc_core::sc_module {
   uint32_t pt_track_ = UINT32_MAX;
   /// Waits until no MATMUL in flight conflicts with `touches` (all of them: `all`).
   void pt_wait(std::initializer_list<Touch> touches, bool all = false);
+  /// Waits until at most the `latest` most recently issued MATMULs are still running.
+  void pt_keep(uint32_t latest);
   /// The core's clock advances to `cycle` (if it is later), counted as waiting for the PT arrays.
   void pt_wait_until(uint64_t cycle);
   /// Records the trace slice of a compute instruction [begin, end) on `track`.

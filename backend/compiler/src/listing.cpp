@@ -114,7 +114,8 @@ std::string disassemble(const hw::Instr& in) {
       return in.flags == 0 ? fmt::format("BRANCH   -> {}", in.a)
                            : fmt::format("BRANCH   -> {} if r{} {} r{}", in.a, in.d, cond_name(in.flags), in.e);
     case hw::Op::kBarrier:
-      return "BARRIER";
+      return in.flags == 0 ? "BARRIER"
+                           : fmt::format("BARRIER  keeps the latest {} MATMUL(s) running", hw::barrier_keep(in.flags));
     case hw::Op::kPrint: {
       std::string regs;
       for (uint32_t i = 0; i < hw::print_reg_count(in.c) && i < hw::kMaxPrintRegs; ++i) {

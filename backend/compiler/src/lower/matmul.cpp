@@ -49,6 +49,14 @@ Operand layout_of(int64_t rows, int64_t cols, int64_t s_rows, int64_t s_cols, co
   throw Unsupported(fmt::format("compiler: matmul operand {} has no contiguous dim", what));
 }
 
+// Step tiles of an operand in the scratchpad: two buffers (one loads while the PT arrays read the
+// other), or, pipelined, three (the arrays may still read the one before); a transposed operand
+// is read from its transpose instead, so it keeps two buffers and takes one transpose, or two.
+uint64_t tile_buffers(const Operand& op, bool pipe) {
+  if (op.transposed) return pipe ? 4 : 3;
+  return pipe ? 3 : 2;
+}
+
 Bcast bias_mode(int64_t s_rows, int64_t s_cols, int64_t rows, int64_t cols) {
   const bool same_row = s_rows == 0 || rows == 1, same_col = s_cols == 0 || cols == 1;
   if (!same_col && s_cols != 1) throw Unsupported("compiler: matmul bias columns are not contiguous");
@@ -71,7 +79,7 @@ void emit_residual_address(emit::Builder& bld, const MatmulProblem& p, uint32_t 
 }
 
 uint64_t epilogue_bytes(const MatmulProblem& p, uint64_t m, uint64_t n) {
-  return m * n * (p.es_o + (p.bias ? p.es_bias + 4 : 0) + (p.residual ? 4 : 0));
+  return m * n * (p.es_o + (p.bias ? p.es_bias + 4 : 0) + (p.residual ? p.es_o : 0));
 }
 
 void emit_matmul_epilogue(emit::Builder& bld, const MatmulProblem& p, const EpilogueLx& lx, uint32_t mt, uint32_t nt,
@@ -100,28 +108,21 @@ void emit_matmul_epilogue(emit::Builder& bld, const MatmulProblem& p, const Epil
                        static_cast<uint64_t>(hw::BinaryFn::kAdd), mt, nt, hw::bcast_flags(Bcast::kFull, bc)));
   }
   bld.emit(emit::wait_tags(1u << kMatmulTagStore));  // the previous block's store still reads the tile
-  // As an unfused program: the value so far rounded into the output's type, then read back.
-  const auto rounded = [&] {
-    if (p.out_type == DType::kF32) return;
-    bld.emit(emit::sfp(hw::Op::kConvert, p.out_type, 0, lx.out, lx.acc, static_cast<uint64_t>(DType::kF32), mt, nt));
-    bld.emit(emit::sfp(hw::Op::kConvert, DType::kF32, 0, lx.acc, lx.out, static_cast<uint64_t>(p.out_type), mt, nt));
-  };
+  // As an unfused program: the value so far rounded into the output's type, then each fused op
+  // on it in that type (an SFP function widens its operands, computes in fp32 and rounds once).
+  // The accumulator is free after the first instruction.
+  bld.emit(emit::sfp(hw::Op::kConvert, p.out_type, 0, lx.out, lx.acc, static_cast<uint64_t>(DType::kF32), mt, nt));
   if (p.activation != hw::UnaryFn::kCopy) {
-    rounded();
-    bld.emit(emit::sfp(hw::Op::kUnary, DType::kF32, 0, lx.acc, lx.acc, static_cast<uint64_t>(p.activation), mt, nt));
+    bld.emit(emit::sfp(hw::Op::kUnary, p.out_type, 0, lx.out, lx.out, static_cast<uint64_t>(p.activation), mt, nt));
   }
   if (p.residual) {
-    rounded();
     const auto [reg, offset] = residual_at(bld);
     const auto eo = static_cast<uint32_t>(p.es_o);
-    bld.emit(emit::dma(hw::Op::kLoad, p.out_type, reg, 0, lx.out, offset, static_cast<uint64_t>(p.so_m) * eo, mt,
+    bld.emit(emit::dma(hw::Op::kLoad, p.out_type, reg, 0, lx.residual, offset, static_cast<uint64_t>(p.so_m) * eo, mt,
                        nt * eo, false, 0));
-    bld.emit(emit::sfp(hw::Op::kConvert, DType::kF32, 0, lx.residual_f32, lx.out, static_cast<uint64_t>(p.out_type), mt,
-                       nt));
-    bld.emit(emit::sfp(hw::Op::kBinary, DType::kF32, 0, lx.acc, emit::pack2(lx.acc, lx.residual_f32),
+    bld.emit(emit::sfp(hw::Op::kBinary, p.out_type, 0, lx.out, emit::pack2(lx.out, lx.residual),
                        static_cast<uint64_t>(p.residual_fn), mt, nt));
   }
-  bld.emit(emit::sfp(hw::Op::kConvert, p.out_type, 0, lx.out, lx.acc, static_cast<uint64_t>(DType::kF32), mt, nt));
 }
 
 void add_matmul_level(Kernel& k, const MatmulProblem& p, uint64_t count, int64_t sa, int64_t sb, int64_t so,
@@ -237,14 +238,24 @@ std::optional<Kernel> lower_matmul(const ir::Graph& g, const ir::Matmul& mm, con
   const double macs_per_cycle = problem.macs_per_cycle;
 
   // Tile sizes: the largest that fit the scratchpad (fp32 accumulator, two buffers per operand
-  // plus their transposes, the output and bias tiles).
+  // plus their transposes, the output and bias tiles). Pipelined, a step's MATMUL runs on while
+  // the next step's panels arrive and are transposed: an operand the PT arrays read as loaded
+  // takes a third buffer, a transposed one a second transpose.
   int64_t tm = std::min<int64_t>(M, 256), tn = std::min<int64_t>(N, 256), tk = std::min<int64_t>(K, 128);
-  const auto need_for = [&](int64_t bm, int64_t bn, int64_t bk) {
+  const auto need_for = [&](int64_t bm, int64_t bn, int64_t bk, bool pipe = false) {
     const uint64_t m = static_cast<uint64_t>(bm), n = static_cast<uint64_t>(bn), k = static_cast<uint64_t>(bk);
-    return m * n * 4 + (2 + (A.transposed ? 1 : 0)) * m * k * es + (2 + (B.transposed ? 1 : 0)) * k * n * es +
+    return m * n * 4 + tile_buffers(A, pipe) * m * k * es + tile_buffers(B, pipe) * k * n * es +
            epilogue_bytes(problem, m, n) + uint64_t{16} * 128;
   };
   const auto need = [&] { return need_for(tm, tn, tk); };
+  // SFP cycles of a step's transposes of bm x tk and tk x bn tiles.
+  const auto transpose_cycles = [&](int64_t bm, int64_t bn) {
+    const double per_cycle = static_cast<double>(t.sfp_lanes) * 2 / static_cast<double>(std::max<uint64_t>(es, 2));
+    double c = 0;
+    if (A.transposed) c += std::ceil(static_cast<double>(bm * tk) / per_cycle) + 16;
+    if (B.transposed) c += std::ceil(static_cast<double>(tk * bn) / per_cycle) + 16;
+    return c;
+  };
   while (need() > t.lx_bytes) {
     if (tk >= tm && tk >= tn && tk > 8) {
       tk = (tk + 1) / 2;
@@ -322,8 +333,13 @@ std::optional<Kernel> lower_matmul(const ir::Graph& g, const ir::Matmul& mm, con
           // 4096^3 fp16 on the default card lost 23 % of its steps' time with the memory 82 % busy,
           // 6 % at 59 % busy; (busy^4) / 2 follows both. Each item adds its first load, which
           // nothing overlaps, and the last super-block's stores, with nothing to hide them.
-          const double busy = memory / compute;
-          const double step = std::max(memory, compute) * (1 + busy * busy * busy * busy / 2) + 64;
+          // Pipelined, the barrier and the transposes of a step run beside the previous step's
+          // MATMUL; otherwise the PT arrays wait for them.
+          const double busy = memory / compute, sfp = transpose_cycles(bm, bn);
+          const bool pipe = need_for(bm, bn, tk, true) <= t.lx_bytes;
+          const double surcharge = 1 + busy * busy * busy * busy / 2;
+          const double step = pipe ? std::max(memory, std::max(compute, sfp + 64)) * surcharge
+                                   : std::max(memory, compute) * surcharge + 64 + sfp;
           const double est = steps * step + (items * step_bytes + tail) / bw;
           if (est < best_shared) {
             best_shared = est;
@@ -375,16 +391,35 @@ std::optional<Kernel> lower_matmul(const ir::Graph& g, const ir::Matmul& mm, con
       k.nest.tail_levels.push_back(static_cast<uint32_t>(k.nest.levels.size() - 1));
     }
   }
-  // One fixed layout (no halves): the body double-buffers the K steps itself.
+  // One fixed layout (no halves): the body double-buffers the K steps itself, or, pipelined,
+  // keeps a step's MATMUL running while the next step's tiles land and are transposed.
+  const bool pipe = need_for(tm, tn, tk, true) <= t.lx_bytes;
   LxPlan lx;
   const uint64_t tile_a = static_cast<uint64_t>(tm * tk) * es, tile_b = static_cast<uint64_t>(tk * tn) * es;
   const uint32_t acc = lx.take(static_cast<uint64_t>(tm * tn) * 4);
-  const uint32_t abuf[2] = {lx.take(tile_a), lx.take(tile_a)}, bbuf[2] = {lx.take(tile_b), lx.take(tile_b)};
-  const uint32_t at = A.transposed ? lx.take(tile_a) : 0, bt = B.transposed ? lx.take(tile_b) : 0;
+  // Buffer i of step s is s % count; the loop is unrolled over `period` steps, a multiple of each.
+  struct Tiles {
+    uint32_t raw[3] = {}, transposed[2] = {};
+    int raws = 0, transposes = 0;
+  };
+  const auto tiles_of = [&](const Operand& op, uint64_t bytes) {
+    Tiles tl;
+    const uint64_t n = tile_buffers(op, pipe);
+    tl.raws = op.transposed ? 2 : static_cast<int>(n);
+    tl.transposes = op.transposed ? static_cast<int>(n) - 2 : 0;
+    for (int i = 0; i < tl.raws; ++i) tl.raw[i] = lx.take(bytes);
+    for (int i = 0; i < tl.transposes; ++i) tl.transposed[i] = lx.take(bytes);
+    return tl;
+  };
+  const Tiles ta = tiles_of(A, tile_a), tb = tiles_of(B, tile_b);
+  int period = 1;
+  for (const int n : {ta.raws, ta.transposes, tb.raws, tb.transposes}) {
+    if (n > 0 && period % n != 0) period *= n;  // the counts are 1, 2 and 3
+  }
   const uint32_t outc = lx.take(static_cast<uint64_t>(tm * tn) * es_o);
   const uint32_t braw = bias ? lx.take(static_cast<uint64_t>(tm * tn) * es_bias) : 0;
   const uint32_t bf32 = bias ? lx.take(static_cast<uint64_t>(tm * tn) * 4) : 0;
-  const uint32_t rf32 = problem.residual ? lx.take(static_cast<uint64_t>(tm * tn) * 4) : 0;
+  const uint32_t res = problem.residual ? lx.take(static_cast<uint64_t>(tm * tn) * es_o) : 0;
 
   const DType compute = problem.compute, out_type = problem.out_type;
   const int64_t full_steps = K / tk, k_tail = K % tk;
@@ -422,9 +457,10 @@ std::optional<Kernel> lower_matmul(const ir::Graph& g, const ir::Matmul& mm, con
   k.body = [=](emit::Builder& bld, uint32_t tails) {
     const auto mt = static_cast<uint32_t>((tails & m_bit) ? m_tail : tm);
     const auto nt = static_cast<uint32_t>((tails & n_bit) ? n_tail : tn);
-    // Loads step `kt` deep at the cursors into buffer `i`: this core's own tiles, or, shared, the
-    // panels this core multicasts (none when its set register is zero).
-    const auto load = [&](int i, uint32_t kt) {
+    // Loads step `s` (`kt` deep) at the cursors into its buffers: this core's own tiles, or,
+    // shared, the panels this core multicasts (none when its set register is zero).
+    const auto load = [&](int s, uint32_t kt) {
+      const int ia = s % ta.raws, ib = s % tb.raws;
       const auto one = [&](uint32_t cur, uint32_t set, uint32_t lx, uint64_t stride, uint32_t rows, uint32_t row_bytes,
                            uint32_t tag) {
         if (!shared) {
@@ -437,30 +473,35 @@ std::optional<Kernel> lower_matmul(const ir::Graph& g, const ir::Matmul& mm, con
         bld.bind(skip);
       };
       if (A.transposed) {  // kt rows of mt, along K
-        one(kCurA, kSetA, abuf[i], static_cast<uint64_t>(A.inner) * es, kt, static_cast<uint32_t>(mt * es), tag_a(i));
+        one(kCurA, kSetA, ta.raw[ia], static_cast<uint64_t>(A.inner) * es, kt, static_cast<uint32_t>(mt * es),
+            tag_a(ia));
       } else {
-        one(kCurA, kSetA, abuf[i], static_cast<uint64_t>(A.outer) * es, mt, static_cast<uint32_t>(kt * es), tag_a(i));
+        one(kCurA, kSetA, ta.raw[ia], static_cast<uint64_t>(A.outer) * es, mt, static_cast<uint32_t>(kt * es),
+            tag_a(ia));
       }
       if (B.transposed) {  // nt rows of kt, along N
-        one(kCurB, kSetB, bbuf[i], static_cast<uint64_t>(B.inner) * es, nt, static_cast<uint32_t>(kt * es), tag_b(i));
+        one(kCurB, kSetB, tb.raw[ib], static_cast<uint64_t>(B.inner) * es, nt, static_cast<uint32_t>(kt * es),
+            tag_b(ib));
       } else {
-        one(kCurB, kSetB, bbuf[i], static_cast<uint64_t>(B.outer) * es, kt, static_cast<uint32_t>(nt * es), tag_b(i));
+        one(kCurB, kSetB, tb.raw[ib], static_cast<uint64_t>(B.outer) * es, kt, static_cast<uint32_t>(nt * es),
+            tag_b(ib));
       }
     };
     const auto advance = [&] {
       bld.emit(emit::addi(kCurA, kCurA, tk * sa_k * static_cast<int64_t>(es)));
       bld.emit(emit::addi(kCurB, kCurB, tk * sb_k * static_cast<int64_t>(es)));
     };
-    const auto multiply = [&](int i, uint32_t kt) {
-      if (!shared) bld.emit(emit::wait_tags(1u << tag_a(i) | 1u << tag_b(i)));  // shared: the loop waited
-      uint32_t pa = abuf[i], pb = bbuf[i];
+    const auto multiply = [&](int s, uint32_t kt) {
+      const int ia = s % ta.raws, ib = s % tb.raws;
+      if (!shared) bld.emit(emit::wait_tags(1u << tag_a(ia) | 1u << tag_b(ib)));  // shared: the loop waited
+      uint32_t pa = ta.raw[ia], pb = tb.raw[ib];
       if (A.transposed) {
-        bld.emit(emit::sfp(hw::Op::kTranspose, compute, 0, at, abuf[i], 0, kt, mt));
-        pa = at;
+        pa = ta.transposed[s % ta.transposes];
+        bld.emit(emit::sfp(hw::Op::kTranspose, compute, 0, pa, ta.raw[ia], 0, kt, mt));
       }
       if (B.transposed) {
-        bld.emit(emit::sfp(hw::Op::kTranspose, compute, 0, bt, bbuf[i], 0, nt, kt));
-        pb = bt;
+        pb = tb.transposed[s % tb.transposes];
+        bld.emit(emit::sfp(hw::Op::kTranspose, compute, 0, pb, tb.raw[ib], 0, nt, kt));
       }
       hw::Instr in = emit::instr(hw::Op::kMatmul);
       in.dtype = compute;
@@ -503,20 +544,22 @@ std::optional<Kernel> lower_matmul(const ir::Graph& g, const ir::Matmul& mm, con
       bld.emit(emit::addi(kCurB, operand_reg(1), 0));
     }
     if (full_steps > 0) {
-      // Two steps per trip, one per buffer; the next step loads while this one multiplies.
+      // `period` steps per trip; the next step loads while this one multiplies.
       const auto kt = static_cast<uint32_t>(tk);
       const emit::Builder::Label loop = bld.label(), done = bld.label();
       bld.emit(emit::li(kSteps, static_cast<uint64_t>(full_steps)));
       load(0, kt);
       clear();
       bld.bind(loop);
-      for (int i = 0; i < 2; ++i) {
+      for (int i = 0; i < period; ++i) {
         const emit::Builder::Label last = bld.label();
         if (shared) {
           // Each issuer waits for its panels of this step; after the barrier they are in every
-          // receiver, and every core is done with buffer 1 - i, so the next step may land there.
-          bld.emit(emit::wait_tags(1u << tag_a(i) | 1u << tag_b(i)));
-          bld.emit(emit::instr(hw::Op::kBarrier));
+          // receiver, and every core is done with the buffers the next step lands in: pipelined,
+          // the previous step's MATMUL runs on through the barrier (no core writes what it reads
+          // before the next one), and every older one has finished.
+          bld.emit(emit::wait_tags(1u << tag_a(i % ta.raws) | 1u << tag_b(i % tb.raws)));
+          bld.emit(emit::barrier(pipe ? 1 : 0));
           // Chunk S - steps of the pending block, while there is one.
           const emit::Builder::Label no_chunk = bld.label();
           bld.emit(emit::li(kTmp, kNothing));
@@ -532,7 +575,7 @@ std::optional<Kernel> lower_matmul(const ir::Graph& g, const ir::Matmul& mm, con
         bld.emit(emit::li(kTmp, 1));
         bld.branch(hw::Cond::kEq, kSteps, kTmp, last);
         advance();
-        load(1 - i, kt);
+        load(i + 1, kt);
         bld.bind(last);
         multiply(i, kt);
         bld.emit(emit::addi(kSteps, kSteps, -1));
@@ -542,10 +585,11 @@ std::optional<Kernel> lower_matmul(const ir::Graph& g, const ir::Matmul& mm, con
       bld.bind(done);
       if (k_tail > 0) advance();
     }
-    if (k_tail > 0) {
-      load(0, static_cast<uint32_t>(k_tail));
+    if (k_tail > 0) {  // step full_steps: its buffers are free by the same rule
+      const int s = static_cast<int>(full_steps % period);
+      load(s, static_cast<uint32_t>(k_tail));
       if (full_steps == 0) clear();
-      multiply(0, static_cast<uint32_t>(k_tail));
+      multiply(s, static_cast<uint32_t>(k_tail));
     }
 
     uint32_t bias_from = operand_reg(3);
@@ -565,7 +609,7 @@ std::optional<Kernel> lower_matmul(const ir::Graph& g, const ir::Matmul& mm, con
       emit_residual_address(b, problem, kCurA, kCurB);
       return {kCurA, 0};
     };
-    emit_matmul_epilogue(bld, problem, {acc, braw, bf32, outc, rf32}, mt, nt, bias_from, 0, residual_at);
+    emit_matmul_epilogue(bld, problem, {acc, braw, bf32, outc, res}, mt, nt, bias_from, 0, residual_at);
     const uint32_t dst = operand_reg(2);
     if (shared) {
       block_offset(bld, so_m * static_cast<int64_t>(es_o), so_n * static_cast<int64_t>(es_o));

@@ -41,8 +41,9 @@ struct MatmulProblem {
   double macs_per_cycle = 1.0;                    // one core's PT rate in this compute type
 };
 
-// DMA tags: the A and B loads of buffer i are tags 2i and 2i + 1; stores have their own.
-inline constexpr uint32_t kMatmulTagStore = 4;
+// DMA tags: the A and B loads of buffer i (up to 3 buffers) are tags 2i and 2i + 1; stores have
+// their own.
+inline constexpr uint32_t kMatmulTagStore = 6;
 constexpr uint32_t matmul_tag_a(uint32_t i) {
   return 2u * i;
 }
@@ -54,7 +55,7 @@ constexpr uint32_t matmul_tag_b(uint32_t i) {
 /// the output tile in the output type.
 struct EpilogueLx {
   uint32_t acc = 0, bias_raw = 0, bias_f32 = 0, out = 0;
-  uint32_t residual_f32 = 0;  // the residual's tile in fp32 (it loads into `out`)
+  uint32_t residual = 0;  // the residual's tile, in the output type
 };
 
 /// Where the residual's block of this epilogue is: a register holding a device address and an
@@ -68,12 +69,13 @@ using ResidualAt = std::function<std::pair<uint32_t, uint64_t>(emit::Builder&)>;
 void emit_residual_address(emit::Builder& bld, const MatmulProblem& p, uint32_t reg, uint32_t scratch);
 
 /// Scratchpad bytes of an m x n block's epilogue tiles beyond the accumulator: the output, the
-/// bias's (raw and fp32) and the residual's (fp32).
+/// bias's (raw and fp32) and the residual's (in the output type).
 uint64_t epilogue_bytes(const MatmulProblem& p, uint64_t m, uint64_t n);
 
-/// The epilogue of an mt x nt block, in fp32: alpha, then beta times the bias (its block at device
-/// r[bias_reg] + bias_offset), then the activation (of the value rounded into the output's type),
-/// then one rounding into the output tile, once the previous block's store has stopped reading it.
+/// The epilogue of an mt x nt block: in fp32 alpha, then beta times the bias (its block at device
+/// r[bias_reg] + bias_offset); rounded into the output tile once the previous block's store has
+/// stopped reading it; then the activation and the residual, each rounding into the output type
+/// as the unfused ops would.
 void emit_matmul_epilogue(emit::Builder& bld, const MatmulProblem& p, const EpilogueLx& lx, uint32_t mt, uint32_t nt,
                           uint32_t bias_reg, uint64_t bias_offset, const ResidualAt& residual_at);
 

@@ -191,7 +191,7 @@ std::optional<Kernel> lower_matmul_resident(const MatmulProblem& p, const Target
   const EpilogueLx epi{acc, p.bias ? lx.take(static_cast<uint64_t>(most * C * eb)) : 0,
                        p.bias ? lx.take(static_cast<uint64_t>(most * C) * 4) : 0,
                        lx.take(static_cast<uint64_t>(most * C * es_o)),
-                       p.residual ? lx.take(static_cast<uint64_t>(most * C) * 4) : 0};
+                       p.residual ? lx.take(static_cast<uint64_t>(most * C) * p.es_o) : 0};
   if (lx.used() > t.lx_bytes) throw std::logic_error("compiler: the resident matmul plan overfills the scratchpad");
 
   // K in steps of tk; the first strip starts with a quarter step and the rest of it, so that the

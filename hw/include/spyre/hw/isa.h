@@ -44,7 +44,7 @@ enum class Op : uint8_t {
   kAdd = 0x04,      // r[a] = r[d] + r[e] (wrapping)
   kMuli = 0x05,     // r[a] = r[d] * b (wrapping)
   kBranch = 0x06,   // if flags-condition(r[d], r[e]): continue at instruction a of the program
-  kBarrier = 0x07,  // wait until every core of the launch that is still running has arrived
+  kBarrier = 0x07,  // wait until every core of the launch that is still running has arrived (flags: kept MATMULs)
   kRank = 0x08,     // r[a] = this core's rank in the launch, r[a + 1] = cores in the launch
   kMul = 0x09,      // r[a] = r[d] * r[e] (wrapping)
   kDivu = 0x0a,     // r[a] = r[d] / b (unsigned; b = 0 faults)
@@ -276,6 +276,14 @@ constexpr uint32_t print_reg(uint64_t c, uint32_t i) {
 // SORT: flags bit 0 sorts each row descending instead of ascending. NaN counts as larger than
 // every number; equal elements keep their order (a stable sort).
 inline constexpr uint8_t kSortDescending = 1u << 0;
+
+// BARRIER: flags bits 3..0 are how many of this core's latest MATMULs may go on running in the PT
+// arrays through it; the core first waits for every older one (0: for all of them). The program
+// promises that no core writes a kept MATMUL's operands, or touches its C, until it is known done.
+inline constexpr uint8_t kBarrierKeepMask = 0x0f;
+constexpr uint32_t barrier_keep(uint8_t flags) {
+  return flags & kBarrierKeepMask;
+}
 
 // MATMUL: flags bit 0 adds to C instead of overwriting it.
 inline constexpr uint8_t kMatmulAccumulate = 1u << 0;

@@ -111,6 +111,12 @@ inline hw::Instr dma(hw::Op op, hw::DType type, uint32_t rd, uint32_t rl, uint32
   i.e = row_bytes;
   return i;
 }
+/// A BARRIER through which this core's `keep` latest MATMULs may go on running (0: none).
+inline hw::Instr barrier(uint32_t keep = 0) {
+  hw::Instr i = instr(hw::Op::kBarrier);
+  i.flags = static_cast<uint8_t>(keep & hw::kBarrierKeepMask);
+  return i;
+}
 inline hw::Instr wait_tags(uint32_t mask) {
   hw::Instr i = instr(hw::Op::kWait);
   i.a = mask;
