@@ -52,9 +52,13 @@ Operand layout_of(int64_t rows, int64_t cols, int64_t s_rows, int64_t s_cols, co
 // Step tiles of an operand in the scratchpad: two buffers (one loads while the PT arrays read the
 // other), or, pipelined, three (the arrays may still read the one before); a transposed operand
 // is read from its transpose instead, so it keeps two buffers and takes one transpose, or two.
-uint64_t tile_buffers(const Operand& op, bool pipe) {
-  if (op.transposed) return pipe ? 4 : 3;
-  return pipe ? 3 : 2;
+struct StepTiles {
+  int raws = 0, transposes = 0;
+  uint64_t count() const { return static_cast<uint64_t>(raws) + static_cast<uint64_t>(transposes); }
+};
+StepTiles step_tiles(const Operand& op, bool pipe) {
+  if (op.transposed) return {2, pipe ? 2 : 1};
+  return {pipe ? 3 : 2, 0};
 }
 
 Bcast bias_mode(int64_t s_rows, int64_t s_cols, int64_t rows, int64_t cols) {
@@ -244,7 +248,7 @@ std::optional<Kernel> lower_matmul(const ir::Graph& g, const ir::Matmul& mm, con
   int64_t tm = std::min<int64_t>(M, 256), tn = std::min<int64_t>(N, 256), tk = std::min<int64_t>(K, 128);
   const auto need_for = [&](int64_t bm, int64_t bn, int64_t bk, bool pipe = false) {
     const uint64_t m = static_cast<uint64_t>(bm), n = static_cast<uint64_t>(bn), k = static_cast<uint64_t>(bk);
-    return m * n * 4 + tile_buffers(A, pipe) * m * k * es + tile_buffers(B, pipe) * k * n * es +
+    return m * n * 4 + step_tiles(A, pipe).count() * m * k * es + step_tiles(B, pipe).count() * k * n * es +
            epilogue_bytes(problem, m, n) + uint64_t{16} * 128;
   };
   const auto need = [&] { return need_for(tm, tn, tk); };
@@ -398,15 +402,12 @@ std::optional<Kernel> lower_matmul(const ir::Graph& g, const ir::Matmul& mm, con
   const uint64_t tile_a = static_cast<uint64_t>(tm * tk) * es, tile_b = static_cast<uint64_t>(tk * tn) * es;
   const uint32_t acc = lx.take(static_cast<uint64_t>(tm * tn) * 4);
   // Buffer i of step s is s % count; the loop is unrolled over `period` steps, a multiple of each.
-  struct Tiles {
+  struct Tiles : StepTiles {
     uint32_t raw[3] = {}, transposed[2] = {};
-    int raws = 0, transposes = 0;
   };
   const auto tiles_of = [&](const Operand& op, uint64_t bytes) {
     Tiles tl;
-    const uint64_t n = tile_buffers(op, pipe);
-    tl.raws = op.transposed ? 2 : static_cast<int>(n);
-    tl.transposes = op.transposed ? static_cast<int>(n) - 2 : 0;
+    static_cast<StepTiles&>(tl) = step_tiles(op, pipe);
     for (int i = 0; i < tl.raws; ++i) tl.raw[i] = lx.take(bytes);
     for (int i = 0; i < tl.transposes; ++i) tl.transposed[i] = lx.take(bytes);
     return tl;
