@@ -254,6 +254,21 @@ TEST_CASE("fp32 exp, sigmoid and SiLU: within 8 ulp of libm, exact at the edges,
         REQUIRE(bits(got[i]) == bits(first[i]));
       }
     }
+    // Nor on its neighbours: alone, and in a block of ordinary values beside one -inf (a causal
+    // mask's score in a softmax) or one overflowing value, each element gives the same bits.
+    for (size_t i = 0; i < x.size(); ++i) {
+      CAPTURE(x[i]);
+      float alone = x[i];
+      sim::sfp_unary(f, DType::kF32, &alone, &alone, Bcast::kFull, 1, 1);
+      REQUIRE(bits(alone) == bits(first[i]));
+      for (const float wild : {-INFINITY, 200.0f}) {
+        std::vector<float> block(40, x[i]);
+        block[7] = wild;
+        sim::sfp_unary(f, DType::kF32, block.data(), block.data(), Bcast::kFull, 1, block.size());
+        REQUIRE(bits(block[0]) == bits(first[i]));
+        REQUIRE(bits(block[39]) == bits(first[i]));
+      }
+    }
     for (size_t i = 0; i < x.size(); ++i) {
       const double xd = x[i];
       const double e = f == UnaryFn::kExp       ? std::exp(xd)

@@ -95,10 +95,12 @@ bool overlaps_apart(const void* dst, const void* src, Bcast b, uint64_t bytes) {
 // before the destination's first aligned address with the scalar function, which rounds
 // differently: results would depend on where the host allocated the scratchpad.) Where Eigen's
 // exp of `sign` * x is off (near overflow, and below -87, where it is subnormal and then floors at
-// a denormal instead of 0, even for -inf) the element takes
-// `scalar` instead; infinities and NaN come out right either way.
+// a denormal instead of 0, even for -inf) the element takes `scalar` instead, packet by packet, so
+// that a few such elements (a causal mask's -inf scores in a softmax) do not slow the others;
+// infinities and NaN come out right either way. `tiny`, when finite, is where the exact result
+// is +0 for every `sign` * x below it (exp's underflow), without calling `scalar`.
 template <typename F, typename S>
-void exp_map(float* out, const float* in, uint64_t n, float sign, F f, S scalar) {
+void exp_map(float* out, const float* in, uint64_t n, float sign, float tiny, F f, S scalar) {
   namespace ei = Eigen::internal;
   using P = ei::packet_traits<float>::type;
   constexpr uint64_t kLanes = ei::unpacket_traits<P>::size;
@@ -106,20 +108,31 @@ void exp_map(float* out, const float* in, uint64_t n, float sign, F f, S scalar)
     const float e = sign * x;
     return (e > 88.3f && e < INFINITY) || e < -87.0f;  // below -104 Eigen's floor is a denormal, not 0
   };
-  uint32_t wild = 0;
-  for (uint64_t i = 0; i < n; ++i) wild |= off(in[i]);
+  const P s = ei::pset1<P>(sign), high = ei::pset1<P>(88.3f), inf = ei::pset1<P>(INFINITY),
+          low = ei::pset1<P>(-87.0f);
+  const auto fix = [&](float x) { return sign * x < tiny ? 0.0f : scalar(x); };
+  // One packet: f, then the off lanes (if any) one at a time.
+  const auto packet = [&](const float* src, float* dst) {
+    const P x = ei::ploadu<P>(src);
+    const P e = ei::pmul(s, x);
+    const P wild = ei::por(ei::pand(ei::pcmp_lt(high, e), ei::pcmp_lt(e, inf)), ei::pcmp_lt(e, low));
+    const P y = f(x);
+    if (!ei::predux_any(wild)) return ei::pstoreu(dst, y);
+    float xs[kLanes], ys[kLanes];
+    ei::pstoreu(xs, x);
+    ei::pstoreu(ys, y);
+    for (uint64_t j = 0; j < kLanes; ++j) {
+      if (off(xs[j])) ys[j] = fix(xs[j]);
+    }
+    std::memcpy(dst, ys, sizeof ys);
+  };
   uint64_t i = 0;
-  if (!wild) {  // the common case: whole packets straight through
-    for (; i + kLanes <= n; i += kLanes) ei::pstoreu(out + i, f(ei::ploadu<P>(in + i)));
-  }
-  for (; i < n; i += kLanes) {
-    const uint64_t m = std::min(kLanes, n - i);
+  for (; i + kLanes <= n; i += kLanes) packet(in + i, out + i);
+  if (i < n) {
+    const uint64_t m = n - i;
     float x[kLanes] = {}, y[kLanes];
     std::memcpy(x, in + i, m * 4);
-    ei::pstoreu(y, f(ei::ploadu<P>(x)));
-    for (uint64_t j = 0; j < m; ++j) {
-      if (off(x[j])) y[j] = scalar(x[j]);
-    }
+    packet(x, y);
     std::memcpy(out + i, y, m * 4);
   }
 }
@@ -135,11 +148,14 @@ void unary_f32(float* out, const float* in, uint64_t n) {
   const P one = ei::pset1<P>(1.0f);
   const auto scalar = [](float x) { return unary_f(F, x); };
   if constexpr (F == UnaryFn::kExp) {
-    exp_map(out, in, n, 1.0f, [](P x) { return ei::pexp(x); }, scalar);
+    // exp(x) < 2^-150 below -104: libm's expf rounds it to +0 (as does -inf).
+    exp_map(out, in, n, 1.0f, -104.0f, [](P x) { return ei::pexp(x); }, scalar);
   } else if constexpr (F == UnaryFn::kSigmoid) {
-    exp_map(out, in, n, -1.0f, [&](P x) { return ei::pdiv(one, ei::padd(one, ei::pexp(ei::pnegate(x)))); }, scalar);
+    exp_map(out, in, n, -1.0f, -INFINITY, [&](P x) { return ei::pdiv(one, ei::padd(one, ei::pexp(ei::pnegate(x)))); },
+            scalar);
   } else if constexpr (F == UnaryFn::kSilu) {
-    exp_map(out, in, n, -1.0f, [&](P x) { return ei::pdiv(x, ei::padd(one, ei::pexp(ei::pnegate(x)))); }, scalar);
+    exp_map(out, in, n, -1.0f, -INFINITY, [&](P x) { return ei::pdiv(x, ei::padd(one, ei::pexp(ei::pnegate(x)))); },
+            scalar);
   } else {
     for (uint64_t i = 0; i < n; ++i) out[i] = unary_f(F, in[i]);
   }
