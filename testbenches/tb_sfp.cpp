@@ -100,6 +100,37 @@ TEST_CASE("REDUCE: sum, max, min, prod, argmax, argmin with NaNs and ties, over 
   }
 }
 
+TEST_CASE("REDUCE sum of short fp32 rows: the same bits as the row padded with zeros to eight columns") {
+  // Rows shorter than the eight double partial sums take a path of their own (no loop per row);
+  // padded with +0 to eight columns the same row takes the general one, with the same additions.
+  std::vector<float> pool = {1.5f, -0.0f, 3e-8f, -7.25f, 1e30f, -1e30f, 0.1f, 16777217.0f, -2.5e-39f, 1e-45f, 5.0f};
+  uint32_t seed = 12345;
+  const auto next = [&] {
+    seed = seed * 1664525u + 1013904223u;
+    return pool[(seed >> 16) % pool.size()];
+  };
+  const auto bits = [](float f) {
+    uint32_t b;
+    std::memcpy(&b, &f, 4);
+    return b;
+  };
+  for (uint64_t cols = 1; cols < 8; ++cols) {
+    CAPTURE(cols);
+    const uint64_t rows = 300;
+    std::vector<float> shorter(rows * cols), padded(rows * 8, 0.0f), got(rows), want(rows);
+    for (uint64_t r = 0; r < rows; ++r) {
+      for (uint64_t c = 0; c < cols; ++c) shorter[r * cols + c] = padded[r * 8 + c] = r == 0 ? -0.0f : next();
+    }
+    sim::sfp_reduce(ReduceFn::kSum, DType::kF32, got.data(), shorter.data(), rows, cols, false, nullptr, 0);
+    sim::sfp_reduce(ReduceFn::kSum, DType::kF32, want.data(), padded.data(), rows, 8, false, nullptr, 0);
+    for (uint64_t r = 0; r < rows; ++r) {
+      CAPTURE(r);
+      REQUIRE(bits(got[r]) == bits(want[r]));
+    }
+    CHECK(bits(got[0]) == 0u);  // a row of -0: the partial sums start at +0
+  }
+}
+
 TEST_CASE("SORT: each row stable, ascending or descending, NaN largest, with the source columns") {
   const double nan = std::numeric_limits<double>::quiet_NaN();
   struct Case {

@@ -25,8 +25,34 @@ using namespace sfp;  // the SFP's own internals
 namespace {
 // Sum, Max and Min of fp32 rows, vectorised: the sum in eight double partial sums (added pairwise
 // at the end), Max and Min by Eigen's (NaN if any element is).
+constexpr uint64_t kSumLanes = 8;
+
+// The sum of each row of `Cols` (< kSumLanes) floats, as reduce_f32 adds them: partial sum j is
+// 0 + row[j] (0 past the row), and the partials are added pairwise, 4 apart, then 2, then 1. The
+// same operations in the same order, as straight-line code: a block of short rows (a reduction
+// over a small trailing dimension) costs no loop per row.
+template <uint64_t Cols>
+void sum_short_rows(float* dst, const float* src, uint64_t rows) {
+  static_assert(Cols > 0 && Cols < kSumLanes);
+  for (uint64_t r = 0; r < rows; ++r) {
+    const float* row = src + r * Cols;
+    double q[kSumLanes] = {};
+    for (uint64_t j = 0; j < Cols; ++j) q[j] = 0.0 + row[j];
+    dst[r] = static_cast<float>(((q[0] + q[4]) + (q[2] + q[6])) + ((q[1] + q[5]) + (q[3] + q[7])));
+  }
+}
+
+void sum_short_rows(float* dst, const float* src, uint64_t rows, uint64_t cols) {
+  using Fn = void (*)(float*, const float*, uint64_t);
+  static constexpr Fn kByCols[kSumLanes] = {nullptr,           &sum_short_rows<1>, &sum_short_rows<2>,
+                                            &sum_short_rows<3>, &sum_short_rows<4>, &sum_short_rows<5>,
+                                            &sum_short_rows<6>, &sum_short_rows<7>};
+  kByCols[cols](dst, src, rows);
+}
+
 void reduce_f32(hw::ReduceFn f, float* dst, const float* src, uint64_t rows, uint64_t cols, bool accumulate) {
-  constexpr uint64_t kLanes = 8;
+  constexpr uint64_t kLanes = kSumLanes;
+  if (f == hw::ReduceFn::kSum && !accumulate && cols > 0 && cols < kLanes) return sum_short_rows(dst, src, rows, cols);
   for (uint64_t r = 0; r < rows; ++r) {
     const float* row = src + r * cols;
     float a;
