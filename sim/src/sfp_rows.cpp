@@ -44,9 +44,14 @@ void sum_short_rows(float* dst, const float* src, uint64_t rows) {
 
 void sum_short_rows(float* dst, const float* src, uint64_t rows, uint64_t cols) {
   using Fn = void (*)(float*, const float*, uint64_t);
-  static constexpr Fn kByCols[kSumLanes] = {nullptr,           &sum_short_rows<1>, &sum_short_rows<2>,
-                                            &sum_short_rows<3>, &sum_short_rows<4>, &sum_short_rows<5>,
-                                            &sum_short_rows<6>, &sum_short_rows<7>};
+  static constexpr Fn kByCols[kSumLanes] = {nullptr,
+                                            &sum_short_rows<1>,
+                                            &sum_short_rows<2>,
+                                            &sum_short_rows<3>,
+                                            &sum_short_rows<4>,
+                                            &sum_short_rows<5>,
+                                            &sum_short_rows<6>,
+                                            &sum_short_rows<7>};
   kByCols[cols](dst, src, rows);
 }
 
@@ -279,6 +284,39 @@ void transpose8x8_32(const uint32_t* in, uint64_t in_stride, uint32_t* out, uint
   }
 }
 #endif
+#ifdef __AVX512F__
+// The 16 x 16 block of 32-bit words at `in` into `out`, transposed: unpack pairs, then quads, then
+// gather 128-bit lanes twice (a quarter fewer shuffles per word than the 8 x 8 block's, and half the
+// loads and stores).
+void transpose16x16_32(const uint32_t* in, uint64_t in_stride, uint32_t* out, uint64_t out_stride) {
+  __m512 r[16], t[16];
+  for (int i = 0; i < 16; ++i) r[i] = _mm512_loadu_ps(reinterpret_cast<const float*>(in + i * in_stride));
+  for (int i = 0; i < 16; i += 2) {
+    t[i] = _mm512_unpacklo_ps(r[i], r[i + 1]);
+    t[i + 1] = _mm512_unpackhi_ps(r[i], r[i + 1]);
+  }
+  const auto pairs = [](__m512 a, __m512 b, bool high) {
+    const __m512d x = _mm512_castps_pd(a), y = _mm512_castps_pd(b);
+    return _mm512_castpd_ps(high ? _mm512_unpackhi_pd(x, y) : _mm512_unpacklo_pd(x, y));
+  };
+  for (int i = 0; i < 16; i += 4) {
+    r[i] = pairs(t[i], t[i + 2], false);
+    r[i + 1] = pairs(t[i], t[i + 2], true);
+    r[i + 2] = pairs(t[i + 1], t[i + 3], false);
+    r[i + 3] = pairs(t[i + 1], t[i + 3], true);
+  }
+  for (int i = 0; i < 16; i += 8) {
+    for (int j = 0; j < 4; ++j) {
+      t[i + j] = _mm512_shuffle_f32x4(r[i + j], r[i + j + 4], 0x88);
+      t[i + j + 4] = _mm512_shuffle_f32x4(r[i + j], r[i + j + 4], 0xdd);
+    }
+  }
+  for (int j = 0; j < 8; ++j) {
+    _mm512_storeu_ps(reinterpret_cast<float*>(out + j * out_stride), _mm512_shuffle_f32x4(t[j], t[j + 8], 0x88));
+    _mm512_storeu_ps(reinterpret_cast<float*>(out + (j + 8) * out_stride), _mm512_shuffle_f32x4(t[j], t[j + 8], 0xdd));
+  }
+}
+#endif
 }  // namespace
 
 void sfp_transpose(uint32_t es, void* dst, const void* src, uint64_t rows, uint64_t cols) {
@@ -288,18 +326,31 @@ void sfp_transpose(uint32_t es, void* dst, const void* src, uint64_t rows, uint6
     using W = decltype(word);
     W* out = reinterpret_cast<W*>(d);
     const W* in = reinterpret_cast<const W*>(s);
-    constexpr uint64_t kBlock = 32;  // in blocks, so that both sides stay in cache
+    constexpr uint64_t kBlock = 64;  // in blocks, so that both sides stay in cache
     for (uint64_t r0 = 0; r0 < rows; r0 += kBlock) {
       for (uint64_t c0 = 0; c0 < cols; c0 += kBlock) {
         const uint64_t r1 = std::min(rows, r0 + kBlock), c1 = std::min(cols, c0 + kBlock);
         uint64_t r8 = r0, c8 = c0;  // the part done in whole 8 x 8 blocks: [r0, r8) x [c0, c8)
 #ifdef __AVX__
-        if constexpr (sizeof(W) == 4) {  // whole 8 x 8 blocks of words in vector registers
+        if constexpr (sizeof(W) == 4) {  // whole 16 x 16, then 8 x 8 blocks of words in vector registers
           r8 = r0 + (r1 - r0) / 8 * 8;
           c8 = c0 + (c1 - c0) / 8 * 8;
-          for (uint64_t r = r0; r < r8; r += 8) {
-            for (uint64_t c = c0; c < c8; c += 8) transpose8x8_32(in + r * cols + c, cols, out + c * rows + r, rows);
+          uint64_t r16 = r0, c16 = c0;  // [r0, r16) x [c0, c16) in 16 x 16 blocks
+#ifdef __AVX512F__
+          r16 = r0 + (r1 - r0) / 16 * 16;
+          c16 = c0 + (c1 - c0) / 16 * 16;
+          for (uint64_t r = r0; r < r16; r += 16) {
+            for (uint64_t c = c0; c < c16; c += 16)
+              transpose16x16_32(in + r * cols + c, cols, out + c * rows + r, rows);
           }
+#endif
+          const auto eights = [&](uint64_t ra, uint64_t rb, uint64_t ca, uint64_t cb) {
+            for (uint64_t r = ra; r < rb; r += 8) {
+              for (uint64_t c = ca; c < cb; c += 8) transpose8x8_32(in + r * cols + c, cols, out + c * rows + r, rows);
+            }
+          };
+          eights(r0, r16, c16, c8);  // right of the 16 x 16 blocks
+          eights(r16, r8, c0, c8);   // below them
         }
 #endif
         for (uint64_t r = r0; r < r1; ++r) {  // the edges one word at a time

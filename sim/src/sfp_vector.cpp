@@ -108,8 +108,7 @@ void exp_map(float* out, const float* in, uint64_t n, float sign, float tiny, F 
     const float e = sign * x;
     return (e > 88.3f && e < INFINITY) || e < -87.0f;  // below -104 Eigen's floor is a denormal, not 0
   };
-  const P s = ei::pset1<P>(sign), high = ei::pset1<P>(88.3f), inf = ei::pset1<P>(INFINITY),
-          low = ei::pset1<P>(-87.0f);
+  const P s = ei::pset1<P>(sign), high = ei::pset1<P>(88.3f), inf = ei::pset1<P>(INFINITY), low = ei::pset1<P>(-87.0f);
   const auto fix = [&](float x) { return sign * x < tiny ? 0.0f : scalar(x); };
   // One packet: f, then the off lanes (if any) one at a time.
   const auto packet = [&](const float* src, float* dst) {
@@ -151,11 +150,13 @@ void unary_f32(float* out, const float* in, uint64_t n) {
     // exp(x) < 2^-150 below -104: libm's expf rounds it to +0 (as does -inf).
     exp_map(out, in, n, 1.0f, -104.0f, [](P x) { return ei::pexp(x); }, scalar);
   } else if constexpr (F == UnaryFn::kSigmoid) {
-    exp_map(out, in, n, -1.0f, -INFINITY, [&](P x) { return ei::pdiv(one, ei::padd(one, ei::pexp(ei::pnegate(x)))); },
-            scalar);
+    exp_map(
+        out, in, n, -1.0f, -INFINITY, [&](P x) { return ei::pdiv(one, ei::padd(one, ei::pexp(ei::pnegate(x)))); },
+        scalar);
   } else if constexpr (F == UnaryFn::kSilu) {
-    exp_map(out, in, n, -1.0f, -INFINITY, [&](P x) { return ei::pdiv(x, ei::padd(one, ei::pexp(ei::pnegate(x)))); },
-            scalar);
+    exp_map(
+        out, in, n, -1.0f, -INFINITY, [&](P x) { return ei::pdiv(x, ei::padd(one, ei::pexp(ei::pnegate(x)))); },
+        scalar);
   } else {
     for (uint64_t i = 0; i < n; ++i) out[i] = unary_f(F, in[i]);
   }
