@@ -23,8 +23,7 @@ namespace spyre::sim {
 using namespace sfp;  // the SFP's own internals
 
 namespace {
-// Sum, Max and Min of fp32 rows, vectorised: the sum in eight double partial sums (added pairwise
-// at the end), Max and Min by Eigen's (NaN if any element is).
+// The double partial sums of an fp32 row's sum.
 constexpr uint64_t kSumLanes = 8;
 
 // The sum of each row of `Cols` (< kSumLanes) floats, as reduce_f32 adds them: partial sum j is
@@ -55,6 +54,8 @@ void sum_short_rows(float* dst, const float* src, uint64_t rows, uint64_t cols) 
   kByCols[cols](dst, src, rows);
 }
 
+// Sum, Max and Min of fp32 rows, vectorised: the sum in eight double partial sums (added pairwise
+// at the end), Max and Min by Eigen's (NaN if any element is).
 void reduce_f32(hw::ReduceFn f, float* dst, const float* src, uint64_t rows, uint64_t cols, bool accumulate) {
   constexpr uint64_t kLanes = kSumLanes;
   if (f == hw::ReduceFn::kSum && !accumulate && cols > 0 && cols < kLanes) return sum_short_rows(dst, src, rows, cols);
