@@ -26,18 +26,25 @@ namespace {
 // The double partial sums of an fp32 row's sum.
 constexpr uint64_t kSumLanes = 8;
 
+// The row's sum from its partial sums: added pairwise, 4 apart, then 2, then 1.
+float add_partials(double (&part)[kSumLanes]) {
+  for (uint64_t w = kSumLanes / 2; w > 0; w /= 2) {
+    for (uint64_t j = 0; j < w; ++j) part[j] += part[j + w];
+  }
+  return static_cast<float>(part[0]);
+}
+
 // The sum of each row of `Cols` (< kSumLanes) floats, as reduce_f32 adds them: partial sum j is
-// 0 + row[j] (0 past the row), and the partials are added pairwise, 4 apart, then 2, then 1. The
-// same operations in the same order, as straight-line code: a block of short rows (a reduction
-// over a small trailing dimension) costs no loop per row.
+// 0 + row[j] (0 past the row). With the row length known at compile time a block of short rows
+// (a reduction over a small trailing dimension) costs no loop per row.
 template <uint64_t Cols>
 void sum_short_rows(float* dst, const float* src, uint64_t rows) {
   static_assert(Cols > 0 && Cols < kSumLanes);
   for (uint64_t r = 0; r < rows; ++r) {
     const float* row = src + r * Cols;
-    double q[kSumLanes] = {};
-    for (uint64_t j = 0; j < Cols; ++j) q[j] = 0.0 + row[j];
-    dst[r] = static_cast<float>(((q[0] + q[4]) + (q[2] + q[6])) + ((q[1] + q[5]) + (q[3] + q[7])));
+    double part[kSumLanes] = {};
+    for (uint64_t j = 0; j < Cols; ++j) part[j] += row[j];
+    dst[r] = add_partials(part);
   }
 }
 
@@ -57,22 +64,20 @@ void sum_short_rows(float* dst, const float* src, uint64_t rows, uint64_t cols) 
 // Sum, Max and Min of fp32 rows, vectorised: the sum in eight double partial sums (added pairwise
 // at the end), Max and Min by Eigen's (NaN if any element is).
 void reduce_f32(hw::ReduceFn f, float* dst, const float* src, uint64_t rows, uint64_t cols, bool accumulate) {
-  constexpr uint64_t kLanes = kSumLanes;
-  if (f == hw::ReduceFn::kSum && !accumulate && cols > 0 && cols < kLanes) return sum_short_rows(dst, src, rows, cols);
+  if (f == hw::ReduceFn::kSum && !accumulate && cols > 0 && cols < kSumLanes) {
+    return sum_short_rows(dst, src, rows, cols);
+  }
   for (uint64_t r = 0; r < rows; ++r) {
     const float* row = src + r * cols;
     float a;
     if (f == hw::ReduceFn::kSum) {
-      double part[kLanes] = {};
+      double part[kSumLanes] = {};
       uint64_t c = 0;
-      for (; c + kLanes <= cols; c += kLanes) {
-        for (uint64_t j = 0; j < kLanes; ++j) part[j] += row[c + j];
+      for (; c + kSumLanes <= cols; c += kSumLanes) {
+        for (uint64_t j = 0; j < kSumLanes; ++j) part[j] += row[c + j];
       }
       for (uint64_t j = 0; c < cols; ++c, ++j) part[j] += row[c];
-      for (uint64_t w = kLanes / 2; w > 0; w /= 2) {
-        for (uint64_t j = 0; j < w; ++j) part[j] += part[j + w];
-      }
-      a = static_cast<float>(part[0]);
+      a = add_partials(part);
     } else {
       const Eigen::Map<const Eigen::ArrayXf> x(row, static_cast<Eigen::Index>(cols));
       a = f == hw::ReduceFn::kMax ? x.maxCoeff<Eigen::PropagateNaN>() : x.minCoeff<Eigen::PropagateNaN>();

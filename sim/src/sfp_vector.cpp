@@ -104,24 +104,22 @@ void exp_map(float* out, const float* in, uint64_t n, float sign, float tiny, F 
   namespace ei = Eigen::internal;
   using P = ei::packet_traits<float>::type;
   constexpr uint64_t kLanes = ei::unpacket_traits<P>::size;
-  const auto off = [sign](float x) {
-    const float e = sign * x;
-    return (e > 88.3f && e < INFINITY) || e < -87.0f;  // below -104 Eigen's floor is a denormal, not 0
-  };
   const P s = ei::pset1<P>(sign), high = ei::pset1<P>(88.3f), inf = ei::pset1<P>(INFINITY), low = ei::pset1<P>(-87.0f);
-  const auto fix = [&](float x) { return sign * x < tiny ? 0.0f : scalar(x); };
   // One packet: f, then the off lanes (if any) one at a time.
   const auto packet = [&](const float* src, float* dst) {
     const P x = ei::ploadu<P>(src);
     const P e = ei::pmul(s, x);
-    const P wild = ei::por(ei::pand(ei::pcmp_lt(high, e), ei::pcmp_lt(e, inf)), ei::pcmp_lt(e, low));
+    // Off: 88.3 < e < inf, or e < -87 (below -104 Eigen's floor is a denormal, not 0).
+    const P off = ei::por(ei::pand(ei::pcmp_lt(high, e), ei::pcmp_lt(e, inf)), ei::pcmp_lt(e, low));
     const P y = f(x);
-    if (!ei::predux_any(wild)) return ei::pstoreu(dst, y);
+    if (!ei::predux_any(off)) return ei::pstoreu(dst, y);
+    uint32_t offs[kLanes];  // each lane all ones or all zeros
     float xs[kLanes], ys[kLanes];
+    ei::pstoreu(reinterpret_cast<float*>(offs), off);
     ei::pstoreu(xs, x);
     ei::pstoreu(ys, y);
     for (uint64_t j = 0; j < kLanes; ++j) {
-      if (off(xs[j])) ys[j] = fix(xs[j]);
+      if (offs[j] != 0) ys[j] = sign * xs[j] < tiny ? 0.0f : scalar(xs[j]);
     }
     std::memcpy(dst, ys, sizeof ys);
   };
