@@ -291,6 +291,10 @@ void transpose8x8_32(const uint32_t* in, uint64_t in_stride, uint32_t* out, uint
 }
 #endif
 #ifdef __AVX512F__
+// GCC 12's own avx512fintrin.h passes an undefined vector as the unused merge operand of its
+// unpack intrinsics and then warns that it is uninitialised (a false positive in the header).
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wuninitialized"
 // The 16 x 16 block of 32-bit words at `in` into `out`, transposed: unpack pairs, then quads, then
 // gather 128-bit lanes twice (a quarter fewer shuffles per word than the 8 x 8 block's, and half the
 // loads and stores).
@@ -322,6 +326,7 @@ void transpose16x16_32(const uint32_t* in, uint64_t in_stride, uint32_t* out, ui
     _mm512_storeu_ps(reinterpret_cast<float*>(out + (j + 8) * out_stride), _mm512_shuffle_f32x4(t[j], t[j + 8], 0xdd));
   }
 }
+#pragma GCC diagnostic pop
 #endif
 }  // namespace
 
